@@ -1,0 +1,28 @@
+"""jupyter_air: run and watch GPU training from JupyterLab.
+
+Importing this package is cheap: the server extension, NVML and MLflow are only
+imported by the entry points that need them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from ._version import __version__  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # a source tree that was never built
+    __version__ = "0.0.0.dev0"
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    return [{"src": "labextension", "dest": "jupyter-air"}]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    from .server.app import AirExtension
+
+    return [{"module": "jupyter_air.server.app", "app": AirExtension}]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext jupyter_air``: nothing heavy is imported here (no NVML, no MLflow)."""

@@ -1,0 +1,1 @@
+"""GPU and host metrics for the GPU resources panel: NVML access, sampling, history."""

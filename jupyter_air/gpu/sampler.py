@@ -1,0 +1,234 @@
+"""One background sampler per Jupyter server, shared by every panel and browser tab.
+
+It samples every GPU and the host every ``interval`` seconds into a ring of
+``history`` seconds, scheduled on ``time.monotonic()``. When no client has asked for
+samples for ``idle_timeout`` seconds it stops sampling; the next request resumes it
+with an immediate sample, so a forgotten browser tab costs nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import socket
+import threading
+import time
+from dataclasses import asdict
+from typing import Any
+
+import psutil
+from traitlets import Float, TraitError, validate
+from traitlets.config import LoggingConfigurable
+
+from .history import Row, SampleHistory
+from .nvml import MIB, GpuInfo, GpuReading, Nvml, NvmlStatus
+
+
+class GpuSampler(LoggingConfigurable):
+    """Samples NVML and psutil on one thread and keeps the last two hours."""
+
+    interval = Float(
+        10.0,
+        help="Seconds between two samples of every GPU and of the host.",
+    ).tag(config=True)
+
+    history = Float(
+        7200.0,
+        help="Seconds of samples kept in memory for the GPU resources panel (a fixed-size ring).",
+    ).tag(config=True)
+
+    idle_timeout = Float(
+        300.0,
+        help=(
+            "Stop sampling when no client has asked for samples for this many seconds; "
+            "the next request resumes sampling with an immediate sample."
+        ),
+    ).tag(config=True)
+
+    @validate("interval", "history", "idle_timeout")
+    def _positive(self, proposal: dict[str, Any]) -> float:
+        value = float(proposal["value"])
+        if not value > 0:
+            raise TraitError(f"{proposal['trait'].name} must be > 0 seconds, got {value}")
+        return value
+
+    def __init__(self, nvml: Nvml | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._nvml = nvml or Nvml()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_request = time.monotonic()
+        self._last_sample: float | None = None
+        self._paused = False
+        self._hostname = socket.gethostname()
+        self._mem_total_mib = round(psutil.virtual_memory().total / MIB)
+        self._status = NvmlStatus(available=False, reason="not sampled yet")
+        self._inventory: list[GpuInfo] = []
+        self._inventory_id = _inventory_id(self._status, [])
+        self._latest: list[GpuReading] = []
+        self._history = self._new_history(0)
+        self.samples_taken = 0
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the sampling thread (idempotent)."""
+        if self._thread is not None:
+            return
+        psutil.cpu_percent(interval=None)  # prime: the first call has no reference point
+        self._stopping.clear()
+        self._last_request = time.monotonic()
+        self._thread = threading.Thread(
+            target=self._run, name="jupyter-air-gpu-sampler", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread and release NVML."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self._nvml.shutdown()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            with self._lock:
+                if now - self._last_request >= self.idle_timeout:
+                    if not self._paused:
+                        self.log.info("GPU sampler paused: no client for %.0f s", self.idle_timeout)
+                    self._paused = True
+                elif self._last_sample is None or now >= self._last_sample + self.interval:
+                    try:
+                        self._sample_locked()
+                    except Exception:  # the thread must outlive any one bad sample
+                        self.log.exception("GPU sample failed")
+                paused = self._paused
+                due = (self._last_sample or now) + self.interval
+                idle_at = self._last_request + self.idle_timeout
+            if paused:
+                self._wake.wait()
+            else:
+                self._wake.wait(max(0.0, min(due, idle_at) - time.monotonic()))
+            self._wake.clear()
+
+    # -- sampling --------------------------------------------------------------------
+
+    def sample_now(self) -> None:
+        """Take a sample at once (the refresh button); the schedule restarts from it."""
+        self._nvml.refresh()
+        with self._lock:
+            self._last_request = time.monotonic()
+            self._paused = False
+            self._sample_locked()
+        self._wake.set()
+
+    def touch(self) -> bool:
+        """Record a client's request; resume with an immediate sample if paused.
+
+        Returns whether the sampler had been paused.
+        """
+        with self._lock:
+            self._last_request = time.monotonic()
+            was_paused = self._paused
+            if was_paused:
+                self._paused = False
+                self.log.info("GPU sampler resumed")
+            if was_paused or self._last_sample is None:
+                self._sample_locked()
+        if was_paused:
+            self._wake.set()
+        return was_paused
+
+    def _sample_locked(self) -> None:
+        self._last_sample = time.monotonic()
+        t = round(time.time(), 3)
+        last = self._history.last_t
+        if last is not None and t <= last:  # same millisecond, or the wall clock stepped back
+            t = round(last + 0.001, 3)
+        readings = self._nvml.read_all()
+        status = self._nvml.status()
+        inventory = self._nvml.inventory()
+        if status != self._status or inventory != self._inventory:
+            self._status, self._inventory = status, inventory
+            self._inventory_id = _inventory_id(status, inventory)
+            if len(inventory) != self._history.n_gpus:
+                self._history = self._new_history(len(inventory))
+        if len(readings) != len(inventory):  # NVML went away between the two calls
+            readings = [GpuReading(status="error", message="not read")] * len(inventory)
+        cpu = psutil.cpu_percent(interval=None)
+        mem_used = psutil.virtual_memory().used / MIB
+        self._history.append(
+            Row(
+                t=t,
+                host=(cpu, mem_used),
+                gpus=[(r.util, r.mem_used_mib, r.temp_c, r.power_w) for r in readings],
+            )
+        )
+        self._latest = readings
+        self.samples_taken += 1
+
+    def _new_history(self, n_gpus: int) -> SampleHistory:
+        capacity = math.floor(self.history / self.interval) + 1
+        return SampleHistory(capacity=capacity, n_gpus=n_gpus, span=self.history)
+
+    # -- reading ---------------------------------------------------------------------
+
+    def snapshot(self, since: float | None = None, inventory: str | None = None) -> dict[str, Any]:
+        """The JSON document of ``GET jupyter-air/gpu`` (see docs/api.md)."""
+        was_paused = self.touch()
+        with self._lock:
+            reset = inventory is not None and inventory != self._inventory_id
+            if reset:
+                since = None
+            doc: dict[str, Any] = {
+                "now": round(time.time(), 3),
+                "interval": self.interval,
+                "history": self.history,
+                "paused": was_paused,
+                "reset": reset,
+                "nvml": asdict(self._status),
+                "host": {
+                    "hostname": self._hostname,
+                    "cpu_count": psutil.cpu_count(),
+                    "mem_total_mib": self._mem_total_mib,
+                },
+                "inventory": self._inventory_id,
+            }
+            if inventory != self._inventory_id:
+                doc["gpus"] = [asdict(g) for g in self._inventory]
+            doc["samples"] = self._history.columns(since=since, now=time.time())
+            doc["state"] = [_state(r) for r in self._latest]
+        return doc
+
+
+def _state(reading: GpuReading) -> dict[str, Any]:
+    return {
+        "status": reading.status,
+        "message": reading.message,
+        "processes": [
+            {"pid": p.pid, "name": _process_name(p.pid), "mem_mib": p.used_mib, "owner": None}
+            for p in reading.processes
+        ],
+    }
+
+
+def _process_name(pid: int) -> str | None:
+    try:
+        return psutil.Process(pid).name()
+    except (psutil.Error, OSError):
+        return None
+
+
+def _inventory_id(status: NvmlStatus, inventory: list[GpuInfo]) -> str:
+    text = json.dumps([asdict(status), [asdict(g) for g in inventory]], sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()[:12]

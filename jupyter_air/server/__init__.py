@@ -1,0 +1,1 @@
+"""The Jupyter server extension: settings, background work and REST handlers."""

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# System packages the tests need: a C compiler for the fake NVML driver and Debian's
+# chromium for the browser tests (Playwright's own browser download cannot work here).
+set -euo pipefail
+
+missing=()
+command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+command -v node >/dev/null || missing+=(nodejs npm)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+fc-list 2>/dev/null | grep -qi dejavu || missing+=(fonts-dejavu-core)
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "Installing system packages: ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

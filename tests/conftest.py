@@ -1,0 +1,56 @@
+"""Shared fixtures: the fake NVML driver, scenarios, and a Jupyter server with jupyter_air."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.fake_nvml import FakeGpu, Scenario, build_library, load_in_process
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
+WriteScenario = Callable[[Scenario], Path]
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_dir() -> Path:
+    """The fake ``libnvidia-ml.so.1``, compiled once per test session."""
+    return build_library()
+
+
+@pytest.fixture
+def scenario(fake_nvml_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> WriteScenario:
+    """Load the fake driver in this process and point it at a scenario file of this test.
+
+    Call the fixture's value with a ``Scenario`` to write (or rewrite) the file.
+    """
+    load_in_process(fake_nvml_dir)
+    path = tmp_path / "nvml-scenario.txt"
+    monkeypatch.setenv("FAKE_NVML_SCENARIO", str(path))
+
+    def write(s: Scenario) -> Path:
+        return s.write(path)
+
+    return write
+
+
+@pytest.fixture
+def two_gpus() -> Scenario:
+    return Scenario(
+        gpus=[
+            FakeGpu(
+                name="NVIDIA H100 80GB HBM3",
+                util=35,
+                mem_total=80 * 1024**3,
+                mem_used=20 * 1024**3,
+                temp=51,
+                power=312_400,
+                power_limit=700_000,
+                processes=[(os.getpid(), 19 * 1024**3)],
+            ),
+            FakeGpu(name="NVIDIA H100 80GB HBM3", util=0, mem_used=512 * 1024**2, temp=33),
+        ]
+    )
