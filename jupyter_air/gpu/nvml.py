@@ -86,10 +86,6 @@ class GpuReading:
     processes: tuple[GpuProcess, ...] = ()
 
 
-class _GpuLost(Exception):
-    """Raised inside one GPU's read to stop asking a GPU that fell off the bus."""
-
-
 @dataclass
 class _Device:
     handle: Any
@@ -114,6 +110,8 @@ class Nvml:
         self._status = NvmlStatus(available=False, reason="NVML not initialised yet")
         self._devices: list[_Device] = []
         self._inventory: list[GpuInfo] = []
+        #: Bumped whenever the status or the inventory may have changed.
+        self.generation = 0
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -130,12 +128,14 @@ class Nvml:
             if err.value not in NO_GPU_ERRORS:
                 log.warning("NVML could not be initialised: %s", err)
             self._status = NvmlStatus(available=False, reason=str(err))
+            self.generation += 1
             return False
         self._initialized = True
         self._load_inventory()
         return True
 
     def _load_inventory(self) -> None:
+        self.generation += 1
         driver = _optional(pynvml.nvmlSystemGetDriverVersion)
         cuda = _optional(pynvml.nvmlSystemGetCudaDriverVersion)
         cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None
@@ -165,7 +165,7 @@ class Nvml:
         if device.handle is None:
             return GpuInfo(index, None, None, None, None)
         handle = device.handle
-        memory = self._memory(device)
+        memory = _optional(_memory, device)
         limit = _optional(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
         return GpuInfo(
             index=index,
@@ -193,6 +193,7 @@ class Nvml:
             self._initialized = False
             self._last_attempt = None
             self._devices, self._inventory = [], []
+            self.generation += 1
 
     # -- queries ---------------------------------------------------------------------
 
@@ -215,70 +216,31 @@ class Nvml:
 
     def _read(self, index: int, device: _Device) -> GpuReading:
         if device.handle is None:
-            lost = device.handle_error is not None and (
-                device.handle_error.value == pynvml.NVML_ERROR_GPU_IS_LOST
-            )
-            return GpuReading(status="lost" if lost else "error", message=str(device.handle_error))
+            err = device.handle_error
+            lost = err is not None and err.value == pynvml.NVML_ERROR_GPU_IS_LOST
+            return GpuReading(status="lost" if lost else "error", message=str(err))
+        values: list[Any] = []
         errors: list[str] = []
-
-        def field_value(label: str, fn: Callable[[], T]) -> T | None:
+        for label, reader in _FIELD_READERS:
             try:
-                return fn()
+                values.append(reader(device))
             except pynvml.NVMLError as err:
                 if err.value == pynvml.NVML_ERROR_GPU_IS_LOST:
-                    raise _GpuLost(str(err)) from err
+                    return GpuReading(status="lost", message=str(err))
                 if err.value not in UNSUPPORTED_ERRORS:
                     errors.append(f"{label}: {err}")
                     self._log_once(device, index, label, err)
-                return None
-
-        handle = device.handle
-        try:
-            util = field_value("utilization", lambda: pynvml.nvmlDeviceGetUtilizationRates(handle))
-            memory = field_value("memory", lambda: self._memory(device, raising=True))
-            temp = field_value("temperature", lambda: self._temperature(device))
-            power = field_value("power", lambda: pynvml.nvmlDeviceGetPowerUsage(handle))
-            processes = field_value("processes", lambda: _processes(handle))
-        except _GpuLost as lost:
-            return GpuReading(status="lost", message=str(lost))
+                values.append(None)
+        util, mem_used, temp, power, processes = values
         return GpuReading(
-            status="error" if errors else "ok",
-            message="; ".join(errors) or None,
-            util=float(util.gpu) if util is not None else None,
-            mem_used_mib=memory.used / MIB if memory is not None else None,
-            temp_c=float(temp) if temp is not None else None,
-            power_w=power / 1000.0 if power is not None else None,
-            processes=processes or (),
+            "error" if errors else "ok",
+            "; ".join(errors) or None,
+            util,
+            mem_used,
+            temp,
+            power,
+            processes or (),
         )
-
-    def _memory(self, device: _Device, raising: bool = False) -> Any:
-        """Memory info v2 where the driver has it (it separates reserved memory), else v1."""
-        handle = device.handle
-        try:
-            if device.memory_v2:
-                try:
-                    return pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
-                except pynvml.NVMLError as err:
-                    if err.value not in UNSUPPORTED_ERRORS:
-                        raise
-                    device.memory_v2 = False
-            return pynvml.nvmlDeviceGetMemoryInfo(handle)
-        except pynvml.NVMLError:
-            if raising:
-                raise
-            return None
-
-    def _temperature(self, device: _Device) -> int:
-        """``nvmlDeviceGetTemperatureV`` on new drivers, the deprecated call on old ones."""
-        sensor = pynvml.NVML_TEMPERATURE_GPU
-        if device.temperature_v:
-            try:
-                return int(pynvml.nvmlDeviceGetTemperatureV(device.handle, sensor))
-            except pynvml.NVMLError as err:
-                if err.value != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
-                    raise
-                device.temperature_v = False
-        return int(pynvml.nvmlDeviceGetTemperature(device.handle, sensor))
 
     @staticmethod
     def _log_once(device: _Device, index: int, label: str, err: pynvml.NVMLError) -> None:
@@ -288,25 +250,58 @@ class Nvml:
             log.warning("GPU %d: reading %s failed: %s", index, label, err)
 
 
-def _processes(handle: Any) -> tuple[GpuProcess, ...]:
-    """Compute and graphics processes on one GPU, merged by pid."""
-    merged: dict[int, int | None] = {}
+def _memory(device: _Device) -> Any:
+    """Memory info v2 where the driver has it (it separates reserved memory), else v1."""
+    if device.memory_v2:
+        try:
+            return pynvml.nvmlDeviceGetMemoryInfo(device.handle, version=pynvml.nvmlMemory_v2)
+        except pynvml.NVMLError as err:
+            if err.value not in UNSUPPORTED_ERRORS:
+                raise
+            device.memory_v2 = False
+    return pynvml.nvmlDeviceGetMemoryInfo(device.handle)
+
+
+def _temperature(device: _Device) -> float:
+    """``nvmlDeviceGetTemperatureV`` on new drivers, the deprecated call on old ones."""
+    sensor = pynvml.NVML_TEMPERATURE_GPU
+    if device.temperature_v:
+        try:
+            return float(pynvml.nvmlDeviceGetTemperatureV(device.handle, sensor))
+        except pynvml.NVMLError as err:
+            if err.value != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                raise
+            device.temperature_v = False
+    return float(pynvml.nvmlDeviceGetTemperature(device.handle, sensor))
+
+
+def _processes(device: _Device) -> tuple[GpuProcess, ...]:
+    """Compute and graphics processes on one GPU (a pid in both is listed once)."""
+    used_by_pid: dict[int, int | None] = {}
     for getter in (
         pynvml.nvmlDeviceGetComputeRunningProcesses,
         pynvml.nvmlDeviceGetGraphicsRunningProcesses,
     ):
         try:
-            found = getter(handle)
+            found = getter(device.handle)
         except pynvml.NVMLError as err:
             if err.value in UNSUPPORTED_ERRORS:
                 continue
             raise
         for proc in found:
-            used = proc.usedGpuMemory
-            mib = round(used / MIB) if isinstance(used, int) else None
-            previous = merged.get(proc.pid)
-            merged[proc.pid] = mib if previous is None else max(previous, mib or 0)
-    return tuple(GpuProcess(pid, used) for pid, used in sorted(merged.items()))
+            used = proc.usedGpuMemory  # None where the driver cannot tell (WDDM)
+            used_by_pid.setdefault(proc.pid, None if used is None else round(used / MIB))
+    return tuple(GpuProcess(pid, used) for pid, used in used_by_pid.items())
+
+
+#: One reader per field of a GpuReading, each tried on its own.
+_FIELD_READERS: tuple[tuple[str, Callable[[_Device], Any]], ...] = (
+    ("utilization", lambda d: float(pynvml.nvmlDeviceGetUtilizationRates(d.handle).gpu)),
+    ("memory", lambda d: _memory(d).used / MIB),
+    ("temperature", _temperature),
+    ("power", lambda d: pynvml.nvmlDeviceGetPowerUsage(d.handle) / 1000.0),
+    ("processes", _processes),
+)
 
 
 def _optional(fn: Callable[..., T], *args: Any) -> T | None:

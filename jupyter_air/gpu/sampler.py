@@ -63,10 +63,14 @@ class GpuSampler(LoggingConfigurable):
         self._last_request = time.monotonic()
         self._last_sample: float | None = None
         self._paused = False
-        self._hostname = socket.gethostname()
-        self._mem_total_mib = round(psutil.virtual_memory().total / MIB)
+        self._host = {
+            "hostname": socket.gethostname(),
+            "cpu_count": psutil.cpu_count(),
+            "mem_total_mib": round(psutil.virtual_memory().total / MIB),
+        }
         self._status = NvmlStatus(available=False, reason="not sampled yet")
         self._inventory: list[GpuInfo] = []
+        self._generation = -1
         self._inventory_id = _inventory_id(self._status, [])
         self._latest: list[GpuReading] = []
         self._history = self._new_history(0)
@@ -156,15 +160,15 @@ class GpuSampler(LoggingConfigurable):
         if last is not None and t <= last:  # same millisecond, or the wall clock stepped back
             t = round(last + 0.001, 3)
         readings = self._nvml.read_all()
-        status = self._nvml.status()
-        inventory = self._nvml.inventory()
-        if status != self._status or inventory != self._inventory:
+        if self._nvml.generation != self._generation:
+            self._generation = self._nvml.generation
+            status, inventory = self._nvml.status(), self._nvml.inventory()
             self._status, self._inventory = status, inventory
             self._inventory_id = _inventory_id(status, inventory)
             if len(inventory) != self._history.n_gpus:
                 self._history = self._new_history(len(inventory))
-        if len(readings) != len(inventory):  # NVML went away between the two calls
-            readings = [GpuReading(status="error", message="not read")] * len(inventory)
+        if len(readings) != len(self._inventory):  # NVML went away between the two calls
+            readings = [GpuReading(status="error", message="not read")] * len(self._inventory)
         cpu = psutil.cpu_percent(interval=None)
         mem_used = psutil.virtual_memory().used / MIB
         self._history.append(
@@ -196,15 +200,11 @@ class GpuSampler(LoggingConfigurable):
                 "history": self.history,
                 "paused": was_paused,
                 "reset": reset,
-                "nvml": asdict(self._status),
-                "host": {
-                    "hostname": self._hostname,
-                    "cpu_count": psutil.cpu_count(),
-                    "mem_total_mib": self._mem_total_mib,
-                },
                 "inventory": self._inventory_id,
             }
-            if inventory != self._inventory_id:
+            if inventory != self._inventory_id:  # what the client holds is stale or absent
+                doc["nvml"] = asdict(self._status)
+                doc["host"] = self._host
                 doc["gpus"] = [asdict(g) for g in self._inventory]
             doc["samples"] = self._history.columns(since=since, now=time.time())
             doc["state"] = [_state(r) for r in self._latest]

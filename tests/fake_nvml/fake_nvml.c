@@ -1,0 +1,1255 @@
+/*
+ * fake_nvml.c -- a test double for NVIDIA's NVML library (libnvidia-ml.so.1).
+ *
+ * It exports the NVML entry points that pynvml (nvidia-ml-py) and MLflow's GPU
+ * monitor call, and answers them from a plain-text "scenario" file, so the real
+ * pynvml ctypes path can be exercised on machines without a GPU. All types are
+ * declared here by hand from the ABI that pynvml's ctypes structures describe.
+ *
+ * Build:
+ *   gcc -shared -fPIC -O2 -Wall -Wextra -Werror -Wl,-soname,libnvidia-ml.so.1 \
+ *       -o libnvidia-ml.so.1 fake_nvml.c -lpthread
+ *
+ * ---------------------------------------------------------------------------
+ * Environment
+ * ---------------------------------------------------------------------------
+ *   FAKE_NVML_SCENARIO  path of the scenario file. Read with getenv() on every
+ *                       call. Unset, empty, or naming a missing file: the driver
+ *                       is "not loaded" -- nvmlInit* return
+ *                       NVML_ERROR_DRIVER_NOT_LOADED (9), and so does every other
+ *                       call made while initialised.
+ *   FAKE_NVML_CALL_LOG  optional path; when set, every NVML call appends one line
+ *                         "<unix_time_ms> <function name> <device index> <pid>\n"
+ *                       (index -1 for calls not about one device or with an
+ *                       invalid handle). The file is opened with O_APPEND for
+ *                       each line, so it may be deleted or truncated at any time.
+ *
+ * On every NVML call the file is stat()ed; when (path, device, inode, size,
+ * mtime in ns, ctime in ns) differ from the loaded copy it is read again and all
+ * sequence positions start over. A malformed file is reported on stderr and
+ * makes every call (nvmlInit* included) return NVML_ERROR_UNKNOWN (999).
+ *
+ * ---------------------------------------------------------------------------
+ * Scenario format (line based; one statement a line)
+ * ---------------------------------------------------------------------------
+ *   Blank lines and lines whose first non-blank character is '#' are ignored.
+ *   A line is a key followed by its value, separated by blanks.
+ *
+ *   Global keys (before the first "gpu" line):
+ *     init_error <ERR|code>       nvmlInit* return this instead of success
+ *     driver_version <text>       nvmlSystemGetDriverVersion   (default 550.54.15)
+ *     nvml_version <text>         nvmlSystemGetNVMLVersion     (default
+ *                                 "<cuda major>.<driver_version>")
+ *     cuda_driver_version <int>   nvmlSystemGetCudaDriverVersion[_v2] (default 12040)
+ *
+ *   "gpu" on a line of its own starts the next device (indices 0, 1, ... in
+ *   order of appearance; at most 64). Keys after it describe that device:
+ *     name <text>                 rest of the line (default "NVIDIA H100 80GB HBM3")
+ *     uuid <text>                 (default GPU-fa4e<iiii>-0000-4000-8000-<iiiiiiiiiiii>,
+ *                                  i = index in hex)
+ *     lost 0|1                    1: every call on this device returns
+ *                                 NVML_ERROR_GPU_IS_LOST (15), handle lookup included
+ *     memory_v2 0|1               0: nvmlDeviceGetMemoryInfo_v2 returns
+ *                                 NVML_ERROR_FUNCTION_NOT_FOUND (13), as with an
+ *                                 old driver (default 1)
+ *     process <pid> <bytes>       one running compute process (repeatable)
+ *     graphics_process <pid> <bytes>   one running graphics process (repeatable)
+ *     processes_error <ERR>       the compute-process query fails with ERR
+ *     graphics_processes_error <ERR>
+ *   and numeric fields, each a sequence of one or more tokens:
+ *     util mem_util               nvmlDeviceGetUtilizationRates (gpu %, memory %)
+ *     mem_total mem_used          nvmlDeviceGetMemoryInfo[_v2] bytes; v1 reports
+ *     mem_reserved                free = total - used; v2 reports reserved,
+ *                                 used - reserved as used, and the same free
+ *                                 (mem_reserved defaults to 0)
+ *     temp                        nvmlDeviceGetTemperature[V], degrees C (GPU sensor)
+ *     power                       nvmlDeviceGetPowerUsage, mW
+ *     power_limit                 nvmlDeviceGetEnforcedPowerLimit, mW
+ *     power_mgmt_limit            nvmlDeviceGetPowerManagementLimit, mW
+ *                                 (defaults to the power_limit field)
+ *     energy                      nvmlDeviceGetTotalEnergyConsumption, mJ
+ *     fan                         nvmlDeviceGetFanSpeed, %
+ *     clock_graphics clock_sm clock_mem clock_video          nvmlDeviceGetClockInfo
+ *     max_clock_graphics max_clock_sm max_clock_mem max_clock_video
+ *                                                            nvmlDeviceGetMaxClockInfo
+ *   A token is a decimal integer or an error name: an NVML_ERROR_* suffix such
+ *   as NOT_SUPPORTED, GPU_IS_LOST, NO_PERMISSION, TIMEOUT, UNKNOWN (the
+ *   NVML_ERROR_ prefix is accepted too). Each read of a field takes the next
+ *   token and holds the last one once the sequence is exhausted; an error token
+ *   makes the getter return that code. A field that is not given answers
+ *   NVML_ERROR_NOT_SUPPORTED (3).
+ *
+ *   Example:
+ *     driver_version 550.54.15
+ *     cuda_driver_version 12040
+ *     gpu
+ *     name NVIDIA H100 80GB HBM3
+ *     util 10 50 NOT_SUPPORTED 90
+ *     mem_total 85899345920
+ *     mem_used 1073741824
+ *     process 4242 1073741824
+ *     gpu
+ *     lost 1
+ *
+ * Calls before a successful nvmlInit* (or after the matching nvmlShutdown)
+ * return NVML_ERROR_UNINITIALIZED (1), like the real library. Handles are
+ * pointers into a static table; a handle whose index is no longer in the
+ * scenario answers NVML_ERROR_GPU_IS_LOST.
+ *
+ * Extra (non-NVML) exports for tests loading the library in-process:
+ *   unsigned long long fake_nvml_call_count(const char *name);  NULL: all calls
+ *   void fake_nvml_reset_call_counts(void);
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* ------------------------------------------------------------------------ */
+/* NVML ABI, declared by hand                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef int nvmlReturn_t;
+
+#define NVML_SUCCESS 0
+#define NVML_ERROR_UNINITIALIZED 1
+#define NVML_ERROR_INVALID_ARGUMENT 2
+#define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_NOT_FOUND 6
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_FUNCTION_NOT_FOUND 13
+#define NVML_ERROR_GPU_IS_LOST 15
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+#define NVML_ERROR_UNKNOWN 999
+
+struct fake_device {
+    unsigned int index;
+};
+typedef struct fake_device *nvmlDevice_t;
+
+typedef struct {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_v2_t;
+
+typedef struct {
+    unsigned int gpu;
+    unsigned int memory;
+} nvmlUtilization_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t; /* v2 and v3 share this layout */
+
+typedef struct {
+    unsigned int version;
+    int sensorType;
+    int temperature;
+} nvmlTemperature_v1_t;
+
+#define STRUCT_VERSION(type, ver) ((unsigned int)(sizeof(type) | ((ver) << 24U)))
+#define NVML_MEMORY_V2 STRUCT_VERSION(nvmlMemory_v2_t, 2)
+#define NVML_TEMPERATURE_V1 STRUCT_VERSION(nvmlTemperature_v1_t, 1)
+_Static_assert(STRUCT_VERSION(nvmlMemory_v2_t, 2) == 0x02000028, "nvmlMemory_v2 layout");
+_Static_assert(STRUCT_VERSION(nvmlTemperature_v1_t, 1) == 0x0100000C, "nvmlTemperature_v1");
+_Static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_v3 layout");
+
+#define NVML_TEMPERATURE_GPU 0
+#define NVML_CLOCK_COUNT 4
+#define NO_INSTANCE 0xFFFFFFFFu /* gpuInstanceId / computeInstanceId without MIG */
+
+/* ------------------------------------------------------------------------ */
+/* Error names and strings                                                   */
+/* ------------------------------------------------------------------------ */
+
+static const struct {
+    int code;
+    const char *name;
+    const char *text;
+} ERRORS[] = {
+    {0, "SUCCESS", "Success"},
+    {1, "UNINITIALIZED", "Uninitialized"},
+    {2, "INVALID_ARGUMENT", "Invalid Argument"},
+    {3, "NOT_SUPPORTED", "Not Supported"},
+    {4, "NO_PERMISSION", "Insufficient Permissions"},
+    {5, "ALREADY_INITIALIZED", "Already Initialized"},
+    {6, "NOT_FOUND", "Not Found"},
+    {7, "INSUFFICIENT_SIZE", "Insufficient Size"},
+    {8, "INSUFFICIENT_POWER", "Insufficient External Power"},
+    {9, "DRIVER_NOT_LOADED", "Driver Not Loaded"},
+    {10, "TIMEOUT", "Timeout"},
+    {11, "IRQ_ISSUE", "Interrupt Request Issue"},
+    {12, "LIBRARY_NOT_FOUND", "NVML Shared Library Not Found"},
+    {13, "FUNCTION_NOT_FOUND", "Function Not Found"},
+    {14, "CORRUPTED_INFOROM", "Corrupted infoROM"},
+    {15, "GPU_IS_LOST", "GPU is lost"},
+    {16, "RESET_REQUIRED", "GPU requires restart"},
+    {17, "OPERATING_SYSTEM", "The operating system has blocked the request."},
+    {18, "LIB_RM_VERSION_MISMATCH", "RM has detected an NVML/RM version mismatch."},
+    {19, "IN_USE", "In use by another client"},
+    {20, "MEMORY", "Insufficient Memory"},
+    {21, "NO_DATA", "No data"},
+    {22, "VGPU_ECC_NOT_SUPPORTED", "vGPU operation not available because ECC is enabled"},
+    {23, "INSUFFICIENT_RESOURCES", "Insufficient resources"},
+    {24, "FREQ_NOT_SUPPORTED", "Frequency not supported"},
+    {25, "ARGUMENT_VERSION_MISMATCH", "Argument version mismatch"},
+    {26, "DEPRECATED", "Deprecated"},
+    {27, "NOT_READY", "Not ready"},
+    {28, "GPU_NOT_FOUND", "GPU not found"},
+    {29, "INVALID_STATE", "Invalid state"},
+    {30, "RESET_TYPE_NOT_SUPPORTED", "Reset type not supported"},
+    {999, "UNKNOWN", "Unknown Error"},
+};
+#define N_ERRORS (sizeof(ERRORS) / sizeof(ERRORS[0]))
+
+/* Error code for a name ("NOT_SUPPORTED" or "NVML_ERROR_NOT_SUPPORTED"); -1 if unknown. */
+static int error_code_by_name(const char *name)
+{
+    if (strncmp(name, "NVML_ERROR_", 11) == 0)
+        name += 11;
+    for (size_t i = 1; i < N_ERRORS; i++) /* SUCCESS is not an error */
+        if (strcmp(ERRORS[i].name, name) == 0)
+            return ERRORS[i].code;
+    return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Functions, for call counting and the call log                             */
+/* ------------------------------------------------------------------------ */
+
+#define FUNCTIONS(X)                                                                      \
+    X(nvmlInit) X(nvmlInit_v2) X(nvmlInitWithFlags) X(nvmlShutdown) X(nvmlErrorString)    \
+    X(nvmlSystemGetDriverVersion) X(nvmlSystemGetNVMLVersion)                             \
+    X(nvmlSystemGetCudaDriverVersion) X(nvmlSystemGetCudaDriverVersion_v2)                \
+    X(nvmlSystemGetProcessName)                                                           \
+    X(nvmlDeviceGetCount) X(nvmlDeviceGetCount_v2)                                        \
+    X(nvmlDeviceGetHandleByIndex) X(nvmlDeviceGetHandleByIndex_v2)                        \
+    X(nvmlDeviceGetHandleByUUID) X(nvmlDeviceGetIndex) X(nvmlDeviceGetName)               \
+    X(nvmlDeviceGetUUID) X(nvmlDeviceGetMemoryInfo) X(nvmlDeviceGetMemoryInfo_v2)         \
+    X(nvmlDeviceGetUtilizationRates) X(nvmlDeviceGetTemperature)                          \
+    X(nvmlDeviceGetTemperatureV) X(nvmlDeviceGetPowerUsage)                               \
+    X(nvmlDeviceGetEnforcedPowerLimit) X(nvmlDeviceGetPowerManagementLimit)               \
+    X(nvmlDeviceGetComputeRunningProcesses_v2) X(nvmlDeviceGetComputeRunningProcesses_v3) \
+    X(nvmlDeviceGetGraphicsRunningProcesses_v2)                                           \
+    X(nvmlDeviceGetGraphicsRunningProcesses_v3)                                           \
+    X(nvmlDeviceGetMPSComputeRunningProcesses_v3)                                         \
+    X(nvmlDeviceGetTotalEnergyConsumption) X(nvmlDeviceGetFanSpeed)                       \
+    X(nvmlDeviceGetClockInfo) X(nvmlDeviceGetMaxClockInfo)
+
+#define AS_ENUM(f) FN_##f,
+#define AS_NAME(f) #f,
+enum { FUNCTIONS(AS_ENUM) FN_COUNT };
+static const char *const FN_NAMES[FN_COUNT] = {FUNCTIONS(AS_NAME)};
+
+/* ------------------------------------------------------------------------ */
+/* Scenario model                                                            */
+/* ------------------------------------------------------------------------ */
+
+#define MAX_GPUS 64
+#define TEXT_LEN 96 /* NVML_DEVICE_NAME_V2_BUFFER_SIZE / NVML_DEVICE_UUID_V2_BUFFER_SIZE */
+#define VERSION_LEN 80
+
+enum {
+    F_UTIL, F_MEM_UTIL, F_MEM_TOTAL, F_MEM_USED, F_MEM_RESERVED, F_TEMP, F_POWER,
+    F_POWER_LIMIT, F_POWER_MGMT_LIMIT, F_ENERGY, F_FAN,
+    F_CLOCK_GRAPHICS, F_CLOCK_SM, F_CLOCK_MEM, F_CLOCK_VIDEO,
+    F_MAX_CLOCK_GRAPHICS, F_MAX_CLOCK_SM, F_MAX_CLOCK_MEM, F_MAX_CLOCK_VIDEO,
+    F_COUNT
+};
+static const char *const FIELD_NAMES[F_COUNT] = {
+    "util", "mem_util", "mem_total", "mem_used", "mem_reserved", "temp", "power",
+    "power_limit", "power_mgmt_limit", "energy", "fan",
+    "clock_graphics", "clock_sm", "clock_mem", "clock_video",
+    "max_clock_graphics", "max_clock_sm", "max_clock_mem", "max_clock_video",
+};
+
+typedef struct {
+    long long value;
+    int error; /* 0: value is valid; otherwise an NVML error code */
+} item_t;
+
+typedef struct {
+    item_t *items;
+    int n;   /* 0: the field was not given */
+    int pos; /* index of the item the next read returns */
+} field_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long used;
+} proc_t;
+
+enum { P_COMPUTE, P_GRAPHICS, P_KINDS };
+
+typedef struct {
+    char name[TEXT_LEN];
+    char uuid[TEXT_LEN];
+    int lost;
+    int memory_v2;
+    field_t fields[F_COUNT];
+    proc_t *procs[P_KINDS];
+    unsigned int nprocs[P_KINDS];
+    unsigned int capprocs[P_KINDS];
+    int procs_error[P_KINDS];
+} gpu_t;
+
+typedef struct {
+    int init_error;
+    char driver_version[VERSION_LEN];
+    char nvml_version[VERSION_LEN + 16]; /* "" -> derived; copy_out enforces the limit */
+    int cuda_driver_version;
+    unsigned int ngpus;
+    gpu_t gpus[MAX_GPUS];
+} scenario_t;
+
+enum { SC_ABSENT, SC_LOADED, SC_BROKEN };
+
+typedef struct {
+    char path[4096];
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+    struct timespec ctime;
+} file_key_t;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_state = SC_ABSENT;
+static int g_have_key;
+static file_key_t g_key;
+static scenario_t g_sc;
+static int g_init_count;
+static unsigned long long g_calls[FN_COUNT];
+static struct fake_device g_handles[MAX_GPUS];
+
+static void scenario_free(scenario_t *sc)
+{
+    for (unsigned int i = 0; i < MAX_GPUS; i++) {
+        for (int f = 0; f < F_COUNT; f++)
+            free(sc->gpus[i].fields[f].items);
+        for (int k = 0; k < P_KINDS; k++)
+            free(sc->gpus[i].procs[k]);
+    }
+    memset(sc, 0, sizeof *sc);
+}
+
+static void gpu_defaults(gpu_t *g, unsigned int index)
+{
+    snprintf(g->name, sizeof g->name, "NVIDIA H100 80GB HBM3");
+    snprintf(g->uuid, sizeof g->uuid, "GPU-fa4e%04x-0000-4000-8000-%012x", index, index);
+    g->memory_v2 = 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Parser                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    const char *path;
+    int line;
+    char message[256];
+} parse_ctx_t;
+
+static int parse_fail(parse_ctx_t *ctx, const char *what, const char *detail)
+{
+    snprintf(ctx->message, sizeof ctx->message, "%.120s:%d: %s%s%.60s", ctx->path, ctx->line, what,
+             detail ? ": " : "", detail ? detail : "");
+    return -1;
+}
+
+static char *next_token(char **cursor)
+{
+    char *s = *cursor;
+    while (*s == ' ' || *s == '\t')
+        s++;
+    if (*s == '\0') {
+        *cursor = s;
+        return NULL;
+    }
+    char *tok = s;
+    while (*s && *s != ' ' && *s != '\t')
+        s++;
+    if (*s)
+        *s++ = '\0';
+    *cursor = s;
+    return tok;
+}
+
+static char *rest_of_line(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        s[--n] = '\0';
+    return s;
+}
+
+static int parse_int(const char *tok, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(tok, &end, 10);
+    if (errno || end == tok || *end != '\0')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_error_name(parse_ctx_t *ctx, char **cursor, int *out)
+{
+    char *tok = next_token(cursor);
+    if (!tok)
+        return parse_fail(ctx, "missing error name", NULL);
+    int code = error_code_by_name(tok);
+    if (code < 0)
+        return parse_fail(ctx, "unknown error name", tok);
+    if (next_token(cursor))
+        return parse_fail(ctx, "trailing text after", tok);
+    *out = code;
+    return 0;
+}
+
+static int parse_flag(parse_ctx_t *ctx, char **cursor, int *out)
+{
+    char *tok = next_token(cursor);
+    if (!tok || (strcmp(tok, "0") != 0 && strcmp(tok, "1") != 0) || next_token(cursor))
+        return parse_fail(ctx, "expected 0 or 1", tok);
+    *out = tok[0] == '1';
+    return 0;
+}
+
+static int parse_field(parse_ctx_t *ctx, char **cursor, field_t *field)
+{
+    char *tok;
+    int cap = 0;
+    free(field->items); /* a repeated key replaces the earlier one */
+    field->items = NULL;
+    field->n = 0;
+    while ((tok = next_token(cursor)) != NULL) {
+        item_t item = {0, 0};
+        if ((tok[0] >= '0' && tok[0] <= '9') || tok[0] == '-' || tok[0] == '+') {
+            if (parse_int(tok, &item.value) < 0)
+                return parse_fail(ctx, "bad number", tok);
+        } else {
+            item.error = error_code_by_name(tok);
+            if (item.error < 0)
+                return parse_fail(ctx, "neither a number nor an error name", tok);
+        }
+        if (field->n == cap) {
+            cap = cap ? cap * 2 : 8;
+            item_t *grown = realloc(field->items, (size_t)cap * sizeof *grown);
+            if (!grown)
+                return parse_fail(ctx, "out of memory", NULL);
+            field->items = grown;
+        }
+        field->items[field->n++] = item;
+    }
+    if (field->n == 0)
+        return parse_fail(ctx, "missing value", NULL);
+    return 0;
+}
+
+static int parse_process(parse_ctx_t *ctx, char **cursor, gpu_t *g, int kind)
+{
+    char *pid_tok = next_token(cursor);
+    char *mem_tok = next_token(cursor);
+    long long pid, mem;
+    if (!pid_tok || !mem_tok || next_token(cursor))
+        return parse_fail(ctx, "expected <pid> <used bytes>", NULL);
+    if (parse_int(pid_tok, &pid) < 0 || pid < 0 || pid > 0xFFFFFFFFLL)
+        return parse_fail(ctx, "bad pid", pid_tok);
+    if (parse_int(mem_tok, &mem) < 0 || mem < 0)
+        return parse_fail(ctx, "bad byte count", mem_tok);
+    if (g->nprocs[kind] == g->capprocs[kind]) {
+        unsigned int cap = g->capprocs[kind] ? g->capprocs[kind] * 2 : 8;
+        proc_t *grown = realloc(g->procs[kind], cap * sizeof *grown);
+        if (!grown)
+            return parse_fail(ctx, "out of memory", NULL);
+        g->procs[kind] = grown;
+        g->capprocs[kind] = cap;
+    }
+    g->procs[kind][g->nprocs[kind]].pid = (unsigned int)pid;
+    g->procs[kind][g->nprocs[kind]].used = (unsigned long long)mem;
+    g->nprocs[kind]++;
+    return 0;
+}
+
+static int copy_text(parse_ctx_t *ctx, char *dst, size_t size, char *cursor)
+{
+    char *text = rest_of_line(cursor);
+    if (strlen(text) >= size)
+        return parse_fail(ctx, "text too long", text);
+    memcpy(dst, text, strlen(text) + 1);
+    return 0;
+}
+
+static int parse_line(parse_ctx_t *ctx, scenario_t *sc, char *line)
+{
+    char *cursor = line;
+    char *key = next_token(&cursor);
+    if (!key || key[0] == '#')
+        return 0;
+
+    if (strcmp(key, "gpu") == 0) {
+        if (next_token(&cursor))
+            return parse_fail(ctx, "\"gpu\" takes no value", NULL);
+        if (sc->ngpus == MAX_GPUS)
+            return parse_fail(ctx, "too many GPUs", NULL);
+        gpu_defaults(&sc->gpus[sc->ngpus], sc->ngpus);
+        sc->ngpus++;
+        return 0;
+    }
+    if (strcmp(key, "init_error") == 0) {
+        char *tok = next_token(&cursor);
+        long long code;
+        if (!tok || next_token(&cursor))
+            return parse_fail(ctx, "expected one error name or code", NULL);
+        if (parse_int(tok, &code) == 0)
+            sc->init_error = (int)code;
+        else if ((sc->init_error = error_code_by_name(tok)) < 0)
+            return parse_fail(ctx, "unknown error name", tok);
+        return 0;
+    }
+    if (strcmp(key, "driver_version") == 0)
+        return copy_text(ctx, sc->driver_version, sizeof sc->driver_version, cursor);
+    if (strcmp(key, "nvml_version") == 0)
+        return copy_text(ctx, sc->nvml_version, sizeof sc->nvml_version, cursor);
+    if (strcmp(key, "cuda_driver_version") == 0) {
+        char *tok = next_token(&cursor);
+        long long v;
+        if (!tok || parse_int(tok, &v) < 0 || next_token(&cursor))
+            return parse_fail(ctx, "expected an integer", tok);
+        sc->cuda_driver_version = (int)v;
+        return 0;
+    }
+
+    if (sc->ngpus == 0)
+        return parse_fail(ctx, "unknown global key (device keys need a \"gpu\" line first)", key);
+    gpu_t *g = &sc->gpus[sc->ngpus - 1];
+
+    if (strcmp(key, "name") == 0)
+        return copy_text(ctx, g->name, sizeof g->name, cursor);
+    if (strcmp(key, "uuid") == 0)
+        return copy_text(ctx, g->uuid, sizeof g->uuid, cursor);
+    if (strcmp(key, "lost") == 0)
+        return parse_flag(ctx, &cursor, &g->lost);
+    if (strcmp(key, "memory_v2") == 0)
+        return parse_flag(ctx, &cursor, &g->memory_v2);
+    if (strcmp(key, "process") == 0)
+        return parse_process(ctx, &cursor, g, P_COMPUTE);
+    if (strcmp(key, "graphics_process") == 0)
+        return parse_process(ctx, &cursor, g, P_GRAPHICS);
+    if (strcmp(key, "processes_error") == 0)
+        return parse_error_name(ctx, &cursor, &g->procs_error[P_COMPUTE]);
+    if (strcmp(key, "graphics_processes_error") == 0)
+        return parse_error_name(ctx, &cursor, &g->procs_error[P_GRAPHICS]);
+    for (int f = 0; f < F_COUNT; f++)
+        if (strcmp(key, FIELD_NAMES[f]) == 0)
+            return parse_field(ctx, &cursor, &g->fields[f]);
+    return parse_fail(ctx, "unknown key", key);
+}
+
+/* Parses text (modified in place) into sc; returns 0 or -1 with ctx->message set. */
+static int parse_scenario(parse_ctx_t *ctx, scenario_t *sc, char *text)
+{
+    snprintf(sc->driver_version, sizeof sc->driver_version, "550.54.15");
+    sc->cuda_driver_version = 12040;
+    char *line = text;
+    while (line) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        size_t n = strlen(line);
+        if (n > 0 && line[n - 1] == '\r')
+            line[n - 1] = '\0';
+        ctx->line++;
+        if (parse_line(ctx, sc, line) < 0)
+            return -1;
+        line = nl ? nl + 1 : NULL;
+    }
+    if (sc->nvml_version[0] == '\0')
+        snprintf(sc->nvml_version, sizeof sc->nvml_version, "%d.%s",
+                 sc->cuda_driver_version / 1000, sc->driver_version);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Loading and reloading (call with g_lock held)                             */
+/* ------------------------------------------------------------------------ */
+
+static void set_absent(void)
+{
+    if (g_state == SC_LOADED)
+        scenario_free(&g_sc);
+    g_state = SC_ABSENT;
+    g_have_key = 0;
+}
+
+static int same_key(const file_key_t *a, const file_key_t *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
+           a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec &&
+           strcmp(a->path, b->path) == 0;
+}
+
+static void key_from_stat(file_key_t *key, const char *path, const struct stat *st)
+{
+    memset(key, 0, sizeof *key);
+    snprintf(key->path, sizeof key->path, "%s", path);
+    key->dev = st->st_dev;
+    key->ino = st->st_ino;
+    key->size = st->st_size;
+    key->mtime = st->st_mtim;
+    key->ctime = st->st_ctim;
+}
+
+static void refresh(void)
+{
+    const char *env = getenv("FAKE_NVML_SCENARIO");
+    char path[sizeof g_key.path];
+    struct stat st;
+    if (!env || !*env || strlen(env) >= sizeof path) {
+        set_absent();
+        return;
+    }
+    memcpy(path, env, strlen(env) + 1);
+    if (stat(path, &st) != 0) {
+        set_absent();
+        return;
+    }
+    file_key_t key;
+    key_from_stat(&key, path, &st);
+    if (g_have_key && same_key(&key, &g_key))
+        return;
+
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        set_absent();
+        return;
+    }
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        set_absent();
+        return;
+    }
+    key_from_stat(&key, path, &st); /* describe the file actually read */
+    size_t cap = (size_t)st.st_size + 1, len = 0;
+    char *text = malloc(cap);
+    ssize_t got = 0;
+    while (text && (got = read(fd, text + len, cap - 1 - len)) > 0) {
+        len += (size_t)got;
+        if (len == cap - 1) {
+            char *grown = realloc(text, cap * 2);
+            if (!grown) {
+                free(text);
+                text = NULL;
+                break;
+            }
+            text = grown;
+            cap *= 2;
+        }
+    }
+    close(fd);
+
+    if (g_state == SC_LOADED)
+        scenario_free(&g_sc);
+    memset(&g_sc, 0, sizeof g_sc);
+    g_key = key;
+    g_have_key = 1;
+
+    parse_ctx_t ctx = {path, 0, ""};
+    if (!text || got < 0) {
+        snprintf(ctx.message, sizeof ctx.message, "%.200s: cannot read", path);
+    } else {
+        text[len] = '\0';
+        if (parse_scenario(&ctx, &g_sc, text) == 0) {
+            free(text);
+            g_state = SC_LOADED;
+            return;
+        }
+    }
+    free(text);
+    scenario_free(&g_sc);
+    g_state = SC_BROKEN;
+    fprintf(stderr, "fake_nvml: bad scenario: %s\n", ctx.message);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Call accounting                                                           */
+/* ------------------------------------------------------------------------ */
+
+static void log_call(int fn, int index)
+{
+    const char *path = getenv("FAKE_NVML_CALL_LOG");
+    if (!path || !*path)
+        return;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    long long ms = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    char line[160];
+    int n = snprintf(line, sizeof line, "%lld %s %d %d\n", ms, FN_NAMES[fn], index, (int)getpid());
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    ssize_t ignored = write(fd, line, (size_t)n); /* one write: lines never interleave */
+    (void)ignored;
+    close(fd);
+}
+
+static int handle_index(nvmlDevice_t dev)
+{
+    uintptr_t p = (uintptr_t)dev, base = (uintptr_t)g_handles;
+    if (p < base || p >= base + sizeof g_handles || (p - base) % sizeof g_handles[0] != 0)
+        return -1;
+    return (int)((p - base) / sizeof g_handles[0]);
+}
+
+/* Every entry point starts with enter() and returns through leave(). */
+static void enter(int fn, int index)
+{
+    pthread_mutex_lock(&g_lock);
+    g_calls[fn]++;
+    log_call(fn, index);
+    refresh();
+}
+
+static nvmlReturn_t leave(nvmlReturn_t ret)
+{
+    pthread_mutex_unlock(&g_lock);
+    return ret;
+}
+
+/* Status of the library for a call that needs nvmlInit. */
+static nvmlReturn_t ready(void)
+{
+    if (g_init_count == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    if (g_state == SC_ABSENT)
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    if (g_state == SC_BROKEN)
+        return NVML_ERROR_UNKNOWN;
+    return NVML_SUCCESS;
+}
+
+/* enter() + ready() + handle check; on success *gpu is the device's state. */
+static nvmlReturn_t enter_device(int fn, nvmlDevice_t dev, gpu_t **gpu)
+{
+    int index = handle_index(dev);
+    enter(fn, index);
+    nvmlReturn_t ret = ready();
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (index < 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if ((unsigned int)index >= g_sc.ngpus || g_sc.gpus[index].lost)
+        return NVML_ERROR_GPU_IS_LOST;
+    *gpu = &g_sc.gpus[index];
+    return NVML_SUCCESS;
+}
+
+/* Next item of a field; returns its error code (NOT_SUPPORTED when not given). */
+static nvmlReturn_t take(gpu_t *g, int f, long long *out)
+{
+    field_t *field = &g->fields[f];
+    if (field->n == 0) {
+        if (f == F_MEM_RESERVED) {
+            *out = 0;
+            return NVML_SUCCESS;
+        }
+        if (f == F_POWER_MGMT_LIMIT)
+            return take(g, F_POWER_LIMIT, out);
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    item_t item = field->items[field->pos];
+    if (field->pos < field->n - 1)
+        field->pos++;
+    *out = item.value;
+    return item.error;
+}
+
+static nvmlReturn_t take_uint(gpu_t *g, int f, unsigned int *out)
+{
+    long long v = 0;
+    nvmlReturn_t ret = take(g, f, &v);
+    if (ret == NVML_SUCCESS)
+        *out = (unsigned int)v;
+    return ret;
+}
+
+static nvmlReturn_t copy_out(char *dst, unsigned int length, const char *src)
+{
+    if (!dst)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(src) + 1 > length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(dst, src, strlen(src) + 1);
+    return NVML_SUCCESS;
+}
+
+EXPORT unsigned long long fake_nvml_call_count(const char *name)
+{
+    unsigned long long total = 0;
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < FN_COUNT; i++)
+        if (!name || strcmp(name, FN_NAMES[i]) == 0)
+            total += g_calls[i];
+    pthread_mutex_unlock(&g_lock);
+    return total;
+}
+
+EXPORT void fake_nvml_reset_call_counts(void)
+{
+    pthread_mutex_lock(&g_lock);
+    memset(g_calls, 0, sizeof g_calls);
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Initialisation and system queries                                         */
+/* ------------------------------------------------------------------------ */
+
+static nvmlReturn_t do_init(int fn)
+{
+    enter(fn, -1);
+    if (g_state == SC_ABSENT)
+        return leave(NVML_ERROR_DRIVER_NOT_LOADED);
+    if (g_state == SC_BROKEN)
+        return leave(NVML_ERROR_UNKNOWN);
+    if (g_sc.init_error != NVML_SUCCESS)
+        return leave(g_sc.init_error);
+    g_init_count++;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlInit(void) { return do_init(FN_nvmlInit); }
+EXPORT nvmlReturn_t nvmlInit_v2(void) { return do_init(FN_nvmlInit_v2); }
+
+EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    (void)flags;
+    return do_init(FN_nvmlInitWithFlags);
+}
+
+EXPORT nvmlReturn_t nvmlShutdown(void)
+{
+    enter(FN_nvmlShutdown, -1);
+    if (g_init_count == 0)
+        return leave(NVML_ERROR_UNINITIALIZED);
+    g_init_count--;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT const char *nvmlErrorString(nvmlReturn_t result)
+{
+    enter(FN_nvmlErrorString, -1);
+    leave(NVML_SUCCESS);
+    for (size_t i = 0; i < N_ERRORS; i++)
+        if (ERRORS[i].code == result)
+            return ERRORS[i].text;
+    return "Unknown Error";
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    enter(FN_nvmlSystemGetDriverVersion, -1);
+    nvmlReturn_t ret = ready();
+    if (ret == NVML_SUCCESS)
+        ret = copy_out(version, length, g_sc.driver_version);
+    return leave(ret);
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+    enter(FN_nvmlSystemGetNVMLVersion, -1);
+    nvmlReturn_t ret = ready();
+    if (ret == NVML_SUCCESS)
+        ret = copy_out(version, length, g_sc.nvml_version);
+    return leave(ret);
+}
+
+static nvmlReturn_t cuda_version(int fn, int *version)
+{
+    enter(fn, -1);
+    nvmlReturn_t ret = ready();
+    if (ret == NVML_SUCCESS && !version)
+        ret = NVML_ERROR_INVALID_ARGUMENT;
+    if (ret == NVML_SUCCESS)
+        *version = g_sc.cuda_driver_version;
+    return leave(ret);
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v)
+{
+    return cuda_version(FN_nvmlSystemGetCudaDriverVersion, v);
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v)
+{
+    return cuda_version(FN_nvmlSystemGetCudaDriverVersion_v2, v);
+}
+
+/* The name of a live local process (from /proc/<pid>/comm); NOT_FOUND otherwise. */
+EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length)
+{
+    enter(FN_nvmlSystemGetProcessName, -1);
+    nvmlReturn_t ret = ready();
+    if (ret != NVML_SUCCESS)
+        return leave(ret);
+    if (!name || length == 0)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    char path[64], comm[256];
+    snprintf(path, sizeof path, "/proc/%u/comm", pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return leave(NVML_ERROR_NOT_FOUND);
+    char *got = fgets(comm, sizeof comm, f);
+    fclose(f);
+    if (!got)
+        return leave(NVML_ERROR_NOT_FOUND);
+    comm[strcspn(comm, "\n")] = '\0';
+    snprintf(name, length, "%s", comm); /* NVML truncates here too */
+    return leave(NVML_SUCCESS);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Device enumeration                                                        */
+/* ------------------------------------------------------------------------ */
+
+static nvmlReturn_t device_count(int fn, unsigned int *count)
+{
+    enter(fn, -1);
+    nvmlReturn_t ret = ready();
+    if (ret == NVML_SUCCESS && !count)
+        ret = NVML_ERROR_INVALID_ARGUMENT;
+    if (ret == NVML_SUCCESS)
+        *count = g_sc.ngpus;
+    return leave(ret);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *c) { return device_count(FN_nvmlDeviceGetCount, c); }
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *c) { return device_count(FN_nvmlDeviceGetCount_v2, c); }
+
+static nvmlReturn_t handle_by_index(int fn, unsigned int index, nvmlDevice_t *device)
+{
+    enter(fn, index < MAX_GPUS ? (int)index : -1);
+    nvmlReturn_t ret = ready();
+    if (ret != NVML_SUCCESS)
+        return leave(ret);
+    if (!device || index >= g_sc.ngpus)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (g_sc.gpus[index].lost)
+        return leave(NVML_ERROR_GPU_IS_LOST);
+    g_handles[index].index = index;
+    *device = &g_handles[index];
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t *d)
+{
+    return handle_by_index(FN_nvmlDeviceGetHandleByIndex, i, d);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d)
+{
+    return handle_by_index(FN_nvmlDeviceGetHandleByIndex_v2, i, d);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    enter(FN_nvmlDeviceGetHandleByUUID, -1);
+    nvmlReturn_t ret = ready();
+    if (ret != NVML_SUCCESS)
+        return leave(ret);
+    if (!uuid || !device)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    for (unsigned int i = 0; i < g_sc.ngpus; i++) {
+        if (strcmp(g_sc.gpus[i].uuid, uuid) != 0)
+            continue;
+        if (g_sc.gpus[i].lost)
+            return leave(NVML_ERROR_GPU_IS_LOST);
+        g_handles[i].index = i;
+        *device = &g_handles[i];
+        return leave(NVML_SUCCESS);
+    }
+    return leave(NVML_ERROR_NOT_FOUND);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Per-device queries                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Declares gpu_t *g, enters, and returns early unless the device is usable. */
+#define DEVICE_CALL(fn, dev)                                   \
+    gpu_t *g = NULL;                                           \
+    do {                                                       \
+        nvmlReturn_t early_ = enter_device(FN_##fn, dev, &g);  \
+        if (early_ != NVML_SUCCESS)                            \
+            return leave(early_);                              \
+    } while (0)
+
+#define REQUIRE(ptr)                                           \
+    do {                                                       \
+        if (!(ptr))                                            \
+            return leave(NVML_ERROR_INVALID_ARGUMENT);         \
+    } while (0)
+
+EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t dev, unsigned int *index)
+{
+    DEVICE_CALL(nvmlDeviceGetIndex, dev);
+    REQUIRE(index);
+    *index = (unsigned int)(g - g_sc.gpus);
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t dev, char *name, unsigned int length)
+{
+    DEVICE_CALL(nvmlDeviceGetName, dev);
+    return leave(copy_out(name, length, g->name));
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char *uuid, unsigned int length)
+{
+    DEVICE_CALL(nvmlDeviceGetUUID, dev);
+    return leave(copy_out(uuid, length, g->uuid));
+}
+
+/* Reads total, used and reserved (each advancing its sequence); first error wins. */
+static nvmlReturn_t read_memory(gpu_t *g, unsigned long long *total, unsigned long long *used,
+                                unsigned long long *reserved)
+{
+    long long t = 0, u = 0, r = 0;
+    nvmlReturn_t et = take(g, F_MEM_TOTAL, &t);
+    nvmlReturn_t eu = take(g, F_MEM_USED, &u);
+    nvmlReturn_t er = take(g, F_MEM_RESERVED, &r);
+    if (et != NVML_SUCCESS)
+        return et;
+    if (eu != NVML_SUCCESS)
+        return eu;
+    if (er != NVML_SUCCESS)
+        return er;
+    *total = (unsigned long long)t;
+    *used = (unsigned long long)u;
+    *reserved = (unsigned long long)r;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *memory)
+{
+    DEVICE_CALL(nvmlDeviceGetMemoryInfo, dev);
+    REQUIRE(memory);
+    unsigned long long total, used, reserved;
+    nvmlReturn_t ret = read_memory(g, &total, &used, &reserved);
+    if (ret == NVML_SUCCESS) {
+        memory->total = total;
+        memory->used = used;
+        memory->free = used < total ? total - used : 0;
+    }
+    return leave(ret);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *memory)
+{
+    DEVICE_CALL(nvmlDeviceGetMemoryInfo_v2, dev);
+    if (!g->memory_v2)
+        return leave(NVML_ERROR_FUNCTION_NOT_FOUND);
+    REQUIRE(memory);
+    if (memory->version != NVML_MEMORY_V2)
+        return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    unsigned long long total, used, reserved;
+    nvmlReturn_t ret = read_memory(g, &total, &used, &reserved);
+    if (ret == NVML_SUCCESS) {
+        memory->total = total;
+        memory->reserved = reserved;
+        memory->used = used > reserved ? used - reserved : 0;
+        memory->free = used < total ? total - used : 0;
+    }
+    return leave(ret);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t dev, nvmlUtilization_t *util)
+{
+    DEVICE_CALL(nvmlDeviceGetUtilizationRates, dev);
+    REQUIRE(util);
+    unsigned int gpu = 0, mem = 0;
+    nvmlReturn_t eg = take_uint(g, F_UTIL, &gpu);
+    nvmlReturn_t em = take_uint(g, F_MEM_UTIL, &mem);
+    nvmlReturn_t ret = eg != NVML_SUCCESS ? eg : em;
+    if (ret == NVML_SUCCESS) {
+        util->gpu = gpu;
+        util->memory = mem;
+    }
+    return leave(ret);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t dev, int sensor, unsigned int *temp)
+{
+    DEVICE_CALL(nvmlDeviceGetTemperature, dev);
+    REQUIRE(temp);
+    if (sensor != NVML_TEMPERATURE_GPU)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    return leave(take_uint(g, F_TEMP, temp));
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t dev, nvmlTemperature_v1_t *temp)
+{
+    DEVICE_CALL(nvmlDeviceGetTemperatureV, dev);
+    REQUIRE(temp);
+    if (temp->version != NVML_TEMPERATURE_V1)
+        return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    if (temp->sensorType != NVML_TEMPERATURE_GPU)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    long long v = 0;
+    nvmlReturn_t ret = take(g, F_TEMP, &v);
+    if (ret == NVML_SUCCESS)
+        temp->temperature = (int)v;
+    return leave(ret);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t dev, unsigned int *power)
+{
+    DEVICE_CALL(nvmlDeviceGetPowerUsage, dev);
+    REQUIRE(power);
+    return leave(take_uint(g, F_POWER, power));
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t dev, unsigned int *limit)
+{
+    DEVICE_CALL(nvmlDeviceGetEnforcedPowerLimit, dev);
+    REQUIRE(limit);
+    return leave(take_uint(g, F_POWER_LIMIT, limit));
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t dev, unsigned int *limit)
+{
+    DEVICE_CALL(nvmlDeviceGetPowerManagementLimit, dev);
+    REQUIRE(limit);
+    return leave(take_uint(g, F_POWER_MGMT_LIMIT, limit));
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t dev,
+                                                        unsigned long long *energy)
+{
+    DEVICE_CALL(nvmlDeviceGetTotalEnergyConsumption, dev);
+    REQUIRE(energy);
+    long long v = 0;
+    nvmlReturn_t ret = take(g, F_ENERGY, &v);
+    if (ret == NVML_SUCCESS)
+        *energy = (unsigned long long)v;
+    return leave(ret);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t dev, unsigned int *speed)
+{
+    DEVICE_CALL(nvmlDeviceGetFanSpeed, dev);
+    REQUIRE(speed);
+    return leave(take_uint(g, F_FAN, speed));
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t dev, int type, unsigned int *clock)
+{
+    DEVICE_CALL(nvmlDeviceGetClockInfo, dev);
+    REQUIRE(clock);
+    if (type < 0 || type >= NVML_CLOCK_COUNT)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    return leave(take_uint(g, F_CLOCK_GRAPHICS + type, clock));
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t dev, int type, unsigned int *clock)
+{
+    DEVICE_CALL(nvmlDeviceGetMaxClockInfo, dev);
+    REQUIRE(clock);
+    if (type < 0 || type >= NVML_CLOCK_COUNT)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    return leave(take_uint(g, F_MAX_CLOCK_GRAPHICS + type, clock));
+}
+
+/*
+ * NVML's two-step protocol: with *count smaller than the number of processes
+ * (typically 0 with infos NULL) it stores the number needed in *count and returns
+ * INSUFFICIENT_SIZE -- or SUCCESS when there are none. Otherwise it fills infos
+ * and stores the number written.
+ */
+static nvmlReturn_t running_processes(int fn, nvmlDevice_t dev, unsigned int *count,
+                                      nvmlProcessInfo_t *infos, int kind)
+{
+    gpu_t *g = NULL;
+    nvmlReturn_t ret = enter_device(fn, dev, &g);
+    if (ret != NVML_SUCCESS)
+        return leave(ret);
+    REQUIRE(count);
+    unsigned int n = 0;
+    const proc_t *procs = NULL;
+    if (kind < P_KINDS) {
+        if (g->procs_error[kind] != NVML_SUCCESS)
+            return leave(g->procs_error[kind]);
+        n = g->nprocs[kind];
+        procs = g->procs[kind];
+    }
+    if (*count < n || (n > 0 && !infos)) {
+        *count = n;
+        return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    for (unsigned int i = 0; i < n; i++) {
+        infos[i].pid = procs[i].pid;
+        infos[i].usedGpuMemory = procs[i].used;
+        infos[i].gpuInstanceId = NO_INSTANCE;
+        infos[i].computeInstanceId = NO_INSTANCE;
+    }
+    *count = n;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *c,
+                                                            nvmlProcessInfo_t *p)
+{
+    return running_processes(FN_nvmlDeviceGetComputeRunningProcesses_v3, d, c, p, P_COMPUTE);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *c,
+                                                            nvmlProcessInfo_t *p)
+{
+    return running_processes(FN_nvmlDeviceGetComputeRunningProcesses_v2, d, c, p, P_COMPUTE);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *c,
+                                                             nvmlProcessInfo_t *p)
+{
+    return running_processes(FN_nvmlDeviceGetGraphicsRunningProcesses_v3, d, c, p, P_GRAPHICS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t d, unsigned int *c,
+                                                             nvmlProcessInfo_t *p)
+{
+    return running_processes(FN_nvmlDeviceGetGraphicsRunningProcesses_v2, d, c, p, P_GRAPHICS);
+}
+
+/* No MPS server in any scenario: always an empty list. */
+EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *c,
+                                                               nvmlProcessInfo_t *p)
+{
+    return running_processes(FN_nvmlDeviceGetMPSComputeRunningProcesses_v3, d, c, p, P_KINDS);
+}
