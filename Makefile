@@ -8,7 +8,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 PY := $(BIN)/python
 export PATH := $(BIN):$(PATH)
 # pip's own chatter about unused local indexes is noise here, not a warning for us.
-QUIET_PIP := grep -v 'is ignored: it is neither a file nor a directory' || true
+QUIET_PIP := sed '/is ignored: it is neither a file nor a directory/d'
 
 HOST ?= 127.0.0.1
 PORT ?= 8888
@@ -31,19 +31,25 @@ $(VENV)/bin/python:
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip 2>&1 | $(QUIET_PIP)
 
-# Build tools first (the editable install runs without build isolation), then the
-# package with its test and dev extras. Re-runs when the project's metadata changes.
-$(VENV)/.installed: $(VENV)/bin/python pyproject.toml package.json package-lock.json
+$(VENV)/.build-tools: $(VENV)/bin/python
 	$(PY) -m pip install -q "hatchling>=1.27" "hatch-jupyter-builder>=0.9" "hatch-nodejs-version>=0.3.2" editables "jupyterlab>=4.6,<5" 2>&1 | $(QUIET_PIP)
+	touch $@
+
+node_modules/.package-lock.json: package-lock.json
 	npm ci --no-audit --no-fund
+
+# The prebuilt labextension, rebuilt when a front-end source changes.
+jupyter_air/labextension/package.json: $(VENV)/.build-tools node_modules/.package-lock.json package.json tsconfig.json $(shell find labextension -type f)
+	npm run build:prod
+
+# The package in editable mode with its test and dev extras. The install copies the
+# prebuilt labextension and the server-extension switch into the venv, so it is
+# redone when either changes.
+$(VENV)/.installed: $(VENV)/.build-tools pyproject.toml jupyter_air/labextension/package.json jupyter-config/jupyter_server_config.d/jupyter_air.json
 	$(PY) -m pip install -q --no-build-isolation -e ".[test,dev]" 2>&1 | $(QUIET_PIP)
 	touch $@
 
-# The prebuilt labextension, rebuilt when a front-end source changes.
-jupyter_air/labextension/package.json: $(VENV)/.installed $(shell find labextension -type f) tsconfig.json
-	npm run build:prod
-
-setup: system $(VENV)/.installed jupyter_air/labextension/package.json
+setup: system $(VENV)/.installed
 
 ## --- the README's commands ----------------------------------------------------------
 

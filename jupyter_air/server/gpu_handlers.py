@@ -13,7 +13,6 @@ from ..gpu.sampler import GpuSampler
 from .base import AirHandler
 
 INVENTORY_ID = re.compile(r"[0-9a-f]{1,64}")
-QUERY_ARGUMENTS = frozenset({"since", "inventory"})
 
 
 class GpuHandler(AirHandler):
@@ -27,9 +26,6 @@ class GpuHandler(AirHandler):
         await self._answer()
 
     async def _answer(self) -> None:
-        unknown = sorted(set(self.request.query_arguments) - QUERY_ARGUMENTS)
-        if unknown:
-            raise web.HTTPError(400, f"unknown query parameter(s): {', '.join(unknown)}")
         since = self.float_argument("since", minimum=0)
         inventory = self.get_query_argument("inventory", None)
         if inventory is not None and not INVENTORY_ID.fullmatch(inventory):

@@ -1,0 +1,328 @@
+/**
+ * The cards of the GPU resources panel: one per GPU, one for the host.
+ * They are built once per inventory and then only their texts change.
+ */
+
+import { chartHeight, IChartRow, IChartTheme, TimeWindow } from './charts';
+import {
+  formatMemory,
+  formatOwner,
+  formatPercent,
+  formatPower,
+  formatProcessMemory,
+  formatTemperature,
+  NA
+} from './format';
+import { GpuModel } from './model';
+import type { IGpuInfo, IGpuProcess } from './types';
+
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  className?: string,
+  text?: string
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  if (className) {
+    node.className = className;
+  }
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+/** Set a text (and its title, for truncated text) only when it changed. */
+function setText(node: HTMLElement, text: string, title = text): void {
+  if (node.textContent !== text) {
+    node.textContent = text;
+  }
+  if (node.title !== title) {
+    node.title = title;
+  }
+}
+
+/** One figure: a label and its current value (`.jp-air-value`). */
+class Metric {
+  constructor(metric: string, label: string) {
+    this.node = el('div', 'jp-air-Metric');
+    this.node.dataset.metric = metric;
+    this.node.appendChild(el('span', 'jp-air-label', label));
+    this._value = el('span', 'jp-air-value', NA);
+    this.node.appendChild(this._value);
+  }
+
+  readonly node: HTMLDivElement;
+
+  set(text: string, title = text): void {
+    setText(this._value, text, title);
+  }
+
+  private _value: HTMLSpanElement;
+}
+
+/** What cards have in common: a chart drawn lazily. */
+export abstract class Card {
+  readonly node: HTMLDivElement;
+  /** The chart container (plotly draws into it). */
+  readonly chart: HTMLDivElement;
+  /** The chart shows stale data (or none) and must be drawn again. */
+  dirty = true;
+
+  constructor(className: string, rows: number) {
+    this.node = el('div', `jp-air-Card ${className}`);
+    this.chart = el('div', 'jp-air-Card-chart');
+    this.chart.style.height = `${chartHeight(rows)}px`;
+  }
+
+  /** The rows of the chart, from the model. */
+  abstract rows(
+    model: GpuModel,
+    window: TimeWindow,
+    theme: IChartTheme
+  ): IChartRow[];
+}
+
+/** A GPU: name, status, figures, chart, processes. */
+export class GpuCard extends Card {
+  /**
+   * @param info - the GPU.
+   * @param position - its position in the inventory (and the model's series).
+   */
+  constructor(
+    readonly info: IGpuInfo,
+    readonly position: number
+  ) {
+    super('jp-air-GpuCard', 3);
+    this.node.dataset.gpuIndex = String(info.index);
+
+    const header = el('div', 'jp-air-Card-header');
+    const title = `GPU ${info.index}: ${info.name ?? NA}`;
+    const name = el('div', 'jp-air-Card-title jp-air-GpuCard-name', title);
+    name.title = info.uuid ? `${title}\n${info.uuid}` : title;
+    header.appendChild(name);
+    this.node.appendChild(header);
+
+    this._badges = el('div', 'jp-air-GpuCard-badges');
+    this.node.appendChild(this._badges);
+
+    const metrics = el('div', 'jp-air-Card-metrics');
+    metrics.append(
+      this._util.node,
+      this._mem.node,
+      this._temp.node,
+      this._power.node
+    );
+    this.node.appendChild(metrics);
+    this.node.appendChild(this.chart);
+
+    const table = el('table', 'jp-air-GpuCard-processes');
+    const head = el('thead');
+    const headRow = el('tr');
+    for (const [label, cls] of [
+      ['PID', 'jp-air-col-pid'],
+      ['Process', 'jp-air-col-name'],
+      ['Memory', 'jp-air-col-mem'],
+      ['Owner', 'jp-air-col-owner']
+    ]) {
+      const th = el('th', cls, label);
+      th.title = label;
+      headRow.appendChild(th);
+    }
+    head.appendChild(headRow);
+    table.appendChild(head);
+    this._processes = el('tbody');
+    table.appendChild(this._processes);
+    this.node.appendChild(table);
+  }
+
+  /** Update the texts from the model. */
+  update(model: GpuModel): void {
+    const series = model.gpu[this.position];
+    const state = model.state[this.position];
+    const info = this.info;
+    const status = state?.status ?? 'ok';
+
+    if (this.node.dataset.status !== status) {
+      this.node.dataset.status = status;
+      this.node.classList.toggle('jp-mod-lost', status === 'lost');
+      this.node.classList.toggle('jp-mod-error', status === 'error');
+    }
+    const badgeKey = `${status}|${state?.message ?? ''}`;
+    if (badgeKey !== this._badgeKey) {
+      this._badgeKey = badgeKey;
+      this._badges.textContent = '';
+      if (status === 'lost') {
+        const badge = el(
+          'span',
+          'jp-air-Badge jp-mod-error jp-air-GpuCard-lost',
+          'GPU lost (fell off the bus)'
+        );
+        badge.title =
+          state?.message ??
+          'NVML reports this GPU as lost (NVML_ERROR_GPU_IS_LOST)';
+        this._badges.appendChild(badge);
+      } else if (status === 'error') {
+        const text = `NVML error: ${state?.message ?? 'unknown'}`;
+        const badge = el(
+          'span',
+          'jp-air-Badge jp-mod-warn jp-air-GpuCard-error',
+          text
+        );
+        badge.title = text;
+        this._badges.appendChild(badge);
+      }
+    }
+
+    this._util.set(formatPercent(series && GpuModel.latest(series.util)));
+    this._mem.set(
+      formatMemory(series && GpuModel.latest(series.mem), info.mem_total_mib)
+    );
+    this._temp.set(formatTemperature(series && GpuModel.latest(series.temp)));
+    this._power.set(
+      formatPower(series && GpuModel.latest(series.power), info.power_limit_w)
+    );
+    this._updateProcesses(state?.processes ?? []);
+  }
+
+  rows(model: GpuModel, window: TimeWindow, theme: IChartTheme): IChartRow[] {
+    const series = model.gpu[this.position] ?? {
+      util: [],
+      mem: [],
+      temp: [],
+      power: []
+    };
+    const total = this.info.mem_total_mib;
+    const temp = window.ys(series.temp);
+    let hottest = 0;
+    for (const v of temp) {
+      if (v !== null && v > hottest) {
+        hottest = v;
+      }
+    }
+    // 0-100 °C, widened by 20 °C steps if the GPU runs hotter.
+    const tempMax = hottest > 95 ? Math.ceil((hottest + 5) / 20) * 20 : 100;
+    return [
+      {
+        y: window.ys(series.util),
+        color: theme.lineColors.util,
+        range: [0, 100],
+        suffix: ' %'
+      },
+      {
+        y: window.ys(series.mem, 1 / 1024),
+        color: theme.lineColors.mem,
+        range: total ? [0, total / 1024] : undefined,
+        suffix: ' GiB'
+      },
+      {
+        y: temp,
+        color: theme.lineColors.temp,
+        range: [0, tempMax],
+        suffix: ' °C'
+      }
+    ];
+  }
+
+  private _updateProcesses(processes: IGpuProcess[]): void {
+    const rows = processes.map(p => [
+      String(p.pid),
+      p.name || NA,
+      formatProcessMemory(p.mem_mib),
+      formatOwner(p)
+    ]);
+    const key = rows.map(r => r.join('\u0000')).join('\u0001');
+    if (key === this._processKey) {
+      return;
+    }
+    this._processKey = key;
+    const body = this._processes;
+    body.textContent = '';
+    if (!rows.length) {
+      const tr = el('tr', 'jp-air-GpuCard-noProcess');
+      const td = el('td', '', 'No processes');
+      td.colSpan = 4;
+      tr.appendChild(td);
+      body.appendChild(tr);
+      return;
+    }
+    const classes = [
+      'jp-air-col-pid',
+      'jp-air-col-name',
+      'jp-air-col-mem',
+      'jp-air-col-owner'
+    ];
+    processes.forEach((process, k) => {
+      const tr = el('tr', 'jp-air-GpuCard-process');
+      tr.dataset.pid = String(process.pid);
+      rows[k].forEach((text, c) => {
+        const td = el('td', classes[c], text);
+        td.title = text;
+        tr.appendChild(td);
+      });
+      body.appendChild(tr);
+    });
+  }
+
+  private _util = new Metric('util', 'Utilization');
+  private _mem = new Metric('mem', 'Memory');
+  private _temp = new Metric('temp', 'Temperature');
+  private _power = new Metric('power', 'Power');
+  private _badges: HTMLDivElement;
+  private _badgeKey = '';
+  private _processes: HTMLTableSectionElement;
+  private _processKey: string | null = null;
+}
+
+/** The host: CPU and memory, shown with or without GPUs. */
+export class HostCard extends Card {
+  constructor() {
+    super('jp-air-HostCard', 2);
+    const header = el('div', 'jp-air-Card-header');
+    this._title = el('div', 'jp-air-Card-title jp-air-HostCard-name', 'Host');
+    header.appendChild(this._title);
+    this.node.appendChild(header);
+
+    const metrics = el('div', 'jp-air-Card-metrics');
+    metrics.append(this._cpu.node, this._mem.node);
+    this.node.appendChild(metrics);
+    this.node.appendChild(this.chart);
+  }
+
+  update(model: GpuModel): void {
+    const host = model.host;
+    const parts = ['Host'];
+    if (host.hostname) {
+      parts[0] = `Host: ${host.hostname}`;
+    }
+    if (host.cpu_count) {
+      parts.push(`${host.cpu_count} CPUs`);
+    }
+    setText(this._title, parts.join(' · '));
+    this._cpu.set(formatPercent(GpuModel.latest(model.cpu)));
+    this._mem.set(
+      formatMemory(GpuModel.latest(model.mem), host.mem_total_mib ?? null)
+    );
+  }
+
+  rows(model: GpuModel, window: TimeWindow, theme: IChartTheme): IChartRow[] {
+    const total = model.host.mem_total_mib;
+    return [
+      {
+        y: window.ys(model.cpu),
+        color: theme.lineColors.cpu,
+        range: [0, 100],
+        suffix: ' %'
+      },
+      {
+        y: window.ys(model.mem, 1 / 1024),
+        color: theme.lineColors.mem,
+        range: total ? [0, total / 1024] : undefined,
+        suffix: ' GiB'
+      }
+    ];
+  }
+
+  private _title: HTMLDivElement;
+  private _cpu = new Metric('cpu', 'CPU');
+  private _mem = new Metric('mem', 'Memory');
+}

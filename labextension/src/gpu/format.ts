@@ -1,0 +1,106 @@
+/**
+ * Text shown for the figures of the panel. Every function answers "n/a" for a
+ * value that was not reported, never an empty string.
+ */
+
+import type { IGpuProcess } from './types';
+
+export const NA = 'n/a';
+
+function isNumber(value: number | null | undefined): value is number {
+  return typeof value === 'number' && Number.isFinite(value);
+}
+
+/** "35 %" */
+export function formatPercent(value: number | null | undefined): string {
+  return isNumber(value) ? `${Math.round(value)} %` : NA;
+}
+
+/** MiB to GiB with one decimal: "79.6". */
+export function gib(mib: number): string {
+  return (mib / 1024).toFixed(1);
+}
+
+/** "20.0 / 79.6 GiB"; "20.0 GiB / n/a" without a total; "n/a" without a value. */
+export function formatMemory(
+  usedMib: number | null | undefined,
+  totalMib: number | null | undefined
+): string {
+  if (!isNumber(usedMib)) {
+    return NA;
+  }
+  if (!isNumber(totalMib)) {
+    return `${gib(usedMib)} GiB / ${NA}`;
+  }
+  return `${gib(usedMib)} / ${gib(totalMib)} GiB`;
+}
+
+/** "51 °C" */
+export function formatTemperature(value: number | null | undefined): string {
+  return isNumber(value) ? `${Math.round(value)} °C` : NA;
+}
+
+/** "312 / 700 W"; "312 W / n/a" without a limit; "n/a" without a draw. */
+export function formatPower(
+  drawW: number | null | undefined,
+  limitW: number | null | undefined
+): string {
+  if (!isNumber(drawW)) {
+    return NA;
+  }
+  if (!isNumber(limitW)) {
+    return `${Math.round(drawW)} W / ${NA}`;
+  }
+  return `${Math.round(drawW)} / ${Math.round(limitW)} W`;
+}
+
+/** Process memory: "19.5 GiB", "512 MiB", "n/a". */
+export function formatProcessMemory(mib: number | null | undefined): string {
+  if (!isNumber(mib)) {
+    return NA;
+  }
+  return mib >= 1024 ? `${gib(mib)} GiB` : `${Math.round(mib)} MiB`;
+}
+
+/** Who a GPU process belongs to: the notebook, the job, or "—". */
+export function formatOwner(process: IGpuProcess): string {
+  const owner = process.owner;
+  if (!owner) {
+    return '—';
+  }
+  const id = owner.id ?? '';
+  if (owner.kind === 'kernel') {
+    if (owner.name) {
+      return owner.name;
+    }
+    return id ? `kernel ${id.slice(0, 8)}` : 'kernel';
+  }
+  if (owner.kind === 'job') {
+    return owner.name || (id ? `job ${id}` : 'job');
+  }
+  return owner.name || [owner.kind, id].filter(Boolean).join(' ') || '—';
+}
+
+/** "5 minutes", "1 minute", "30 seconds", "1.5 minutes". */
+export function formatDuration(seconds: number): string {
+  if (seconds < 60) {
+    const s = Math.round(seconds);
+    return `${s} second${s === 1 ? '' : 's'}`;
+  }
+  const minutes = Math.round((seconds / 60) * 10) / 10;
+  return `${minutes} minute${minutes === 1 ? '' : 's'}`;
+}
+
+let clockFormat: Intl.DateTimeFormat | null = null;
+
+/** Local wall-clock time of Unix seconds: "14:03:07". */
+export function formatClock(t: number): string {
+  if (!clockFormat) {
+    clockFormat = new Intl.DateTimeFormat(undefined, {
+      hour: '2-digit',
+      minute: '2-digit',
+      second: '2-digit'
+    });
+  }
+  return clockFormat.format(new Date(t * 1000));
+}

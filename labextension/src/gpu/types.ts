@@ -1,0 +1,82 @@
+/**
+ * The answer of `GET jupyter-air/gpu` and `POST jupyter-air/gpu/sample`
+ * (see docs/api.md).
+ */
+
+/** NVML status. */
+export interface INvmlStatus {
+  available: boolean;
+  reason: string | null;
+  driver_version?: string | null;
+  cuda_driver_version?: string | null;
+}
+
+/** Host figures. */
+export interface IHostInfo {
+  hostname?: string | null;
+  cpu_count?: number | null;
+  mem_total_mib?: number | null;
+}
+
+/** One GPU of the inventory. */
+export interface IGpuInfo {
+  index: number;
+  name: string | null;
+  uuid?: string | null;
+  mem_total_mib: number | null;
+  power_limit_w: number | null;
+}
+
+/** One column per metric for one GPU, aligned with `samples.t`. */
+export interface IGpuColumns {
+  util: (number | null)[];
+  mem: (number | null)[];
+  temp: (number | null)[];
+  power: (number | null)[];
+}
+
+/** Columnar samples. */
+export interface ISamples {
+  t: number[];
+  cpu: (number | null)[];
+  mem: (number | null)[];
+  gpu: IGpuColumns[];
+}
+
+/** Owner of a GPU process. */
+export interface IProcessOwner {
+  kind: string;
+  id?: string | null;
+  name?: string | null;
+}
+
+/** A process holding memory on a GPU. */
+export interface IGpuProcess {
+  pid: number;
+  name: string | null;
+  mem_mib: number | null;
+  owner: IProcessOwner | null;
+}
+
+/** Latest state of one GPU. */
+export interface IGpuState {
+  status: 'ok' | 'lost' | 'error' | string;
+  message: string | null;
+  processes: IGpuProcess[];
+}
+
+/** The whole answer. */
+export interface IGpuResponse {
+  now: number;
+  interval: number;
+  history: number;
+  paused: boolean;
+  reset?: boolean;
+  /** Left out when the client's inventory id is current, as are host and gpus. */
+  nvml?: INvmlStatus;
+  host?: IHostInfo;
+  inventory: string;
+  gpus?: IGpuInfo[];
+  samples: ISamples;
+  state: IGpuState[];
+}

@@ -1,0 +1,109 @@
+import {
+  ILabShell,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { ICommandPalette, IThemeManager } from '@jupyterlab/apputils';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+
+import { GpuPanel, IGpuPanelSettings, isRangeKey } from './gpu/panel';
+import { chipIcon } from './icons';
+
+/** Command ids. */
+export namespace CommandIDs {
+  export const openGpuResources = 'jupyter-air:open-gpu-resources';
+}
+
+/** Plugin id; also the settings schema file name (labextension/schema/gpu.json). */
+const GPU_PLUGIN_ID = 'jupyter-air:gpu';
+
+/** Rank of the panel in the right sidebar. */
+const SIDEBAR_RANK = 900;
+
+function readSettings(
+  settings: ISettingRegistry.ISettings
+): Partial<IGpuPanelSettings> {
+  const out: Partial<IGpuPanelSettings> = {};
+  const range = settings.get('defaultRange').composite;
+  if (isRangeKey(range)) {
+    out.defaultRange = range;
+  }
+  const interval = settings.get('pollInterval').composite;
+  if (typeof interval === 'number' && Number.isFinite(interval)) {
+    out.pollInterval = interval;
+  }
+  const idle = settings.get('idleTimeout').composite;
+  if (typeof idle === 'number' && Number.isFinite(idle)) {
+    out.idleTimeout = idle;
+  }
+  return out;
+}
+
+/**
+ * The "GPU resources" panel in the right sidebar.
+ */
+const gpuPlugin: JupyterFrontEndPlugin<void> = {
+  id: GPU_PLUGIN_ID,
+  description:
+    'Live GPU utilization, memory, temperature and processes, and host CPU and memory.',
+  autoStart: true,
+  requires: [ILabShell],
+  optional: [ICommandPalette, ISettingRegistry, IThemeManager],
+  activate: (
+    app: JupyterFrontEnd,
+    labShell: ILabShell,
+    palette: ICommandPalette | null,
+    settingRegistry: ISettingRegistry | null,
+    themeManager: IThemeManager | null
+  ): void => {
+    const panel = new GpuPanel({
+      serverSettings: app.serviceManager.serverSettings
+    });
+    panel.title.icon = chipIcon;
+    panel.title.caption = 'GPU resources';
+    // Not restored with the layout: the panel always starts collapsed and
+    // polls only once opened.
+    labShell.add(panel, 'right', { rank: SIDEBAR_RANK });
+
+    app.commands.addCommand(CommandIDs.openGpuResources, {
+      label: 'Open GPU resources',
+      caption: 'Show live GPU utilization, memory and temperature',
+      icon: args => (args['isPalette'] ? undefined : chipIcon),
+      execute: () => {
+        labShell.activateById(panel.id);
+      }
+    });
+    if (palette) {
+      palette.addItem({
+        command: CommandIDs.openGpuResources,
+        category: 'GPU',
+        args: { isPalette: true }
+      });
+    }
+
+    if (themeManager) {
+      themeManager.themeChanged.connect(() => {
+        // Let the new theme's CSS variables apply before reading them.
+        requestAnimationFrame(() => panel.refreshTheme());
+      });
+    }
+
+    if (settingRegistry) {
+      settingRegistry
+        .load(GPU_PLUGIN_ID)
+        .then(settings => {
+          const apply = () => panel.updateSettings(readSettings(settings));
+          apply();
+          settings.changed.connect(apply);
+        })
+        .catch(reason => {
+          console.error(
+            `jupyter-air: failed to load the settings of ${GPU_PLUGIN_ID}`,
+            reason
+          );
+        });
+    }
+  }
+};
+
+export default [gpuPlugin];

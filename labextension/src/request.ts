@@ -1,0 +1,93 @@
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+/**
+ * The URL namespace of the jupyter_air server extension.
+ */
+export const API_NAMESPACE = 'jupyter-air';
+
+/**
+ * An error answered by the jupyter_air server API
+ * (`{"error": {"code", "message"}}` with a 4xx/5xx status).
+ */
+export class APIError extends Error {
+  constructor(
+    message: string,
+    readonly code: string,
+    readonly status: number
+  ) {
+    super(message);
+    this.name = 'APIError';
+  }
+}
+
+/**
+ * Query parameters of a request; `undefined` / `null` values are left out.
+ */
+export type Query = Record<string, string | number | null | undefined>;
+
+/**
+ * Call the jupyter_air server API.
+ *
+ * @param endPoint - API path under `{base_url}jupyter-air/`, e.g. `gpu`.
+ * @param init - Initial values for the request (method, body, ...).
+ * @param query - Query parameters, appended to the URL.
+ * @param settings - Server connection settings (defaults to the page's).
+ * @returns The decoded JSON answer.
+ * @throws APIError carrying the server's message when the answer is an error;
+ *   ServerConnection.NetworkError when the server could not be reached.
+ */
+export async function requestAPI<T>(
+  endPoint = '',
+  init: RequestInit = {},
+  query: Query = {},
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<T> {
+  let url = URLExt.join(settings.baseUrl, API_NAMESPACE, endPoint);
+  const params = new URLSearchParams();
+  for (const [key, value] of Object.entries(query)) {
+    if (value !== undefined && value !== null) {
+      params.append(key, String(value));
+    }
+  }
+  const search = params.toString();
+  if (search) {
+    url += '?' + search;
+  }
+
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, init, settings);
+  } catch (error) {
+    throw new ServerConnection.NetworkError(error as TypeError);
+  }
+
+  const text = await response.text();
+  let data: unknown = undefined;
+  if (text.length > 0) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = undefined;
+    }
+  }
+
+  if (!response.ok) {
+    const error = (data as { error?: { code?: unknown; message?: unknown } })
+      ?.error;
+    const message =
+      typeof error?.message === 'string' && error.message
+        ? error.message
+        : `${response.status} ${response.statusText || 'request failed'}`.trim();
+    const code = typeof error?.code === 'string' ? error.code : 'http_error';
+    throw new APIError(message, code, response.status);
+  }
+  if (data === undefined && text.length > 0) {
+    throw new APIError(
+      `Invalid JSON answer from ${endPoint || API_NAMESPACE}`,
+      'bad_response',
+      response.status
+    );
+  }
+  return data as T;
+}

@@ -1,0 +1,211 @@
+"""The GPU resources panel as a user sees it, in headless chromium against a real lab."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fake_nvml import FakeGpu, Scenario
+from tests.ui.conftest import Lab
+
+GIB = 1024**3
+PANEL_TAB = '.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="jupyter-air-gpu"]'
+PANEL = ".jp-air-GpuPanel"
+
+
+def card(index: int) -> str:
+    return f'.jp-air-GpuCard[data-gpu-index="{index}"]'
+
+
+def value(index: int, metric: str) -> str:
+    return f'{card(index)} [data-metric="{metric}"] .jp-air-value'
+
+
+def two_gpus(util: int = 35) -> Scenario:
+    return Scenario(
+        gpus=[
+            FakeGpu(
+                name="NVIDIA H100 80GB HBM3",
+                util=util,
+                mem_total=80 * GIB,
+                mem_used=20 * GIB,
+                temp=51,
+                power=312_000,
+                power_limit=700_000,
+            ),
+            FakeGpu(name="NVIDIA H100 80GB HBM3", util=3, temp="NOT_SUPPORTED"),
+        ]
+    )
+
+
+def open_lab(browser: Any, lab: Lab) -> Any:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.console_lines = []
+    page.on("console", lambda m: page.console_lines.append(f"{m.type}: {m.text}"))
+    page.on("requestfailed", lambda r: page.console_lines.append(f"request failed: {r.url}"))
+    page.goto(f"{lab.url}lab?token={lab.token}")
+    page.wait_for_selector(PANEL_TAB, timeout=60_000)
+    return page
+
+
+def api_requests(page: Any) -> list[Any]:
+    """Requests the page makes to the GPU API from now on."""
+    seen: list[Any] = []
+    page.on("request", lambda r: seen.append(r) if "/jupyter-air/gpu" in r.url else None)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def gpu_lab(start_lab: Callable[..., Lab]) -> Lab:
+    """Two GPUs; the browser polls every second and pauses after 6 idle seconds; the
+    server samples only when asked (so only the refresh button changes values)."""
+    return start_lab(
+        two_gpus(),
+        settings={"jupyter-air:gpu": {"pollInterval": 1, "idleTimeout": 6}},
+        server_args=["--GpuSampler.interval=3600", "--GpuSampler.idle_timeout=2"],
+    )
+
+
+@pytest.fixture(scope="module")
+def page(browser: Any, gpu_lab: Lab) -> Iterator[Any]:
+    page = open_lab(browser, gpu_lab)
+    yield page
+    page.close()
+
+
+def test_the_chip_icon_opens_the_panel_with_the_values_of_the_driver(
+    page: Any, artifacts: Path
+) -> None:
+    page.click(PANEL_TAB)
+    page.wait_for_selector(f"{PANEL} {card(1)}")
+    assert page.text_content(f"{PANEL} h2, {PANEL} .jp-air-GpuPanel-title") == "GPU resources"
+    assert "NVIDIA H100 80GB HBM3" in page.text_content(f"{card(0)} .jp-air-GpuCard-name")
+    assert page.text_content(value(0, "util")) == "35 %"
+    assert page.text_content(value(0, "mem")) == "20.0 / 80.0 GiB"
+    assert page.text_content(value(0, "temp")) == "51 °C"
+    assert page.text_content(value(0, "power")) == "312 / 700 W"
+    assert page.text_content(value(1, "temp")) == "n/a"
+    assert page.text_content(value(1, "util")) == "3 %"
+    cpu = page.text_content('.jp-air-HostCard [data-metric="cpu"] .jp-air-value')
+    assert cpu.endswith("%")
+    assert "GiB" in page.text_content('.jp-air-HostCard [data-metric="mem"] .jp-air-value')
+    page.screenshot(path=str(artifacts / "gpu-panel.png"))
+
+
+def test_refresh_samples_now_and_shows_the_new_values(page: Any, gpu_lab: Lab) -> None:
+    gpu_lab.write(two_gpus(util=80))
+    with page.expect_request(lambda r: r.method == "POST" and "/jupyter-air/gpu/sample" in r.url):
+        page.click(".jp-air-GpuPanel-refresh")
+    page.wait_for_function(
+        "s => document.querySelector(s)?.textContent === '80 %'", arg=value(0, "util")
+    )
+
+
+def test_a_lost_gpu_shows_as_lost_while_the_other_keeps_reporting(page: Any, gpu_lab: Lab) -> None:
+    gpu_lab.write(Scenario(gpus=[two_gpus(util=64).gpus[0], FakeGpu(lost=True)]))
+    page.click(".jp-air-GpuPanel-refresh")
+    page.wait_for_selector(f"{card(1)} .jp-air-GpuCard-lost")
+    page.wait_for_function(
+        "s => document.querySelector(s)?.textContent === '64 %'", arg=value(0, "util")
+    )
+    gpu_lab.write(two_gpus(util=64))
+
+
+def test_polling_pauses_when_idle_and_resumes_when_the_panel_is_reopened(
+    page: Any, gpu_lab: Lab, artifacts: Path
+) -> None:
+    page.wait_for_selector(".jp-air-GpuPanel-paused", state="visible", timeout=20_000)
+    assert "Resume" in page.text_content(".jp-air-GpuPanel-resume")
+    page.screenshot(path=str(artifacts / "gpu-panel-paused.png"))
+
+    requests = api_requests(page)
+    calls_before = gpu_lab.server_calls("nvmlDeviceGetUtilizationRates")
+    # Four poll intervals of the browser, two idle timeouts of the server. (Playwright
+    # delivers request events only while it runs: wait with it, not with time.sleep.)
+    page.wait_for_timeout(4000)
+    assert requests == [], "a paused panel makes no requests"
+    assert gpu_lab.server_calls("nvmlDeviceGetUtilizationRates") == calls_before
+
+    page.click(PANEL_TAB)  # close
+    page.wait_for_selector(PANEL, state="hidden")
+    with page.expect_request(lambda r: "/jupyter-air/gpu" in r.url):
+        page.click(PANEL_TAB)  # reopen: an immediate fetch
+    page.wait_for_selector(".jp-air-GpuPanel-paused", state="hidden")
+    page.wait_for_timeout(2500)
+    assert len(requests) >= 3, "polling every second again"
+
+
+def test_the_resume_button_resumes_with_an_immediate_fetch(page: Any) -> None:
+    page.wait_for_selector(".jp-air-GpuPanel-paused", state="visible", timeout=20_000)
+    with page.expect_request(lambda r: "/jupyter-air/gpu" in r.url):
+        page.click(".jp-air-GpuPanel-resume")
+    page.wait_for_selector(".jp-air-GpuPanel-paused", state="hidden")
+
+
+def test_the_command_palette_opens_the_panel(page: Any) -> None:
+    page.click(PANEL_TAB)  # close it first
+    page.wait_for_selector(PANEL, state="hidden")
+    page.keyboard.press("Control+Shift+C")
+    page.fill(".jp-mod-commandPalette input, #command-palette input", "Open GPU resources")
+    page.click('.lm-CommandPalette-item:has-text("Open GPU resources")')
+    page.wait_for_selector(PANEL, state="visible")
+
+
+def test_a_machine_without_gpu_says_so_and_still_shows_the_host(
+    browser: Any, start_lab: Callable[..., Lab], artifacts: Path
+) -> None:
+    lab = start_lab(
+        Scenario(init_error="DRIVER_NOT_LOADED"),
+        settings={"@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"}},
+    )
+    page = open_lab(browser, lab)
+    page.click(PANEL_TAB)
+    notice = page.wait_for_selector(".jp-air-GpuPanel-noGpu")
+    assert "No NVIDIA GPU detected" in notice.text_content()
+    assert "Driver Not Loaded" in notice.text_content()
+    assert page.text_content('.jp-air-HostCard [data-metric="cpu"] .jp-air-value').endswith("%")
+    assert page.query_selector(".jp-air-GpuCard") is None
+    page.screenshot(path=str(artifacts / "gpu-panel-no-gpu-dark.png"))
+    page.close()
+
+
+def test_one_update_of_eight_gpus_with_two_hours_of_points_is_measured(
+    browser: Any, start_lab: Callable[..., Lab], artifacts: Path
+) -> None:
+    """Report, not assert: the figure goes to test-artifacts and docs/benchmarks.md."""
+    lab = start_lab(
+        Scenario(gpus=[FakeGpu(util=[i % 100 for i in range(0, 700, 7)]) for _ in range(8)]),
+        settings={"jupyter-air:gpu": {"defaultRange": "2h", "pollInterval": 1}},
+        # 720 samples in 7.2 s: the same number of points as 2 h at 10 s.
+        server_args=["--GpuSampler.interval=0.01", "--GpuSampler.history=7.2"],
+    )
+    time.sleep(8)
+    points = len(lab.api("jupyter-air/gpu")["samples"]["t"])
+    page = open_lab(browser, lab)
+    page.click(PANEL_TAB)
+    page.wait_for_selector(card(7))
+    page.wait_for_function(
+        "() => performance.getEntriesByName('jupyter-air:gpu-update').length >= 6",
+        timeout=30_000,
+    )
+    durations = page.evaluate(
+        "() => performance.getEntriesByName('jupyter-air:gpu-update').map(e => e.duration)"
+    )
+    page.screenshot(path=str(artifacts / "gpu-panel-8-gpus.png"), full_page=True)
+    page.close()
+    report = {
+        "gpus": 8,
+        "points_per_series": points,
+        "first_update_ms": durations[0],
+        "later_updates_ms": durations[1:],
+        "median_later_update_ms": sorted(durations[1:])[len(durations[1:]) // 2],
+    }
+    (artifacts / "gpu-panel-perf.json").write_text(json.dumps(report, indent=2))
+    print("GPU panel update timings:", json.dumps(report))
+    assert points >= 600
+    assert all(d > 0 for d in durations)
