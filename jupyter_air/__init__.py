@@ -13,6 +13,20 @@ try:
 except ImportError:  # a source tree that was never built
     __version__ = "0.0.0.dev0"
 
+__all__ = ["distributed", "log_metrics", "rank_zero_only"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "distributed":
+        from .kernel.decorator import distributed
+
+        return distributed
+    if name in ("log_metrics", "rank_zero_only"):
+        from . import ranks
+
+        return getattr(ranks, name)
+    raise AttributeError(f"module 'jupyter_air' has no attribute {name!r}")
+
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "jupyter-air"}]
@@ -25,4 +39,8 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext jupyter_air``: nothing heavy is imported here (no NVML, no MLflow)."""
+    """``%load_ext jupyter_air``: registers ``%%air_distributed`` (MLflow and NVML are
+    imported at the first distributed call, not here)."""
+    from .kernel.magics import AirMagics
+
+    ipython.register_magics(AirMagics)

@@ -1,0 +1,1 @@
+"""Jobs: workloads, the job store, the supervisor and its rank backends."""

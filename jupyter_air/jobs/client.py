@@ -1,0 +1,123 @@
+"""Submitting jobs, following their output, cancelling them: for the kernel and the CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..logs.capture import parse_record
+from .spec import Workload
+from .store import Job, JobStore
+
+
+def submit(
+    store: JobStore,
+    workload: Workload,
+    payload: bytes | None,
+    job_id: str | None = None,
+    watch_pid: int | None = None,
+) -> Job:
+    """Record the job and start its supervisor in a session of its own.
+
+    With ``watch_pid`` the job is cancelled when that process (the kernel) dies.
+    """
+    job = store.create(workload, job_id=job_id)
+    job_dir = store.job_dir(job.id)
+    if payload is not None:
+        (job_dir / "payload.pkl").write_bytes(payload)
+    argv = [sys.executable, "-m", "jupyter_air.jobs.supervisor", job.id]
+    if watch_pid is not None:
+        argv += ["--watch-pid", str(watch_pid)]
+    with (job_dir / "supervisor.log").open("ab") as out:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "AIR_HOME": str(store.home)},
+        )
+    store.update(job.id, supervisor_pid=process.pid)
+    return store.get(job.id)
+
+
+def cancel(store: JobStore, job_id: str) -> bool:
+    """Ask the job's supervisor to stop every rank. False if it already ended."""
+    job = store.get(job_id)
+    if job.done or job.supervisor_pid is None:
+        return False
+    try:
+        os.kill(job.supervisor_pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait(store: JobStore, job_id: str, timeout: float) -> Job:
+    deadline = time.monotonic() + timeout
+    job = store.get(job_id)
+    while not job.done and time.monotonic() < deadline:
+        time.sleep(0.05)
+        job = store.get(job_id)
+    return job
+
+
+@dataclass(frozen=True)
+class Record:
+    attempt: int
+    node: int
+    rank: int
+    ts: float
+    kind: str  # O / E: a line of stdout / stderr; o / e: a progress update
+    text: str
+
+
+class LogFollower:
+    """Reads the records rank log files gained since the last call, attempt by attempt."""
+
+    def __init__(self, store: JobStore, job_id: str) -> None:
+        self._job_dir = store.job_dir(job_id)
+        self._offsets: dict[Path, int] = {}
+        self._partial: dict[Path, str] = {}
+
+    def poll(self) -> list[Record]:
+        records: list[Record] = []
+        for path, attempt, node, rank in self._files():
+            records.extend(self._read(path, attempt, node, rank))
+        records.sort(key=lambda r: (r.attempt, r.ts))
+        return records
+
+    def _files(self) -> Iterator[tuple[Path, int, int, int]]:
+        for attempt_dir in sorted(self._job_dir.glob("attempt_*"), key=_number):
+            for node_dir in sorted((attempt_dir / "logs").glob("node_*"), key=_number):
+                for path in sorted(node_dir.glob("rank_*.log"), key=_number):
+                    yield path, _number(attempt_dir), _number(node_dir), _number(path)
+
+    def _read(self, path: Path, attempt: int, node: int, rank: int) -> list[Record]:
+        offset = self._offsets.get(path, 0)
+        with path.open("rb") as f:
+            f.seek(offset)
+            data = f.read()
+        if not data:
+            return []
+        self._offsets[path] = offset + len(data)
+        text = self._partial.pop(path, "") + data.decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        if lines[-1]:
+            self._partial[path] = lines[-1]  # a record still being written
+        out = []
+        for line in lines[:-1]:
+            parsed = parse_record(line)
+            if parsed is not None:
+                out.append(Record(attempt, node, rank, *parsed))
+        return out
+
+
+def _number(path: Path) -> int:
+    return int(path.stem.rsplit("_", 1)[1])

@@ -1,0 +1,101 @@
+"""The environment of a rank: what ``torch.distributed.run`` gives its workers, and ours.
+
+Lightning, Accelerate and the HF Trainer look for TORCHELASTIC_RUN_ID and friends to
+decide that an elastic launcher already started the workers, so they do not spawn
+processes of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RankPlace:
+    """Where one rank sits in the job."""
+
+    rank: int
+    local_rank: int
+    node_rank: int
+    nproc_per_node: int
+    nnodes: int
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+
+def rank_env(
+    base: Mapping[str, str],
+    place: RankPlace,
+    *,
+    master_addr: str,
+    master_port: int,
+    job_id: str,
+    attempt: int,
+    max_restarts: int,
+    gpus: Sequence[str] | None,
+    extra: Mapping[str, str] = {},
+) -> dict[str, str]:
+    """The full environment of one rank process."""
+    env = dict(base)
+    env.update(extra)
+    env.update(
+        {
+            "RANK": str(place.rank),
+            "LOCAL_RANK": str(place.local_rank),
+            "GROUP_RANK": str(place.node_rank),
+            "ROLE_RANK": str(place.rank),
+            "ROLE_NAME": "default",
+            "WORLD_SIZE": str(place.world_size),
+            "LOCAL_WORLD_SIZE": str(place.nproc_per_node),
+            "GROUP_WORLD_SIZE": str(place.nnodes),
+            "ROLE_WORLD_SIZE": str(place.world_size),
+            "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(master_port),
+            "TORCHELASTIC_RUN_ID": job_id,
+            "TORCHELASTIC_RESTART_COUNT": str(attempt - 1),
+            "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
+            # Rank 0 hosts the TCPStore itself: there is no launcher-side store.
+            "TORCHELASTIC_USE_AGENT_STORE": "False",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+            "AIR_JOB_ID": job_id,
+            "AIR_ATTEMPT": str(attempt),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if (
+        place.nproc_per_node > 1
+        and "OMP_NUM_THREADS" not in base
+        and "OMP_NUM_THREADS" not in extra
+    ):
+        env["OMP_NUM_THREADS"] = "1"  # as torchrun: several ranks share the node's cores
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[place.local_rank % len(gpus)]
+    return env
+
+
+def visible_gpus(base: Mapping[str, str], count: int) -> list[str]:
+    """GPUs a job may use: the kernel's CUDA_VISIBLE_DEVICES if set, else all NVML sees."""
+    configured = base.get("CUDA_VISIBLE_DEVICES")
+    if configured is not None:
+        return [g.strip() for g in configured.split(",") if g.strip() and g.strip() != "-1"]
+    return [str(i) for i in range(count)]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free right now on ``host`` (torchrun picks MASTER_PORT the same way)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def inherited_env() -> dict[str, str]:
+    """The kernel's environment minus what must not leak into ranks."""
+    env = dict(os.environ)
+    for name in ("MLFLOW_RUN_ID", "JPY_PARENT_PID", "JPY_SESSION_NAME", "PYDEVD_USE_FRAME_EVAL"):
+        env.pop(name, None)
+    return env

@@ -1,0 +1,178 @@
+"""The local backend: one attempt's ranks as subprocesses of the supervisor.
+
+Each rank is a fresh interpreter in its own session, so a signal to its process
+group reaches whatever it started (DataLoader workers, compilers) and nothing is
+left holding GPU memory. Output is read with one selector loop for all pipes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..logs.capture import RankLog, StreamSplitter
+
+#: Seconds a rank gets to stop after SIGINT, then after SIGTERM, before SIGKILL.
+INTERRUPT_GRACE = 5.0
+TERMINATE_GRACE = 3.0
+
+
+@dataclass
+class RankSpec:
+    rank: int
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    cwd: str | None = None
+
+
+@dataclass
+class Outcome:
+    """How an attempt ended."""
+
+    status: str  # SUCCEEDED, FAILED, CANCELLED
+    exit_codes: list[int | None]
+    failed_rank: int | None = None
+    message: str | None = None
+
+
+@dataclass
+class _Rank:
+    spec: RankSpec
+    process: subprocess.Popen[bytes]
+    log: RankLog
+    splitters: dict[int, StreamSplitter] = field(default_factory=dict)
+    exited_at: float | None = None
+
+
+class LocalRanks:
+    """Start, watch and stop the ranks of one attempt on this machine."""
+
+    def __init__(self, specs: Sequence[RankSpec]) -> None:
+        self._specs = list(specs)
+        self._ranks: list[_Rank] = []
+        self._cancel = threading.Event()
+        self._selector = selectors.DefaultSelector()
+
+    def cancel(self) -> None:
+        """Ask the attempt to stop (thread- and signal-safe)."""
+        self._cancel.set()
+
+    def pids(self) -> list[int]:
+        return [r.process.pid for r in self._ranks]
+
+    def run(self, timeout: float | None = None) -> Outcome:
+        """Start every rank and return once all have exited."""
+        started = time.monotonic()
+        for spec in self._specs:
+            self._start(spec)
+        stopping: str | None = None
+        failed: _Rank | None = None
+        message: str | None = None
+        while self._selector.get_map() or not self._all_exited():
+            self._pump(0.1)
+            for rank in self._ranks:
+                if rank.exited_at is None and rank.process.poll() is not None:
+                    rank.exited_at = time.monotonic()
+                    # Whatever the rank left behind in its session goes with it.
+                    _kill_group(rank.process.pid)
+                    if rank.process.returncode != 0 and failed is None and stopping is None:
+                        failed = rank
+                        stopping = "failure"
+            if stopping is None and self._cancel.is_set():
+                stopping, message = "cancel", "cancelled"
+            if stopping is None and timeout is not None and time.monotonic() - started > timeout:
+                stopping, message = "timeout", f"timed out after {timeout:g} s"
+            if stopping is not None and not self._all_exited():
+                self._stop_all(interrupt_first=stopping != "failure")
+        for rank in self._ranks:
+            rank.process.wait()
+            for splitter in rank.splitters.values():
+                splitter.flush()
+            rank.log.close()
+        codes: list[int | None] = [r.process.returncode for r in self._ranks]
+        if failed is not None:
+            code = failed.process.returncode
+            return Outcome("FAILED", codes, failed.spec.rank, _exit_text(failed.spec.rank, code))
+        if stopping == "cancel":
+            return Outcome("CANCELLED", codes, message=message)
+        if stopping == "timeout":
+            return Outcome("FAILED", codes, message=message)
+        return Outcome("SUCCEEDED", codes)
+
+    def _start(self, spec: RankSpec) -> None:
+        process = subprocess.Popen(
+            spec.argv,
+            env=spec.env,
+            cwd=spec.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        rank = _Rank(spec, process, RankLog(spec.log_path))
+        for pipe, stream in ((process.stdout, "out"), (process.stderr, "err")):
+            assert pipe is not None
+            os.set_blocking(pipe.fileno(), False)
+            rank.splitters[pipe.fileno()] = StreamSplitter(rank.log, stream)
+            self._selector.register(pipe, selectors.EVENT_READ, rank)
+        self._ranks.append(rank)
+
+    def _pump(self, timeout: float) -> None:
+        for key, _ in self._selector.select(timeout):
+            rank: _Rank = key.data
+            fd = key.fd
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if data:
+                rank.splitters[fd].feed(data)
+            else:  # end of stream
+                self._selector.unregister(key.fileobj)
+                key.fileobj.close()  # type: ignore[union-attr]
+
+    def _all_exited(self) -> bool:
+        return all(r.process.poll() is not None for r in self._ranks)
+
+    def _stop_all(self, interrupt_first: bool) -> None:
+        """SIGINT (on cancel), then SIGTERM, then SIGKILL, each after its grace period,
+        reading output all along so the last lines before the end are kept."""
+        steps: list[tuple[signal.Signals, float]] = [(signal.SIGTERM, TERMINATE_GRACE)]
+        if interrupt_first:
+            steps.insert(0, (signal.SIGINT, INTERRUPT_GRACE))
+        for sig, grace in steps:
+            self._signal_all(sig)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and not self._all_exited():
+                self._pump(0.05)
+            if self._all_exited():
+                return
+        self._signal_all(signal.SIGKILL)
+
+    def _signal_all(self, sig: signal.Signals) -> None:
+        for rank in self._ranks:
+            if rank.process.poll() is None or sig == signal.SIGKILL:
+                _kill_group(rank.process.pid, sig)
+
+
+def _kill_group(pgid: int, sig: signal.Signals = signal.SIGKILL) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _exit_text(rank: int, code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"rank {rank} was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            pass
+    return f"rank {rank} exited with code {code}"

@@ -1,0 +1,92 @@
+"""The entry point of one rank: run a notebook cell or a function shipped by the kernel.
+
+``python -m jupyter_air.jobs.rank_main PAYLOAD ATTEMPT_DIR``. The payload holds the
+cell source (or the function and its arguments) and the notebook names it uses,
+pickled with cloudpickle. Rank 0 writes the cell's result for the kernel to pick up;
+a rank that fails writes its traceback beside it.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import linecache
+import os
+import sys
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+CELL_FILE = "<air-cell>"
+
+
+def run_cell(source: str, namespace: dict[str, Any]) -> Any:
+    """Execute like IPython: the value of a final expression is the cell's result."""
+    linecache.cache[CELL_FILE] = (len(source), None, source.splitlines(True), CELL_FILE)
+    tree = ast.parse(source, CELL_FILE)
+    last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    if last is not None:
+        tree.body.pop()
+    exec(compile(tree, CELL_FILE, "exec"), namespace)
+    if last is None:
+        return None
+    return eval(compile(ast.Expression(last.value), CELL_FILE, "eval"), namespace)
+
+
+def main(argv: list[str]) -> int:
+    payload_path, attempt_dir = Path(argv[0]), Path(argv[1])
+    rank = int(os.environ.get("RANK", "0"))
+    # The cell runs in a fresh __main__, as in the notebook, so that classes it defines
+    # pickle by reference (torch.save of a model, DataLoader workers) and resolve here.
+    main_module = types.ModuleType("__main__")
+    sys.modules["__main__"] = main_module
+    namespace = main_module.__dict__
+    namespace["__builtins__"] = __builtins__
+    payload: dict[str, Any] = cloudpickle.loads(payload_path.read_bytes())
+    for alias, module in payload.get("modules", {}).items():
+        namespace[alias] = importlib.import_module(module)
+    namespace.update(payload.get("names", {}))
+    try:
+        if payload["kind"] == "cell":
+            value = run_cell(payload["source"], namespace)
+        else:
+            value = payload["function"](*payload["args"], **payload["kwargs"])
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as err:
+        if isinstance(err, SystemExit) and err.code in (0, None):
+            value = None
+        else:
+            text = traceback.format_exc()
+            sys.stderr.write(text)
+            (attempt_dir / f"error_rank_{rank}.txt").write_text(text)
+            return err.code if isinstance(err, SystemExit) and isinstance(err.code, int) else 1
+    if rank == 0:
+        _write_result(
+            attempt_dir,
+            value,
+            {n: namespace[n] for n in payload.get("outputs", []) if n in namespace},
+        )
+    return 0
+
+
+def _write_result(attempt_dir: Path, value: Any, outputs: dict[str, Any]) -> None:
+    """Rank 0's value and requested names; what cannot be pickled comes back as its repr."""
+    result: dict[str, Any] = {"value": value, "outputs": outputs, "unpicklable": {}}
+    try:
+        data = cloudpickle.dumps(result)
+    except Exception as err:
+        reprs = {"value": repr(value), **{n: repr(v) for n, v in outputs.items()}}
+        data = cloudpickle.dumps(
+            {"value": None, "outputs": {}, "unpicklable": reprs, "why": str(err)}
+        )
+    tmp = attempt_dir / "result.pkl.tmp"
+    tmp.write_bytes(data)
+    tmp.replace(attempt_dir / "result.pkl")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,272 @@
+"""The supervisor: one process per job, in its own session, owning the job's attempts.
+
+``python -m jupyter_air.jobs.supervisor JOB_ID [--watch-pid PID]``. It starts the ranks
+of each attempt at once, while MLflow is imported on a background thread (about 2 s
+that need not delay the ranks), records system metrics into the attempt's run, stops
+every rank when one fails, retries up to ``max_retries`` times (a new MLflow run per
+attempt), and takes the job down when it is cancelled or the kernel that follows it
+dies. The first attempt's run was created by the kernel, so links show at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from ..logs.capture import plain_lines
+from .env import RankPlace, free_port, inherited_env, rank_env, visible_gpus
+from .local import LocalRanks, Outcome, RankSpec
+from .spec import Workload
+from .store import JobStore
+
+log = logging.getLogger("jupyter_air.supervisor")
+
+#: Seconds between two system-metrics samples of a run (MLflow's own default).
+METRICS_INTERVAL = float(os.environ.get("AIR_SYSTEM_METRICS_INTERVAL", "10"))
+
+
+class Tracking:
+    """The supervisor's MLflow side, ready once ``import mlflow`` finished in the background."""
+
+    def __init__(self, workload: Workload) -> None:
+        self._workload = workload
+        self._ready: Future[Any] = Future()
+        threading.Thread(target=self._load, name="air-mlflow-import", daemon=True).start()
+
+    def _load(self) -> None:
+        try:
+            from mlflow import MlflowClient
+
+            from ..tracking import runs, system_metrics
+
+            client = MlflowClient(self._workload.tracking_uri)
+            self._ready.set_result((client, runs, system_metrics))
+        except BaseException as err:
+            self._ready.set_exception(err)
+
+    def new_run(self, job_id: str, attempt: int, tags: dict[str, str]) -> str:
+        client, runs, _ = self._ready.result()
+        tags = {**tags, "air.attempt": str(attempt)}
+        return str(
+            runs.start_run(
+                client,
+                self._workload.experiment_id,
+                tags,
+                self._workload.run_name,
+                self._workload.parent_run_id,
+            )
+        )
+
+    def start_metrics(self, run_id: str) -> Future[Any]:
+        """System metrics for the run, started once MLflow is loaded; never blocks."""
+        started: Future[Any] = Future()
+
+        def start() -> None:
+            try:
+                _, _, system_metrics = self._ready.result()
+                metrics = system_metrics.RunMetrics(
+                    run_id, self._workload.tracking_uri, METRICS_INTERVAL, node_id=None
+                )
+                metrics.start()
+                started.set_result(metrics)
+            except BaseException as err:
+                log.warning("system metrics not recorded: %s", err)
+                started.set_result(None)
+
+        threading.Thread(target=start, name="air-system-metrics", daemon=True).start()
+        return started
+
+    def end_run(self, run_id: str, status: str, metrics: Future[Any]) -> None:
+        client, runs, _ = self._ready.result()
+        monitor = metrics.result()
+        if monitor is not None:
+            monitor.finish()
+        runs.end_run(client, run_id, status)
+
+    def attach_logs(self, run_id: str, attempt_dir: Path) -> None:
+        """Each rank's output as plain text artifacts ``logs/node_N/rank_R.log``, so
+        MLflow's own UI shows them."""
+        client, _, _ = self._ready.result()
+        logs = attempt_dir / "logs"
+        with tempfile.TemporaryDirectory() as tmp:
+            for record_file in sorted(logs.glob("node_*/rank_*.log")):
+                target = Path(tmp) / record_file.relative_to(logs)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text("".join(f"{text}\n" for text in plain_lines(record_file)))
+            if any(Path(tmp).iterdir()):
+                client.log_artifacts(run_id, tmp, artifact_path="logs")
+
+
+class Supervisor:
+    def __init__(self, store: JobStore, job_id: str, watch_pid: int | None) -> None:
+        self.store = store
+        self.job = store.get(job_id)
+        self.watch_pid = watch_pid
+        self._cancelled = threading.Event()
+        self._ranks: LocalRanks | None = None
+
+    def cancel(self, *_: Any) -> None:
+        self._cancelled.set()
+        if self._ranks is not None:
+            self._ranks.cancel()
+
+    def _watch_kernel(self) -> None:
+        """A kernel that dies takes its (non-background) job with it."""
+        assert self.watch_pid is not None
+        while not self._cancelled.wait(1.0):
+            if not _alive(self.watch_pid):
+                log.warning("kernel %d is gone: cancelling job %s", self.watch_pid, self.job.id)
+                self.cancel()
+                return
+
+    def run(self) -> int:
+        job, workload = self.job, self.job.workload
+        self.store.update(job.id, status="RUNNING", started=time.time(), supervisor_pid=os.getpid())
+        if self.watch_pid is not None:
+            threading.Thread(
+                target=self._watch_kernel, name="air-kernel-watch", daemon=True
+            ).start()
+        tracking = Tracking(workload)
+        first_run = workload.tags.get("air.first_run_id")
+        outcome = Outcome("FAILED", [], message="no attempt ran")
+        for attempt in range(1, workload.max_retries + 2):
+            if self._cancelled.is_set():
+                outcome = Outcome("CANCELLED", [], message="cancelled")
+                break
+            run_id = (
+                first_run
+                if attempt == 1 and first_run
+                else tracking.new_run(job.id, attempt, _run_tags(workload))
+            )
+            self.store.start_attempt(job.id, attempt, run_id)
+            metrics = tracking.start_metrics(run_id)
+            outcome = self._attempt(attempt, workload, run_id)
+            self.store.end_attempt(
+                job.id,
+                attempt,
+                outcome.status,
+                outcome.exit_codes,
+                outcome.failed_rank,
+                outcome.message,
+            )
+            try:
+                tracking.attach_logs(run_id, self.store.attempt_dir(job.id, attempt))
+                tracking.end_run(run_id, outcome.status, metrics)
+            except Exception as err:
+                log.error("could not finish MLflow run %s: %s", run_id, err)
+            if outcome.status != "FAILED":
+                break
+        self.store.update(job.id, status=outcome.status, ended=time.time(), message=outcome.message)
+        return 0 if outcome.status == "SUCCEEDED" else 1
+
+    def _attempt(self, attempt: int, workload: Workload, run_id: str) -> Outcome:
+        job = self.job
+        attempt_dir = self.store.attempt_dir(job.id, attempt)
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        gpus = visible_gpus(os.environ, _gpu_count())
+        port = free_port()
+        specs = []
+        for local_rank in range(workload.nproc_per_node):
+            place = RankPlace(local_rank, local_rank, 0, workload.nproc_per_node, workload.nnodes)
+            env = rank_env(
+                inherited_env(),
+                place,
+                master_addr="127.0.0.1",
+                master_port=port,
+                job_id=job.id,
+                attempt=attempt,
+                max_restarts=workload.max_retries,
+                gpus=gpus,
+                extra=workload.env,
+            )
+            env.update(
+                MLFLOW_TRACKING_URI=workload.tracking_uri or "",
+                MLFLOW_EXPERIMENT_ID=workload.experiment_id or "",
+                MLFLOW_RUN_ID=run_id,
+            )
+            env.pop("MLFLOW_EXPERIMENT_NAME", None)  # the id above is the experiment
+            specs.append(
+                RankSpec(
+                    rank=place.rank,
+                    argv=_argv(workload, self.store.job_dir(job.id), attempt_dir),
+                    env=env,
+                    log_path=attempt_dir / "logs" / "node_0" / f"rank_{place.rank}.log",
+                    cwd=workload.working_dir,
+                )
+            )
+        self._ranks = LocalRanks(specs)
+        if self._cancelled.is_set():
+            self._ranks.cancel()
+        return self._ranks.run(timeout=workload.timeout)
+
+
+def _argv(workload: Workload, job_dir: Path, attempt_dir: Path) -> list[str]:
+    if workload.kind == "command":
+        return list(workload.command)
+    payload = job_dir / "payload.pkl"
+    return [
+        sys.executable,
+        "-u",
+        "-m",
+        "jupyter_air.jobs.rank_main",
+        str(payload),
+        str(attempt_dir),
+    ]
+
+
+def _run_tags(workload: Workload) -> dict[str, str]:
+    return {k: v for k, v in workload.tags.items() if not k.startswith("air.first_")}
+
+
+def _gpu_count() -> int:
+    from ..gpu.nvml import Nvml
+
+    nvml = Nvml()
+    try:
+        return len(nvml.inventory())
+    finally:
+        nvml.shutdown()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child is dead too
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][:1] != "Z"
+    except OSError:
+        return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Supervise one jupyter_air job.")
+    parser.add_argument("job_id")
+    parser.add_argument("--watch-pid", type=int, help="cancel the job when this process exits")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    supervisor = Supervisor(JobStore(), args.job_id, args.watch_pid)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        supervisor.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    return supervisor.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

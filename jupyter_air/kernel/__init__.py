@@ -1,0 +1,1 @@
+"""The IPython side: the ``%%air_distributed`` magic, the ``@distributed`` decorator."""

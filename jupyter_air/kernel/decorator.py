@@ -1,0 +1,62 @@
+"""``@distributed``: the magic's job for a function, with ``fn.distributed(...)``."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from .capture import Payload
+from .launch import Options, run
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class DistributedFunction(Generic[P, R]):
+    """A function that runs as usual when called, and on N ranks with ``.distributed()``.
+
+    ``.distributed()`` returns rank 0's return value. To get every rank's value, gather
+    them on rank 0 (``torch.distributed.gather_object``) and return the list.
+    """
+
+    def __init__(self, fn: Callable[P, R], options: Options) -> None:
+        options.validate()
+        functools.update_wrapper(self, fn)
+        self._fn = fn
+        self._options = options
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._fn(*args, **kwargs)
+
+    def distributed(self, *args: P.args, **kwargs: P.kwargs) -> R | None:
+        """Run on every rank as one job (one MLflow run); rank 0's return value, or None
+        for a background job."""
+        payload = Payload(kind="function", function=self._fn, args=args, kwargs=kwargs)
+        try:
+            source = inspect.getsource(self._fn)
+        except (OSError, TypeError):
+            source = repr(self._fn)
+        return run(payload, self._options, source, None)  # type: ignore[no-any-return]
+
+
+@overload
+def distributed(fn: Callable[P, R]) -> DistributedFunction[P, R]: ...
+@overload
+def distributed(
+    fn: None = None, **options: Any
+) -> Callable[[Callable[P, R]], DistributedFunction[P, R]]: ...
+def distributed(fn: Callable[P, R] | None = None, **options: Any) -> Any:
+    """``@distributed(nproc_per_node=2, experiment=..., max_retries=1, ...)``: the options
+    of ``%%air_distributed`` as keyword arguments (``env`` is a dict, ``out`` is not
+    needed: return what you want back)."""
+    unknown = set(options) - {f for f in Options.__dataclass_fields__ if f != "out"}
+    if unknown:
+        raise TypeError(f"distributed() got unknown option(s): {', '.join(sorted(unknown))}")
+    settings = Options(**options)
+
+    def wrap(f: Callable[P, R]) -> DistributedFunction[P, R]:
+        return DistributedFunction(f, settings)
+
+    return wrap(fn) if fn is not None else wrap

@@ -1,0 +1,112 @@
+"""What a distributed call shows in its cell: links, a live status, every rank's output.
+
+Output is coalesced (one stream message per poll) and capped, so a chatty job cannot
+grow a notebook without bound; progress bars update in place.
+"""
+
+from __future__ import annotations
+
+import html
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from IPython.display import DisplayHandle, display
+
+from ..jobs.client import Record
+
+#: Output lines shown in a cell before the rest is only counted.
+MAX_CELL_LINES = 2000
+
+
+class JobView:
+    def __init__(self, job_id: str, output_ranks: str, max_lines: int = MAX_CELL_LINES) -> None:
+        self.job_id = job_id
+        self._output_ranks = output_ranks
+        self._max_lines = max_lines
+        self._shown = 0
+        self._elided = 0
+        self._attempt = 1
+        self._started = time.monotonic()
+        self._logs_url: str | None = None
+        self._header: DisplayHandle | None = None
+        self._status: DisplayHandle | None = None
+        self._progress: dict[tuple[int, int, str], DisplayHandle] = {}
+
+    def header(self, run_name: str | None, links: Mapping[str, str | None]) -> None:
+        """Job id, run name and links, as soon as the run exists."""
+        self._logs_url = links.get("logs")
+        parts_html = [f"<b>Job</b> <code>{html.escape(self.job_id)}</code>"]
+        parts_text = [f"Job {self.job_id}"]
+        for label, url in links.items():
+            text = f"{label}: {run_name}" if label == "run" and run_name else label
+            if url:
+                parts_html.append(
+                    f'<a href="{html.escape(url)}" target="_blank" rel="noopener">'
+                    f"{html.escape(text)}</a>"
+                )
+                parts_text.append(f"{text}: {url}")
+        bundle = {
+            "text/plain": " | ".join(parts_text),
+            "text/html": '<div class="jp-air-JobHeader">' + " · ".join(parts_html) + "</div>",
+        }
+        self._header = display(bundle, raw=True, display_id=True)
+
+    def status(self, status: str, attempt: int, max_attempts: int, detail: str = "") -> None:
+        """The one-line live status, updated in place."""
+        elapsed = time.monotonic() - self._started
+        text = f"{status.lower()} · {elapsed:,.1f} s · attempt {attempt}/{max_attempts}"
+        if detail:
+            text += f" · {detail}"
+        bundle = {
+            "text/plain": text,
+            "text/html": f'<div class="jp-air-JobStatus"><code>{html.escape(text)}</code></div>',
+        }
+        if self._status is None:
+            self._status = display(bundle, raw=True, display_id=True)
+        else:
+            self._status.update(bundle, raw=True)
+
+    def show(self, records: Iterable[Record]) -> None:
+        out: list[str] = []
+        err: list[str] = []
+        for record in records:
+            if not self._wanted(record.rank):
+                continue
+            if record.attempt != self._attempt:
+                self._attempt = record.attempt
+                out.append(f"--- attempt {record.attempt} ---\n")
+            prefix = f"[rank {record.rank}] "
+            if record.kind in ("o", "e"):
+                self._show_progress(record, prefix)
+                continue
+            if self._shown >= self._max_lines:
+                self._elided += 1
+                continue
+            self._shown += 1
+            (err if record.kind == "E" else out).append(f"{prefix}{record.text}\n")
+        if out:
+            sys.stdout.write("".join(out))
+            sys.stdout.flush()
+        if err:
+            sys.stderr.write("".join(err))
+            sys.stderr.flush()
+
+    def _wanted(self, rank: int) -> bool:
+        return self._output_ranks == "all" or (self._output_ranks == "0" and rank == 0)
+
+    def _show_progress(self, record: Record, prefix: str) -> None:
+        key = (record.attempt, record.rank, record.kind)
+        bundle: dict[str, Any] = {"text/plain": prefix + record.text}
+        handle = self._progress.get(key)
+        if handle is None:
+            self._progress[key] = display(bundle, raw=True, display_id=True)
+        else:
+            handle.update(bundle, raw=True)
+
+    def elided_note(self) -> str | None:
+        if not self._elided:
+            return None
+        where = f": {self._logs_url}" if self._logs_url else f" (air logs {self.job_id})"
+        return f"{self._elided:,} more output lines not shown here; the full logs are kept{where}"

@@ -1,0 +1,228 @@
+"""One distributed call from the kernel: resolve MLflow, submit the job, follow it.
+
+Shared by the magic and the decorator. Everything that can be refused (options,
+names that cannot be pickled) is refused before a job, a run or a process exists.
+"""
+
+from __future__ import annotations
+
+import keyword
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+from ..jobs import client
+from ..jobs.spec import Workload
+from ..jobs.store import JobStore, new_job_id
+from .capture import Payload
+from .display import JobView
+from .session import notebook_path, user_name
+
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Seconds an interrupted job gets to stop all its ranks (SIGINT, SIGTERM, SIGKILL).
+CANCEL_WAIT = 20.0
+POLL = 0.1
+
+
+class OptionError(ValueError):
+    """An option of a distributed call is invalid; nothing was started."""
+
+
+@dataclass
+class Options:
+    """The options of ``%%air_distributed`` and ``@distributed``."""
+
+    nproc_per_node: int | None = None
+    nnodes: int = 1
+    experiment: str | None = None
+    run_name: str | None = None
+    max_retries: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+    output_ranks: str = "all"
+    timeout: float | None = None
+    background: bool = False
+    out: list[str] = field(default_factory=list)
+
+    def validate(self) -> None:
+        if self.nproc_per_node is not None and self.nproc_per_node < 1:
+            raise OptionError(f"--nproc-per-node must be >= 1, got {self.nproc_per_node}")
+        if self.nnodes < 1:
+            raise OptionError(f"--nnodes must be >= 1, got {self.nnodes}")
+        if self.nnodes > 1:
+            raise OptionError(
+                f"--nnodes {self.nnodes} needs a multi-node backend; this version runs jobs "
+                "on this machine only (--nnodes 1)"
+            )
+        if self.max_retries < 0:
+            raise OptionError(f"--max-retries must be >= 0, got {self.max_retries}")
+        if self.timeout is not None and not self.timeout > 0:
+            raise OptionError(f"--timeout must be a number of seconds > 0, got {self.timeout}")
+        if self.output_ranks not in ("all", "0", "none"):
+            raise OptionError(f"--output-ranks must be all, 0 or none, got {self.output_ranks!r}")
+        for key in self.env:
+            if not ENV_KEY.fullmatch(key):
+                raise OptionError(f"--env {key!r}: not a valid environment variable name")
+        for name in self.out:
+            if not name.isidentifier() or keyword.iskeyword(name):
+                raise OptionError(f"--out {name!r}: not a Python name")
+        if self.background and self.out:
+            raise OptionError("--out cannot bring values back from a --background job")
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise OptionError(f"--env {pair!r}: expected KEY=VALUE")
+        env[key] = value
+    return env
+
+
+class JobFailed(RuntimeError):
+    """A distributed call failed; the message names the rank and carries its traceback."""
+
+    def __init__(self, message: str, traceback_text: str | None = None) -> None:
+        super().__init__(message)
+        self.traceback_text = traceback_text
+
+    def _render_traceback_(self) -> list[str]:
+        """IPython shows the failing rank's traceback, not the launcher's frames."""
+        lines = [f"\x1b[31mJobFailed\x1b[0m: {self}"]
+        if self.traceback_text:
+            lines += ["", *self.traceback_text.rstrip("\n").splitlines()]
+        return lines
+
+
+def default_nproc() -> int:
+    """One rank per visible GPU, or 1 without GPUs."""
+    from ..gpu.nvml import Nvml
+    from ..jobs.env import visible_gpus
+
+    nvml = Nvml()
+    try:
+        return max(1, len(visible_gpus(os.environ, len(nvml.inventory()))))
+    finally:
+        nvml.shutdown()
+
+
+def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any] | None) -> Any:
+    """Run a payload as a job and return rank 0's value (None for a background job)."""
+    options.validate()
+    payload_bytes = payload.dumps()  # refuses unpicklable names before anything exists
+    nproc = options.nproc_per_node or default_nproc()
+
+    from mlflow import MlflowClient
+
+    from ..tracking import runs
+    from ..tracking.links import ui_links
+    from ..tracking.stores import register_store
+
+    user, notebook = user_name(), notebook_path()
+    target = runs.resolve_target(options.experiment, user, notebook)
+    register_store(target.tracking_uri)
+    mlflow_client = MlflowClient(target.tracking_uri)
+    job_id = new_job_id()
+    tags = runs.job_tags(job_id, 1, nproc, options.nnodes, notebook, user)
+    if target.resume_run_id:
+        run_id = target.resume_run_id
+        runs.resume_run(mlflow_client, run_id, tags)
+        os.environ.pop("MLFLOW_RUN_ID", None)  # used once, as mlflow.start_run() does
+    else:
+        run_id = runs.start_run(
+            mlflow_client, target.experiment_id, tags, options.run_name, target.parent_run_id
+        )
+    mlflow_client.log_text(run_id, source, "code/cell.py")
+    run_name = mlflow_client.get_run(run_id).info.run_name
+
+    workload = Workload(
+        kind="python",
+        nproc_per_node=nproc,
+        nnodes=options.nnodes,
+        max_retries=options.max_retries,
+        timeout=options.timeout,
+        env=options.env,
+        output_ranks=options.output_ranks,  # type: ignore[arg-type]
+        background=options.background,
+        working_dir=os.getcwd(),
+        tracking_uri=target.tracking_uri,
+        experiment_id=target.experiment_id,
+        run_name=options.run_name,
+        parent_run_id=target.parent_run_id,
+        tags={**tags, "air.first_run_id": run_id},
+        outputs=list(options.out),
+    )
+    store = JobStore()
+    watch = None if options.background else os.getpid()
+    job = client.submit(store, workload, payload_bytes, job_id=job_id, watch_pid=watch)
+
+    view = JobView(job.id, options.output_ranks)
+    view.header(run_name, ui_links(target.tracking_uri, target.experiment_id, run_id, job.id))
+    max_attempts = options.max_retries + 1
+    if options.background:
+        view.status("submitted in the background", 1, max_attempts, f"air logs {job.id}")
+        return None
+    return _follow(store, job.id, view, max_attempts, user_ns)
+
+
+def _follow(
+    store: JobStore, job_id: str, view: JobView, max_attempts: int, user_ns: dict[str, Any] | None
+) -> Any:
+    follower = client.LogFollower(store, job_id)
+    last_status = 0.0
+    try:
+        while True:
+            job = store.get(job_id)
+            view.show(follower.poll())
+            if job.done:
+                break
+            if time.monotonic() - last_status > 0.5:
+                attempts = store.attempts(job_id)
+                view.status(job.status, len(attempts) or 1, max_attempts)
+                last_status = time.monotonic()
+            time.sleep(POLL)
+    except KeyboardInterrupt:
+        client.cancel(store, job_id)
+        view.status("cancelling", len(store.attempts(job_id)) or 1, max_attempts)
+        job = client.wait(store, job_id, CANCEL_WAIT)
+        view.show(follower.poll())
+        view.status(job.status, len(store.attempts(job_id)) or 1, max_attempts, "interrupted")
+        raise
+    view.show(follower.poll())
+    attempts = store.attempts(job_id)
+    last = attempts[-1] if attempts else None
+    note = view.elided_note()
+    view.status(job.status, len(attempts), max_attempts, note or "")
+    if job.status != "SUCCEEDED":
+        raise _failure(store, job_id, job.status, last)
+    return _result(store, job_id, last.attempt if last else 1, user_ns)
+
+
+def _failure(store: JobStore, job_id: str, status: str, last: Any) -> JobFailed:
+    if last is None:
+        return JobFailed(f"job {job_id} {status.lower()} before any rank started")
+    where = f"attempt {last.attempt}"
+    if last.failed_rank is not None:
+        error = store.attempt_dir(job_id, last.attempt) / f"error_rank_{last.failed_rank}.txt"
+        text = error.read_text() if error.exists() else None
+        return JobFailed(f"job {job_id}: {last.message} ({where})", text)
+    return JobFailed(
+        f"job {job_id} {status.lower()}: {last.message or 'no reason given'} ({where})"
+    )
+
+
+def _result(store: JobStore, job_id: str, attempt: int, user_ns: dict[str, Any] | None) -> Any:
+    path = store.attempt_dir(job_id, attempt) / "result.pkl"
+    if not path.exists():
+        return None
+    result = cloudpickle.loads(path.read_bytes())
+    if result.get("unpicklable"):
+        shown = ", ".join(f"{k} = {v}" for k, v in result["unpicklable"].items())
+        print(f"rank 0's values could not be sent back ({result.get('why')}); their repr: {shown}")
+    if user_ns is not None:
+        user_ns.update(result["outputs"])
+    return result["value"]

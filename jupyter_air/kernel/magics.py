@@ -1,0 +1,80 @@
+"""``%%air_distributed``: run a cell on N fresh rank processes as a job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from .capture import UnpicklableName, cell_payload
+from .launch import OptionError, Options, parse_env, run
+
+
+@magics_class
+class AirMagics(Magics):
+    @magic_arguments()
+    @argument(
+        "-n",
+        "--nproc-per-node",
+        type=int,
+        default=None,
+        help="Ranks on this machine (default: one per visible GPU, or 1 without GPUs).",
+    )
+    @argument(
+        "--nnodes", type=int, default=1, help="Machines (more than 1 needs a multi-node backend)."
+    )
+    @argument("--experiment", help="MLflow experiment name (wins over mlflow.set_experiment()).")
+    @argument("--run-name", help="MLflow run name (default: MLflow's generated name).")
+    @argument("--max-retries", type=int, default=0, help="Attempts after a failed one (default 0).")
+    @argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Environment variable for every rank (repeatable).",
+    )
+    @argument(
+        "--output-ranks",
+        default="all",
+        help="Whose output streams into the cell: all, 0 or none (the logs keep everything).",
+    )
+    @argument("--timeout", type=float, default=None, help="Seconds before the job is stopped.")
+    @argument(
+        "--background",
+        action="store_true",
+        help="Submit and return at once; the job keeps going and writes to its logs.",
+    )
+    @argument(
+        "--out",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="Bring NAME back from rank 0 into the notebook (repeatable).",
+    )
+    @cell_magic
+    def air_distributed(self, line: str, cell: str) -> Any:
+        """Run the cell on N worker processes with the torchrun environment, as one job
+        with one MLflow run; the value of rank 0's last expression is the result."""
+        args = parse_argstring(self.air_distributed, line)
+        try:
+            options = Options(
+                nproc_per_node=args.nproc_per_node,
+                nnodes=args.nnodes,
+                experiment=args.experiment,
+                run_name=args.run_name,
+                max_retries=args.max_retries,
+                env=parse_env(args.env),
+                output_ranks=args.output_ranks,
+                timeout=args.timeout,
+                background=args.background,
+                out=list(args.out),
+            )
+            options.validate()
+            assert self.shell is not None
+            user_ns = self.shell.user_ns
+            payload = cell_payload(cell, user_ns, options.out)
+            return run(payload, options, cell, user_ns)
+        except (OptionError, UnpicklableName, SyntaxError) as err:
+            raise UsageError(f"{err}\n\n{self.air_distributed.__doc__ or ''}") from err

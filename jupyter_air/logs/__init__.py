@@ -1,0 +1,1 @@
+"""Rank output: capture into per-rank log files, and reading them back."""

@@ -1,0 +1,123 @@
+"""Turning a rank's raw stdout/stderr bytes into timestamped log records.
+
+One record per line (``\\n``). Carriage-return updates (tqdm and friends) become
+progress records, throttled, so a progress bar is a handful of records rather than
+thousands of lines. Lines longer than a pipe buffer are joined before they are written.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import TextIO
+
+#: Record kinds in a log file: a line of stdout / stderr, or a progress update of either.
+LINE = {"out": "O", "err": "E"}
+PROGRESS = {"out": "o", "err": "e"}
+PROGRESS_EVERY = 0.25  # seconds between two progress records of one stream
+
+
+def format_record(ts: float, kind: str, text: str) -> str:
+    return f"{int(ts * 1000)}\t{kind}\t{text}\n"
+
+
+def parse_record(line: str) -> tuple[float, str, str] | None:
+    """(unix seconds, kind, text) of one log-file line, None if it is not a record."""
+    parts = line.rstrip("\n").split("\t", 2)
+    if len(parts) != 3 or not parts[0].isdigit():
+        return None
+    return int(parts[0]) / 1000.0, parts[1], parts[2]
+
+
+class RankLog:
+    """The log file of one rank; both of its streams write here."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file: TextIO = path.open("a", encoding="utf-8", buffering=1)
+        self._lock = threading.Lock()
+
+    def write(self, kind: str, text: str, ts: float | None = None) -> None:
+        with self._lock:
+            self._file.write(format_record(time.time() if ts is None else ts, kind, text))
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+class StreamSplitter:
+    """Feeds one stream's bytes and writes complete records to a RankLog."""
+
+    def __init__(self, log: RankLog, stream: str) -> None:
+        self._log = log
+        self._line_kind = LINE[stream]
+        self._progress_kind = PROGRESS[stream]
+        self._pending = b""
+        self._last_progress = 0.0
+        self._held_progress: str | None = None
+
+    def feed(self, data: bytes) -> None:
+        buffer = self._pending + data
+        start = 0
+        while True:
+            newline = buffer.find(b"\n", start)
+            if newline < 0:
+                break
+            line = buffer[start:newline].rstrip(b"\r")
+            # Text after the last carriage return is what a terminal shows.
+            self._held_progress = None
+            self._log.write(self._line_kind, _decode(line.rsplit(b"\r", 1)[-1]))
+            start = newline + 1
+        rest = buffer[start:]
+        cr = rest.rfind(b"\r")
+        if cr >= 0:
+            shown = rest[:cr].rsplit(b"\r", 1)[-1]
+            if shown:
+                self._progress(_decode(shown))
+            rest = rest[cr + 1 :]
+        self._pending = rest
+
+    def _progress(self, text: str) -> None:
+        now = time.monotonic()
+        if now - self._last_progress >= PROGRESS_EVERY:
+            self._last_progress = now
+            self._held_progress = None
+            self._log.write(self._progress_kind, text)
+        else:
+            self._held_progress = text
+
+    def flush(self) -> None:
+        """At end of stream: the last progress state and any unterminated line."""
+        if self._pending:
+            self._log.write(self._line_kind, _decode(self._pending.rsplit(b"\r", 1)[-1]))
+            self._pending = b""
+        elif self._held_progress is not None:
+            self._log.write(self._progress_kind, self._held_progress)
+        self._held_progress = None
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def plain_lines(path: Path) -> list[str]:
+    """A rank log as a terminal would have shown it: lines, and a progress bar's last state."""
+    out: list[str] = []
+    progress: str | None = None
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for raw in f:
+            record = parse_record(raw)
+            if record is None:
+                continue
+            _, kind, text = record
+            if kind in PROGRESS.values():
+                progress = text
+            else:
+                progress = None
+                out.append(text)
+    if progress is not None:
+        out.append(progress)
+    return out

@@ -1,0 +1,1 @@
+"""MLflow: experiments, runs, links and system metrics of jobs."""

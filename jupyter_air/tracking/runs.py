@@ -1,0 +1,145 @@
+"""MLflow runs of jobs: which experiment, which run, which tags, which status.
+
+Imported only where MLflow is needed (a kernel at its first distributed call, a
+supervisor in a background thread): ``import mlflow`` costs about 2 s.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import mlflow
+from mlflow import MlflowClient
+
+#: Job status -> MLflow run status.
+RUN_STATUS = {"SUCCEEDED": "FINISHED", "FAILED": "FAILED", "CANCELLED": "KILLED"}
+
+
+@dataclass(frozen=True)
+class RunTarget:
+    """Where a call's first run goes, decided in the kernel before anything starts."""
+
+    tracking_uri: str
+    experiment_id: str
+    experiment_name: str
+    resume_run_id: str | None
+    parent_run_id: str | None
+
+
+def absolute_tracking_uri(uri: str, cwd: str | None = None) -> str:
+    """The same store, spelled so that a process started elsewhere finds it."""
+    base = Path(cwd or os.getcwd())
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file") and not uri.startswith(("databricks", "http")):
+        path = Path(parsed.path if parsed.scheme == "file" else uri)
+        return (base / path).resolve().as_uri() if not path.is_absolute() else path.as_uri()
+    if parsed.scheme.startswith("sqlite"):
+        path_text = uri.split(":///", 1)[1] if ":///" in uri else ""
+        if path_text and not path_text.startswith("/") and path_text != ":memory:":
+            return f"{parsed.scheme}:///{(base / path_text).resolve()}"
+    return uri
+
+
+def default_experiment_name(user: str, notebook: str | None) -> str:
+    """``/Users/<user>/<notebook name>``, as the managed product names notebook experiments."""
+    name = Path(notebook).stem if notebook else "notebook"
+    return f"/Users/{user}/{name}"
+
+
+def resolve_target(option_experiment: str | None, user: str, notebook: str | None) -> RunTarget:
+    """Experiment and run for a call, by precedence.
+
+    ``--experiment`` on the call wins (the most specific setting), then the notebook's
+    ``mlflow.set_experiment()``, then ``MLFLOW_EXPERIMENT_NAME``/``MLFLOW_EXPERIMENT_ID``,
+    then ``/Users/<user>/<notebook>``. ``MLFLOW_RUN_ID`` resumes that run in its own
+    experiment; an active run makes the new run its child, in the parent's experiment.
+    """
+    from mlflow.tracking import fluent
+
+    uri = absolute_tracking_uri(mlflow.get_tracking_uri())
+    client = MlflowClient(uri)
+    resume = os.environ.get("MLFLOW_RUN_ID")
+    if resume:
+        experiment_id = client.get_run(resume).info.experiment_id
+        return RunTarget(uri, experiment_id, _name(client, experiment_id), resume, None)
+    active = mlflow.active_run()
+    if active is not None:
+        experiment_id = active.info.experiment_id
+        return RunTarget(uri, experiment_id, _name(client, experiment_id), None, active.info.run_id)
+    if option_experiment:
+        experiment_id = _ensure_experiment(client, option_experiment)
+    elif fluent._active_experiment_id:
+        experiment_id = fluent._active_experiment_id
+    elif os.environ.get("MLFLOW_EXPERIMENT_ID"):
+        experiment_id = os.environ["MLFLOW_EXPERIMENT_ID"]
+    elif os.environ.get("MLFLOW_EXPERIMENT_NAME"):
+        experiment_id = _ensure_experiment(client, os.environ["MLFLOW_EXPERIMENT_NAME"])
+    else:
+        experiment_id = _ensure_experiment(client, default_experiment_name(user, notebook))
+    return RunTarget(uri, experiment_id, _name(client, experiment_id), None, None)
+
+
+def _ensure_experiment(client: MlflowClient, name: str) -> str:
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return str(found.experiment_id)
+    try:
+        return str(client.create_experiment(name))
+    except mlflow.exceptions.MlflowException:  # created meanwhile by another kernel
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return str(found.experiment_id)
+
+
+def _name(client: MlflowClient, experiment_id: str) -> str:
+    return str(client.get_experiment(experiment_id).name)
+
+
+def job_tags(
+    job_id: str, attempt: int, nproc_per_node: int, nnodes: int, notebook: str | None, user: str
+) -> dict[str, str]:
+    tags = {
+        "air.job_id": job_id,
+        "air.attempt": str(attempt),
+        "air.nproc_per_node": str(nproc_per_node),
+        "air.nnodes": str(nnodes),
+        "air.world_size": str(nproc_per_node * nnodes),
+        "air.host": socket.gethostname(),
+        "mlflow.user": user,
+    }
+    if notebook:
+        tags["air.notebook"] = notebook
+        tags["mlflow.source.name"] = notebook
+        tags["mlflow.source.type"] = "NOTEBOOK"
+    return tags
+
+
+def start_run(
+    client: MlflowClient,
+    experiment_id: str,
+    tags: Mapping[str, str],
+    run_name: str | None,
+    parent_run_id: str | None,
+) -> str:
+    all_tags: dict[str, Any] = dict(tags)
+    if parent_run_id:
+        all_tags["mlflow.parentRunId"] = parent_run_id
+    run = client.create_run(experiment_id, tags=all_tags, run_name=run_name)
+    return str(run.info.run_id)
+
+
+def resume_run(client: MlflowClient, run_id: str, tags: Mapping[str, str]) -> None:
+    client.update_run(run_id, status="RUNNING")
+    for key, value in tags.items():
+        client.set_tag(run_id, key, value)
+
+
+def end_run(client: MlflowClient, run_id: str, job_status: str) -> None:
+    client.set_terminated(run_id, status=RUN_STATUS.get(job_status, "FAILED"))
