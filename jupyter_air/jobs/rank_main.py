@@ -9,6 +9,7 @@ a rank that fails writes its traceback beside it.
 from __future__ import annotations
 
 import ast
+import atexit
 import importlib
 import linecache
 import os
@@ -36,8 +37,29 @@ def run_cell(source: str, namespace: dict[str, Any]) -> Any:
     return eval(compile(ast.Expression(last.value), CELL_FILE, "eval"), namespace)
 
 
+#: Variables that stay set for the rank's whole life.
+PINNED = frozenset({"MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TRACKING_URI"})
+
+
+def pin_environment() -> None:
+    """Keep the job's MLflow variables in ``os.environ``.
+
+    ``mlflow.start_run()``/``end_run()`` delete MLFLOW_RUN_ID, but training code (like
+    the managed product's examples) reads ``os.environ["MLFLOW_RUN_ID"]`` at every step,
+    and a rank must always log into its attempt's run.
+    """
+
+    class PinnedEnviron(type(os.environ)):  # type: ignore[misc]
+        def __delitem__(self, key: str) -> None:
+            if key not in PINNED:
+                super().__delitem__(key)
+
+    os.environ.__class__ = PinnedEnviron
+
+
 def main(argv: list[str]) -> int:
     payload_path, attempt_dir = Path(argv[0]), Path(argv[1])
+    pin_environment()
     rank = int(os.environ.get("RANK", "0"))
     # The cell runs in a fresh __main__, as in the notebook, so that classes it defines
     # pickle by reference (torch.save of a model, DataLoader workers) and resolve here.
@@ -88,5 +110,18 @@ def _write_result(attempt_dir: Path, value: Any, outputs: dict[str, Any]) -> Non
     tmp.replace(attempt_dir / "result.pkl")
 
 
+def exit_now(code: int) -> None:
+    """Run the atexit handlers and flush, then leave without C++ teardown.
+
+    Rank 0 hosts torch's TCPStore; tearing its threads down at interpreter exit can
+    abort the process ("terminate called without an active exception") after the
+    work succeeded. torchrun's workers avoid it by not hosting the store.
+    """
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))

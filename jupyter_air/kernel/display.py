@@ -40,13 +40,16 @@ class JobView:
         parts_html = [f"<b>Job</b> <code>{html.escape(self.job_id)}</code>"]
         parts_text = [f"Job {self.job_id}"]
         for label, url in links.items():
-            text = f"{label}: {run_name}" if label == "run" and run_name else label
+            text = f"{label} {run_name}" if label == "run" and run_name else label
             if url:
                 parts_html.append(
                     f'<a href="{html.escape(url)}" target="_blank" rel="noopener">'
                     f"{html.escape(text)}</a>"
                 )
                 parts_text.append(f"{text}: {url}")
+            elif label == "run":  # no UI to link to: still name the run
+                parts_html.append(html.escape(text))
+                parts_text.append(text)
         bundle = {
             "text/plain": " | ".join(parts_text),
             "text/html": '<div class="jp-air-JobHeader">' + " · ".join(parts_html) + "</div>",
@@ -74,13 +77,13 @@ class JobView:
         for record in records:
             if not self._wanted(record.rank):
                 continue
-            if record.attempt != self._attempt:
-                self._attempt = record.attempt
-                out.append(f"--- attempt {record.attempt} ---\n")
+            if record.attempt > self._attempt:
+                out.append(self._separator(record.attempt, None))
             prefix = f"[rank {record.rank}] "
             if record.kind in ("o", "e"):
                 self._show_progress(record, prefix)
                 continue
+            self._end_progress(record)
             if self._shown >= self._max_lines:
                 self._elided += 1
                 continue
@@ -93,6 +96,17 @@ class JobView:
             sys.stderr.write("".join(err))
             sys.stderr.flush()
 
+    def attempt_started(self, attempt: int, why: str | None) -> None:
+        """Mark where a retry begins (once per attempt)."""
+        if attempt > self._attempt:
+            sys.stdout.write(self._separator(attempt, why))
+            sys.stdout.flush()
+
+    def _separator(self, attempt: int, why: str | None) -> str:
+        self._attempt = attempt
+        reason = f" (attempt {attempt - 1}: {why})" if why else ""
+        return f"--- attempt {attempt}{reason} ---\n"
+
     def _wanted(self, rank: int) -> bool:
         return self._output_ranks == "all" or (self._output_ranks == "0" and rank == 0)
 
@@ -104,6 +118,13 @@ class JobView:
             self._progress[key] = display(bundle, raw=True, display_id=True)
         else:
             handle.update(bundle, raw=True)
+
+    def _end_progress(self, record: Record) -> None:
+        """A completed line ends that stream's progress bar: its final state is the line."""
+        progress_kind = "o" if record.kind == "O" else "e"
+        handle = self._progress.pop((record.attempt, record.rank, progress_kind), None)
+        if handle is not None:
+            handle.update({"text/plain": ""}, raw=True)
 
     def elided_note(self) -> str | None:
         if not self._elided:

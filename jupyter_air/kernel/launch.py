@@ -182,6 +182,8 @@ def _follow(
                 break
             if time.monotonic() - last_status > 0.5:
                 attempts = store.attempts(job_id)
+                if len(attempts) > 1:
+                    view.attempt_started(len(attempts), attempts[-2].message)
                 view.status(job.status, len(attempts) or 1, max_attempts)
                 last_status = time.monotonic()
             time.sleep(POLL)
@@ -192,8 +194,10 @@ def _follow(
         view.show(follower.poll())
         view.status(job.status, len(store.attempts(job_id)) or 1, max_attempts, "interrupted")
         raise
-    view.show(follower.poll())
     attempts = store.attempts(job_id)
+    if len(attempts) > 1:
+        view.attempt_started(len(attempts), attempts[-2].message)
+    view.show(follower.poll())
     last = attempts[-1] if attempts else None
     note = view.elided_note()
     view.status(job.status, len(attempts), max_attempts, note or "")

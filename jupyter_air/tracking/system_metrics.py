@@ -7,12 +7,15 @@ read through jupyter_air's one NVML module.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
 from ..gpu.nvml import Nvml
+
+log = logging.getLogger(__name__)
 
 
 class GpuTemperatureMonitor(BaseMetricsMonitor):
@@ -29,6 +32,32 @@ class GpuTemperatureMonitor(BaseMetricsMonitor):
         return {k: round(sum(v) / len(v), 1) for k, v in self._metrics.items() if v}
 
 
+class JobSystemMetricsMonitor(SystemMetricsMonitor):
+    """MLflow's monitor, sampling for as long as the job runs.
+
+    MLflow's own loop stops once the run is no longer RUNNING; but a rank's
+    ``with mlflow.start_run(run_id=...)`` ends the run at every exit, mid-training. This
+    loop keeps MLflow's collection, aggregation and publishing, samples until the job
+    says stop, and puts the run back to RUNNING meanwhile.
+    """
+
+    def monitor(self) -> None:
+        from mlflow import MlflowClient
+
+        client = MlflowClient(self._tracking_uri)
+        while not self._shutdown_event.is_set():
+            for _ in range(self.samples_before_logging):
+                self.collect_metrics()
+                if self._shutdown_event.wait(self.sampling_interval):
+                    return  # finish() publishes the last sample
+            try:
+                if client.get_run(self._run_id).info.status != "RUNNING":
+                    client.update_run(self._run_id, status="RUNNING")
+                self.publish_metrics(self.aggregate_metrics())
+            except Exception as err:
+                log.warning("system metrics of run %s not logged: %s", self._run_id, err)
+
+
 class RunMetrics:
     """Records system metrics into one run every ``interval`` seconds for its whole life."""
 
@@ -36,7 +65,7 @@ class RunMetrics:
         self, run_id: str, tracking_uri: str, interval: float, node_id: str | None
     ) -> None:
         self._nvml = Nvml()
-        self.monitor = SystemMetricsMonitor(
+        self.monitor = JobSystemMetricsMonitor(
             run_id, sampling_interval=interval, node_id=node_id, tracking_uri=tracking_uri
         )
         if self._nvml.status().available:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.fake_nvml import Scenario, count_calls, env_for
+from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
 
 CHROMIUM = Path(os.environ.get("AIR_TEST_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -37,16 +38,6 @@ CHROMIUM_ARGS = [
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture(autouse=True)
-def jp_asyncio_loop() -> None:
-    """No asyncio loop here: Playwright's sync API runs its own."""
-
-
-@pytest.fixture(autouse=True)
-def jp_server_cleanup() -> None:
-    """No in-process Jupyter server here: the labs run in subprocesses."""
 
 
 @dataclass

@@ -1,0 +1,127 @@
+"""Where the MLflow UI of a tracking store lives, and links to its pages.
+
+Kernel-side: imports neither tornado nor mlflow, since a kernel renders these links
+after every job and ``import mlflow`` alone costs seconds.
+
+A local store (``sqlite:``, ``file:`` or a plain path) has no UI of its own, so the
+Jupyter server that started the kernel serves one under
+``{base_url}jupyter-air/mlflow/<key>/`` (see ``ui_server`` and the server's
+``mlflow_handlers``). ``MlflowUi.url`` in the server's configuration replaces that UI;
+the server hands its value to its kernels through ``$AIR_MLFLOW_UI_URL``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, urlsplit
+
+from .stores import register_store
+
+UI_URL_ENV = "AIR_MLFLOW_UI_URL"
+LOCAL_SCHEMES = ("", "file", "sqlite")
+
+
+@dataclass(frozen=True)
+class JupyterServer:
+    """A running Jupyter server, as its runtime file (``jpserver-<pid>.json``) says."""
+
+    pid: int
+    url: str
+    """Its URL as the server sees itself, ending in its base URL: behind JupyterHub this
+    is an internal address the browser cannot reach."""
+    base_url: str
+    """Its URL path, e.g. ``/user/ada/``: what a link in a notebook's output should start
+    with, since the browser resolves it against the page it shows."""
+
+
+def is_local_store(tracking_uri: str) -> bool:
+    """Whether MLflow reads this store from the local disk (so no server shows it)."""
+    return urlsplit(tracking_uri).scheme in LOCAL_SCHEMES
+
+
+def ui_base(
+    tracking_uri: str, *, absolute: bool = False, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """The URL of the MLflow UI showing ``tracking_uri``, ending in ``/``; None if none.
+
+    An http(s) tracking server is its own UI. Otherwise the configured override wins,
+    then the UI that this kernel's Jupyter server serves for the store, which this
+    registers (idempotent) so that the server agrees to serve it. ``absolute`` asks
+    for the server's own URL rather than its base path: for text outside the browser,
+    since the absolute URL is wrong behind a proxy such as JupyterHub.
+    """
+    env = os.environ if environ is None else environ
+    if urlsplit(tracking_uri).scheme in ("http", "https"):
+        return _slash(tracking_uri)
+    if env.get(UI_URL_ENV):
+        return _slash(env[UI_URL_ENV])
+    if not is_local_store(tracking_uri):
+        return None
+    server = current_jupyter_server(env)
+    if server is None:
+        return None
+    root = server.url if absolute else server.base_url
+    return f"{_slash(root)}jupyter-air/mlflow/{register_store(tracking_uri)}/"
+
+
+def experiment_url(base: str, experiment_id: str) -> str:
+    """The MLflow UI page of an experiment (the UI routes in the URL fragment)."""
+    return f"{_slash(base)}#/experiments/{quote(experiment_id, safe='')}"
+
+
+def run_url(base: str, experiment_id: str, run_id: str) -> str:
+    """The MLflow UI page of a run."""
+    return f"{experiment_url(base, experiment_id)}/runs/{quote(run_id, safe='')}"
+
+
+def current_jupyter_server(
+    environ: Mapping[str, str] | None = None, runtime_dir: Path | None = None
+) -> JupyterServer | None:
+    """The Jupyter server that started this kernel; else the only one running; else None.
+
+    Kernels started by a Jupyter server carry its pid in ``JPY_PARENT_PID``. This reads
+    the runtime files as ``jupyter_server.serverapp.list_running_servers`` does,
+    without importing the server (and tornado) into the kernel.
+    """
+    env = os.environ if environ is None else environ
+    if runtime_dir is None:
+        from jupyter_core.paths import jupyter_runtime_dir
+
+        runtime_dir = Path(jupyter_runtime_dir())
+    servers = list(_running_servers(runtime_dir))
+    parent = env.get("JPY_PARENT_PID")
+    for server in servers:
+        if str(server.pid) == parent:
+            return server
+    return servers[0] if len(servers) == 1 else None
+
+
+def _running_servers(runtime_dir: Path) -> Iterator[JupyterServer]:
+    for path in sorted(runtime_dir.glob("jpserver-*.json")):
+        try:
+            info = json.loads(path.read_text())
+            server = JupyterServer(
+                pid=int(info["pid"]), url=str(info["url"]), base_url=str(info["base_url"])
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being written, or not a server's file
+        if _alive(server.pid):
+            yield server
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _slash(url: str) -> str:
+    return url if url.endswith("/") else url + "/"

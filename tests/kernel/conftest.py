@@ -1,0 +1,142 @@
+"""A real IPython kernel (through jupyter_client) with jupyter_air loaded, on the fake
+NVML driver, with its own job store and MLflow store."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from jupyter_client.manager import KernelManager
+
+from tests.fake_nvml import FakeGpu, Scenario, env_for
+from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
+
+
+@dataclass
+class Execution:
+    """What one cell produced."""
+
+    stdout: str = ""
+    stderr: str = ""
+    displays: list[dict[str, Any]] = field(default_factory=list)
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    seconds: float = 0.0
+
+    @property
+    def text(self) -> str:
+        shown = [d.get("text/plain", "") for d in self.displays]
+        return "\n".join([self.stdout, self.stderr, *shown])
+
+    def value(self) -> str:
+        assert self.error is None, self.traceback
+        assert self.result is not None, "the cell has no result"
+        return str(self.result["text/plain"])
+
+    @property
+    def traceback(self) -> str:
+        return "\n".join(self.error["traceback"]) if self.error else ""
+
+
+class Kernel:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.manager = KernelManager(kernel_name="python3")
+        self.manager.start_kernel(env=env)
+        self.client = self.manager.blocking_client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=60)
+
+    def start(self, code: str) -> str:
+        return str(self.client.execute(code))
+
+    def collect(self, msg_id: str, timeout: float = 240) -> Execution:
+        out = Execution()
+        started = time.monotonic()
+        displays: dict[str, dict[str, Any]] = {}
+        order: list[str] = []
+        while True:
+            msg = self.client.get_iopub_msg(timeout=timeout)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                if content["name"] == "stdout":
+                    out.stdout += content["text"]
+                else:
+                    out.stderr += content["text"]
+            elif kind in ("display_data", "update_display_data"):
+                key = content.get("transient", {}).get("display_id") or f"anon-{len(order)}"
+                if key not in displays:
+                    order.append(key)
+                displays[key] = content["data"]
+            elif kind == "execute_result":
+                out.result = content["data"]
+            elif kind == "error":
+                out.error = content
+            elif kind == "status" and content["execution_state"] == "idle":
+                break
+        out.displays = [displays[k] for k in order]
+        out.seconds = time.monotonic() - started
+        return out
+
+    def run(self, code: str, timeout: float = 240) -> Execution:
+        return self.collect(self.start(code), timeout)
+
+    def interrupt(self) -> None:
+        self.manager.interrupt_kernel()
+
+    def shutdown(self) -> None:
+        self.client.stop_channels()
+        self.manager.shutdown_kernel(now=True)
+
+
+@pytest.fixture(scope="module")
+def air_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("air")
+
+
+@pytest.fixture(scope="module")
+def kernel_env(air_home: Path, fake_nvml_dir: Path) -> dict[str, str]:
+    """One fake GPU; system metrics every second so short jobs record some."""
+    scenario = Scenario(gpus=[FakeGpu(util=[20, 40, 60], temp=[45, 47, 49])])
+    scenario_path = scenario.write(air_home / "nvml-scenario.txt")
+    env = {
+        **os.environ,
+        **env_for(fake_nvml_dir, scenario_path),
+        "AIR_HOME": str(air_home),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{air_home}/mlflow.db",
+        "AIR_SYSTEM_METRICS_INTERVAL": "1",
+        "JPY_SESSION_NAME": str(air_home / "notebooks" / "train.ipynb"),
+        "CUDA_VISIBLE_DEVICES": "",  # the CPU build of torch: ranks use gloo
+    }
+    for name in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID"):
+        env.pop(name, None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def kernel(kernel_env: dict[str, str], air_home: Path) -> Iterator[Kernel]:
+    (air_home / "notebooks").mkdir(exist_ok=True)
+    k = Kernel(kernel_env)
+    loaded = k.run("%load_ext jupyter_air")
+    assert loaded.error is None, loaded.traceback
+    yield k
+    k.shutdown()
+
+
+def job_processes(job_id: str) -> list[psutil.Process]:
+    """Live processes of a job: its ranks and anything they started."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.environ().get("AIR_JOB_ID") == job_id and proc.status() != "zombie":
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
