@@ -45,9 +45,9 @@ class Execution:
 
 
 class Kernel:
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
         self.manager = KernelManager(kernel_name="python3")
-        self.manager.start_kernel(env=env)
+        self.manager.start_kernel(env=env, cwd=str(cwd))
         self.client = self.manager.blocking_client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=60)
@@ -122,8 +122,9 @@ def kernel_env(air_home: Path, fake_nvml_dir: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def kernel(kernel_env: dict[str, str], air_home: Path) -> Iterator[Kernel]:
-    (air_home / "notebooks").mkdir(exist_ok=True)
-    k = Kernel(kernel_env)
+    notebooks = air_home / "notebooks"
+    notebooks.mkdir(exist_ok=True)
+    k = Kernel(kernel_env, cwd=notebooks)
     loaded = k.run("%load_ext jupyter_air")
     assert loaded.error is None, loaded.traceback
     yield k

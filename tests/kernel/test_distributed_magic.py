@@ -89,8 +89,10 @@ def wait_done(air_home: Path, job_id: str, timeout: float = 60) -> Any:
     return job
 
 
-def test_loading_the_extension_imports_neither_mlflow_nor_nvml(kernel_env: dict[str, str]) -> None:
-    fresh = Kernel(kernel_env)
+def test_loading_the_extension_imports_neither_mlflow_nor_nvml(
+    kernel_env: dict[str, str], tmp_path: Path
+) -> None:
+    fresh = Kernel(kernel_env, cwd=tmp_path)
     try:
         fresh.run("%load_ext jupyter_air")
         imported = fresh.run(
