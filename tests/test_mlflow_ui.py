@@ -18,11 +18,9 @@ from urllib.parse import urlsplit
 
 import psutil
 import pytest
-from jupyter_server.utils import url_path_join
 from tornado.httpclient import HTTPClientError
 from traitlets import TraitError
 
-from jupyter_air.server.mlflow_handlers import mlflow_ui_handlers
 from jupyter_air.tracking.stores import register_store
 from jupyter_air.tracking.ui_links import (
     current_jupyter_server,
@@ -37,12 +35,10 @@ BASE_URL = "/a%40b/"  # pytest-jupyter's default: a JupyterHub-like escaped base
 
 @dataclass
 class Served:
-    ui: MlflowUi
     tracking_uri: str
     key: str
     experiment_id: str
     run_id: str
-    home: Path
 
 
 @pytest.fixture(scope="module")
@@ -63,15 +59,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         (root / "notes.txt").write_text("hello from the run")
         client.log_artifact(run.info.run_id, str(root / "notes.txt"))
         client.set_terminated(run.info.run_id)
-        ui = MlflowUi(base_url=BASE_URL)
-        yield Served(
-            ui, tracking_uri, register_store(tracking_uri), experiment_id, run.info.run_id, root
-        )
-        children = _mlflow_processes()
-        ui.stop()
-    assert children, "the tests started an MLflow UI"
-    _, alive = psutil.wait_procs(children, timeout=1)
-    assert not alive, f"left running: {alive}"
+        yield Served(tracking_uri, register_store(tracking_uri), experiment_id, run.info.run_id)
 
 
 @pytest.fixture
@@ -88,26 +76,33 @@ def jp_server_config() -> dict[str, Any]:
 
 
 @pytest.fixture
-def routes(jp_web_app: Any, served: Served) -> None:
-    """The proxy routes, as the extension would add them under the base URL."""
-    jp_web_app.add_handlers(
-        ".*$",
-        [
-            (url_path_join(BASE_URL, pattern), handler, kwargs)
-            for pattern, handler, kwargs in mlflow_ui_handlers(served.ui)
-        ],
-    )
-
-
-@pytest.fixture
-def served_ui(served: Served, routes: None) -> str:
+def served_ui(served: Served) -> str:
     """The UI's path relative to the base URL."""
     return f"jupyter-air/mlflow/{served.key}/"
 
 
-async def test_the_ui_and_its_api_answer_through_the_jupyter_server(
-    jp_fetch: Any, served: Served, served_ui: str
+async def test_the_ui_of_a_local_store_is_served_by_the_jupyter_server(
+    jp_fetch: Any,
+    jp_serverapp: Any,
+    served: Served,
+    served_ui: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """One test, since the extension's one MLflow UI process takes seconds to start."""
+    await _the_ui_and_its_api_answer(jp_fetch, served, served_ui)
+    await _a_link_the_kernel_renders_opens(jp_fetch, served, served_ui, tmp_path, monkeypatch)
+    await _unknown_keys_are_404_and_anonymous_requests_403(jp_fetch, served_ui)
+    await _the_ui_posts_with_the_login_cookie_from_its_own_origin_only(jp_fetch, served, served_ui)
+    children = _mlflow_processes()
+    assert children, "the extension started an MLflow UI"
+    (extension,) = jp_serverapp.extension_manager.extension_apps["jupyter_air"]
+    await extension.stop_extension()
+    _, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, f"left running: {alive}"
+
+
+async def _the_ui_and_its_api_answer(jp_fetch: Any, served: Served, served_ui: str) -> None:
     pages = await asyncio.gather(*(jp_fetch(served_ui) for _ in range(3)))
     assert [p.code for p in pages] == [200, 200, 200]
     assert pages[0].headers["Content-Type"].startswith("text/html")
@@ -144,7 +139,7 @@ async def test_the_ui_and_its_api_answer_through_the_jupyter_server(
     assert err.value.response.headers["Location"] == f"{BASE_URL}{served_ui}"
 
 
-async def test_a_link_the_kernel_renders_opens(
+async def _a_link_the_kernel_renders_opens(
     jp_fetch: Any,
     served: Served,
     served_ui: str,
@@ -157,7 +152,6 @@ async def test_a_link_the_kernel_renders_opens(
     (runtime / "jpserver-1.json").write_text(json.dumps({**info, "base_url": BASE_URL}))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(runtime))
     monkeypatch.setenv("JPY_PARENT_PID", str(info["pid"]))
-    monkeypatch.setenv("AIR_HOME", str(served.home / "air"))
     monkeypatch.delenv("AIR_MLFLOW_UI_URL", raising=False)
 
     base = ui_base(served.tracking_uri)
@@ -168,9 +162,7 @@ async def test_a_link_the_kernel_renders_opens(
     assert page.code == 200
 
 
-async def test_unknown_keys_are_404_and_anonymous_requests_403(
-    jp_fetch: Any, served_ui: str
-) -> None:
+async def _unknown_keys_are_404_and_anonymous_requests_403(jp_fetch: Any, served_ui: str) -> None:
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("jupyter-air/mlflow/0123456789abcdef/")
     assert err.value.code == 404
@@ -182,7 +174,7 @@ async def test_unknown_keys_are_404_and_anonymous_requests_403(
     assert err.value.code == 403
 
 
-async def test_the_ui_posts_with_the_login_cookie_from_its_own_origin_only(
+async def _the_ui_posts_with_the_login_cookie_from_its_own_origin_only(
     jp_fetch: Any, served: Served, served_ui: str
 ) -> None:
     login = await jp_fetch("api", "status")

@@ -119,7 +119,6 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
     from mlflow import MlflowClient
 
     from ..tracking import runs
-    from ..tracking.links import ui_links
     from ..tracking.stores import register_store
 
     user, notebook = user_name(), notebook_path()
@@ -161,12 +160,23 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
     job = client.submit(store, workload, payload_bytes, job_id=job_id, watch_pid=watch)
 
     view = JobView(job.id, options.output_ranks)
-    view.header(run_name, ui_links(target.tracking_uri, target.experiment_id, run_id, job.id))
+    view.header(run_name, job_links(target.tracking_uri, target.experiment_id, run_id))
     max_attempts = options.max_retries + 1
     if options.background:
         view.status("submitted in the background", 1, max_attempts, f"air logs {job.id}")
         return None
     return _follow(store, job.id, view, max_attempts, user_ns)
+
+
+def job_links(tracking_uri: str, experiment_id: str, run_id: str) -> dict[str, str | None]:
+    """The run, its experiment and its logs (the run's ``logs/`` artifacts) in the MLflow UI."""
+    from ..tracking.ui_links import experiment_url, run_url, ui_base
+
+    base = ui_base(tracking_uri)
+    if base is None:
+        return {"run": None, "experiment": None, "logs": None}
+    run = run_url(base, experiment_id, run_id)
+    return {"run": run, "experiment": experiment_url(base, experiment_id), "logs": f"{run}/artifacts"}
 
 
 def _follow(

@@ -7,20 +7,27 @@ from typing import Any
 from jupyter_server.extension.application import ExtensionApp
 
 from ..gpu.sampler import GpuSampler
+from ..tracking.ui_server import MlflowUi
 from .gpu_handlers import GpuHandler, GpuSampleHandler
+from .mlflow_handlers import mlflow_ui_handlers
 
 
 class AirExtension(ExtensionApp):
-    """Serves the GPU resources API and owns the server's one GPU sampler."""
+    """Serves the GPU resources API and the MLflow UI of local stores; owns the server's
+    one GPU sampler and the MLflow UI processes."""
 
     name = "jupyter_air"
     load_other_extensions = True
-    classes = [GpuSampler]  # noqa: RUF012 (traitlets reads a plain class attribute)
+    classes = [GpuSampler, MlflowUi]  # noqa: RUF012 (traitlets reads a plain class attribute)
 
     sampler: GpuSampler
+    mlflow_ui: MlflowUi
 
     def initialize_settings(self) -> None:
         self.sampler = GpuSampler(parent=self, log=self.log)
+        assert self.serverapp is not None
+        self.mlflow_ui = MlflowUi(parent=self, log=self.log, base_url=self.serverapp.base_url)
+        self.mlflow_ui.share_with_kernels()
 
     def initialize_handlers(self) -> None:
         kwargs = {"sampler": self.sampler}
@@ -30,9 +37,11 @@ class AirExtension(ExtensionApp):
                 (r"/jupyter-air/gpu/sample", GpuSampleHandler, kwargs),
             ]
         )
+        self.handlers.extend(mlflow_ui_handlers(self.mlflow_ui))
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         self.sampler.start()
 
     async def stop_extension(self) -> None:
         self.sampler.stop()
+        self.mlflow_ui.stop()
