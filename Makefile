@@ -12,7 +12,10 @@ QUIET_PIP := sed '/is ignored: it is neither a file nor a directory/d'
 
 HOST ?= 127.0.0.1
 PORT ?= 8888
-TOKEN ?= $(shell python3 -c 'import secrets; print(secrets.token_hex(16))')
+ifndef TOKEN
+TOKEN := $(shell python3 -c 'import secrets; print(secrets.token_hex(16))')
+endif
+LAB_URL := http://$(HOST):$(PORT)/lab?token=$(TOKEN)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: help setup system demo lab test lint typecheck pytest bench clean
@@ -54,9 +57,11 @@ setup: system $(VENV)/.installed
 ## --- the README's commands ----------------------------------------------------------
 
 demo: setup
+	$(PY) scripts/demo.py --url "$(LAB_URL)"
 	@echo "Starting JupyterLab with jupyter_air. Open:"
-	@echo "    http://$(HOST):$(PORT)/lab?token=$(TOKEN)"
-	@echo "(the chip icon in the right sidebar opens GPU resources; Ctrl-C stops)"
+	@echo "    $(LAB_URL)"
+	@echo "(notebooks/quickstart.ipynb is the example; the chip icon in the right sidebar"
+	@echo " opens GPU resources; Ctrl-C stops)"
 	jupyter lab --no-browser $(ROOT_FLAG) --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
 		--ServerApp.port_retries=0 --IdentityProvider.token=$(TOKEN)
 
@@ -65,8 +70,8 @@ lab: demo
 test: setup lint typecheck pytest
 
 lint:
-	$(BIN)/ruff check jupyter_air tests bench
-	$(BIN)/ruff format --check jupyter_air tests bench
+	$(BIN)/ruff check jupyter_air tests bench scripts
+	$(BIN)/ruff format --check jupyter_air tests bench scripts
 	npm run lint:check
 
 typecheck:
