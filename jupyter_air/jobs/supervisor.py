@@ -24,6 +24,7 @@ from types import FrameType
 from typing import Any
 
 from ..logs.capture import plain_lines
+from ..tracking.guard import RunGuard
 from .env import RankPlace, free_port, inherited_env, rank_env, visible_gpus
 from .local import LocalRanks, Outcome, RankSpec
 from .spec import Workload
@@ -67,7 +68,7 @@ class Tracking:
             )
         )
 
-    def start_metrics(self, run_id: str) -> Future[Any]:
+    def start_metrics(self, run_id: str, guard: RunGuard) -> Future[Any]:
         """System metrics for the run, started once MLflow is loaded; never blocks."""
         started: Future[Any] = Future()
 
@@ -75,7 +76,7 @@ class Tracking:
             try:
                 _, _, system_metrics = self._ready.result()
                 metrics = system_metrics.RunMetrics(
-                    run_id, self._workload.tracking_uri, METRICS_INTERVAL, node_id=None
+                    run_id, self._workload.tracking_uri, METRICS_INTERVAL, None, guard
                 )
                 metrics.start()
                 started.set_result(metrics)
@@ -138,10 +139,10 @@ class Supervisor:
             ).start()
         tracking = Tracking(workload)
         first_run = workload.tags.get("air.first_run_id")
-        outcome = Outcome("FAILED", [], message="no attempt ran")
-        for attempt in range(1, workload.max_retries + 2):
+        outcome = Outcome("CANCELLED", [], message="cancelled before it started")
+        last_attempt = workload.max_retries + 1
+        for attempt in range(1, last_attempt + 1):
             if self._cancelled.is_set():
-                outcome = Outcome("CANCELLED", [], message="cancelled")
                 break
             run_id = (
                 first_run
@@ -149,8 +150,10 @@ class Supervisor:
                 else tracking.new_run(job.id, attempt, _run_tags(workload))
             )
             self.store.start_attempt(job.id, attempt, run_id)
-            metrics = tracking.start_metrics(run_id)
+            guard = RunGuard()
+            metrics = tracking.start_metrics(run_id, guard)
             outcome = self._attempt(attempt, workload, run_id)
+            guard.end()
             self.store.end_attempt(
                 job.id,
                 attempt,
@@ -159,15 +162,28 @@ class Supervisor:
                 outcome.failed_rank,
                 outcome.message,
             )
+            over = outcome.status != "FAILED" or attempt == last_attempt or self._cancelled.is_set()
+            # A kernel following the job ends the run itself, so it learns at once; for a
+            # job nobody follows, "done" means its run is finished too.
+            followed = over and not workload.background
+            if followed:
+                self._end_job(outcome)
             try:
                 tracking.attach_logs(run_id, self.store.attempt_dir(job.id, attempt))
                 tracking.end_run(run_id, outcome.status, metrics)
             except Exception as err:
                 log.error("could not finish MLflow run %s: %s", run_id, err)
-            if outcome.status != "FAILED":
-                break
-        self.store.update(job.id, status=outcome.status, ended=time.time(), message=outcome.message)
-        return 0 if outcome.status == "SUCCEEDED" else 1
+            if over:
+                if not followed:
+                    self._end_job(outcome)
+                return 0 if outcome.status == "SUCCEEDED" else 1
+        self._end_job(outcome)
+        return 1
+
+    def _end_job(self, outcome: Outcome) -> None:
+        self.store.update(
+            self.job.id, status=outcome.status, ended=time.time(), message=outcome.message
+        )
 
     def _attempt(self, attempt: int, workload: Workload, run_id: str) -> Outcome:
         job = self.job

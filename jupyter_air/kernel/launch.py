@@ -10,6 +10,7 @@ import keyword
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,7 +166,13 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
     if options.background:
         view.status("submitted in the background", 1, max_attempts, f"air logs {job.id}")
         return None
-    return _follow(store, job.id, view, max_attempts, user_ns)
+
+    def end_run(run: str, status: str) -> None:
+        """The supervisor ends the run too, once its own MLflow import is done; ending it
+        here makes the run's status right the moment the cell returns."""
+        runs.end_run(mlflow_client, run, status)
+
+    return _follow(store, job.id, view, max_attempts, user_ns, end_run)
 
 
 def job_links(tracking_uri: str, experiment_id: str, run_id: str) -> dict[str, str | None]:
@@ -176,11 +183,20 @@ def job_links(tracking_uri: str, experiment_id: str, run_id: str) -> dict[str, s
     if base is None:
         return {"run": None, "experiment": None, "logs": None}
     run = run_url(base, experiment_id, run_id)
-    return {"run": run, "experiment": experiment_url(base, experiment_id), "logs": f"{run}/artifacts"}
+    return {
+        "run": run,
+        "experiment": experiment_url(base, experiment_id),
+        "logs": f"{run}/artifacts",
+    }
 
 
 def _follow(
-    store: JobStore, job_id: str, view: JobView, max_attempts: int, user_ns: dict[str, Any] | None
+    store: JobStore,
+    job_id: str,
+    view: JobView,
+    max_attempts: int,
+    user_ns: dict[str, Any] | None,
+    end_run: Callable[[str, str], None],
 ) -> Any:
     follower = client.LogFollower(store, job_id)
     last_status = 0.0
@@ -201,9 +217,11 @@ def _follow(
         client.cancel(store, job_id)
         view.status("cancelling", len(store.attempts(job_id)) or 1, max_attempts)
         job = client.wait(store, job_id, CANCEL_WAIT)
+        _end_last_run(store, job_id, job.status, end_run)
         view.show(follower.poll())
         view.status(job.status, len(store.attempts(job_id)) or 1, max_attempts, "interrupted")
         raise
+    _end_last_run(store, job_id, job.status, end_run)
     attempts = store.attempts(job_id)
     if len(attempts) > 1:
         view.attempt_started(len(attempts), attempts[-2].message)
@@ -214,6 +232,14 @@ def _follow(
     if job.status != "SUCCEEDED":
         raise _failure(store, job_id, job.status, last)
     return _result(store, job_id, last.attempt if last else 1, user_ns)
+
+
+def _end_last_run(
+    store: JobStore, job_id: str, status: str, end_run: Callable[[str, str], None]
+) -> None:
+    attempts = store.attempts(job_id)
+    if status in ("SUCCEEDED", "FAILED", "CANCELLED") and attempts and attempts[-1].run_id:
+        end_run(attempts[-1].run_id, status)
 
 
 def _failure(store: JobStore, job_id: str, status: str, last: Any) -> JobFailed:

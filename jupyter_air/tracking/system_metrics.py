@@ -14,6 +14,7 @@ from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonito
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
 from ..gpu.nvml import Nvml
+from .guard import RunGuard
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ class JobSystemMetricsMonitor(SystemMetricsMonitor):
     says stop, and puts the run back to RUNNING meanwhile.
     """
 
+    guard = RunGuard()
+
     def monitor(self) -> None:
         from mlflow import MlflowClient
 
@@ -51,8 +54,10 @@ class JobSystemMetricsMonitor(SystemMetricsMonitor):
                 if self._shutdown_event.wait(self.sampling_interval):
                     return  # finish() publishes the last sample
             try:
-                if client.get_run(self._run_id).info.status != "RUNNING":
-                    client.update_run(self._run_id, status="RUNNING")
+                with self.guard.lock:
+                    reopen = not self.guard.over.is_set()
+                    if reopen and client.get_run(self._run_id).info.status != "RUNNING":
+                        client.update_run(self._run_id, status="RUNNING")
                 self.publish_metrics(self.aggregate_metrics())
             except Exception as err:
                 log.warning("system metrics of run %s not logged: %s", self._run_id, err)
@@ -62,12 +67,18 @@ class RunMetrics:
     """Records system metrics into one run every ``interval`` seconds for its whole life."""
 
     def __init__(
-        self, run_id: str, tracking_uri: str, interval: float, node_id: str | None
+        self,
+        run_id: str,
+        tracking_uri: str,
+        interval: float,
+        node_id: str | None,
+        guard: RunGuard,
     ) -> None:
         self._nvml = Nvml()
         self.monitor = JobSystemMetricsMonitor(
             run_id, sampling_interval=interval, node_id=node_id, tracking_uri=tracking_uri
         )
+        self.monitor.guard = guard
         if self._nvml.status().available:
             self.monitor.monitors.append(GpuTemperatureMonitor(self._nvml))
 
