@@ -92,14 +92,14 @@ class JobStore:
         self.home = home or air_home()
         self.path = self.home / "jobs.db"
         with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")  # a property of the file: set once
             db.executescript(SCHEMA)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
+        # The timeout is SQLite's busy timeout: writers wait for each other, never fail.
         db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA busy_timeout=30000")
             db.row_factory = sqlite3.Row
             yield db
         finally:
