@@ -123,7 +123,8 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
     from ..tracking.stores import register_store
 
     user, notebook = user_name(), notebook_path()
-    target = runs.resolve_target(options.experiment, user, notebook)
+    with runs.quiet_store_setup():
+        target = runs.resolve_target(options.experiment, user, notebook)
     register_store(target.tracking_uri)
     mlflow_client = MlflowClient(target.tracking_uri)
     job_id = new_job_id()

@@ -6,9 +6,11 @@ supervisor in a background thread): ``import mlflow`` costs about 2 s.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,21 @@ def absolute_tracking_uri(uri: str, cwd: str | None = None) -> str:
         if path_text and not path_text.startswith("/") and path_text != ":memory:":
             return f"{parsed.scheme}:///{(base / path_text).resolve()}"
     return uri
+
+
+@contextmanager
+def quiet_store_setup() -> Iterator[None]:
+    """MLflow announces creating and migrating a sqlite store at INFO on stderr: noise in
+    a notebook cell (the store is ours to set up, not the user's concern)."""
+    loggers = [logging.getLogger(name) for name in ("mlflow.store.db.utils", "alembic")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def default_experiment_name(user: str, notebook: str | None) -> str:
