@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from http.cookies import SimpleCookie
 from typing import Any
 
@@ -190,3 +193,20 @@ async def test_gpu_processes_of_a_kernel_are_attributed_to_it(
         assert process["owner"] == {"kind": "kernel", "id": kernel_id, "name": None}
     finally:
         await kernel_manager.shutdown_kernel(kernel_id, now=True)
+
+
+async def test_gpu_processes_of_a_job_are_attributed_to_the_job(
+    jp_fetch: Any, scenario: WriteScenario
+) -> None:
+    rank = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={**os.environ, "AIR_JOB_ID": "20261129-083012-a1b2c3", "RANK": "0"},
+    )
+    try:
+        scenario(Scenario(gpus=[FakeGpu(processes=[(rank.pid, 2 * 1024**3)])]))
+        answer = await jp_fetch("jupyter-air", "gpu", "sample", method="POST", body=b"")
+        (process,) = json.loads(answer.body)["state"][0]["processes"]
+        assert process["owner"] == {"kind": "job", "id": "20261129-083012-a1b2c3", "name": None}
+    finally:
+        rank.kill()
+        rank.wait()

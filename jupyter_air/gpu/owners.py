@@ -1,7 +1,8 @@
 """Which Jupyter kernel (or job) a GPU process belongs to.
 
 A training script started from a notebook is often a child (or grandchild) of the
-kernel, so a process belongs to the nearest ancestor we know about.
+kernel, so a process belongs to the nearest ancestor we know about. A rank of a job
+belongs to its job first.
 """
 
 from __future__ import annotations
@@ -12,6 +13,14 @@ from typing import TypeVar
 import psutil
 
 OwnerT = TypeVar("OwnerT")
+
+
+def job_of(pid: int) -> str | None:
+    """The jupyter_air job a process runs for: every rank carries AIR_JOB_ID."""
+    try:
+        return psutil.Process(pid).environ().get("AIR_JOB_ID")
+    except (psutil.Error, OSError):
+        return None
 
 
 def owner_of(pid: int, owners: Mapping[int, OwnerT]) -> OwnerT | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from tornado import web
 
-from ..gpu.owners import owner_of
+from ..gpu.owners import job_of, owner_of
 from ..gpu.sampler import GpuSampler
 from .base import AirHandler
 
@@ -38,7 +38,7 @@ class GpuHandler(AirHandler):
         self.write_json(doc)
 
     async def _add_owners(self, doc: dict[str, Any]) -> None:
-        """Name the kernel (and its notebook) behind each GPU process, where we can tell."""
+        """Name the job, or the kernel and its notebook, behind each GPU process."""
         processes = [p for state in doc["state"] for p in state["processes"]]
         if not processes:
             return
@@ -52,7 +52,11 @@ class GpuHandler(AirHandler):
             if pid is not None:
                 owners[pid] = {"kind": "kernel", "id": kernel_id, "name": paths.get(kernel_id)}
         for proc in processes:
-            proc["owner"] = owner_of(proc["pid"], owners)
+            job_id = job_of(proc["pid"])
+            if job_id is not None:
+                proc["owner"] = {"kind": "job", "id": job_id, "name": None}
+            else:
+                proc["owner"] = owner_of(proc["pid"], owners)
 
 
 class GpuSampleHandler(GpuHandler):

@@ -131,6 +131,8 @@ def test_ddp_training_of_a_model_from_an_earlier_cell(kernel: Kernel, air_home: 
     assert tags["mlflow.source.name"].endswith("train.ipynb")
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "logs/node_0")}
     assert artifacts == {"logs/node_0/rank_0.log", "logs/node_0/rank_1.log"}
+    cell = client.download_artifacts(run.info.run_id, "code/cell.py")
+    assert Path(cell).read_text() == DDP_CELL.split("\n", 1)[1]
     assert "ddp-test" in execution.text
     assert status_of(execution).startswith("succeeded")
 
@@ -232,6 +234,30 @@ def test_interrupting_the_kernel_stops_every_rank(kernel: Kernel, air_home: Path
     (run,) = runs_of_job(air_home, job_id)
     assert run.info.status == "KILLED"
     assert job_processes(job_id) == []
+
+
+def test_a_kernel_that_dies_takes_its_job_with_it(
+    kernel_env: dict[str, str], air_home: Path, tmp_path: Path
+) -> None:
+    doomed = Kernel(kernel_env, cwd=tmp_path)
+    try:
+        doomed.run("%load_ext jupyter_air")
+        doomed.start("%%air_distributed -n 2\nimport time\ntime.sleep(300)")
+        store = JobStore(air_home)
+        deadline = time.monotonic() + 60
+        while (
+            not (running := [j for j in store.jobs() if j.status == "RUNNING"])
+            or len(job_processes(running[0].id)) < 2
+        ):
+            assert time.monotonic() < deadline, "the ranks did not start"
+            time.sleep(0.2)
+        job_id = running[0].id
+        doomed.manager.provisioner.process.kill()  # type: ignore[union-attr]
+        job = wait_done(air_home, job_id, timeout=30)
+        assert job.status == "CANCELLED"
+        assert job_processes(job_id) == []
+    finally:
+        doomed.shutdown()
 
 
 def test_background_submission_returns_at_once_and_the_job_goes_on(
