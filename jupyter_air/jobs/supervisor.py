@@ -25,6 +25,7 @@ from types import FrameType
 from typing import Any
 
 from ..logs.capture import plain_lines
+from ..procs import alive
 from ..tracking.guard import RunGuard
 from .env import RankPlace, free_port, inherited_env, rank_env, visible_gpus
 from .local import LocalRanks, Outcome, RankSpec
@@ -140,7 +141,7 @@ class Supervisor:
         """A kernel that dies takes its (non-background) job with it."""
         assert self.watch_pid is not None
         while not self._cancelled.wait(1.0):
-            if not _alive(self.watch_pid):
+            if not alive(self.watch_pid):
                 log.warning("kernel %d is gone: cancelling job %s", self.watch_pid, self.job.id)
                 self.cancel()
                 return
@@ -267,20 +268,6 @@ def _gpu_count() -> int:
         return len(nvml.inventory())
     finally:
         nvml.shutdown()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child is dead too
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][:1] != "Z"
-    except OSError:
-        return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+from ..procs import alive
 from .stores import register_store
 
 UI_URL_ENV = "AIR_MLFLOW_UI_URL"
@@ -109,18 +110,8 @@ def _running_servers(runtime_dir: Path) -> Iterator[JupyterServer]:
             )
         except (OSError, ValueError, KeyError, TypeError):
             continue  # being written, or not a server's file
-        if _alive(server.pid):
+        if alive(server.pid):
             yield server
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _slash(url: str) -> str:

@@ -15,21 +15,7 @@ import {
 } from './format';
 import { GpuModel } from './model';
 import type { IGpuInfo, IGpuProcess } from './types';
-
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  className?: string,
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  if (className) {
-    node.className = className;
-  }
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
-}
+import { el } from '../dom';
 
 /** Set a text (and its title, for truncated text) only when it changed. */
 function setText(node: HTMLElement, text: string, title = text): void {

@@ -24,6 +24,7 @@ import { formatClock, formatDuration } from './format';
 import { ActivityMonitor } from './idle';
 import { GpuModel } from './model';
 import type { IGpuResponse } from './types';
+import { el } from '../dom';
 
 /** Performance entry names (read by browser tests). */
 export const UPDATE_MARK = 'jupyter-air:gpu-update-start';
@@ -62,21 +63,6 @@ type PauseReason = 'idle' | 'hidden';
 
 /** Keep at most this many update measures in the performance timeline. */
 const MAX_MEASURES = 1000;
-
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  className?: string,
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  if (className) {
-    node.className = className;
-  }
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
-}
 
 /** The text shown for a failed update. */
 function describeError(error: unknown): string {
