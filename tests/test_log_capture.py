@@ -12,7 +12,7 @@ def records(path: Path) -> list[tuple[str, str]]:
     for line in path.read_text().splitlines():
         parsed = parse_record(line)
         assert parsed is not None
-        out.append((parsed[1], parsed[2]))
+        out.append((parsed[1], parsed[3]))
     return out
 
 
@@ -58,6 +58,50 @@ def test_tabs_and_invalid_utf8_survive(tmp_path: Path) -> None:
 def test_plain_lines_are_what_a_terminal_showed(tmp_path: Path) -> None:
     log = RankLog(tmp_path / "r.log")
     for kind, text in [("O", "start"), ("o", "10%"), ("o", "50%"), ("O", "100%"), ("o", "7/9")]:
-        log.write(kind, text)
+        log.write(kind + "I", text)
     log.close()
     assert plain_lines(tmp_path / "r.log") == ["start", "100%", "7/9"]
+
+
+def levels(tmp_path: Path, text: str, stream: str = "err") -> list[tuple[str, str]]:
+    log = RankLog(tmp_path / "levels.log")
+    splitter = StreamSplitter(log, stream)
+    splitter.feed(text.encode())
+    splitter.flush()
+    log.close()
+    out = []
+    for line in (tmp_path / "levels.log").read_text().splitlines():
+        parsed = parse_record(line)
+        assert parsed is not None
+        out.append((parsed[2], parsed[3]))
+    return out
+
+
+def test_a_python_traceback_is_error_through_its_exception_line(tmp_path: Path) -> None:
+    text = (
+        "before\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 3, in <module>\n'
+        "    main()\n"
+        "ValueError: boom\n"
+        "after\n"
+    )
+    assert [lvl for lvl, _ in levels(tmp_path, text)] == [
+        "info", "error", "error", "error", "error", "info",
+    ]  # fmt: skip
+
+
+def test_python_logging_pytorch_and_warnings_formats(tmp_path: Path) -> None:
+    text = (
+        "INFO:root:starting\n"
+        "WARNING:root:learning rate is high\n"
+        "2026-11-29 08:30:00,123 - trainer - ERROR - nan loss\n"
+        "CRITICAL:root:giving up\n"
+        "[W socket.cpp:697] [c10d] The client socket has failed to connect\n"
+        "W1129 08:30:00.123 1234 ProcessGroupNCCL.cpp:123] NCCL slow\n"
+        "/x/data.py:12: UserWarning: num_workers is large\n"
+        "the error rate went down\n"
+    )
+    assert [lvl for lvl, _ in levels(tmp_path, text, stream="out")] == [
+        "info", "warning", "error", "error", "warning", "warning", "warning", "info",
+    ]  # fmt: skip

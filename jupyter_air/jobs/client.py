@@ -75,6 +75,7 @@ class Record:
     rank: int
     ts: float
     kind: str  # O / E: a line of stdout / stderr; o / e: a progress update
+    level: str  # info, warning, error
     text: str
 
 

@@ -1,8 +1,10 @@
 """Turning a rank's raw stdout/stderr bytes into timestamped log records.
 
-One record per line (``\\n``). Carriage-return updates (tqdm and friends) become
-progress records, throttled, so a progress bar is a handful of records rather than
-thousands of lines. Lines longer than a pipe buffer are joined before they are written.
+One record per line (``\\n``): ``<unix ms>\\t<kind><level>\\t<text>``, kind ``O``/``E`` for a
+line of stdout/stderr and ``o``/``e`` for a progress update, level ``I``/``W``/``E``
+(see ``levels``). Carriage-return updates (tqdm and friends) become progress records,
+throttled, so a progress bar is a handful of records rather than thousands of lines.
+Lines longer than a pipe buffer are joined before they are written.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import threading
 import time
 from pathlib import Path
 from typing import TextIO
+
+from .levels import INFO, NAMES, LevelDetector
 
 #: Record kinds in a log file: a line of stdout / stderr, or a progress update of either.
 LINE = {"out": "O", "err": "E"}
@@ -22,12 +26,12 @@ def format_record(ts: float, kind: str, text: str) -> str:
     return f"{int(ts * 1000)}\t{kind}\t{text}\n"
 
 
-def parse_record(line: str) -> tuple[float, str, str] | None:
-    """(unix seconds, kind, text) of one log-file line, None if it is not a record."""
+def parse_record(line: str) -> tuple[float, str, str, str] | None:
+    """(unix seconds, kind, level name, text) of one log-file line; None if not a record."""
     parts = line.rstrip("\n").split("\t", 2)
-    if len(parts) != 3 or not parts[0].isdigit():
+    if len(parts) != 3 or not parts[0].isdigit() or len(parts[1]) != 2:
         return None
-    return int(parts[0]) / 1000.0, parts[1], parts[2]
+    return int(parts[0]) / 1000.0, parts[1][0], NAMES.get(parts[1][1], "info"), parts[2]
 
 
 class RankLog:
@@ -58,6 +62,7 @@ class StreamSplitter:
         self._pending = b""
         self._last_progress = 0.0
         self._held_progress: str | None = None
+        self._levels = LevelDetector()
 
     def feed(self, data: bytes) -> None:
         buffer = self._pending + data
@@ -69,7 +74,7 @@ class StreamSplitter:
             line = buffer[start:newline].rstrip(b"\r")
             # Text after the last carriage return is what a terminal shows.
             self._held_progress = None
-            self._log.write(self._line_kind, _decode(line.rsplit(b"\r", 1)[-1]))
+            self._line(_decode(line.rsplit(b"\r", 1)[-1]))
             start = newline + 1
         rest = buffer[start:]
         cr = rest.rfind(b"\r")
@@ -80,22 +85,25 @@ class StreamSplitter:
             rest = rest[cr + 1 :]
         self._pending = rest
 
+    def _line(self, text: str) -> None:
+        self._log.write(self._line_kind + self._levels.level(text), text)
+
     def _progress(self, text: str) -> None:
         now = time.monotonic()
         if now - self._last_progress >= PROGRESS_EVERY:
             self._last_progress = now
             self._held_progress = None
-            self._log.write(self._progress_kind, text)
+            self._log.write(self._progress_kind + INFO, text)
         else:
             self._held_progress = text
 
     def flush(self) -> None:
         """At end of stream: the last progress state and any unterminated line."""
         if self._pending:
-            self._log.write(self._line_kind, _decode(self._pending.rsplit(b"\r", 1)[-1]))
+            self._line(_decode(self._pending.rsplit(b"\r", 1)[-1]))
             self._pending = b""
         elif self._held_progress is not None:
-            self._log.write(self._progress_kind, self._held_progress)
+            self._log.write(self._progress_kind + INFO, self._held_progress)
         self._held_progress = None
 
 
@@ -112,7 +120,7 @@ def plain_lines(path: Path) -> list[str]:
             record = parse_record(raw)
             if record is None:
                 continue
-            _, kind, text = record
+            _, kind, _, text = record
             if kind in PROGRESS.values():
                 progress = text
             else:

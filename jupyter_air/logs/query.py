@@ -1,0 +1,230 @@
+"""Reading a job's logs back: filtered, time-ordered across ranks, in pages.
+
+Every rank's log file is time-ordered, so an attempt's lines are a merge of its files.
+Filters on level, node, rank and text are applied to the raw bytes with one compiled
+regular expression per file read, so only matching lines are ever decoded. A cursor is
+one byte offset per file: paging forward and following a running job are the same.
+"""
+
+from __future__ import annotations
+
+import base64
+import heapq
+import json
+import re
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .levels import AT_LEAST, NAMES
+
+#: Bytes read from one file in one call; a page never needs more than this of a file.
+CHUNK = 8 << 20
+
+
+class BadFilter(ValueError):
+    """A filter or cursor that cannot be used; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class LogFilter:
+    node: int | None = None
+    rank: int | None = None
+    level: str = "info"
+    since: float | None = None
+    until: float | None = None
+    search: str | None = None
+    regex: bool = False
+
+    def __post_init__(self) -> None:
+        if self.level not in AT_LEAST:
+            raise BadFilter(f"level must be one of info, warning, error; got {self.level!r}")
+        for name in ("node", "rank"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise BadFilter(f"{name} must be >= 0, got {value}")
+        if self.regex and self.search:
+            try:
+                re.compile(self.search)
+            except re.error as err:
+                raise BadFilter(f"search is not a valid regular expression: {err}") from None
+
+    def pattern(self) -> re.Pattern[bytes]:
+        """One line record that passes the level and text filters (progress records never do)."""
+        levels = AT_LEAST[self.level].encode()
+        text = b".*"
+        if self.search:
+            needle = self.search.encode() if self.regex else re.escape(self.search.encode())
+            text = b".*?(?i:" + needle + b").*"  # case-insensitive for the text only
+        return re.compile(rb"^(\d+)\t([OE])([" + levels + rb"])\t(" + text + rb")$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class LogLine:
+    t: float
+    node: int
+    rank: int
+    stream: str
+    level: str
+    text: str
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "t": self.t,
+            "node": self.node,
+            "rank": self.rank,
+            "stream": self.stream,
+            "level": self.level,
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True)
+class LogFile:
+    node: int
+    rank: int
+    path: Path
+
+
+def log_files(attempt_dir: Path, flt: LogFilter) -> list[LogFile]:
+    """The rank logs of an attempt that the node and rank filters keep, in a fixed order."""
+    found = []
+    for path in (attempt_dir / "logs").glob("node_*/rank_*.log"):
+        node, rank = _number(path.parent.name), _number(path.stem)
+        if node is None or rank is None:
+            continue
+        if (flt.node is None or flt.node == node) and (flt.rank is None or flt.rank == rank):
+            found.append(LogFile(node, rank, path))
+    return sorted(found, key=lambda f: (f.node, f.rank))
+
+
+@dataclass
+class Page:
+    lines: list[LogLine]
+    cursor: str
+    at_end: bool  # every file was read to its end
+
+
+def read_page(
+    attempt_dir: Path, flt: LogFilter, cursor: str | None = None, limit: int = 1000
+) -> Page:
+    """The first ``limit`` matching lines after ``cursor`` (from the start without one)."""
+    files = log_files(attempt_dir, flt)
+    offsets = _decode_cursor(cursor, files)
+    pattern = flt.pattern()
+    per_file: list[list[tuple[float, int, LogLine]]] = []
+    scanned: dict[Path, int] = {}
+    at_end = True
+    for f in files:
+        start = offsets.get(str(f.path), 0)
+        data, complete_to, eof = _read_lines(f.path, start)
+        at_end = at_end and eof
+        scanned[f.path] = start + complete_to
+        per_file.append(list(_matches(pattern, data, start, f, flt)))
+    merged = heapq.merge(*per_file, key=lambda m: (m[0], m[2].node, m[2].rank))
+    taken: list[LogLine] = []
+    last_end: dict[Path, int] = {}
+    for _, end, line in merged:
+        if len(taken) == limit:
+            at_end = False
+            break
+        taken.append(line)
+        last_end[_path(files, line)] = end
+    new_offsets = {}
+    for f, matches in zip(files, per_file, strict=True):
+        consumed = sum(1 for line in taken if line.node == f.node and line.rank == f.rank)
+        if consumed == len(matches):
+            new_offsets[str(f.path)] = scanned[f.path]  # nothing left to give from here
+        else:
+            new_offsets[str(f.path)] = last_end.get(f.path, offsets.get(str(f.path), 0))
+    return Page(taken, _encode_cursor(new_offsets), at_end)
+
+
+def read_tail(attempt_dir: Path, flt: LogFilter, count: int) -> Page:
+    """The last ``count`` matching lines, and a cursor at the end (to follow from)."""
+    files = log_files(attempt_dir, flt)
+    pattern = flt.pattern()
+    per_file = []
+    ends = {}
+    for f in files:
+        last: deque[tuple[float, int, LogLine]] = deque(maxlen=count)
+        position = 0
+        while True:
+            data, complete_to, eof = _read_lines(f.path, position)
+            last.extend(_matches(pattern, data, position, f, flt))
+            position += complete_to
+            if eof or not complete_to:
+                break
+        ends[str(f.path)] = position
+        per_file.append(list(last))
+    merged = list(heapq.merge(*per_file, key=lambda m: (m[0], m[2].node, m[2].rank)))
+    return Page([line for _, _, line in merged[-count:]], _encode_cursor(ends), True)
+
+
+def read_all(attempt_dir: Path, flt: LogFilter) -> Iterator[LogLine]:
+    """Every matching line, in pages (for downloads and the CLI)."""
+    cursor = None
+    while True:
+        page = read_page(attempt_dir, flt, cursor, limit=10_000)
+        yield from page.lines
+        cursor = page.cursor
+        if page.at_end and len(page.lines) < 10_000:
+            return
+
+
+def _read_lines(path: Path, start: int) -> tuple[bytes, int, bool]:
+    """Complete lines from ``start`` (at most CHUNK bytes): data, its length, whether EOF."""
+    with path.open("rb") as f:
+        f.seek(start)
+        data = f.read(CHUNK)
+        eof = len(data) < CHUNK
+    complete = data.rfind(b"\n") + 1
+    return data[:complete], complete, eof and complete == len(data)
+
+
+def _matches(
+    pattern: re.Pattern[bytes], data: bytes, base: int, f: LogFile, flt: LogFilter
+) -> Iterator[tuple[float, int, LogLine]]:
+    for m in pattern.finditer(data):
+        ts = int(m.group(1)) / 1000.0
+        if (flt.since is not None and ts < flt.since) or (flt.until is not None and ts > flt.until):
+            continue
+        line = LogLine(
+            t=ts,
+            node=f.node,
+            rank=f.rank,
+            stream="out" if m.group(2) == b"O" else "err",
+            level=NAMES[m.group(3).decode()],
+            text=m.group(4).decode("utf-8", errors="replace"),
+        )
+        yield ts, base + m.end() + 1, line
+
+
+def _path(files: list[LogFile], line: LogLine) -> Path:
+    return next(f.path for f in files if f.node == line.node and f.rank == line.rank)
+
+
+def _number(name: str) -> int | None:
+    _, _, digits = name.rpartition("_")
+    return int(digits) if digits.isdigit() else None
+
+
+def _encode_cursor(offsets: dict[str, int]) -> str:
+    compact = {Path(k).parent.name + "/" + Path(k).stem: v for k, v in offsets.items()}
+    return base64.urlsafe_b64encode(json.dumps(compact).encode()).decode()
+
+
+def _decode_cursor(cursor: str | None, files: list[LogFile]) -> dict[str, int]:
+    if not cursor:
+        return {}
+    try:
+        compact = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        if not isinstance(compact, dict) or not all(
+            isinstance(v, int) and v >= 0 for v in compact.values()
+        ):
+            raise ValueError
+    except (ValueError, UnicodeDecodeError):
+        raise BadFilter("cursor is not one this server gave") from None
+    known = {f.path.parent.name + "/" + f.path.stem: str(f.path) for f in files}
+    return {known[k]: v for k, v in compact.items() if k in known}
