@@ -7,8 +7,10 @@ from typing import Any
 from jupyter_server.extension.application import ExtensionApp
 
 from ..gpu.sampler import GpuSampler
+from ..jobs.store import JobStore
 from ..tracking.ui_server import MlflowUi
 from .gpu_handlers import GpuHandler, GpuSampleHandler
+from .jobs_handlers import jobs_handlers
 from .mlflow_handlers import mlflow_ui_handlers
 
 
@@ -38,6 +40,7 @@ class AirExtension(ExtensionApp):
             ]
         )
         self.handlers.extend(mlflow_ui_handlers(self.mlflow_ui))
+        self.handlers.extend(jobs_handlers(JobStore()))
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         self.sampler.start()

@@ -1,0 +1,51 @@
+"""Jobs as their JSON document (docs/api.md), for the server and ``air --output json``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .store import Job, JobStore
+
+#: (tracking URI, experiment id, run id) -> the run's page in an MLflow UI, or None.
+RunLink = Callable[[str, str, str], str | None]
+
+
+def job_document(store: JobStore, job: Job, run_link: RunLink | None = None) -> dict[str, Any]:
+    w = job.workload
+    attempts = []
+    for a in store.attempts(job.id):
+        url = None
+        if run_link is not None and a.run_id and w.tracking_uri and w.experiment_id:
+            url = run_link(w.tracking_uri, w.experiment_id, a.run_id)
+        attempts.append(
+            {
+                "attempt": a.attempt,
+                "status": a.status,
+                "run_id": a.run_id,
+                "started": a.started,
+                "ended": a.ended,
+                "exit_codes": a.exit_codes,
+                "failed_rank": a.failed_rank,
+                "message": a.message,
+                "run_url": url,
+            }
+        )
+    return {
+        "id": job.id,
+        "status": job.status,
+        "owner": job.owner,
+        "created": job.created,
+        "started": job.started,
+        "ended": job.ended,
+        "message": job.message,
+        "kind": w.kind,
+        "nproc_per_node": w.nproc_per_node,
+        "nnodes": w.nnodes,
+        "max_retries": w.max_retries,
+        "experiment_id": w.experiment_id,
+        "run_name": w.run_name,
+        "tracking_uri": w.tracking_uri,
+        "logs_expired": not store.job_dir(job.id).exists(),
+        "attempts": attempts,
+    }
