@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from tornado import web
@@ -12,6 +11,7 @@ from ..jobs import client
 from ..jobs.store import JOB_ID, Job, JobStore, UnknownJob
 from ..jobs.views import job_document
 from ..logs.query import BadFilter, LogFilter, read_all, read_page, read_tail
+from ..logs.text import format_line
 from ..tracking.stores import store_key
 from ..tracking.ui_links import run_url
 from .base import AirHandler
@@ -131,7 +131,7 @@ class JobLogsDownloadHandler(JobsBase):
         self.set_header("Content-Disposition", f'attachment; filename="{name}"')
         batch: list[str] = []
         for line in read_all(self.store.attempt_dir(job.id, attempt), flt):
-            batch.append(format_line(line.t, line.node, line.rank, line.level, line.text))
+            batch.append(format_line(line))
             if len(batch) >= 5000:
                 self.write("".join(batch))
                 batch.clear()
@@ -149,11 +149,6 @@ class JobCancelHandler(JobsBase):
             None, client.wait, self.store, job.id, 30.0
         )
         self.write_json(self.document(job))
-
-
-def format_line(t: float, node: int, rank: int, level: str, text: str) -> str:
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
-    return f"{stamp} node {node} rank {rank} {level.upper()} {text}\n"
 
 
 def jobs_handlers(store: JobStore) -> list[tuple[str, type, dict[str, Any]]]:

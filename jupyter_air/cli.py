@@ -1,0 +1,396 @@
+"""``air``: submit and inspect jobs from a shell.
+
+``air run -f workload.yaml``, ``air list``, ``air get ID``, ``air logs ID``, ``air cancel ID``.
+Exit status 0 on success; otherwise non-zero with a one-line reason on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .jobs import client
+from .jobs.spec import Workload
+from .jobs.store import JOB_ID, Job, JobStore, UnknownJob, new_job_id
+from .jobs.views import job_document
+from .logs.query import BadFilter, LogFilter, read_all, read_page, read_tail
+from .logs.text import format_line
+
+
+class CliError(Exception):
+    """A reason to stop, said in one line."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CliError as err:
+        print(f"air: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="air", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="submit a workload file as a job")
+    run.add_argument("-f", "--file", required=True, type=Path, help="the workload YAML")
+    run.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="change one field, e.g. compute.nproc_per_node=4 (repeatable)",
+    )
+    run.add_argument("--dry-run", action="store_true", help="validate and print, submit nothing")
+    run.add_argument(
+        "--watch",
+        action="store_true",
+        help="stream node 0's logs until the job ends; exit with its status",
+    )
+    run.set_defaults(func=_run)
+
+    listing = sub.add_parser("list", help="active jobs (all with --all-status)")
+    listing.add_argument("--all-status", action="store_true", help="finished jobs too")
+    listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    _output(listing)
+    listing.set_defaults(func=_list)
+
+    get = sub.add_parser("get", help="one job: status, times, compute, attempts, runs")
+    get.add_argument("job_id")
+    _output(get)
+    get.set_defaults(func=_get)
+
+    logs = sub.add_parser("logs", help="a job's logs (the latest attempt by default)")
+    logs.add_argument("job_id")
+    logs.add_argument("--attempt", type=int)
+    logs.add_argument("--node", type=int)
+    logs.add_argument("--rank", type=int)
+    logs.add_argument(
+        "--level",
+        choices=["info", "warning", "error"],
+        default="info",
+        help="lines at least this level",
+    )
+    logs.add_argument("--since", help="ISO time (2026-11-29T08:30) or Unix seconds")
+    logs.add_argument("--until", help="ISO time or Unix seconds")
+    logs.add_argument("--minutes", type=float, help="only the last M minutes")
+    logs.add_argument("--lines", type=int, help="only the last N lines")
+    logs.add_argument("--search", help="case-insensitive substring")
+    logs.add_argument("--regex", action="store_true", help="--search is a regular expression")
+    logs.add_argument(
+        "--follow",
+        action="store_true",
+        help="stream new lines until the job ends (Ctrl-C stops following only)",
+    )
+    logs.add_argument(
+        "--download-to",
+        type=Path,
+        metavar="DIR",
+        help="write attempt_K/node_N/rank_R.log files into DIR",
+    )
+    logs.set_defaults(func=_logs)
+
+    cancel = sub.add_parser("cancel", help="stop every rank of a job")
+    cancel.add_argument("job_id")
+    cancel.set_defaults(func=_cancel)
+    return parser
+
+
+def _output(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", choices=["text", "json"], default="text")
+
+
+def _store() -> JobStore:
+    return JobStore()
+
+
+def _job(store: JobStore, job_id: str) -> Job:
+    if not JOB_ID.fullmatch(job_id):
+        raise CliError(f"no job {job_id!r}")
+    try:
+        return store.get(job_id)
+    except UnknownJob:
+        raise CliError(f"no job {job_id!r}") from None
+
+
+def _run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str | None:
+    from .tracking.ui_links import run_url, ui_base
+
+    base = ui_base(tracking_uri, absolute=True)
+    return run_url(base, experiment_id, run_id) if base else None
+
+
+# -- run ---------------------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .jobs.workload_file import WorkloadError, load
+
+    try:
+        spec = load(args.file, args.override)
+    except WorkloadError as err:
+        raise CliError(str(err)) from None
+    working_dir = (args.file.parent / spec.working_dir).resolve()
+    if args.dry_run:
+        print(
+            json.dumps(
+                {**spec.model_dump(), "argv": spec.argv, "working_dir": str(working_dir)}, indent=2
+            )
+        )
+        return 0
+    if not working_dir.is_dir():
+        raise CliError(f"working_dir {working_dir} is not a directory")
+    store = _store()
+    job = _submit(store, spec, working_dir)
+    document = job_document(store, job, _run_link)
+    print(
+        f"Job {job.id} submitted: {spec.compute.nproc_per_node} rank(s), "
+        f"experiment {spec.experiment_name!r}, run {spec.run_name!r}"
+    )
+    run_url = document["attempts"][0]["run_url"] if document["attempts"] else None
+    if run_url:
+        print(f"  run:  {run_url}")
+    print(f"  logs: air logs {job.id} --follow")
+    if not args.watch:
+        return 0
+    _follow(store, job.id, LogFilter(node=0), None)
+    job = store.get(job.id)
+    print(f"Job {job.id} {job.status.lower()}" + (f": {job.message}" if job.message else ""))
+    return 0 if job.status == "SUCCEEDED" else 1
+
+
+def _submit(store: JobStore, spec: Any, working_dir: Path) -> Job:
+    import mlflow
+    from mlflow import MlflowClient
+
+    from .kernel.session import user_name
+    from .tracking import runs
+    from .tracking.stores import register_store
+
+    with runs.quiet_store_setup():
+        uri = runs.absolute_tracking_uri(mlflow.get_tracking_uri())
+        mlflow_client = MlflowClient(uri)
+        found = mlflow_client.get_experiment_by_name(spec.experiment_name)
+        experiment_id = (
+            found.experiment_id
+            if found is not None
+            else mlflow_client.create_experiment(
+                spec.experiment_name, artifact_location=spec.mlflow_artifact_location
+            )
+        )
+    register_store(uri)
+    job_id = new_job_id()
+    compute = spec.compute
+    tags = runs.job_tags(job_id, 1, compute.nproc_per_node, compute.nnodes, None, user_name())
+    tags["air.command"] = spec.command
+    run_id = runs.start_run(mlflow_client, experiment_id, tags, spec.run_name, None)
+    workload = Workload(
+        kind="command",
+        command=spec.argv,
+        nproc_per_node=compute.nproc_per_node,
+        nnodes=compute.nnodes,
+        max_retries=spec.max_retries,
+        env=spec.env,
+        background=True,  # nobody's kernel: the job outlives this shell
+        working_dir=str(working_dir),
+        tracking_uri=uri,
+        experiment_id=str(experiment_id),
+        run_name=spec.run_name,
+        tags={**tags, "air.first_run_id": run_id},
+    )
+    return client.submit(store, workload, None, job_id=job_id)
+
+
+# -- list / get ----------------------------------------------------------------------
+
+
+def _list(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise CliError("--limit must be >= 1")
+    store = _store()
+    jobs = store.jobs(active_only=not args.all_status, limit=args.limit)
+    if args.output == "json":
+        print(json.dumps([job_document(store, j, _run_link) for j in jobs], indent=2))
+        return 0
+    if not jobs:
+        print("no active jobs" if not args.all_status else "no jobs")
+        return 0
+    print(f"{'JOB':24} {'STATUS':10} {'CREATED':19} {'RANKS':>5} RUN")
+    for job in jobs:
+        w = job.workload
+        print(
+            f"{job.id:24} {job.status:10} {_time(job.created):19} "
+            f"{w.nproc_per_node * w.nnodes:>5} {w.run_name or ''}"
+        )
+    return 0
+
+
+def _get(args: argparse.Namespace) -> int:
+    store = _store()
+    doc = job_document(store, _job(store, args.job_id), _run_link)
+    if args.output == "json":
+        print(json.dumps(doc, indent=2))
+        return 0
+    print(f"Job {doc['id']}: {doc['status']}" + (f" ({doc['message']})" if doc["message"] else ""))
+    print(f"  owner:    {doc['owner']}")
+    print(
+        f"  created:  {_time(doc['created'])}   started: {_time(doc['started'])}   "
+        f"ended: {_time(doc['ended'])}"
+    )
+    print(
+        f"  compute:  {doc['nproc_per_node']} rank(s) x {doc['nnodes']} node(s), "
+        f"max {doc['max_retries']} retries"
+    )
+    if doc["logs_expired"]:
+        print("  logs:     expired (removed by retention)")
+    for a in doc["attempts"]:
+        failed = f", failed rank {a['failed_rank']}" if a["failed_rank"] is not None else ""
+        print(
+            f"  attempt {a['attempt']}: {a['status']}, exit codes {a['exit_codes']}{failed}"
+            + (f": {a['message']}" if a["message"] else "")
+        )
+        print(f"    run: {a['run_url'] or a['run_id']}")
+    return 0
+
+
+def _time(t: float | None) -> str:
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+
+
+# -- logs ------------------------------------------------------------------------------
+
+
+def _logs(args: argparse.Namespace) -> int:
+    store = _store()
+    job = _job(store, args.job_id)
+    attempts = len(store.attempts(job.id))
+    if not attempts:
+        raise CliError(f"job {job.id} has no attempt yet")
+    attempt = args.attempt or attempts
+    if not 1 <= attempt <= attempts:
+        raise CliError(f"--attempt must be between 1 and {attempts}")
+    if not store.job_dir(job.id).exists():
+        raise CliError(f"the logs of job {job.id} have expired")
+    since = _when(args.since, "--since")
+    if args.minutes is not None:
+        since = max(since or 0.0, time.time() - args.minutes * 60)
+    try:
+        flt = LogFilter(
+            node=args.node,
+            rank=args.rank,
+            level=args.level,
+            since=since,
+            until=_when(args.until, "--until"),
+            search=args.search,
+            regex=args.regex,
+        )
+    except BadFilter as err:
+        raise CliError(str(err)) from None
+    directory = store.attempt_dir(job.id, attempt)
+    if args.download_to is not None:
+        return _download(directory, flt, args.download_to, attempt)
+    if args.follow:
+        _follow(store, job.id, flt, args.lines, attempt)
+        return 0
+    lines = read_tail(directory, flt, args.lines).lines if args.lines else read_all(directory, flt)
+    _print(lines)
+    return 0
+
+
+def _when(value: str | None, option: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        raise CliError(f"{option} {value!r}: expected an ISO time or Unix seconds") from None
+
+
+def _print(lines: Any) -> None:
+    out = sys.stdout
+    for line in lines:
+        out.write(format_line(line))
+    out.flush()
+
+
+def _follow(
+    store: JobStore, job_id: str, flt: LogFilter, last: int | None, attempt: int | None = None
+) -> None:
+    """Stream lines as they come until the job ends; Ctrl-C stops following, not the job."""
+    stop = {"now": False}
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
+    try:
+        current = attempt or max(len(store.attempts(job_id)), 1)
+        directory = store.attempt_dir(job_id, current)
+        page = read_tail(directory, flt, last or 10_000_000)
+        _print(page.lines)
+        cursor: str | None = page.cursor
+        while not stop["now"]:
+            page = read_page(directory, flt, cursor)
+            _print(page.lines)
+            cursor = page.cursor
+            job = store.get(job_id)
+            latest = len(store.attempts(job_id))
+            if attempt is None and latest > current:  # a retry: follow the new attempt
+                current, cursor = latest, None
+                directory = store.attempt_dir(job_id, current)
+                print(f"--- attempt {current} ---", flush=True)
+                continue
+            if job.done and page.at_end and not page.lines:
+                return
+            time.sleep(0.2)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _download(directory: Path, flt: LogFilter, target: Path, attempt: int) -> int:
+    from .logs.query import log_files
+
+    written = []
+    for f in log_files(directory, flt):
+        path = target / f"attempt_{attempt}" / f"node_{f.node}" / f"rank_{f.rank}.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        one = LogFilter(**{**flt.__dict__, "node": f.node, "rank": f.rank})
+        count = 0
+        with path.open("w", encoding="utf-8") as out:
+            for line in read_all(directory, one):
+                out.write(format_line(line))
+                count += 1
+        written.append((path, count))
+    for path, count in written:
+        print(f"wrote {path} ({count} lines)")
+    if not written:
+        print("no log files match")
+    return 0
+
+
+# -- cancel ----------------------------------------------------------------------------
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    store = _store()
+    job = _job(store, args.job_id)
+    if not client.cancel(store, job.id):
+        raise CliError(f"job {job.id} already ended ({job.status.lower()})")
+    job = client.wait(store, job.id, 60.0)
+    print(f"Job {job.id} {job.status.lower()}")
+    return 0 if job.status == "CANCELLED" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

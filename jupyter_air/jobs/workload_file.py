@@ -1,0 +1,122 @@
+"""The workload YAML of ``air run -f``: validated field by field, errors with their line.
+
+pydantic checks the fields (unknown ones refused, types strict); PyYAML's node marks
+give each field's line, so a message reads ``compute.nproc_per_node (line 4): ...``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+
+class WorkloadError(ValueError):
+    """The workload file cannot be used; nothing was submitted."""
+
+
+class Compute(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    nproc_per_node: int = Field(1, ge=1, description="ranks on each node")
+    nnodes: int = Field(1, ge=1, le=1, description="nodes (more needs a multi-node backend)")
+
+
+class WorkloadFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    experiment_name: str = Field(min_length=1)
+    command: str = Field(min_length=1, description="what each rank runs")
+    compute: Compute = Field(default_factory=lambda: Compute(nproc_per_node=1, nnodes=1))
+    mlflow_run_name: str | None = None
+    mlflow_artifact_location: str | None = None
+    max_retries: int = Field(0, ge=0)
+    env: dict[str, str] = Field(default_factory=dict)
+    working_dir: str = "."
+
+    @field_validator("command")
+    @classmethod
+    def _splits(cls, value: str) -> str:
+        try:
+            if not shlex.split(value):
+                raise ValueError("is empty")
+        except ValueError as err:
+            raise ValueError(f"cannot be split into arguments: {err}") from None
+        return value
+
+    @property
+    def argv(self) -> list[str]:
+        return shlex.split(self.command)
+
+    @property
+    def run_name(self) -> str:
+        return self.mlflow_run_name or self.experiment_name
+
+
+def load(path: Path, overrides: list[str] = ()) -> WorkloadFile:  # type: ignore[assignment]
+    """Read, override (``compute.nproc_per_node=4``) and validate a workload file."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise WorkloadError(f"{path}: {err.strerror}") from None
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise WorkloadError(f"{path}: not valid YAML{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise WorkloadError(
+            f"{path}: expected a mapping of fields, like 'command: python train.py'"
+        )
+    for override in overrides:
+        _apply(data, override)
+    try:
+        spec = WorkloadFile.model_validate(data)
+    except ValidationError as err:
+        raise WorkloadError(_describe(path, err, node)) from None
+    return spec
+
+
+def _apply(data: dict[str, Any], override: str) -> None:
+    dotted, sep, raw = override.partition("=")
+    if not sep or not dotted:
+        raise WorkloadError(f"--override {override!r}: expected PATH=VALUE")
+    keys = dotted.split(".")
+    target = data
+    for key in keys[:-1]:
+        target = target.setdefault(key, {})
+        if not isinstance(target, dict):
+            raise WorkloadError(f"--override {override!r}: {key} is not a mapping")
+    target[keys[-1]] = yaml.safe_load(raw) if raw else raw  # "4" -> 4, "x" -> "x"
+
+
+def _describe(path: Path, err: ValidationError, node: yaml.Node | None) -> str:
+    problems = []
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"])
+        line = _line(node, e["loc"])
+        at = f" (line {line})" if line else ""
+        problems.append(f"{where}{at}: {e['msg']}")
+    return f"{path}: " + "; ".join(problems)
+
+
+def _line(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the field at ``loc``, or of its nearest existing parent."""
+    line = None
+    for key in loc:
+        if not isinstance(node, yaml.MappingNode):
+            break
+        for key_node, value_node in node.value:
+            if key_node.value == key:
+                line = key_node.start_mark.line + 1
+                node = value_node
+                break
+        else:
+            break
+    return line

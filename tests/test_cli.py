@@ -1,0 +1,199 @@
+"""``air`` from a shell, end to end: real supervisors, real rank processes, real MLflow."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
+from tests.kernel.conftest import job_processes
+
+TRAIN = """
+import logging, os, sys, time
+logging.basicConfig()
+rank, attempt = os.environ["RANK"], os.environ["AIR_ATTEMPT"]
+print(f"rank {rank} attempt {attempt} starting", flush=True)
+logging.warning("rank %s is slow", rank)
+if attempt == "1" and rank == "1":
+    raise RuntimeError("first attempt fails")
+for step in range(int(os.environ.get("STEPS", "3"))):
+    print(f"rank {rank} step {step}", flush=True)
+    time.sleep(float(os.environ.get("PAUSE", "0.1")))
+"""
+
+WORKLOAD = """experiment_name: cli-test
+command: {python} train.py
+compute:
+  nproc_per_node: 2
+mlflow_run_name: retry-run
+max_retries: 1
+env:
+  STEPS: "3"
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "train.py").write_text(TRAIN)
+    (tmp_path / "w.yaml").write_text(WORKLOAD.format(python=sys.executable))
+    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))  # no server: no links
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def air(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "jupyter_air.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def submitted_id(result: subprocess.CompletedProcess[str]) -> str:
+    return result.stdout.split()[1]
+
+
+def test_a_retried_workload_is_one_job_with_two_attempts_and_two_runs(workdir: Path) -> None:
+    watched = air("run", "-f", "w.yaml", "--watch")
+    job_id = submitted_id(watched)
+    assert "--- attempt 2 ---" in watched.stdout
+    assert watched.stdout.rstrip().endswith(f"Job {job_id} succeeded")
+
+    doc = json.loads(air("get", job_id, "--output", "json").stdout)
+    assert doc["status"] == "SUCCEEDED"
+    assert [(a["attempt"], a["status"], a["failed_rank"]) for a in doc["attempts"]] == [
+        (1, "FAILED", 1),
+        (2, "SUCCEEDED", None),
+    ]
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{workdir}/mlflow.db")
+    runs = [client.get_run(a["run_id"]) for a in doc["attempts"]]
+    assert [r.info.status for r in runs] == ["FAILED", "FINISHED"]
+    assert [r.data.tags["air.attempt"] for r in runs] == ["1", "2"]
+    assert {r.info.run_name for r in runs} == {"retry-run"}
+    assert len({r.info.experiment_id for r in runs}) == 1
+
+    text = air("get", job_id).stdout
+    assert "attempt 1: FAILED" in text
+    assert "failed rank 1" in text
+
+    listing = air("list").stdout
+    assert job_id not in listing, "only active jobs without --all-status"
+    assert job_id in air("list", "--all-status").stdout
+    assert [
+        j["id"] for j in json.loads(air("list", "--all-status", "--output", "json").stdout)
+    ] == [job_id]
+
+    # Logs of both attempts, with every filter.
+    latest = air("logs", job_id).stdout.splitlines()
+    assert len(latest) == 2 + 2 + 6  # starting, warning and 3 steps per rank
+    first = air("logs", job_id, "--attempt", "1", "--rank", "1", "--level", "error").stdout
+    assert "RuntimeError: first attempt fails" in first
+    assert all(" rank 1 ERROR " in line for line in first.splitlines())
+    warnings = air("logs", job_id, "--level", "warning").stdout.splitlines()
+    assert len(warnings) == 2
+    assert all("is slow" in line for line in warnings)
+    assert len(air("logs", job_id, "--search", "STEP 2").stdout.splitlines()) == 2
+    assert len(air("logs", job_id, "--search", r"step [01]$", "--regex").stdout.splitlines()) == 4
+    assert len(air("logs", job_id, "--lines", "3").stdout.splitlines()) == 3
+    assert len(air("logs", job_id, "--node", "0", "--rank", "0").stdout.splitlines()) == 5
+    assert air("logs", job_id, "--until", "1").stdout == ""
+    assert air("logs", job_id, "--minutes", "60").stdout.splitlines() == latest
+
+    downloaded = air("logs", job_id, "--download-to", str(workdir / "dl")).stdout
+    rank1 = workdir / "dl" / "attempt_2" / "node_0" / "rank_1.log"
+    assert f"wrote {rank1} (5 lines)" in downloaded
+    assert "rank 1 step 2" in rank1.read_text()
+
+
+def test_dry_run_and_override_submit_nothing(workdir: Path) -> None:
+    resolved = json.loads(
+        air("run", "-f", "w.yaml", "--dry-run", "--override", "compute.nproc_per_node=4").stdout
+    )
+    assert resolved["compute"]["nproc_per_node"] == 4
+    assert resolved["argv"] == [sys.executable, "train.py"]
+    assert air("list", "--all-status").stdout.strip() == "no jobs"
+
+
+HEAD = "experiment_name: e\ncommand: x\n"
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("command: python x.py\n", "experiment_name: Field required"),
+        ("experiment_name: e\n", "command: Field required"),
+        (f"{HEAD}colour: red\n", "colour (line 3): Extra inputs"),
+        (f"{HEAD}max_retries: -1\n", "max_retries (line 3): Input should be greater than or equal"),
+        (f"{HEAD}max_retries: two\n", "max_retries (line 3): Input should be a valid integer"),
+        (f"{HEAD}compute:\n  nproc_per_node: 0\n", "compute.nproc_per_node (line 4)"),
+        (f"{HEAD}compute:\n  nnodes: 2\n", "compute.nnodes (line 4)"),
+        (f"{HEAD}env: {{A: 1}}\n", "env.A (line 3): Input should be a valid string"),
+        ("experiment_name: e\ncommand: 'x \"y'\n", "command (line 2): Value error, cannot"),
+        ("- a list\n", "expected a mapping of fields"),
+        ("experiment_name: [\n", "not valid YAML at line 2"),
+    ],
+)  # fmt: skip
+def test_bad_workload_files_name_the_field_and_line(
+    workdir: Path, yaml_text: str, message: str
+) -> None:
+    (workdir / "bad.yaml").write_text(yaml_text)
+    result = air("run", "-f", "bad.yaml", check=False)
+    assert result.returncode == 1
+    assert result.stderr.startswith("air: ")
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert air("list", "--all-status").stdout.strip() == "no jobs"
+
+
+def test_follow_streams_a_running_job_and_cancel_leaves_no_process(workdir: Path) -> None:
+    long = WORKLOAD.format(python=sys.executable).replace("max_retries: 1", "max_retries: 0")
+    (workdir / "long.yaml").write_text(long.replace('STEPS: "3"', 'STEPS: "1000"\n  PAUSE: "0.2"'))
+    (workdir / "train.py").write_text(TRAIN.replace('attempt == "1" and rank == "1"', "False"))
+    job_id = submitted_id(air("run", "-f", "long.yaml"))
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_air.cli", "logs", job_id, "--follow", "--rank", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert follower.stdout is not None
+    seen = [follower.stdout.readline() for _ in range(4)]
+    assert any("rank 0 step 1" in line for line in seen), seen
+    deadline = time.monotonic() + 30
+    while len(job_processes(job_id)) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    cancelled = air("cancel", job_id)
+    assert cancelled.stdout.strip() == f"Job {job_id} cancelled"
+    assert follower.wait(timeout=30) == 0, "following ends with the job"
+    assert job_processes(job_id) == []
+    doc = json.loads(air("get", job_id, "--output", "json").stdout)
+    assert doc["status"] == "CANCELLED"
+    from mlflow import MlflowClient
+
+    run = MlflowClient(f"sqlite:///{workdir}/mlflow.db").get_run(doc["attempts"][0]["run_id"])
+    assert run.info.status == "KILLED"
+
+
+def test_unknown_ids_and_bad_filters_fail_with_one_line(workdir: Path) -> None:
+    for args, message in [
+        (("get", "nope"), "no job 'nope'"),
+        (("logs", "../../etc"), "no job '../../etc'"),
+        (("cancel", "20261129-000000-abcdef"), "no job"),
+        (("list", "--limit", "0"), "--limit must be >= 1"),
+    ]:
+        result = air(*args, check=False)
+        assert result.returncode == 1
+        assert result.stderr.startswith(f"air: {message}")
