@@ -161,7 +161,10 @@ def _run(args: argparse.Namespace) -> int:
     run_url = document["attempts"][0]["run_url"] if document["attempts"] else None
     if run_url:
         print(f"  run:  {run_url}")
-    print(f"  logs: air logs {job.id} --follow")
+    from .tracking.ui_links import logs_url
+
+    view = logs_url(job.id, absolute=True)
+    print(f"  logs: air logs {job.id} --follow" + (f"  or  {view}" if view else ""))
     if not args.watch:
         return 0
     _follow(store, job.id, LogFilter(node=0), None)

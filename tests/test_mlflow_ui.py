@@ -262,3 +262,20 @@ def test_configuration_and_refusals_start_nothing(
     ui.stop()
     with pytest.raises(UiUnavailable, match="stopping"):
         ui.ensure(register_store(f"sqlite:///{tmp_path}/mlflow.db"))
+
+
+def test_the_logs_link_opens_the_logs_view_of_the_kernels_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_air.tracking.ui_links import logs_url
+
+    me = psutil.Process().pid
+    info = {"pid": me, "url": "http://10.0.0.5:8888/user/ada/", "base_url": "/user/ada/"}
+    (tmp_path / "jpserver-a.json").write_text(json.dumps(info))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    env = {"JPY_PARENT_PID": str(me)}
+    job = "20261129-083012-a1b2c3"
+    assert logs_url(job, environ=env) == f"/user/ada/lab?air-job={job}"
+    assert logs_url(job, environ=env, absolute=True) == (
+        f"http://10.0.0.5:8888/user/ada/lab?air-job={job}"
+    )

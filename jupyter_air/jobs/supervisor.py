@@ -147,6 +147,9 @@ class Supervisor:
                 return
 
     def run(self) -> int:
+        from ..logs.retention import prune_in_background, retention_days
+
+        prune_in_background(self.store, retention_days())
         job, workload = self.job, self.job.workload
         self.store.update(job.id, status="RUNNING", started=time.time(), supervisor_pid=os.getpid())
         if self.watch_pid is not None:

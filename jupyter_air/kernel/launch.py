@@ -162,7 +162,7 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
     job = client.submit(store, workload, payload_bytes, job_id=job_id, watch_pid=watch)
 
     view = JobView(job.id, options.output_ranks)
-    view.header(run_name, job_links(target.tracking_uri, target.experiment_id, run_id))
+    view.header(run_name, job_links(target.tracking_uri, target.experiment_id, run_id, job.id))
     max_attempts = options.max_retries + 1
     if options.background:
         view.status("submitted in the background", 1, max_attempts, f"air logs {job.id}")
@@ -176,18 +176,19 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
     return _follow(store, job.id, view, max_attempts, user_ns, end_run)
 
 
-def job_links(tracking_uri: str, experiment_id: str, run_id: str) -> dict[str, str | None]:
-    """The run, its experiment and its logs (the run's ``logs/`` artifacts) in the MLflow UI."""
-    from ..tracking.ui_links import experiment_url, run_url, ui_base
+def job_links(
+    tracking_uri: str, experiment_id: str, run_id: str, job_id: str
+) -> dict[str, str | None]:
+    """The run and its experiment in the MLflow UI, and the job's logs view in JupyterLab
+    (the run's ``logs/`` artifacts when no Jupyter server is known)."""
+    from ..tracking.ui_links import experiment_url, logs_url, run_url, ui_base
 
     base = ui_base(tracking_uri)
-    if base is None:
-        return {"run": None, "experiment": None, "logs": None}
-    run = run_url(base, experiment_id, run_id)
+    run = run_url(base, experiment_id, run_id) if base else None
     return {
         "run": run,
-        "experiment": experiment_url(base, experiment_id),
-        "logs": f"{run}/artifacts",
+        "experiment": experiment_url(base, experiment_id) if base else None,
+        "logs": logs_url(job_id) or (f"{run}/artifacts" if run else None),
     }
 
 

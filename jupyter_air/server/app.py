@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
+from traitlets import Float
 
 from ..gpu.sampler import GpuSampler
 from ..jobs.store import JobStore
+from ..logs.retention import DEFAULT_DAYS, prune_in_background
 from ..tracking.ui_server import MlflowUi
 from .gpu_handlers import GpuHandler, GpuSampleHandler
 from .jobs_handlers import jobs_handlers
@@ -22,14 +24,24 @@ class AirExtension(ExtensionApp):
     load_other_extensions = True
     classes = [GpuSampler, MlflowUi]  # noqa: RUF012 (traitlets reads a plain class attribute)
 
+    log_retention_days = Float(
+        DEFAULT_DAYS,
+        help=(
+            "Days the logs of a finished job are kept; older ones are removed when the server "
+            "starts (kernels and the CLI read $AIR_LOG_RETENTION_DAYS, default 60)."
+        ),
+    ).tag(config=True)
+
     sampler: GpuSampler
     mlflow_ui: MlflowUi
+    store: JobStore
 
     def initialize_settings(self) -> None:
         self.sampler = GpuSampler(parent=self, log=self.log)
         assert self.serverapp is not None
         self.mlflow_ui = MlflowUi(parent=self, log=self.log, base_url=self.serverapp.base_url)
         self.mlflow_ui.share_with_kernels()
+        self.store = JobStore()
 
     def initialize_handlers(self) -> None:
         kwargs = {"sampler": self.sampler}
@@ -40,10 +52,11 @@ class AirExtension(ExtensionApp):
             ]
         )
         self.handlers.extend(mlflow_ui_handlers(self.mlflow_ui))
-        self.handlers.extend(jobs_handlers(JobStore()))
+        self.handlers.extend(jobs_handlers(self.store))
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         self.sampler.start()
+        prune_in_background(self.store, self.log_retention_days)
 
     async def stop_extension(self) -> None:
         self.sampler.stop()

@@ -69,6 +69,17 @@ def ui_base(
     return f"{_slash(root)}jupyter-air/mlflow/{register_store(tracking_uri)}/"
 
 
+def logs_url(
+    job_id: str, *, absolute: bool = False, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """The job's logs view in JupyterLab (``lab?air-job=<id>``), if a Jupyter server is known."""
+    server = current_jupyter_server(os.environ if environ is None else environ)
+    if server is None:
+        return None
+    root = server.url if absolute else server.base_url
+    return f"{_slash(root)}lab?air-job={quote(job_id, safe='')}"
+
+
 def experiment_url(base: str, experiment_id: str) -> str:
     """The MLflow UI page of an experiment (the UI routes in the URL fragment)."""
     return f"{_slash(base)}#/experiments/{quote(experiment_id, safe='')}"
