@@ -19,6 +19,8 @@ from urllib.parse import urlparse
 import mlflow
 from mlflow import MlflowClient
 
+from .stores import store_lock
+
 #: Job status -> MLflow run status.
 RUN_STATUS = {"SUCCEEDED": "FINISHED", "FAILED": "FAILED", "CANCELLED": "KILLED"}
 
@@ -50,14 +52,19 @@ def absolute_tracking_uri(uri: str, cwd: str | None = None) -> str:
 
 @contextmanager
 def quiet_store_setup() -> Iterator[None]:
-    """MLflow announces creating and migrating a sqlite store at INFO on stderr: noise in
-    a notebook cell (the store is ours to set up, not the user's concern)."""
+    """Set up (create, migrate) the current tracking store one process at a time, quietly.
+
+    MLflow migrates a new sqlite store on first use; two processes doing so at once (a
+    kernel and ``air run``) fail with an alembic error, so first uses take a lock. And
+    MLflow announces the migration at INFO on stderr: noise in a notebook cell.
+    """
     loggers = [logging.getLogger(name) for name in ("mlflow.store.db.utils", "alembic")]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.WARNING)
     try:
-        yield
+        with store_lock(absolute_tracking_uri(mlflow.get_tracking_uri())):
+            yield
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)

@@ -12,6 +12,8 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..paths import air_home
@@ -55,3 +57,16 @@ def _read(path: Path) -> dict[str, str]:
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
     return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+@contextmanager
+def store_lock(tracking_uri: str, home: Path | None = None) -> Iterator[None]:
+    """One process at a time for this tracking store (across kernels, the CLI, supervisors)."""
+    locks = (home or air_home()) / "locks"
+    locks.mkdir(exist_ok=True)
+    with open(locks / f"{store_key(tracking_uri)}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
