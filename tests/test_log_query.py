@@ -101,3 +101,9 @@ def test_bad_filters_say_what_is_wrong(kwargs: dict, message: str) -> None:  # t
 def test_a_forged_cursor_is_refused(attempt: Path) -> None:
     with pytest.raises(BadFilter, match="cursor"):
         read_page(attempt, LogFilter(), cursor="not-a-cursor")
+
+
+def test_read_all_ends_at_a_record_cut_by_a_crash(attempt: Path) -> None:
+    with (attempt / "logs" / "node_0" / "rank_0.log").open("a") as f:
+        f.write("9000\tOI\tcut by a crash")
+    assert len(list(read_all(attempt, LogFilter()))) == 6

@@ -168,9 +168,9 @@ def read_all(attempt_dir: Path, flt: LogFilter) -> Iterator[LogLine]:
     while True:
         page = read_page(attempt_dir, flt, cursor, limit=10_000)
         yield from page.lines
+        if page.at_end or (not page.lines and page.cursor == cursor):
+            return  # the end, or only a record still being written (or cut by a crash)
         cursor = page.cursor
-        if page.at_end and len(page.lines) < 10_000:
-            return
 
 
 def _read_lines(path: Path, start: int) -> tuple[bytes, int, bool]:
