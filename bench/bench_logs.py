@@ -49,7 +49,7 @@ from jupyter_air.jobs import local  # noqa: E402
 from jupyter_air.jobs.local import LocalRanks, RankSpec  # noqa: E402
 from jupyter_air.jobs.spec import Workload  # noqa: E402
 from jupyter_air.jobs.store import JobStore  # noqa: E402
-from jupyter_air.logs.capture import RankLog, StreamSplitter, format_record  # noqa: E402
+from jupyter_air.logs.capture import RankLog, StreamSplitter  # noqa: E402
 from jupyter_air.logs.levels import NAMES  # noqa: E402
 from jupyter_air.logs.query import LogFile, LogFilter, LogLine, log_files, read_all  # noqa: E402
 
@@ -209,7 +209,7 @@ class BatchedSplitter(StreamSplitter):
     def _bulk(self, lines: bytes) -> None:
         if not lines:
             return
-        prefix = format_record(time.time(), self._line_kind + "I", "")[:-1]
+        prefix = f"{int(time.time() * 1000)}\t{self._line_kind}I\t"
         text = lines[:-1].decode("utf-8", errors="replace")
         log = self._log
         assert isinstance(log, BatchedLog)

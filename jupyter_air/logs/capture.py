@@ -22,10 +22,6 @@ PROGRESS = {"out": "o", "err": "e"}
 PROGRESS_EVERY = 0.25  # seconds between two progress records of one stream
 
 
-def format_record(ts: float, kind: str, text: str) -> str:
-    return f"{int(ts * 1000)}\t{kind}\t{text}\n"
-
-
 def parse_record(line: str) -> tuple[float, str, str, str] | None:
     """(unix seconds, kind, level name, text) of one log-file line; None if not a record."""
     parts = line.rstrip("\n").split("\t", 2)
@@ -40,12 +36,22 @@ class RankLog:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file: TextIO = path.open("a", encoding="utf-8", buffering=1)
+        self._file: TextIO = path.open("a", encoding="utf-8")
         self._lock = threading.Lock()
 
     def write(self, kind: str, text: str, ts: float | None = None) -> None:
+        self.write_many([(kind, text)], ts)
+
+    def write_many(self, records: list[tuple[str, str]], ts: float | None = None) -> None:
+        """Records that arrived together: one timestamp, one write, flushed at once (so
+        followers see them and a crash of the supervisor loses nothing already read)."""
+        if not records:
+            return
+        stamp = int((time.time() if ts is None else ts) * 1000)
+        text = "".join(f"{stamp}\t{kind}\t{line}\n" for kind, line in records)
         with self._lock:
-            self._file.write(format_record(time.time() if ts is None else ts, kind, text))
+            self._file.write(text)
+            self._file.flush()
 
     def close(self) -> None:
         with self._lock:
@@ -65,42 +71,41 @@ class StreamSplitter:
         self._levels = LevelDetector()
 
     def feed(self, data: bytes) -> None:
+        """One read of the pipe: its complete lines become records in one write."""
         buffer = self._pending + data
-        start = 0
-        while True:
-            newline = buffer.find(b"\n", start)
-            if newline < 0:
-                break
-            line = buffer[start:newline].rstrip(b"\r")
-            # Text after the last carriage return is what a terminal shows.
+        complete = buffer.rfind(b"\n") + 1
+        records: list[tuple[str, str]] = []
+        if complete:
             self._held_progress = None
-            self._line(_decode(line.rsplit(b"\r", 1)[-1]))
-            start = newline + 1
-        rest = buffer[start:]
+            text = _decode(buffer[:complete])
+            for line in text.split("\n")[:-1]:
+                if "\r" in line:  # what a terminal shows: the text after the last \r
+                    line = line.rstrip("\r").rsplit("\r", 1)[-1]
+                records.append((self._line_kind + self._levels.level(line), line))
+        rest = buffer[complete:]
         cr = rest.rfind(b"\r")
         if cr >= 0:
             shown = rest[:cr].rsplit(b"\r", 1)[-1]
             if shown:
-                self._progress(_decode(shown))
+                self._progress(_decode(shown), records)
             rest = rest[cr + 1 :]
         self._pending = rest
+        self._log.write_many(records)
 
-    def _line(self, text: str) -> None:
-        self._log.write(self._line_kind + self._levels.level(text), text)
-
-    def _progress(self, text: str) -> None:
+    def _progress(self, text: str, records: list[tuple[str, str]]) -> None:
         now = time.monotonic()
         if now - self._last_progress >= PROGRESS_EVERY:
             self._last_progress = now
             self._held_progress = None
-            self._log.write(self._progress_kind + INFO, text)
+            records.append((self._progress_kind + INFO, text))
         else:
             self._held_progress = text
 
     def flush(self) -> None:
         """At end of stream: the last progress state and any unterminated line."""
         if self._pending:
-            self._line(_decode(self._pending.rsplit(b"\r", 1)[-1]))
+            line = _decode(self._pending.rsplit(b"\r", 1)[-1])
+            self._log.write(self._line_kind + self._levels.level(line), line)
             self._pending = b""
         elif self._held_progress is not None:
             self._log.write(self._progress_kind + INFO, self._held_progress)

@@ -17,6 +17,8 @@ AT_LEAST = {"info": "IWE", "warning": "WE", "error": "E"}
 
 _ERROR = re.compile(r"\b(?:CRITICAL|FATAL|ERROR)\b|^\[E |^[EF]\d{4} ")
 _WARNING = re.compile(r"\b(?:WARNING|WARN)\b|^\[W |^W\d{4} |\b[A-Z]\w*Warning: ")
+#: Every line that is not plain info contains one of these: a cheap test first.
+_CANDIDATE = re.compile(r"ERROR|CRITICAL|FATAL|WARN|Warning: |^\[[EW] |^[EFW]\d{4} |Traceback")
 _TRACEBACK = "Traceback (most recent call last):"
 _CHAINED = ("During handling of the above exception", "The above exception was the direct")
 
@@ -33,10 +35,12 @@ class LevelDetector:
                 return ERROR
             self._in_traceback = False  # the exception line ends it
             return ERROR
+        head = text[:300]
+        if not _CANDIDATE.search(head):
+            return INFO
         if text.startswith(_TRACEBACK):
             self._in_traceback = True
             return ERROR
-        head = text[:300]
         if _ERROR.search(head):
             return ERROR
         if _WARNING.search(head):
