@@ -20,7 +20,7 @@ from pathlib import Path
 from .levels import AT_LEAST, NAMES
 
 #: Bytes read from one file in one call; a page never needs more than this of a file.
-CHUNK = 8 << 20
+CHUNK = 1 << 20
 
 
 class BadFilter(ValueError):
@@ -183,10 +183,29 @@ def _read_lines(path: Path, start: int) -> tuple[bytes, int, bool]:
     return data[:complete], complete, eof and complete == len(data)
 
 
+def _candidates(
+    pattern: re.Pattern[bytes], data: bytes, flt: LogFilter
+) -> Iterator[re.Match[bytes]]:
+    """Matches of the record pattern; with a plain substring search, only lines holding
+    the substring are tried (found with one ``bytes.find`` pass, as grep would)."""
+    if not flt.search or flt.regex:
+        yield from pattern.finditer(data)
+        return
+    lower, needle = data.lower(), flt.search.encode().lower()
+    position = 0
+    while (hit := lower.find(needle, position)) >= 0:
+        start = data.rfind(b"\n", 0, hit) + 1
+        end = data.find(b"\n", hit)  # data holds complete lines only
+        m = pattern.match(data, start, end)
+        if m is not None:
+            yield m
+        position = end + 1
+
+
 def _matches(
     pattern: re.Pattern[bytes], data: bytes, base: int, f: LogFile, flt: LogFilter
 ) -> Iterator[tuple[float, int, LogLine]]:
-    for m in pattern.finditer(data):
+    for m in _candidates(pattern, data, flt):
         ts = int(m.group(1)) / 1000.0
         if (flt.since is not None and ts < flt.since) or (flt.until is not None and ts > flt.until):
             continue
