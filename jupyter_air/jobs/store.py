@@ -21,7 +21,7 @@ from typing import Any
 from ..paths import air_home
 from .spec import Workload
 
-JOB_ID = re.compile(r"[a-z0-9][a-z0-9-]{2,63}")
+JOB_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")  # what new_job_id() makes
 ACTIVE = ("PENDING", "RUNNING")
 
 SCHEMA = """

@@ -115,7 +115,7 @@ class JobLogsHandler(JobsBase):
                 "status": job.status,
                 "lines": [line.as_json() for line in page.lines],
                 "next": page.cursor,
-                "done": job.done and page.at_end and len(page.lines) < limit,
+                "done": job.done and page.at_end and (tail is not None or len(page.lines) < limit),
             }
         )
 

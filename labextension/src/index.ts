@@ -8,6 +8,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
 import { GpuPanel, IGpuPanelSettings, isRangeKey } from './gpu/panel';
 import { chipIcon } from './icons';
+import logsPlugin from './logs/plugin';
 
 /** Command ids. */
 export namespace CommandIDs {
@@ -106,4 +107,4 @@ const gpuPlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [gpuPlugin];
+export default [gpuPlugin, logsPlugin];

@@ -27,6 +27,25 @@ export class APIError extends Error {
 export type Query = Record<string, string | number | null | undefined>;
 
 /**
+ * The URL of an API path: `{base_url}jupyter-air/<endPoint>?<query>`.
+ */
+export function apiUrl(
+  endPoint: string,
+  query: Query = {},
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): string {
+  const url = URLExt.join(settings.baseUrl, API_NAMESPACE, endPoint);
+  const params = new URLSearchParams();
+  for (const [key, value] of Object.entries(query)) {
+    if (value !== undefined && value !== null) {
+      params.append(key, String(value));
+    }
+  }
+  const search = params.toString();
+  return search ? `${url}?${search}` : url;
+}
+
+/**
  * Call the jupyter_air server API.
  *
  * @param endPoint - API path under `{base_url}jupyter-air/`, e.g. `gpu`.
@@ -43,17 +62,7 @@ export async function requestAPI<T>(
   query: Query = {},
   settings: ServerConnection.ISettings = ServerConnection.makeSettings()
 ): Promise<T> {
-  let url = URLExt.join(settings.baseUrl, API_NAMESPACE, endPoint);
-  const params = new URLSearchParams();
-  for (const [key, value] of Object.entries(query)) {
-    if (value !== undefined && value !== null) {
-      params.append(key, String(value));
-    }
-  }
-  const search = params.toString();
-  if (search) {
-    url += '?' + search;
-  }
+  const url = apiUrl(endPoint, query, settings);
 
   let response: Response;
   try {

@@ -98,6 +98,7 @@ def start_lab(
         scenario: Scenario,
         settings: dict[str, dict[str, Any]] | None = None,
         server_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> Lab:
         work = tmp_path_factory.mktemp("lab")
         root = work / "root"
@@ -106,13 +107,14 @@ def start_lab(
         call_log = work / "nvml-calls.log"
         _write_settings(work / "settings", settings or {})
         port, token = _free_port(), secrets.token_hex(16)
-        env = {
+        lab_env = {
             **os.environ,
             **env_for(fake_nvml_dir, scenario_path, call_log=call_log),
             "JUPYTER_CONFIG_DIR": str(work / "config"),
             "JUPYTER_RUNTIME_DIR": str(work / "runtime"),
             "JUPYTERLAB_SETTINGS_DIR": str(work / "settings"),
             "JUPYTERLAB_WORKSPACES_DIR": str(work / "workspaces"),
+            **(env or {}),
         }
         log_path = work / "lab.log"
         process = subprocess.Popen(
@@ -122,7 +124,7 @@ def start_lab(
                 "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
                 f"--ServerApp.root_dir={root}", *(server_args or []),
             ],
-            env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
+            env=lab_env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
         )  # fmt: skip
         lab = Lab(f"http://127.0.0.1:{port}/", token, process, scenario_path, call_log, log_path)
         labs.append(lab)

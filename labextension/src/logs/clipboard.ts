@@ -1,0 +1,37 @@
+/**
+ * Copy text to the system clipboard.
+ */
+
+/**
+ * `navigator.clipboard` where the page may use it, else a hidden textarea and
+ * `execCommand('copy')` (older browsers, insecure origins, denied permission).
+ * Call it from a user gesture. Resolves to whether the text was copied.
+ */
+export async function copyText(text: string): Promise<boolean> {
+  if (navigator.clipboard && window.isSecureContext) {
+    try {
+      await navigator.clipboard.writeText(text);
+      return true;
+    } catch {
+      // Fall back below.
+    }
+  }
+  const area = document.createElement('textarea');
+  area.value = text;
+  area.setAttribute('readonly', '');
+  area.style.position = 'fixed';
+  area.style.top = '0';
+  area.style.left = '-9999px';
+  area.style.opacity = '0';
+  const active = document.activeElement as HTMLElement | null;
+  document.body.appendChild(area);
+  try {
+    area.select();
+    return document.execCommand('copy');
+  } catch {
+    return false;
+  } finally {
+    area.remove();
+    active?.focus?.();
+  }
+}

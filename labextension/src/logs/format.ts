@@ -1,0 +1,115 @@
+/**
+ * How one log line reads: in a row of the view, and as text (copy).
+ */
+
+import type { ILogLine, Level } from './types';
+
+/** The badge of each level. */
+export const LEVEL_LABELS: Record<Level, string> = {
+  info: 'INFO',
+  warning: 'WARN',
+  error: 'ERROR'
+};
+
+function pad(value: number, width: number): string {
+  return String(value).padStart(width, '0');
+}
+
+/** Unix seconds to whole milliseconds (the server rounds to 1 ms). */
+function millis(t: number): number {
+  return Math.round(t * 1000);
+}
+
+/** "08:30:13.250", local time. */
+export function formatTime(t: number): string {
+  const d = new Date(millis(t));
+  return (
+    `${pad(d.getHours(), 2)}:${pad(d.getMinutes(), 2)}:` +
+    `${pad(d.getSeconds(), 2)}.${pad(d.getMilliseconds(), 3)}`
+  );
+}
+
+/** "2026-11-29T08:30:13.250Z" (UTC). */
+export function formatIso(t: number): string {
+  return new Date(millis(t)).toISOString();
+}
+
+/**
+ * A line as the download has it:
+ * `2026-11-29T08:30:13.250Z node 0 rank 1 WARNING text`.
+ */
+export function lineAsText(line: ILogLine): string {
+  return (
+    `${formatIso(line.t)} node ${line.node} rank ${line.rank} ` +
+    `${line.level.toUpperCase()} ${line.text}`
+  );
+}
+
+/** "n0 r1" */
+export function formatOrigin(line: ILogLine): string {
+  return `n${line.node} r${line.rank}`;
+}
+
+/** A regular expression for every case-insensitive occurrence of `term`. */
+export function matcher(term: string): RegExp | null {
+  if (!term) {
+    return null;
+  }
+  return new RegExp(term.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'gi');
+}
+
+/**
+ * Fill `node` with `text`, each match of `pattern` in a `<mark>`. Text nodes
+ * only: the text is never parsed as HTML.
+ */
+export function setHighlighted(
+  node: HTMLElement,
+  text: string,
+  pattern: RegExp | null
+): void {
+  node.textContent = '';
+  if (!pattern) {
+    node.textContent = text;
+    return;
+  }
+  pattern.lastIndex = 0;
+  let from = 0;
+  let match: RegExpExecArray | null;
+  while ((match = pattern.exec(text)) !== null) {
+    if (match[0].length === 0) {
+      pattern.lastIndex++;
+      continue;
+    }
+    if (match.index > from) {
+      node.appendChild(document.createTextNode(text.slice(from, match.index)));
+    }
+    const mark = document.createElement('mark');
+    mark.textContent = match[0];
+    node.appendChild(mark);
+    from = match.index + match[0].length;
+  }
+  if (from < text.length) {
+    node.appendChild(document.createTextNode(text.slice(from)));
+  }
+}
+
+/**
+ * Columns a line of text takes in a monospace font (tabs to the next multiple
+ * of 8, wide East Asian characters as two): an estimate for the row width.
+ */
+export function textColumns(text: string): number {
+  let columns = 0;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (code === 9) {
+      columns += 8 - (columns % 8);
+    } else if (code >= 0xdc00 && code <= 0xdfff) {
+      // The second half of a surrogate pair: counted with the first.
+    } else if (code >= 0x1100 && (code <= 0x115f || code >= 0x2e80)) {
+      columns += 2;
+    } else {
+      columns += 1;
+    }
+  }
+  return columns;
+}

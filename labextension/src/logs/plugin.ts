@@ -1,0 +1,253 @@
+/**
+ * The "Job logs" plugin: the view in the main area, the command that opens
+ * it, the `lab?air-job=<id>` route, and layout restoration.
+ */
+
+import {
+  ILayoutRestorer,
+  IRouter,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import {
+  ICommandPalette,
+  MainAreaWidget,
+  showErrorMessage,
+  WidgetTracker
+} from '@jupyterlab/apputils';
+import { PageConfig } from '@jupyterlab/coreutils';
+import { listIcon } from '@jupyterlab/ui-components';
+import type { ReadonlyPartialJSONObject } from '@lumino/coreutils';
+
+import { JOB_ID } from './filters';
+import { pickJob } from './picker';
+import { JobLogsView } from './view';
+
+/** Command ids. */
+export namespace CommandIDs {
+  export const openJobLogs = 'jupyter-air:open-job-logs';
+}
+
+/** The query parameters of the logs URL: `{base_url}lab?air-job=<id>&air-attempt=K`. */
+export const JOB_PARAM = 'air-job';
+export const ATTEMPT_PARAM = 'air-attempt';
+
+/** What the router matches (the request is the path, query and hash). */
+const ROUTE = /[?&]air-job=/;
+
+const PLUGIN_ID = 'jupyter-air:logs';
+
+/** A job and attempt to open. */
+interface ITarget {
+  jobId: string;
+  attempt?: number;
+}
+
+function toAttempt(value: unknown): number | undefined {
+  const n = typeof value === 'string' ? Number(value) : value;
+  return typeof n === 'number' && Number.isInteger(n) && n > 0 ? n : undefined;
+}
+
+/** The job and attempt named by a URL's query string, if any. */
+export function targetOfSearch(search: string): ITarget | null {
+  const params = new URLSearchParams(search);
+  const jobId = params.get(JOB_PARAM);
+  if (!jobId) {
+    return null;
+  }
+  return { jobId, attempt: toAttempt(params.get(ATTEMPT_PARAM)) };
+}
+
+/**
+ * The job a click on `href` should open in this JupyterLab, or null: a link to
+ * this lab's own page with `air-job` (the link of a cell output).
+ */
+function targetOfLink(href: string): ITarget | null {
+  let url: URL;
+  try {
+    url = new URL(href, window.location.href);
+  } catch {
+    return null;
+  }
+  if (url.origin !== window.location.origin || !url.search) {
+    return null;
+  }
+  const base = new URL(PageConfig.getBaseUrl(), window.location.href).pathname;
+  const lab = base.replace(/\/?$/, '/') + 'lab';
+  const path = url.pathname.replace(/\/$/, '');
+  if (path !== lab && !path.startsWith(lab + '/')) {
+    return null;
+  }
+  return targetOfSearch(url.search);
+}
+
+/** Take `air-job` and `air-attempt` out of the address bar (no new history entry). */
+function forgetRoute(): void {
+  const url = new URL(window.location.href);
+  if (
+    !url.searchParams.has(JOB_PARAM) &&
+    !url.searchParams.has(ATTEMPT_PARAM)
+  ) {
+    return;
+  }
+  url.searchParams.delete(JOB_PARAM);
+  url.searchParams.delete(ATTEMPT_PARAM);
+  window.history.replaceState(window.history.state, '', url.toString());
+}
+
+const logsPlugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description:
+    'The "Job logs" view: search, filter, follow and download the logs of a job.',
+  autoStart: true,
+  optional: [ICommandPalette, IRouter, ILayoutRestorer],
+  activate: (
+    app: JupyterFrontEnd,
+    palette: ICommandPalette | null,
+    router: IRouter | null,
+    restorer: ILayoutRestorer | null
+  ): void => {
+    const serverSettings = app.serviceManager.serverSettings;
+    const tracker = new WidgetTracker<MainAreaWidget<JobLogsView>>({
+      namespace: 'jupyter-air-job-logs'
+    });
+
+    /** Open (or show) the view of a job. */
+    const open = (target: ITarget): MainAreaWidget<JobLogsView> | null => {
+      const { jobId, attempt } = target;
+      if (!JOB_ID.test(jobId)) {
+        void showErrorMessage(
+          'Job logs',
+          `"${jobId}" is not a job id (like 20261129-083012-a1b2c3).`
+        );
+        return null;
+      }
+      const existing = tracker.find(w => w.content.jobId === jobId);
+      if (existing) {
+        if (attempt !== undefined) {
+          existing.content.setAttempt(attempt);
+        }
+        app.shell.activateById(existing.id);
+        return existing;
+      }
+      const content = new JobLogsView({ jobId, attempt, serverSettings });
+      content.title.icon = listIcon;
+      const widget = new MainAreaWidget({ content });
+      widget.id = `jupyter-air-job-logs-${jobId}`;
+      widget.addClass('jp-air-JobLogsPanel');
+      // The view has its own header; the empty toolbar would be a blank strip.
+      widget.toolbar.hide();
+      void tracker.add(widget);
+      app.shell.add(widget, 'main');
+      app.shell.activateById(widget.id);
+      return widget;
+    };
+
+    app.commands.addCommand(CommandIDs.openJobLogs, {
+      label: 'Open job logs',
+      caption:
+        'Show the logs of a job: search, filter by node, rank and level, follow, download',
+      icon: args => (args['isPalette'] ? undefined : listIcon),
+      describedBy: {
+        args: {
+          type: 'object',
+          properties: {
+            jobId: {
+              type: 'string',
+              description: 'The job; without it, a dialog lists recent jobs'
+            },
+            attempt: {
+              type: 'number',
+              description: 'The attempt (default: the latest)'
+            },
+            search: {
+              type: 'string',
+              description: 'A URL query string with air-job (from the router)'
+            }
+          }
+        }
+      },
+      execute: async (args: ReadonlyPartialJSONObject) => {
+        if (typeof args['jobId'] === 'string' && args['jobId']) {
+          return open({
+            jobId: args['jobId'],
+            attempt: toAttempt(args['attempt'])
+          });
+        }
+        if (typeof args['search'] === 'string') {
+          // Routed from `lab?air-job=<id>`: open once the layout is restored
+          // (restoring it would drop a view added before), without holding
+          // the router (the restoration waits for the routing to end).
+          const target = targetOfSearch(args['search']);
+          if (target) {
+            void app.restored.then(() => {
+              open(target);
+              forgetRoute();
+            });
+          }
+          return undefined;
+        }
+        let jobId: string | null;
+        try {
+          jobId = await pickJob(serverSettings);
+        } catch (error) {
+          void showErrorMessage('Could not list the jobs', error as Error);
+          return null;
+        }
+        return jobId ? open({ jobId }) : null;
+      }
+    });
+
+    if (palette) {
+      palette.addItem({
+        command: CommandIDs.openJobLogs,
+        category: 'GPU',
+        args: { isPalette: true }
+      });
+    }
+
+    if (router) {
+      router.register({ command: CommandIDs.openJobLogs, pattern: ROUTE });
+    }
+
+    // A click on a link to this lab's `lab?air-job=<id>` (the link in a
+    // distributed cell's output) opens the view here rather than a new tab.
+    document.addEventListener(
+      'click',
+      event => {
+        if (
+          event.defaultPrevented ||
+          event.button !== 0 ||
+          event.metaKey ||
+          event.ctrlKey ||
+          event.shiftKey ||
+          event.altKey
+        ) {
+          return;
+        }
+        const anchor = (event.target as Element | null)?.closest?.('a[href]');
+        if (!anchor) {
+          return;
+        }
+        const target = targetOfLink(anchor.getAttribute('href') ?? '');
+        if (!target) {
+          return;
+        }
+        event.preventDefault();
+        event.stopPropagation();
+        open(target);
+      },
+      true
+    );
+
+    if (restorer) {
+      void restorer.restore(tracker, {
+        command: CommandIDs.openJobLogs,
+        args: widget => ({ jobId: widget.content.jobId }),
+        name: widget => widget.content.jobId
+      });
+    }
+  }
+};
+
+export default logsPlugin;

@@ -1,0 +1,69 @@
+/**
+ * The answers of the jobs and logs routes (docs/api.md, "Jobs and logs").
+ */
+
+/** One try of a job. */
+export interface IAttempt {
+  attempt: number;
+  status: string;
+  run_id: string | null;
+  started: number | null;
+  ended: number | null;
+  exit_codes: (number | null)[] | null;
+  failed_rank: number | null;
+  message: string | null;
+  /** The attempt's MLflow run page, or null. */
+  run_url: string | null;
+}
+
+/** `GET jupyter-air/jobs/<id>`. */
+export interface IJob {
+  id: string;
+  status: string;
+  owner: string;
+  created: number;
+  started: number | null;
+  ended: number | null;
+  message: string | null;
+  kind: string;
+  nproc_per_node: number;
+  nnodes: number;
+  max_retries: number;
+  experiment_id: string | null;
+  run_name: string | null;
+  logs_expired: boolean;
+  attempts: IAttempt[];
+}
+
+/** `GET jupyter-air/jobs`. */
+export interface IJobsResponse {
+  jobs: IJob[];
+}
+
+export type Level = 'info' | 'warning' | 'error';
+
+/** One log line. */
+export interface ILogLine {
+  /** Unix seconds when the line arrived. */
+  t: number;
+  node: number;
+  rank: number;
+  stream: 'out' | 'err';
+  level: Level;
+  text: string;
+}
+
+/** `GET jupyter-air/jobs/<id>/logs`. */
+export interface ILogsResponse {
+  job: string;
+  attempt: number;
+  /** Number of attempts of the job so far. */
+  attempts: number;
+  /** The job's status. */
+  status: string;
+  lines: ILogLine[];
+  /** Pass back as `cursor` for the lines after these. */
+  next: string;
+  /** The job ended and every log of the attempt was read to its end. */
+  done: boolean;
+}
