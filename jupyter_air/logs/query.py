@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import heapq
 import json
+import math
 import re
 from collections import deque
 from collections.abc import Iterator
@@ -18,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .levels import AT_LEAST, NAMES
+
+_STREAMS = {b"O": "out", b"E": "err"}
+_LEVELS = {code.encode(): name for code, name in NAMES.items()}
 
 #: Bytes read from one file in one call; a page never needs more than this of a file.
 CHUNK = 1 << 20
@@ -99,6 +103,10 @@ def log_files(attempt_dir: Path, flt: LogFilter) -> list[LogFile]:
     return sorted(found, key=lambda f: (f.node, f.rank))
 
 
+#: (time, file index, end offset, line): tuples that merge in time, then file, order.
+Match = tuple[float, int, int, LogLine]
+
+
 @dataclass
 class Page:
     lines: list[LogLine]
@@ -113,31 +121,30 @@ def read_page(
     files = log_files(attempt_dir, flt)
     offsets = _decode_cursor(cursor, files)
     pattern = flt.pattern()
-    per_file: list[list[tuple[float, int, LogLine]]] = []
-    scanned: dict[Path, int] = {}
+    per_file: list[list[Match]] = []
+    scanned: list[int] = []
     at_end = True
-    for f in files:
+    for index, f in enumerate(files):
         start = offsets.get(str(f.path), 0)
         data, complete_to, eof = _read_lines(f.path, start)
         at_end = at_end and eof
-        scanned[f.path] = start + complete_to
-        per_file.append(list(_matches(pattern, data, start, f, flt)))
-    merged = heapq.merge(*per_file, key=lambda m: (m[0], m[2].node, m[2].rank))
+        scanned.append(start + complete_to)
+        per_file.append(list(_matches(pattern, data, start, index, f, flt)))
     taken: list[LogLine] = []
-    last_end: dict[Path, int] = {}
-    for _, end, line in merged:
+    consumed = [0] * len(files)
+    last_end = [offsets.get(str(f.path), 0) for f in files]
+    for _, index, end, line in heapq.merge(*per_file):  # (time, file) order: node, rank
         if len(taken) == limit:
             at_end = False
             break
         taken.append(line)
-        last_end[_path(files, line)] = end
-    new_offsets = {}
-    for f, matches in zip(files, per_file, strict=True):
-        consumed = sum(1 for line in taken if line.node == f.node and line.rank == f.rank)
-        if consumed == len(matches):
-            new_offsets[str(f.path)] = scanned[f.path]  # nothing left to give from here
-        else:
-            new_offsets[str(f.path)] = last_end.get(f.path, offsets.get(str(f.path), 0))
+        consumed[index] += 1
+        last_end[index] = end
+    new_offsets = {
+        # A file whose matches were all taken has nothing left before where it was read to.
+        str(f.path): scanned[i] if consumed[i] == len(per_file[i]) else last_end[i]
+        for i, f in enumerate(files)
+    }
     return Page(taken, _encode_cursor(new_offsets), at_end)
 
 
@@ -147,19 +154,19 @@ def read_tail(attempt_dir: Path, flt: LogFilter, count: int) -> Page:
     pattern = flt.pattern()
     per_file = []
     ends = {}
-    for f in files:
-        last: deque[tuple[float, int, LogLine]] = deque(maxlen=count)
+    for index, f in enumerate(files):
+        last: deque[Match] = deque(maxlen=count)
         position = 0
         while True:
             data, complete_to, eof = _read_lines(f.path, position)
-            last.extend(_matches(pattern, data, position, f, flt))
+            last.extend(_matches(pattern, data, position, index, f, flt))
             position += complete_to
             if eof or not complete_to:
                 break
         ends[str(f.path)] = position
         per_file.append(list(last))
-    merged = list(heapq.merge(*per_file, key=lambda m: (m[0], m[2].node, m[2].rank)))
-    return Page([line for _, _, line in merged[-count:]], _encode_cursor(ends), True)
+    merged = list(heapq.merge(*per_file))
+    return Page([line for *_, line in merged[-count:]], _encode_cursor(ends), True)
 
 
 def read_all(attempt_dir: Path, flt: LogFilter) -> Iterator[LogLine]:
@@ -203,25 +210,19 @@ def _candidates(
 
 
 def _matches(
-    pattern: re.Pattern[bytes], data: bytes, base: int, f: LogFile, flt: LogFilter
-) -> Iterator[tuple[float, int, LogLine]]:
+    pattern: re.Pattern[bytes], data: bytes, base: int, index: int, f: LogFile, flt: LogFilter
+) -> Iterator[Match]:
+    since = -math.inf if flt.since is None else flt.since
+    until = math.inf if flt.until is None else flt.until
+    node, rank = f.node, f.rank
     for m in _candidates(pattern, data, flt):
-        ts = int(m.group(1)) / 1000.0
-        if (flt.since is not None and ts < flt.since) or (flt.until is not None and ts > flt.until):
-            continue
-        line = LogLine(
-            t=ts,
-            node=f.node,
-            rank=f.rank,
-            stream="out" if m.group(2) == b"O" else "err",
-            level=NAMES[m.group(3).decode()],
-            text=m.group(4).decode("utf-8", errors="replace"),
-        )
-        yield ts, base + m.end() + 1, line
-
-
-def _path(files: list[LogFile], line: LogLine) -> Path:
-    return next(f.path for f in files if f.node == line.node and f.rank == line.rank)
+        stamp, stream, level, text = m.groups()
+        ts = int(stamp) / 1000.0
+        if since <= ts <= until:
+            line = LogLine(
+                ts, node, rank, _STREAMS[stream], _LEVELS[level], text.decode("utf-8", "replace")
+            )
+            yield ts, index, base + m.end() + 1, line
 
 
 def _number(name: str) -> int | None:
