@@ -42,6 +42,19 @@ class AirHandler(APIHandler):
             raise web.HTTPError(400, f"'{name}' must be a finite number >= {minimum}, got {raw!r}")
         return value
 
+    def int_argument(self, name: str, default: int | None, low: int, high: int) -> int | None:
+        """An integer in [low, high] from the query string, ``default`` when absent; else 400."""
+        raw = self.get_query_argument(name, None)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise web.HTTPError(400, f"{name!r} must be an integer, got {raw!r}") from None
+        if not low <= value <= high:
+            raise web.HTTPError(400, f"{name!r} must be between {low} and {high}, got {value}")
+        return value
+
     def write_json(self, doc: Any) -> None:
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(doc, separators=(",", ":"), allow_nan=False))

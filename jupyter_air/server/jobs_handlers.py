@@ -40,18 +40,6 @@ class JobsBase(AirHandler):
         base = f"{self.base_url}jupyter-air/mlflow/{store_key(tracking_uri)}/"
         return run_url(base, experiment_id, run_id)
 
-    def int_argument(self, name: str, default: int | None, low: int, high: int) -> int | None:
-        raw = self.get_query_argument(name, None)
-        if raw is None:
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise web.HTTPError(400, f"{name!r} must be an integer, got {raw!r}") from None
-        if not low <= value <= high:
-            raise web.HTTPError(400, f"{name!r} must be between {low} and {high}, got {value}")
-        return value
-
     def log_filter(self) -> LogFilter:
         try:
             return LogFilter(
