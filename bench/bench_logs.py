@@ -491,7 +491,9 @@ def bench_follow(store: JobStore, work: Path, ticks: int) -> dict[str, Any]:
 
     uri = f"sqlite:///{work}/mlflow.db"
     mlflow = MlflowClient(uri)
-    experiment = mlflow.create_experiment(f"bench-follow-{time.time_ns()}")
+    experiment = mlflow.create_experiment(
+        f"bench-follow-{time.time_ns()}", artifact_location=str(work / "mlruns")
+    )
     run_id = mlflow.create_run(experiment).info.run_id
     workload = Workload(
         kind="command",

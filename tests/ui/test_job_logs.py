@@ -79,7 +79,11 @@ def new_experiment(air_home: Path) -> tuple[str, str]:
     from mlflow import MlflowClient
 
     uri = f"sqlite:///{air_home}/mlflow.db"
-    return uri, str(MlflowClient(uri).create_experiment("logs-ui"))
+    # An artifact location of its own: the default (./mlruns) would land in the checkout.
+    experiment = MlflowClient(uri).create_experiment(
+        "logs-ui", artifact_location=str(air_home / "mlruns")
+    )
+    return uri, str(experiment)
 
 
 @pytest.fixture(scope="module")
