@@ -151,11 +151,20 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if not working_dir.is_dir():
         raise CliError(f"working_dir {working_dir} is not a directory")
+    if spec.backend == "ray":
+        from .jobs.ray_cluster import ClusterError, check_reachable, require_ray, resolve_address
+
+        try:
+            require_ray()
+            check_reachable(resolve_address(spec.ray_address))
+        except ClusterError as err:
+            raise CliError(str(err)) from None
     store = _store()
     job = _submit(store, spec, working_dir)
     document = job_document(store, job, _run_link)
     print(
-        f"Job {job.id} submitted: {spec.compute.nproc_per_node} rank(s), "
+        f"Job {job.id} submitted: {spec.compute.nproc_per_node} rank(s) x "
+        f"{spec.compute.nnodes} node(s) ({spec.backend}), "
         f"experiment {spec.experiment_name!r}, run {spec.run_name!r}"
     )
     run_url = document["attempts"][0]["run_url"] if document["attempts"] else None
@@ -203,6 +212,8 @@ def _submit(store: JobStore, spec: Any, working_dir: Path) -> Job:
         command=spec.argv,
         nproc_per_node=compute.nproc_per_node,
         nnodes=compute.nnodes,
+        backend=spec.backend,
+        ray_address=spec.ray_address,
         max_retries=spec.max_retries,
         env=spec.env,
         background=True,  # nobody's kernel: the job outlives this shell

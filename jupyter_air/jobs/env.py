@@ -99,3 +99,14 @@ def inherited_env() -> dict[str, str]:
     for name in ("MLFLOW_RUN_ID", "JPY_PARENT_PID", "JPY_SESSION_NAME", "PYDEVD_USE_FRAME_EVAL"):
         env.pop(name, None)
     return env
+
+
+def gpu_count() -> int:
+    """GPUs NVML sees on this machine (0 without a driver)."""
+    from ..gpu.nvml import Nvml
+
+    nvml = Nvml()
+    try:
+        return len(nvml.inventory())
+    finally:
+        nvml.shutdown()

@@ -8,6 +8,7 @@ left holding GPU memory. Output is read with one selector loop for all pipes.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import selectors
 import signal
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..logs.capture import RankLog, StreamSplitter
+from .env import RankPlace, rank_env
 
 #: Seconds a rank gets to stop after SIGINT, then after SIGTERM, before SIGKILL.
 INTERRUPT_GRACE = 5.0
@@ -42,6 +44,8 @@ class Outcome:
     exit_codes: list[int | None]
     failed_rank: int | None = None
     message: str | None = None
+    #: Unix time the failing rank was seen to exit: across nodes, the first is the cause.
+    failed_at: float | None = None
 
 
 @dataclass
@@ -60,11 +64,17 @@ class LocalRanks:
         self._specs = list(specs)
         self._ranks: list[_Rank] = []
         self._cancel = threading.Event()
+        self._abort: str | None = None
         self._selector = selectors.DefaultSelector()
 
     def cancel(self) -> None:
         """Ask the attempt to stop (thread- and signal-safe)."""
         self._cancel.set()
+
+    def abort(self, message: str) -> None:
+        """Stop at once (SIGTERM first, as after a failure) because of something outside
+        this machine: another node's rank failed. Thread-safe."""
+        self._abort = message
 
     def pids(self) -> list[int]:
         return [r.process.pid for r in self._ranks]
@@ -76,6 +86,7 @@ class LocalRanks:
             self._start(spec)
         stopping: str | None = None
         failed: _Rank | None = None
+        failed_at: float | None = None
         message: str | None = None
         while self._selector.get_map() or not self._all_exited():
             self._pump(0.1)
@@ -85,14 +96,16 @@ class LocalRanks:
                     # Whatever the rank left behind in its session goes with it.
                     _kill_group(rank.process.pid)
                     if rank.process.returncode != 0 and failed is None and stopping is None:
-                        failed = rank
+                        failed, failed_at = rank, time.time()
                         stopping = "failure"
+            if stopping is None and self._abort is not None:
+                stopping, message = "abort", self._abort
             if stopping is None and self._cancel.is_set():
                 stopping, message = "cancel", "cancelled"
             if stopping is None and timeout is not None and time.monotonic() - started > timeout:
                 stopping, message = "timeout", f"timed out after {timeout:g} s"
             if stopping is not None and not self._all_exited():
-                self._stop_all(interrupt_first=stopping != "failure")
+                self._stop_all(interrupt_first=stopping in ("cancel", "timeout"))
         for rank in self._ranks:
             rank.process.wait()
             for splitter in rank.splitters.values():
@@ -101,12 +114,16 @@ class LocalRanks:
         codes: list[int | None] = [r.process.returncode for r in self._ranks]
         if failed is not None:
             code = failed.process.returncode
-            return Outcome("FAILED", codes, failed.spec.rank, _exit_text(failed.spec.rank, code))
-        if stopping == "cancel":
+            text = _exit_text(failed.spec.rank, code)
+            return Outcome("FAILED", codes, failed.spec.rank, text, failed_at)
+        if stopping in ("cancel", "abort"):
             return Outcome("CANCELLED", codes, message=message)
         if stopping == "timeout":
             return Outcome("FAILED", codes, message=message)
         return Outcome("SUCCEEDED", codes)
+
+    def close(self) -> None:
+        """Nothing to release: ``run`` returns once every rank has exited and been read."""
 
     def _start(self, spec: RankSpec) -> None:
         process = subprocess.Popen(
@@ -117,6 +134,7 @@ class LocalRanks:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         rank = _Rank(spec, process, RankLog(spec.log_path))
         for pipe, stream in ((process.stdout, "out"), (process.stderr, "err")):
@@ -162,6 +180,57 @@ class LocalRanks:
         for rank in self._ranks:
             if rank.process.poll() is None or sig == signal.SIGKILL:
                 _kill_group(rank.process.pid, sig)
+
+
+_PR_SET_PDEATHSIG = 1
+_prctl = ctypes.CDLL(None, use_errno=True).prctl if os.uname().sysname == "Linux" else None
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the thread that started it ends, so a
+    supervisor or node agent killed outright (OOM, a Ray node removed) leaves no rank
+    behind. Only a C call: nothing here may take a lock the fork copied."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def node_specs(
+    *,
+    argv: list[str],
+    base_env: dict[str, str],
+    node_rank: int,
+    nproc_per_node: int,
+    nnodes: int,
+    master_addr: str,
+    master_port: int,
+    job_id: str,
+    attempt: int,
+    max_restarts: int,
+    gpus: list[str],
+    extra: dict[str, str],
+    log_dir: Path,
+    cwd: str | None,
+) -> list[RankSpec]:
+    """The ranks of one node: global ranks ``node_rank * nproc_per_node + local_rank``."""
+    specs = []
+    for local_rank in range(nproc_per_node):
+        place = RankPlace(
+            node_rank * nproc_per_node + local_rank, local_rank, node_rank, nproc_per_node, nnodes
+        )
+        env = rank_env(
+            base_env,
+            place,
+            master_addr=master_addr,
+            master_port=master_port,
+            job_id=job_id,
+            attempt=attempt,
+            max_restarts=max_restarts,
+            gpus=gpus,
+            extra=extra,
+        )
+        env.pop("MLFLOW_EXPERIMENT_NAME", None)  # MLFLOW_EXPERIMENT_ID names the experiment
+        specs.append(RankSpec(place.rank, argv, env, log_dir / f"rank_{place.rank}.log", cwd))
+    return specs
 
 
 def _kill_group(pgid: int, sig: signal.Signals = signal.SIGKILL) -> None:

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 OutputRanks = Literal["all", "0", "none"]
+Backend = Literal["local", "ray"]
 
 
 @dataclass
@@ -17,6 +18,10 @@ class Workload:
     kind: Literal["python", "command"]
     nproc_per_node: int = 1
     nnodes: int = 1
+    #: "local": ranks on this machine; "ray": one node agent per node of a Ray cluster.
+    backend: Backend = "local"
+    #: The Ray cluster (None: RAY_ADDRESS, else "auto").
+    ray_address: str | None = None
     max_retries: int = 0
     timeout: float | None = None
     env: dict[str, str] = field(default_factory=dict)

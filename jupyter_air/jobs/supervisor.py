@@ -19,16 +19,16 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from ..logs.capture import plain_lines
 from ..procs import alive
 from ..tracking.guard import RunGuard
-from .env import RankPlace, free_port, inherited_env, rank_env, visible_gpus
-from .local import LocalRanks, Outcome, RankSpec
+from .env import free_port, gpu_count, inherited_env, visible_gpus
+from .local import LocalRanks, Outcome, node_specs
 from .spec import Workload
 from .store import JobStore
 
@@ -51,6 +51,8 @@ class Tracking:
         self._workload = workload
         self._ready: Future[Any] = Future()
         self._needed = threading.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-node-metrics")
+        self._node_metrics: list[Future[None]] = []
         threading.Thread(target=self._load, name="air-mlflow-import", daemon=True).start()
 
     def _mlflow(self) -> Any:
@@ -103,11 +105,29 @@ class Tracking:
         threading.Thread(target=start, name="air-system-metrics", daemon=True).start()
         return started
 
+    def log_node_metrics(self, run_id: str, node: int, samples: list[Any]) -> None:
+        """A node agent's system metrics, logged on a thread of their own so that the
+        watch over the nodes never waits for MLflow."""
+
+        def log() -> None:
+            client, _, _ = self._mlflow()
+            from ..tracking.node_metrics import log_node_metrics
+
+            log_node_metrics(client, run_id, node, samples)
+
+        self._node_metrics.append(self._executor.submit(log))
+
     def end_run(self, run_id: str, status: str, metrics: Future[Any]) -> None:
         client, runs, _ = self._mlflow()
         monitor = metrics.result()
         if monitor is not None:
             monitor.finish()
+        for pending in self._node_metrics:
+            try:
+                pending.result()
+            except Exception as err:
+                log.warning("node system metrics not logged: %s", err)
+        self._node_metrics.clear()
         runs.end_run(client, run_id, status)
 
     def attach_logs(self, run_id: str, attempt_dir: Path) -> None:
@@ -124,13 +144,24 @@ class Tracking:
                 client.log_artifacts(run_id, tmp, artifact_path="logs")
 
 
+class Ranks(Protocol):
+    """An attempt's ranks on some backend: ``LocalRanks`` or ``RayNodes``."""
+
+    def cancel(self) -> None: ...
+
+    def run(self, timeout: float | None = None) -> Outcome: ...
+
+    def close(self) -> None: ...
+
+
 class Supervisor:
     def __init__(self, store: JobStore, job_id: str, watch_pid: int | None) -> None:
         self.store = store
         self.job = store.get(job_id)
         self.watch_pid = watch_pid
         self._cancelled = threading.Event()
-        self._ranks: LocalRanks | None = None
+        self._ranks: Ranks | None = None
+        self._tracking = Tracking(self.job.workload)
 
     def cancel(self, *_: Any) -> None:
         self._cancelled.set()
@@ -156,7 +187,7 @@ class Supervisor:
             threading.Thread(
                 target=self._watch_kernel, name="air-kernel-watch", daemon=True
             ).start()
-        tracking = Tracking(workload)
+        tracking = self._tracking
         first_run = workload.tags.get("air.first_run_id")
         outcome = Outcome("CANCELLED", [], message="cancelled before it started")
         last_attempt = workload.max_retries + 1
@@ -170,7 +201,10 @@ class Supervisor:
             )
             self.store.start_attempt(job.id, attempt, run_id)
             guard = RunGuard()
-            metrics = tracking.start_metrics(run_id, guard)
+            # On a cluster each node agent measures its own machine, not this one.
+            metrics = (
+                tracking.start_metrics(run_id, guard) if workload.backend == "local" else _none()
+            )
             outcome = self._attempt(attempt, workload, run_id)
             guard.end()
             self.store.end_attempt(
@@ -187,6 +221,8 @@ class Supervisor:
             followed = over and not workload.background
             if followed:
                 self._end_job(outcome)
+            if self._ranks is not None:
+                self._ranks.close()
             try:
                 tracking.attach_logs(run_id, self.store.attempt_dir(job.id, attempt))
                 tracking.end_run(run_id, outcome.status, metrics)
@@ -208,41 +244,62 @@ class Supervisor:
         job = self.job
         attempt_dir = self.store.attempt_dir(job.id, attempt)
         attempt_dir.mkdir(parents=True, exist_ok=True)
-        gpus = visible_gpus(os.environ, _gpu_count())
-        port = free_port()
-        specs = []
-        for local_rank in range(workload.nproc_per_node):
-            place = RankPlace(local_rank, local_rank, 0, workload.nproc_per_node, workload.nnodes)
-            env = rank_env(
-                inherited_env(),
-                place,
-                master_addr="127.0.0.1",
-                master_port=port,
-                job_id=job.id,
-                attempt=attempt,
-                max_restarts=workload.max_retries,
-                gpus=gpus,
-                extra=workload.env,
+        extra = {**workload.env, **_mlflow_env(workload, run_id)}
+        if workload.backend == "ray":
+            from .ray_nodes import RayNodes
+
+            self._ranks = RayNodes(
+                workload,
+                job.id,
+                attempt,
+                attempt_dir,
+                payload=_payload(workload, self.store.job_dir(job.id)),
+                extra_env=extra,
+                on_metrics=lambda node, samples: self._tracking.log_node_metrics(
+                    run_id, node, samples
+                ),
             )
-            env.update(
-                MLFLOW_TRACKING_URI=workload.tracking_uri or "",
-                MLFLOW_EXPERIMENT_ID=workload.experiment_id or "",
-                MLFLOW_RUN_ID=run_id,
-            )
-            env.pop("MLFLOW_EXPERIMENT_NAME", None)  # the id above is the experiment
-            specs.append(
-                RankSpec(
-                    rank=place.rank,
+        else:
+            self._ranks = LocalRanks(
+                node_specs(
                     argv=_argv(workload, self.store.job_dir(job.id), attempt_dir),
-                    env=env,
-                    log_path=attempt_dir / "logs" / "node_0" / f"rank_{place.rank}.log",
+                    base_env=inherited_env(),
+                    node_rank=0,
+                    nproc_per_node=workload.nproc_per_node,
+                    nnodes=1,
+                    master_addr="127.0.0.1",
+                    master_port=free_port(),
+                    job_id=job.id,
+                    attempt=attempt,
+                    max_restarts=workload.max_retries,
+                    gpus=visible_gpus(os.environ, gpu_count()),
+                    extra=extra,
+                    log_dir=attempt_dir / "logs" / "node_0",
                     cwd=workload.working_dir,
                 )
             )
-        self._ranks = LocalRanks(specs)
         if self._cancelled.is_set():
             self._ranks.cancel()
         return self._ranks.run(timeout=workload.timeout)
+
+
+def _none() -> Future[Any]:
+    done: Future[Any] = Future()
+    done.set_result(None)
+    return done
+
+
+def _mlflow_env(workload: Workload, run_id: str) -> dict[str, str]:
+    return {
+        "MLFLOW_TRACKING_URI": workload.tracking_uri or "",
+        "MLFLOW_EXPERIMENT_ID": workload.experiment_id or "",
+        "MLFLOW_RUN_ID": run_id,
+    }
+
+
+def _payload(workload: Workload, job_dir: Path) -> bytes | None:
+    """The pickled cell or function, sent to the nodes (they may not see this disk)."""
+    return (job_dir / "payload.pkl").read_bytes() if workload.kind == "python" else None
 
 
 def _argv(workload: Workload, job_dir: Path, attempt_dir: Path) -> list[str]:
@@ -261,16 +318,6 @@ def _argv(workload: Workload, job_dir: Path, attempt_dir: Path) -> list[str]:
 
 def _run_tags(workload: Workload) -> dict[str, str]:
     return {k: v for k, v in workload.tags.items() if not k.startswith("air.first_")}
-
-
-def _gpu_count() -> int:
-    from ..gpu.nvml import Nvml
-
-    nvml = Nvml()
-    try:
-        return len(nvml.inventory())
-    finally:
-        nvml.shutdown()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from .spec import Backend
 
 
 class WorkloadError(ValueError):
@@ -22,7 +31,7 @@ class Compute(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     nproc_per_node: int = Field(1, ge=1, description="ranks on each node")
-    nnodes: int = Field(1, ge=1, le=1, description="nodes (more needs a multi-node backend)")
+    nnodes: int = Field(1, ge=1, description="nodes (more than 1 needs backend: ray)")
 
 
 class WorkloadFile(BaseModel):
@@ -36,6 +45,16 @@ class WorkloadFile(BaseModel):
     max_retries: int = Field(0, ge=0)
     env: dict[str, str] = Field(default_factory=dict)
     working_dir: str = "."
+    backend: Backend = "local"
+    ray_address: str | None = Field(None, min_length=1, description="default: $RAY_ADDRESS")
+
+    @model_validator(mode="after")
+    def _nodes_need_ray(self) -> WorkloadFile:
+        if self.compute.nnodes > 1 and self.backend != "ray":
+            raise ValueError(
+                f"compute.nnodes is {self.compute.nnodes}: several nodes need 'backend: ray'"
+            )
+        return self
 
     @field_validator("command")
     @classmethod
@@ -99,6 +118,9 @@ def _apply(data: dict[str, Any], override: str) -> None:
 def _describe(path: Path, err: ValidationError, node: yaml.Node | None) -> str:
     problems = []
     for e in err.errors():
+        if not e["loc"]:  # a rule across fields: its message names them
+            problems.append(e["msg"].removeprefix("Value error, "))
+            continue
         where = ".".join(str(p) for p in e["loc"])
         line = _line(node, e["loc"])
         at = f" (line {line})" if line else ""

@@ -21,9 +21,12 @@ MAX_CELL_LINES = 2000
 
 
 class JobView:
-    def __init__(self, job_id: str, output_ranks: str, max_lines: int = MAX_CELL_LINES) -> None:
+    def __init__(
+        self, job_id: str, output_ranks: str, nnodes: int = 1, max_lines: int = MAX_CELL_LINES
+    ) -> None:
         self.job_id = job_id
         self._output_ranks = output_ranks
+        self._nnodes = nnodes
         self._max_lines = max_lines
         self._shown = 0
         self._elided = 0
@@ -79,7 +82,8 @@ class JobView:
                 continue
             if record.attempt > self._attempt:
                 out.append(self._separator(record.attempt, None))
-            prefix = f"[rank {record.rank}] "
+            node = f"node {record.node} " if self._nnodes > 1 else ""
+            prefix = f"[{node}rank {record.rank}] "
             if record.kind in ("o", "e"):
                 self._show_progress(record, prefix)
                 continue

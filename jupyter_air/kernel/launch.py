@@ -39,6 +39,8 @@ class Options:
 
     nproc_per_node: int | None = None
     nnodes: int = 1
+    backend: str = "local"
+    ray_address: str | None = None
     experiment: str | None = None
     run_name: str | None = None
     max_retries: int = 0
@@ -53,11 +55,15 @@ class Options:
             raise OptionError(f"--nproc-per-node must be >= 1, got {self.nproc_per_node}")
         if self.nnodes < 1:
             raise OptionError(f"--nnodes must be >= 1, got {self.nnodes}")
-        if self.nnodes > 1:
+        if self.backend not in ("local", "ray"):
+            raise OptionError(f"--backend must be local or ray, got {self.backend!r}")
+        if self.nnodes > 1 and self.backend != "ray":
             raise OptionError(
-                f"--nnodes {self.nnodes} needs a multi-node backend; this version runs jobs "
-                "on this machine only (--nnodes 1)"
+                f"--nnodes {self.nnodes} needs a cluster: add --backend ray (the local backend "
+                "runs on this machine only)"
             )
+        if self.ray_address is not None and self.backend != "ray":
+            raise OptionError("--ray-address is for --backend ray")
         if self.max_retries < 0:
             raise OptionError(f"--max-retries must be >= 0, got {self.max_retries}")
         if self.timeout is not None and not self.timeout > 0:
@@ -115,7 +121,12 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
     """Run a payload as a job and return rank 0's value (None for a background job)."""
     options.validate()
     payload_bytes = payload.dumps()  # refuses unpicklable names before anything exists
-    nproc = options.nproc_per_node or default_nproc()
+    ray_address = None
+    if options.backend == "ray":
+        ray_address = _check_cluster(options.ray_address)
+        nproc = options.nproc_per_node or 1  # the nodes' GPUs are not known from here
+    else:
+        nproc = options.nproc_per_node or default_nproc()
 
     from mlflow import MlflowClient
 
@@ -144,6 +155,8 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
         kind="python",
         nproc_per_node=nproc,
         nnodes=options.nnodes,
+        backend=options.backend,  # type: ignore[arg-type]
+        ray_address=ray_address,
         max_retries=options.max_retries,
         timeout=options.timeout,
         env=options.env,
@@ -161,7 +174,7 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
     watch = None if options.background else os.getpid()
     job = client.submit(store, workload, payload_bytes, job_id=job_id, watch_pid=watch)
 
-    view = JobView(job.id, options.output_ranks)
+    view = JobView(job.id, options.output_ranks, options.nnodes)
     view.header(run_name, job_links(target.tracking_uri, target.experiment_id, run_id, job.id))
     max_attempts = options.max_retries + 1
     if options.background:
@@ -174,6 +187,28 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
         runs.end_run(mlflow_client, run, status)
 
     return _follow(store, job.id, view, max_attempts, user_ns, end_run)
+
+
+def _check_cluster(address: str | None) -> str:
+    """Ray installed and the cluster answering, before a job or a run exists."""
+    from ..jobs.ray_cluster import ClusterError, check_reachable, require_ray, resolve_address
+
+    resolved = resolve_address(address or configured_ray_address())
+    try:
+        require_ray()
+        check_reachable(resolved)
+    except ClusterError as err:
+        raise OptionError(str(err)) from None
+    return resolved
+
+
+def configured_ray_address() -> str | None:
+    """``c.AirMagics.ray_address`` of this kernel's IPython configuration, if any."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    magics = shell.magics_manager.registry.get("AirMagics") if shell is not None else None
+    return getattr(magics, "ray_address", None) or None
 
 
 def job_links(

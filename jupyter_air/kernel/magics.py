@@ -7,6 +7,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Unicode
 
 from .capture import UnpicklableName, cell_payload
 from .launch import OptionError, Options, parse_env, run
@@ -14,6 +15,15 @@ from .launch import OptionError, Options, parse_env, run
 
 @magics_class
 class AirMagics(Magics):
+    ray_address = Unicode(
+        None,
+        allow_none=True,
+        help=(
+            "Address of the Ray cluster for --backend ray, when --ray-address is not given "
+            "(default: $RAY_ADDRESS, else 'auto', the cluster this machine belongs to)."
+        ),
+    ).tag(config=True)
+
     @magic_arguments()
     @argument(
         "-n",
@@ -22,8 +32,16 @@ class AirMagics(Magics):
         default=None,
         help="Ranks on this machine (default: one per visible GPU, or 1 without GPUs).",
     )
+    @argument("--nnodes", type=int, default=1, help="Machines (more than 1 needs --backend ray).")
     @argument(
-        "--nnodes", type=int, default=1, help="Machines (more than 1 needs a multi-node backend)."
+        "--backend",
+        default="local",
+        help="local: ranks on this machine; ray: one node agent per node of a Ray cluster.",
+    )
+    @argument(
+        "--ray-address",
+        default=None,
+        help="Ray cluster for --backend ray (default: c.AirMagics.ray_address, $RAY_ADDRESS).",
     )
     @argument("--experiment", help="MLflow experiment name (wins over mlflow.set_experiment()).")
     @argument("--run-name", help="MLflow run name (default: MLflow's generated name).")
@@ -62,6 +80,8 @@ class AirMagics(Magics):
             options = Options(
                 nproc_per_node=args.nproc_per_node,
                 nnodes=args.nnodes,
+                backend=args.backend,
+                ray_address=args.ray_address,
                 experiment=args.experiment,
                 run_name=args.run_name,
                 max_retries=args.max_retries,

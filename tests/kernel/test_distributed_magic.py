@@ -311,7 +311,7 @@ def test_a_failed_attempt_is_retried_in_the_same_job_with_a_new_run(
     ("line", "message"),
     [
         ("-n 0", "--nproc-per-node must be >= 1"),
-        ("--nnodes 2", "needs a multi-node backend"),
+        ("--nnodes 2", "needs a cluster: add --backend ray"),
         ("--env FOO", "expected KEY=VALUE"),
         ("--env 1X=2", "not a valid environment variable name"),
         ("--max-retries -1", "--max-retries must be >= 0"),

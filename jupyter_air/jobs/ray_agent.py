@@ -1,0 +1,224 @@
+"""The node agent: one Ray actor per node of a multi-node attempt.
+
+It starts its node's ranks with the local backend (``LocalRanks``: same sessions, same
+signals, same log records) and answers the supervisor's polls with what the ranks wrote
+since the last poll, whole records tagged by rank: an output channel of our own, so
+Ray's log forwarding and deduplication never see rank output. It also samples the
+node's GPUs for the GPU resources panel and its system metrics for the MLflow run.
+
+This module does not import Ray: the supervisor turns ``NodeAgent`` into an actor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..gpu.sampler import GpuSampler
+from .env import free_port, gpu_count, inherited_env, visible_gpus
+from .local import LocalRanks, Outcome, node_specs
+
+#: Files a rank leaves in its attempt directory for the kernel: rank 0's value, tracebacks.
+RESULT_FILES = ("result.pkl", "error_rank_*.txt")
+
+
+@dataclass
+class NodeLaunch:
+    """What one node runs; everything else comes from the node itself."""
+
+    job_id: str
+    attempt: int
+    node_rank: int
+    nnodes: int
+    nproc_per_node: int
+    master_addr: str
+    master_port: int
+    max_restarts: int
+    #: The user's ``--env`` and the run's MLFLOW_* variables.
+    env: dict[str, str]
+    #: argv of a command workload; empty for a pickled cell or function (``payload``).
+    command: list[str] = field(default_factory=list)
+    payload: bytes | None = None
+    working_dir: str | None = None
+
+
+class NodeAgent:
+    """Runs one node's ranks; every method returns at once (the actor has one thread)."""
+
+    def __init__(self, metrics_interval: float, gpu_interval: float = 10.0) -> None:
+        self._dir = Path(tempfile.mkdtemp(prefix="air-node-"))
+        self._ranks: LocalRanks | None = None
+        self._outcome: Outcome | None = None
+        self._offsets: dict[int, int] = {}
+        self._logs: dict[int, Path] = {}
+        self._gpu = GpuSampler(interval=gpu_interval, idle_timeout=365 * 86400.0)
+        self._gpu.start()
+        self._gpu_sent = -1
+        self._metrics = _MetricsThread(metrics_interval)
+
+    def describe(self) -> dict[str, Any]:
+        """Who this node is: Ray's node id (simulated nodes share an IP), its address,
+        and a port free here for rank 0's store, should this be node 0."""
+        import ray
+
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "ip": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
+            "hostname": socket.gethostname(),
+            "port": free_port(""),
+        }
+
+    def start(self, launch: NodeLaunch) -> None:
+        attempt_dir = self._dir / "attempt"
+        attempt_dir.mkdir()
+        if launch.payload is not None:
+            payload = self._dir / "payload.pkl"
+            payload.write_bytes(launch.payload)
+            argv = [sys.executable, "-u", "-m", "jupyter_air.jobs.rank_main"]
+            argv += [str(payload), str(attempt_dir)]
+        else:
+            argv = list(launch.command)
+        cwd = launch.working_dir
+        if cwd is None or not os.path.isdir(cwd):  # the notebook's directory is not here
+            cwd = str(self._dir)
+        specs = node_specs(
+            argv=argv,
+            base_env=inherited_env(),
+            node_rank=launch.node_rank,
+            nproc_per_node=launch.nproc_per_node,
+            nnodes=launch.nnodes,
+            master_addr=launch.master_addr,
+            master_port=launch.master_port,
+            job_id=launch.job_id,
+            attempt=launch.attempt,
+            max_restarts=launch.max_restarts,
+            gpus=visible_gpus(os.environ, gpu_count()),
+            extra=launch.env,
+            log_dir=self._dir / "logs",
+            cwd=cwd,
+        )
+        self._logs = {spec.rank: spec.log_path for spec in specs}
+        self._ranks = LocalRanks(specs)
+        self._metrics.start()
+        threading.Thread(target=self._run, name="air-node-ranks", daemon=True).start()
+
+    def _run(self) -> None:
+        assert self._ranks is not None
+        self._outcome = self._ranks.run()
+
+    def poll(self) -> dict[str, Any]:
+        """New log records by rank, the outcome once every rank has exited (after its
+        last records), a GPU snapshot when there is a new sample, and metrics samples."""
+        outcome = self._outcome  # read first: the logs read next are then complete
+        report: dict[str, Any] = {
+            "logs": self._new_records(),
+            "outcome": asdict(outcome) if outcome is not None else None,
+            "metrics": self._metrics.drain(),
+            "gpu": None,
+        }
+        if self._gpu.samples_taken != self._gpu_sent:
+            self._gpu_sent = self._gpu.samples_taken
+            report["gpu"] = self._gpu.snapshot()
+        return report
+
+    def _new_records(self) -> dict[int, bytes]:
+        records = {}
+        for rank, path in self._logs.items():
+            offset = self._offsets.get(rank, 0)
+            try:
+                with path.open("rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+            except FileNotFoundError:
+                continue
+            whole = data[: data.rfind(b"\n") + 1]  # a record being written waits for the next poll
+            if whole:
+                records[rank] = whole
+                self._offsets[rank] = offset + len(whole)
+        return records
+
+    def stop(self, interrupt_first: bool, message: str) -> None:
+        """Stop this node's ranks: as an interrupt (cancel, timeout) or at once (another
+        node failed)."""
+        if self._ranks is None:
+            return
+        if interrupt_first:
+            self._ranks.cancel()
+        else:
+            self._ranks.abort(message)
+
+    def result_files(self) -> dict[str, bytes]:
+        """What the ranks left for the kernel: rank 0's value and any traceback."""
+        attempt_dir = self._dir / "attempt"
+        return {
+            path.name: path.read_bytes()
+            for pattern in RESULT_FILES
+            for path in attempt_dir.glob(pattern)
+        }
+
+    def finish(self) -> list[Any]:
+        """The last metrics sample (so even a short job has its figures); then clean up."""
+        samples = self._metrics.finish()
+        self._gpu.stop()
+        shutil.rmtree(self._dir, ignore_errors=True)
+        return samples
+
+
+class _MetricsThread:
+    """MLflow's monitors on this node, every ``interval`` seconds while the ranks run.
+
+    Loading MLflow costs about 2 s of CPU; it happens at the lowest priority once the
+    first sample is due, so it does not slow the ranks' start.
+    """
+
+    def __init__(self, interval: float) -> None:
+        self._interval = interval
+        self._samples: list[Any] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._metrics: Any = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="air-node-metrics", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        if self._stop.wait(self._interval):
+            return
+        with contextlib.suppress(OSError):  # this thread only
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        while True:
+            self._take()
+            if self._stop.wait(self._interval):
+                return
+
+    def _take(self) -> None:
+        if self._metrics is None:
+            from ..gpu.nvml import Nvml
+            from ..tracking.node_metrics import NodeMetrics
+
+            self._metrics = NodeMetrics(Nvml())
+        sample = self._metrics.sample()
+        with self._lock:
+            self._samples.append(sample)
+
+    def drain(self) -> list[Any]:
+        with self._lock:
+            samples, self._samples = self._samples, []
+        return samples
+
+    def finish(self) -> list[Any]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+            self._take()
+        return self.drain()

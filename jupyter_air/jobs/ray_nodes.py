@@ -1,0 +1,318 @@
+"""The ray backend: one attempt's ranks across the nodes of a Ray cluster.
+
+The supervisor is the Ray driver. It reserves one bundle per node (a placement group,
+STRICT_SPREAD), places a node agent on each, tells each agent the job's shape (node 0's
+address and port are MASTER_ADDR/MASTER_PORT for every rank), then polls the agents:
+their records go to ``logs/node_N/rank_R.log``, their GPU samples to the panel's node
+files, their system metrics to the run. A failure on any node stops every node; so do
+cancel and timeout. Whatever happens, the agents and the placement group are released.
+It has ``LocalRanks``'s interface: ``run``, ``cancel``, ``close``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import node_files
+from .local import Outcome
+from .ray_agent import NodeAgent, NodeLaunch
+from .ray_cluster import (
+    ClusterError,
+    alive_nodes,
+    check_capacity,
+    connect,
+    node_shape,
+    reserve,
+    resolve_address,
+)
+from .spec import Workload
+
+log = logging.getLogger("jupyter_air.ray")
+
+#: Seconds between two polls of the agents.
+POLL_INTERVAL = 0.2
+#: Seconds for the agents to start and answer their first call.
+AGENT_START_TIMEOUT = 120.0
+#: An agent silent this long is taken for dead (Ray may take longer to say so).
+SILENCE_TIMEOUT = 30.0
+#: Seconds the nodes get to stop (SIGINT 5 s, SIGTERM 3 s, then SIGKILL) before their
+#: agents are killed, which kills their ranks too.
+STOP_TIMEOUT = 15.0
+METRICS_INTERVAL = float(os.environ.get("AIR_SYSTEM_METRICS_INTERVAL", "10"))
+
+
+class RayNodes:
+    """Start, watch and stop one attempt's node agents."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        job_id: str,
+        attempt: int,
+        attempt_dir: Path,
+        *,
+        payload: bytes | None,
+        extra_env: dict[str, str],
+        on_metrics: Callable[[int, list[Any]], None],
+    ) -> None:
+        self._workload = workload
+        self._job_id = job_id
+        self._attempt = attempt
+        self._dir = attempt_dir
+        self._payload = payload
+        self._extra_env = extra_env
+        self._on_metrics = on_metrics
+        self._cancel = threading.Event()
+        self._agents: list[Any] = []
+        self._nodes: list[dict[str, Any]] = []
+        self._group: Any = None
+        self._logs: dict[tuple[int, int], Any] = {}
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def run(self, timeout: float | None = None) -> Outcome:
+        workload = self._workload
+        address = resolve_address(workload.ray_address)
+        try:
+            self._place(address)
+            self._start_all()
+        except ClusterError as err:
+            return Outcome("FAILED", [], message=str(err))
+        except Exception as err:  # Ray's own errors, named as Ray's
+            return Outcome("FAILED", [], message=f"Ray: {_first_line(err)}")
+        try:
+            return self._watch(timeout)
+        finally:
+            self._fetch_results()
+            for f in self._logs.values():
+                f.close()
+
+    # -- placing -------------------------------------------------------------------
+
+    def _place(self, address: str) -> None:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        workload = self._workload
+        if not ray.is_initialized():
+            connect(address)
+        nodes = alive_nodes()
+        shape = node_shape(workload.nproc_per_node, nodes)
+        check_capacity(address, workload.nnodes, shape, nodes)
+        self._group = reserve(workload.nnodes, shape, f"air-{self._job_id}-{self._attempt}")
+        agent_class = ray.remote(NodeAgent)
+        bundle = shape.bundle()
+        for node in range(workload.nnodes):
+            strategy = PlacementGroupSchedulingStrategy(
+                self._group, placement_group_bundle_index=node
+            )
+            self._agents.append(
+                agent_class.options(
+                    num_cpus=bundle["CPU"],
+                    num_gpus=bundle.get("GPU", 0),
+                    scheduling_strategy=strategy,
+                    max_restarts=0,
+                    name=f"air-{self._job_id}-{self._attempt}-node-{node}",
+                ).remote(METRICS_INTERVAL)
+            )
+        try:
+            infos = ray.get(
+                [a.describe.remote() for a in self._agents], timeout=AGENT_START_TIMEOUT
+            )
+        except Exception as err:
+            raise ClusterError(f"the node agents did not start: {_first_line(err)}") from err
+        self._nodes = [{"node": i, **info} for i, info in enumerate(infos)]
+        node_files.write_nodes(
+            self._dir, [{k: v for k, v in n.items() if k != "port"} for n in self._nodes]
+        )
+
+    def _start_all(self) -> None:
+        import ray
+
+        workload, head = self._workload, self._nodes[0]
+        launches = [
+            NodeLaunch(
+                job_id=self._job_id,
+                attempt=self._attempt,
+                node_rank=node,
+                nnodes=workload.nnodes,
+                nproc_per_node=workload.nproc_per_node,
+                master_addr=head["ip"],
+                master_port=head["port"],
+                max_restarts=workload.max_retries,
+                env=self._extra_env,
+                command=list(workload.command),
+                payload=self._payload,
+                working_dir=workload.working_dir,
+            )
+            for node in range(workload.nnodes)
+        ]
+        try:
+            ray.get(
+                [a.start.remote(launch) for a, launch in zip(self._agents, launches, strict=True)],
+                timeout=AGENT_START_TIMEOUT,
+            )
+        except Exception as err:
+            raise ClusterError(
+                f"the node agents could not start the ranks: {_first_line(err)}"
+            ) from err
+
+    # -- watching ------------------------------------------------------------------
+
+    def _watch(self, timeout: float | None) -> Outcome:
+        import ray
+
+        started = time.monotonic()
+        outcomes: dict[int, Outcome] = {}
+        pending: dict[int, tuple[Any, float]] = {}  # node -> (poll in flight, sent at)
+        stopping: str | None = None
+        stop_sent = 0.0
+        while len(outcomes) < len(self._agents):
+            for node, agent in enumerate(self._agents):
+                if node not in outcomes and node not in pending:
+                    pending[node] = (agent.poll.remote(), time.monotonic())
+            refs = {ref.hex(): node for node, (ref, _) in pending.items()}
+            ready, _ = ray.wait(
+                [ref for ref, _ in pending.values()],
+                num_returns=len(pending),
+                timeout=POLL_INTERVAL,
+            )
+            for ref in ready:
+                node = refs[ref.hex()]
+                del pending[node]
+                try:
+                    report = ray.get(ref, timeout=SILENCE_TIMEOUT)
+                except Exception as err:
+                    outcomes[node] = self._node_lost(node, f"died: {_first_line(err)}")
+                    continue
+                self._absorb(node, report)
+                if report["outcome"] is not None:
+                    outcomes[node] = Outcome(**report["outcome"])
+            now = time.monotonic()
+            for node, (_, sent) in list(pending.items()):
+                if now - sent > SILENCE_TIMEOUT:
+                    del pending[node]
+                    outcomes[node] = self._node_lost(
+                        node, f"stopped answering for {SILENCE_TIMEOUT:g} s"
+                    )
+            if stopping is None:
+                failure = _first_failure(outcomes)
+                if failure is not None:
+                    stopping = "failure"
+                    self._stop_nodes(outcomes, False, f"stopped: {failure.message}")
+                elif self._cancel.is_set():
+                    stopping = "cancel"
+                    self._stop_nodes(outcomes, True, "cancelled")
+                elif timeout is not None and now - started > timeout:
+                    stopping = "timeout"
+                    self._stop_nodes(outcomes, True, "timed out")
+                if stopping is not None:
+                    stop_sent = now
+            elif now - stop_sent > STOP_TIMEOUT:
+                for node in range(len(self._agents)):
+                    if node not in outcomes:
+                        outcomes[node] = self._node_lost(node, "did not stop in time")
+        return self._combine(outcomes, stopping, timeout)
+
+    def _absorb(self, node: int, report: dict[str, Any]) -> None:
+        for rank, data in report["logs"].items():
+            key = (node, rank)
+            if key not in self._logs:
+                path = self._dir / "logs" / f"node_{node}" / f"rank_{rank}.log"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._logs[key] = path.open("ab")
+            self._logs[key].write(data)
+            self._logs[key].flush()
+        if report["gpu"] is not None:
+            node_files.write_gpu(self._dir, node, report["gpu"])
+        if report["metrics"]:
+            self._on_metrics(node, report["metrics"])
+
+    def _stop_nodes(self, outcomes: dict[int, Outcome], interrupt_first: bool, why: str) -> None:
+        for node, agent in enumerate(self._agents):
+            if node not in outcomes:
+                agent.stop.remote(interrupt_first, why)
+
+    def _node_lost(self, node: int, what: str) -> Outcome:
+        nproc = self._workload.nproc_per_node
+        return Outcome(
+            "FAILED",
+            [None] * nproc,
+            message=f"{self._describe(node)} {what}",
+            failed_at=time.time(),
+        )
+
+    def _describe(self, node: int) -> str:
+        info = self._nodes[node]
+        return f"node {node} ({info['hostname']}, {info['ip']}, Ray node {info['node_id'][:12]})"
+
+    def _combine(
+        self, outcomes: dict[int, Outcome], stopping: str | None, timeout: float | None
+    ) -> Outcome:
+        codes = [code for node in sorted(outcomes) for code in outcomes[node].exit_codes]
+        failure = _first_failure(outcomes)
+        if failure is not None:
+            node = next(n for n, o in outcomes.items() if o is failure)
+            message = failure.message or "failed"
+            if failure.failed_rank is not None:  # a rank's failure: say where it ran
+                message = f"{message} on {self._describe(node)}"
+            return Outcome("FAILED", codes, failure.failed_rank, message, failure.failed_at)
+        if stopping == "cancel":
+            return Outcome("CANCELLED", codes, message="cancelled")
+        if stopping == "timeout":
+            return Outcome("FAILED", codes, message=f"timed out after {timeout:g} s")
+        return Outcome("SUCCEEDED", codes)
+
+    # -- releasing -----------------------------------------------------------------
+
+    def _fetch_results(self) -> None:
+        """Rank 0's value and the tracebacks, from nodes that may not share this disk."""
+        import ray
+
+        for agent in self._agents:
+            try:
+                files = ray.get(agent.result_files.remote(), timeout=SILENCE_TIMEOUT)
+            except Exception:
+                continue  # a dead node: its message says so already
+            for name, data in files.items():
+                (self._dir / name).write_bytes(data)
+
+    def close(self) -> None:
+        """The nodes' last metrics, then the agents and the placement group go."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        finishing = {node: agent.finish.remote() for node, agent in enumerate(self._agents)}
+        for node, ref in finishing.items():
+            try:
+                samples = ray.get(ref, timeout=SILENCE_TIMEOUT)
+            except Exception as err:
+                log.warning("node %d: last metrics not read: %s", node, _first_line(err))
+                continue
+            if samples:
+                self._on_metrics(node, samples)
+        for agent in self._agents:
+            ray.kill(agent)
+        self._agents = []
+        if self._group is not None:
+            remove_placement_group(self._group)
+            self._group = None
+
+
+def _first_failure(outcomes: dict[int, Outcome]) -> Outcome | None:
+    """The failure that came first: the others are usually its consequence (a peer's
+    collective breaking when a rank dies)."""
+    failures = [o for o in outcomes.values() if o.status == "FAILED"]
+    return min(failures, key=lambda o: o.failed_at or float("inf"), default=None)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -1,0 +1,321 @@
+"""``--backend ray``: the same cells and workloads on a Ray cluster of two nodes.
+
+The cluster is real Ray, simulated on this machine with ``ray.cluster_utils.Cluster``:
+a head and a second node, one CPU each, the fake NVML driver on both, started once for
+this module. Jobs run 2 nodes x 1 rank with PyTorch's CPU build and gloo.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_air.jobs import node_files
+from jupyter_air.jobs.store import JobStore
+from tests.fake_nvml import FakeGpu, Scenario, env_for
+from tests.kernel.conftest import Kernel, job_processes
+from tests.kernel.test_distributed_magic import (
+    TRAINING,
+    job_id_of,
+    mlflow_client,
+    runs_of_job,
+    wait_done,
+)
+
+pytestmark = pytest.mark.ray
+ROOT = Path(__file__).resolve().parents[2]
+
+RAY_DDP_CELL = """%%air_distributed --backend ray --nnodes 2 -n 1 --run-name ray-ddp
+import os, mlflow, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = DDP(build_model())
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+shard = inputs[rank::2], targets[rank::2]
+for step in range(5):
+    opt.zero_grad()
+    loss = ((model(shard[0]) - shard[1]) ** 2).mean()
+    loss.backward()
+    opt.step()
+    print(f"step {step} loss {loss.item():.4f}", flush=True)
+    if rank == 0:
+        with mlflow.start_run(run_id=os.environ["MLFLOW_RUN_ID"]):
+            mlflow.log_metric("train_loss", loss.item(), step=step)
+names = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+         "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+mine = ([p.detach().flatten().tolist() for p in model.parameters()],
+        {k: os.environ[k] for k in names})
+everyone = [None, None]
+dist.all_gather_object(everyone, mine)
+dist.destroy_process_group()
+everyone
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(fake_nvml_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Two Ray nodes with one CPU each; their workers (the node agents) see the fake GPU."""
+    from ray.cluster_utils import Cluster
+
+    scenario = Scenario(gpus=[FakeGpu(util=[30, 50], temp=[40, 42])])
+    scenario_path = scenario.write(tmp_path_factory.mktemp("ray-nvml") / "scenario.txt")
+    # Short: Ray's socket paths under it must fit in 107 bytes. Also keeps /tmp/ray clean.
+    ray_tmp = tempfile.mkdtemp(prefix="airray", dir="/tmp")
+    with pytest.MonkeyPatch.context() as env:  # the raylets, and so the agents, inherit it
+        for name, value in {
+            **env_for(fake_nvml_dir, scenario_path),
+            "RAY_TMPDIR": ray_tmp,
+            "RAY_AUTH_MODE": "disabled",
+            "RAY_USAGE_STATS_ENABLED": "0",
+        }.items():
+            env.setenv(name, value)
+        ray_cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 1, "num_gpus": 0, "include_dashboard": False},
+        )
+        ray_cluster.add_node(num_cpus=1, num_gpus=0)
+        ray_cluster.wait_for_nodes(timeout=120)
+    yield ray_cluster
+    ray_cluster.shutdown()
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def kernel_env(kernel_env: dict[str, str], cluster: Any) -> dict[str, str]:
+    return {**kernel_env, "RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": "disabled"}
+
+
+def test_ddp_across_two_nodes_agrees_and_logs_per_node(kernel: Kernel, air_home: Path) -> None:
+    assert kernel.run(TRAINING).error is None
+    execution = kernel.run(RAY_DDP_CELL)
+    assert execution.error is None, execution.traceback
+    (params_0, env_0), (params_1, env_1) = eval(execution.value())
+    assert params_0 == params_1, "DDP ranks on the two nodes ended with different parameters"
+    job_id = job_id_of(execution)
+    assert [env_0["RANK"], env_1["RANK"]] == ["0", "1"]
+    assert [env_0["GROUP_RANK"], env_1["GROUP_RANK"]] == ["0", "1"]
+    assert [env_0["LOCAL_RANK"], env_1["LOCAL_RANK"]] == ["0", "0"]
+    for env in (env_0, env_1):
+        assert (env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == ("2", "1")
+        assert env["TORCHELASTIC_RUN_ID"] == job_id
+    assert env_0["MASTER_ADDR"] == env_1["MASTER_ADDR"]
+    assert env_0["MASTER_PORT"] == env_1["MASTER_PORT"]
+
+    for step in range(5):  # every line of both nodes, none collapsed by Ray's deduplication
+        assert execution.stdout.count(f"] step {step} loss") == 2, execution.stdout
+    assert "[node 1 rank 1] step 4 loss" in execution.stdout
+
+    store = JobStore(air_home)
+    attempt_dir = store.attempt_dir(job_id, 1)
+    assert (attempt_dir / "logs/node_0/rank_0.log").exists()
+    assert (attempt_dir / "logs/node_1/rank_1.log").exists()
+    nodes = node_files.read_nodes(attempt_dir)
+    assert [n["node"] for n in nodes] == [0, 1]
+    assert nodes[0]["node_id"] != nodes[1]["node_id"], "nodes told apart by Ray's node id"
+    for node in (0, 1):
+        snapshot = node_files.read_gpu(attempt_dir, node)
+        assert snapshot is not None, f"node {node}: no GPU sample"
+        assert snapshot["gpus"][0]["name"]
+
+    (run,) = runs_of_job(air_home, job_id)
+    assert run.info.status == "FINISHED"
+    assert (run.data.tags["air.nnodes"], run.data.tags["air.nproc_per_node"]) == ("2", "1")
+    losses = mlflow_client(air_home).get_metric_history(run.info.run_id, "train_loss")
+    assert sorted(m.step for m in losses) == [0, 1, 2, 3, 4]
+    metrics = set(run.data.metrics)
+    for node in ("node_0", "node_1"):
+        assert f"system/{node}/cpu_utilization_percentage" in metrics
+        assert f"system/{node}/gpu_0_utilization_percentage" in metrics
+        assert f"system/{node}/gpu_0_temperature_celsius" in metrics
+    assert not any(m.startswith("system/cpu") for m in metrics), "the driver is not a node"
+    assert job_processes(job_id) == []
+
+
+def test_a_rank_failing_on_node_1_stops_every_rank_on_every_node(
+    kernel: Kernel, air_home: Path
+) -> None:
+    execution = kernel.run(
+        "%%air_distributed --backend ray --nnodes 2 -n 1\n"
+        "import os, time\n"
+        "print('up', flush=True)\n"
+        "if os.environ['GROUP_RANK'] == '1':\n"
+        "    time.sleep(1)\n"
+        "    raise RuntimeError('node one is unhappy')\n"
+        "time.sleep(300)\n"
+    )
+    assert execution.error is not None
+    assert execution.error["ename"] == "JobFailed"
+    message = execution.error["evalue"]
+    assert "rank 1 exited with code 1 on node 1" in message, message
+    assert "node one is unhappy" in execution.traceback
+    job_id = job_id_of(execution)
+    job = JobStore(air_home).get(job_id)
+    assert job.status == "FAILED"
+    (attempt,) = JobStore(air_home).attempts(job_id)
+    assert attempt.failed_rank == 1
+    (run,) = runs_of_job(air_home, job_id)
+    assert run.info.status == "FAILED"
+    assert job_processes(job_id) == []
+
+
+def test_interrupting_the_kernel_stops_every_node(kernel: Kernel, air_home: Path) -> None:
+    msg_id = kernel.start(
+        "%%air_distributed --backend ray --nnodes 2 -n 1\n"
+        "import time\nprint('started', flush=True)\ntime.sleep(300)"
+    )
+    store = JobStore(air_home)
+    deadline = time.monotonic() + 120
+    while True:
+        jobs = [j for j in store.jobs() if j.status == "RUNNING"]
+        if jobs and len(job_processes(jobs[0].id)) >= 2:
+            break
+        assert time.monotonic() < deadline, "the ranks did not start on both nodes"
+        time.sleep(0.2)
+    job_id = jobs[0].id
+    kernel.interrupt()
+    execution = kernel.collect(msg_id)
+    assert execution.error is not None
+    assert execution.error["ename"] == "KeyboardInterrupt"
+    assert store.get(job_id).status == "CANCELLED"
+    (run,) = runs_of_job(air_home, job_id)
+    assert run.info.status == "KILLED"
+    assert job_processes(job_id) == []
+
+
+def test_more_nodes_than_the_cluster_has_fail_saying_what_is_there(
+    kernel: Kernel, air_home: Path
+) -> None:
+    execution = kernel.run("%%air_distributed --backend ray --nnodes 3 -n 1\nprint('never')")
+    assert execution.error is not None
+    assert execution.error["ename"] == "JobFailed"
+    message = execution.error["evalue"]
+    assert "asked for 3 nodes with CPU 1 each" in message, message
+    assert "has 2 alive node(s), 2 of which can hold that" in message
+    assert "never" not in execution.stdout
+    assert job_processes(job_id_of(execution)) == []
+
+
+def test_an_unreachable_cluster_is_refused_before_anything_starts(
+    kernel: Kernel, air_home: Path
+) -> None:
+    before = len(JobStore(air_home).jobs())
+    execution = kernel.run(
+        "%%air_distributed --backend ray --nnodes 2 --ray-address 127.0.0.1:1\nprint('never')"
+    )
+    # IPython shows a UsageError on stderr, with the usage text, rather than as an error
+    assert execution.stderr.startswith("UsageError: cannot reach the Ray cluster at 127.0.0.1:1")
+    assert len(JobStore(air_home).jobs()) == before
+
+
+def test_several_nodes_need_the_ray_backend(kernel: Kernel) -> None:
+    execution = kernel.run("%%air_distributed --nnodes 2\nprint('never')")
+    assert execution.stderr.startswith("UsageError: --nnodes 2 needs a cluster: add --backend ray")
+
+
+def test_without_ray_installed_the_error_says_how_to_install_it() -> None:
+    code = (
+        "import sys; sys.modules['ray'] = None\n"
+        "from jupyter_air.jobs.ray_cluster import require_ray\n"
+        "require_ray()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert result.returncode != 0
+    assert "pip install 'jupyter-air[ray]'" in result.stderr
+
+
+WORKER = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+total = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(total)
+print(f"node {os.environ['GROUP_RANK']} rank {dist.get_rank()} sum {total.item():g}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_air_run_places_a_workload_on_two_nodes(
+    kernel_env: dict[str, str], air_home: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "worker.py").write_text(WORKER)
+    (tmp_path / "workload.yaml").write_text(
+        "experiment_name: ray-cli\n"
+        f"command: {sys.executable} worker.py\n"
+        "backend: ray\n"
+        "compute:\n  nnodes: 2\n  nproc_per_node: 1\n"
+    )
+    air = [sys.executable, "-m", "jupyter_air.cli"]
+    submitted = subprocess.run(
+        [*air, "run", "-f", "workload.yaml", "--watch"],
+        env=kernel_env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job_id = job_id_of_cli(submitted.stdout)
+    logs = subprocess.run(
+        [*air, "logs", job_id], env=kernel_env, capture_output=True, text=True, timeout=60
+    ).stdout
+    assert "node 0 rank 0 INFO node 0 rank 0 sum 3" in logs, logs
+    assert "node 1 rank 1 INFO node 1 rank 1 sum 3" in logs, logs
+    got = subprocess.run(
+        [*air, "get", job_id, "--output", "json"],
+        env=kernel_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    document = json.loads(got.stdout)
+    assert document["status"] == "SUCCEEDED"
+    assert document["attempts"][0]["exit_codes"] == [0, 0]
+    assert wait_done(air_home, job_id).status == "SUCCEEDED"
+    assert job_processes(job_id) == []
+
+
+def job_id_of_cli(stdout: str) -> str:
+    first = stdout.split()
+    return first[first.index("Job") + 1].rstrip(":")
+
+
+def test_a_node_that_dies_fails_the_attempt_naming_the_node(
+    kernel: Kernel, air_home: Path, cluster: Any
+) -> None:
+    """Last in this module: it takes the second node away."""
+    msg_id = kernel.start(
+        "%%air_distributed --backend ray --nnodes 2 -n 1\n"
+        "import time\nprint('started', flush=True)\ntime.sleep(300)"
+    )
+    store = JobStore(air_home)
+    deadline = time.monotonic() + 120
+    while True:
+        jobs = [j for j in store.jobs() if j.status == "RUNNING"]
+        if jobs and len(job_processes(jobs[0].id)) >= 2:
+            break
+        assert time.monotonic() < deadline, "the ranks did not start on both nodes"
+        time.sleep(0.2)
+    job_id = jobs[0].id
+    (worker,) = [n for n in cluster.list_all_nodes() if n is not cluster.head_node]
+    nodes = node_files.read_nodes(store.attempt_dir(job_id, 1))
+    (lost,) = [n["node"] for n in nodes if n["node_id"] == worker.node_id]
+    cluster.remove_node(worker)
+    execution = kernel.collect(msg_id)
+    assert execution.error is not None
+    assert execution.error["ename"] == "JobFailed"
+    message = execution.error["evalue"]
+    assert f"node {lost} (" in message, message
+    assert "died" in message or "stopped answering" in message, message
+    assert store.get(job_id).status == "FAILED"
+    assert job_processes(job_id) == []
