@@ -263,8 +263,8 @@ def _get(args: argparse.Namespace) -> int:
         f"ended: {_time(doc['ended'])}"
     )
     print(
-        f"  compute:  {doc['nproc_per_node']} rank(s) x {doc['nnodes']} node(s), "
-        f"max {doc['max_retries']} retries"
+        f"  compute:  {doc['nproc_per_node']} rank(s) x {doc['nnodes']} node(s) "
+        f"({doc['backend']}), max {doc['max_retries']} retries"
     )
     if doc["logs_expired"]:
         print("  logs:     expired (removed by retention)")
@@ -275,6 +275,8 @@ def _get(args: argparse.Namespace) -> int:
             + (f": {a['message']}" if a["message"] else "")
         )
         print(f"    run: {a['run_url'] or a['run_id']}")
+        for n in a["nodes"]:
+            print(f"    node {n['node']}: {n['hostname']} {n['ip']}, Ray node {n['node_id']}")
     return 0
 
 

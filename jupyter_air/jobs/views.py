@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .node_files import read_nodes
 from .store import Job, JobStore
 
 #: (tracking URI, experiment id, run id) -> the run's page in an MLflow UI, or None.
@@ -29,6 +30,7 @@ def job_document(store: JobStore, job: Job, run_link: RunLink | None = None) -> 
                 "failed_rank": a.failed_rank,
                 "message": a.message,
                 "run_url": url,
+                "nodes": read_nodes(store.attempt_dir(job.id, a.attempt)),
             }
         )
     return {
@@ -42,6 +44,7 @@ def job_document(store: JobStore, job: Job, run_link: RunLink | None = None) -> 
         "kind": w.kind,
         "nproc_per_node": w.nproc_per_node,
         "nnodes": w.nnodes,
+        "backend": w.backend,
         "max_retries": w.max_retries,
         "experiment_id": w.experiment_id,
         "run_name": w.run_name,

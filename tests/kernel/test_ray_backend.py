@@ -141,11 +141,11 @@ def test_ddp_across_two_nodes_agrees_and_logs_per_node(kernel: Kernel, air_home:
     assert job_processes(job_id) == []
 
 
-def test_a_rank_failing_on_node_1_stops_every_rank_on_every_node(
+def test_a_rank_failing_on_node_1_stops_every_rank_on_every_node_and_is_retried(
     kernel: Kernel, air_home: Path
 ) -> None:
     execution = kernel.run(
-        "%%air_distributed --backend ray --nnodes 2 -n 1\n"
+        "%%air_distributed --backend ray --nnodes 2 -n 1 --max-retries 1\n"
         "import os, time\n"
         "print('up', flush=True)\n"
         "if os.environ['GROUP_RANK'] == '1':\n"
@@ -156,15 +156,16 @@ def test_a_rank_failing_on_node_1_stops_every_rank_on_every_node(
     assert execution.error is not None
     assert execution.error["ename"] == "JobFailed"
     message = execution.error["evalue"]
-    assert "rank 1 exited with code 1 on node 1" in message, message
+    assert "rank 1 exited with code 1 on node 1 (" in message, message
     assert "node one is unhappy" in execution.traceback
     job_id = job_id_of(execution)
-    job = JobStore(air_home).get(job_id)
-    assert job.status == "FAILED"
-    (attempt,) = JobStore(air_home).attempts(job_id)
-    assert attempt.failed_rank == 1
-    (run,) = runs_of_job(air_home, job_id)
-    assert run.info.status == "FAILED"
+    store = JobStore(air_home)
+    assert store.get(job_id).status == "FAILED"
+    attempts = store.attempts(job_id)
+    assert [a.status for a in attempts] == ["FAILED", "FAILED"], "one job, two attempts"
+    assert [a.failed_rank for a in attempts] == [1, 1]
+    runs = runs_of_job(air_home, job_id)
+    assert [r.info.status for r in runs] == ["FAILED", "FAILED"], "a run per attempt"
     assert job_processes(job_id) == []
 
 
@@ -281,6 +282,7 @@ def test_air_run_places_a_workload_on_two_nodes(
     document = json.loads(got.stdout)
     assert document["status"] == "SUCCEEDED"
     assert document["attempts"][0]["exit_codes"] == [0, 0]
+    assert [n["node"] for n in document["attempts"][0]["nodes"]] == [0, 1]
     assert wait_done(air_home, job_id).status == "SUCCEEDED"
     assert job_processes(job_id) == []
 
