@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..gpu.owners import job_of
 from ..gpu.sampler import GpuSampler
 from .env import free_port, gpu_count, inherited_env, visible_gpus
 from .local import LocalRanks, Outcome, node_specs
@@ -126,7 +127,7 @@ class NodeAgent:
         }
         if self._gpu.samples_taken != self._gpu_sent:
             self._gpu_sent = self._gpu.samples_taken
-            report["gpu"] = self._gpu.snapshot()
+            report["gpu"] = _with_job_owners(self._gpu.snapshot())
         return report
 
     def _new_records(self) -> dict[int, bytes]:
@@ -170,6 +171,16 @@ class NodeAgent:
         self._gpu.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
         return samples
+
+
+def _with_job_owners(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """Name the job behind each GPU process, read here where the processes are."""
+    for state in snapshot["state"]:
+        for process in state["processes"]:
+            job_id = job_of(process["pid"])
+            if job_id is not None:
+                process["owner"] = {"kind": "job", "id": job_id, "name": None}
+    return snapshot
 
 
 class _MetricsThread:

@@ -11,8 +11,8 @@ from ..gpu.sampler import GpuSampler
 from ..jobs.store import JobStore
 from ..logs.retention import DEFAULT_DAYS, prune_in_background
 from ..tracking.ui_server import MlflowUi
-from .gpu_handlers import GpuHandler, GpuSampleHandler
-from .jobs_handlers import jobs_handlers
+from .gpu_handlers import GpuHandler, GpuSampleHandler, JobGpuHandler
+from .jobs_handlers import JOB, jobs_handlers
 from .mlflow_handlers import mlflow_ui_handlers
 
 
@@ -44,11 +44,12 @@ class AirExtension(ExtensionApp):
         self.store = JobStore()
 
     def initialize_handlers(self) -> None:
-        kwargs = {"sampler": self.sampler}
+        kwargs = {"sampler": self.sampler, "store": self.store}
         self.handlers.extend(
             [
                 (r"/jupyter-air/gpu", GpuHandler, kwargs),
                 (r"/jupyter-air/gpu/sample", GpuSampleHandler, kwargs),
+                (rf"/jupyter-air/jobs/{JOB}/gpu", JobGpuHandler, {"store": self.store}),
             ]
         )
         self.handlers.extend(mlflow_ui_handlers(self.mlflow_ui))

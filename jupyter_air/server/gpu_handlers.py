@@ -4,22 +4,37 @@ from __future__ import annotations
 
 import asyncio
 import re
+from bisect import bisect_right
 from typing import Any
 
 from tornado import web
 
 from ..gpu.owners import job_of, owner_of
 from ..gpu.sampler import GpuSampler
+from ..jobs.node_files import read_gpu, read_nodes
+from ..jobs.store import JobStore
 from .base import AirHandler
+from .jobs_handlers import JobsBase
 
 INVENTORY_ID = re.compile(r"[0-9a-f]{1,64}")
 
 
-class GpuHandler(AirHandler):
-    """``GET jupyter-air/gpu``: inventory, NVML status and samples since a time."""
+def _inventory_argument(handler: AirHandler) -> str | None:
+    inventory = handler.get_query_argument("inventory", None)
+    if inventory is not None and not INVENTORY_ID.fullmatch(inventory):
+        raise web.HTTPError(
+            400, f"'inventory' must be an id from a previous answer, got {inventory!r}"
+        )
+    return inventory
 
-    def initialize(self, sampler: GpuSampler) -> None:
+
+class GpuHandler(AirHandler):
+    """``GET jupyter-air/gpu``: inventory, NVML status and samples since a time, plus
+    the nodes of running multi-node jobs (whose GPUs the panel can show instead)."""
+
+    def initialize(self, sampler: GpuSampler, store: JobStore) -> None:
         self.sampler = sampler
+        self.store = store
 
     @web.authenticated
     async def get(self) -> None:
@@ -27,13 +42,10 @@ class GpuHandler(AirHandler):
 
     async def _answer(self) -> None:
         since = self.float_argument("since", minimum=0)
-        inventory = self.get_query_argument("inventory", None)
-        if inventory is not None and not INVENTORY_ID.fullmatch(inventory):
-            raise web.HTTPError(
-                400, f"'inventory' must be an id from a previous answer, got {inventory!r}"
-            )
+        inventory = _inventory_argument(self)
         loop = asyncio.get_running_loop()
         doc = await loop.run_in_executor(None, self.sampler.snapshot, since, inventory)
+        doc["nodes"] = await loop.run_in_executor(None, running_nodes, self.store)
         await self._add_owners(doc)
         self.write_json(doc)
 
@@ -66,6 +78,75 @@ class GpuSampleHandler(GpuHandler):
     async def post(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.sampler.sample_now)
         await self._answer()
+
+
+class JobGpuHandler(JobsBase):
+    """``GET jupyter-air/jobs/<id>/gpu?node=N``: what node N's sampler last reported,
+    answered like ``GET jupyter-air/gpu``; it stays readable after the job."""
+
+    @web.authenticated
+    async def get(self, job_id: str) -> None:
+        node = self.int_argument("node", None, 0, 1 << 16)
+        if node is None:
+            raise web.HTTPError(400, "'node' is required: a node number of the job")
+        since = self.float_argument("since", minimum=0)
+        inventory = _inventory_argument(self)
+        job = self.job(job_id)
+        attempt, attempts = self.attempt_of(job)
+        loop = asyncio.get_running_loop()
+        stored = await loop.run_in_executor(
+            None, read_gpu, self.store.attempt_dir(job.id, attempt), node
+        )
+        if stored is None:
+            raise web.HTTPError(404, f"no GPU samples of node {node} in attempt {attempt}")
+        running = job.status == "RUNNING" and attempt == attempts
+        doc = _cut(stored, since, inventory)
+        self.write_json(
+            {**doc, "job": job.id, "attempt": attempt, "node": node, "running": running}
+        )
+
+
+def running_nodes(store: JobStore) -> list[dict[str, Any]]:
+    """The nodes of the latest attempt of every running job that lists its nodes (the
+    multi-node ones): one query, then one query and one small file per running job."""
+    nodes = []
+    for job in store.jobs(active_only=True):
+        attempts = store.attempts(job.id) if job.status == "RUNNING" else []
+        if not attempts:
+            continue  # pending, or between the job's start and its first attempt
+        attempt = attempts[-1].attempt
+        for node in read_nodes(store.attempt_dir(job.id, attempt)):
+            nodes.append(
+                {
+                    "job": job.id,
+                    "attempt": attempt,
+                    "node": node.get("node"),
+                    "node_id": node.get("node_id"),
+                    "ip": node.get("ip"),
+                    "hostname": node.get("hostname"),
+                }
+            )
+    return nodes
+
+
+def _cut(stored: dict[str, Any], since: float | None, inventory: str | None) -> dict[str, Any]:
+    """A stored full-history snapshot cut as ``GpuSampler.snapshot`` would cut its own."""
+    doc = dict(stored)
+    doc["paused"] = False  # this request resumed nothing
+    doc["reset"] = inventory is not None and inventory != stored["inventory"]
+    if inventory == stored["inventory"]:
+        for key in ("nvml", "host", "gpus"):
+            doc.pop(key, None)
+    if since is not None and not doc["reset"]:
+        samples = stored["samples"]
+        start = bisect_right(samples["t"], since)
+        doc["samples"] = {
+            **{name: values[start:] for name, values in samples.items() if name != "gpu"},
+            "gpu": [
+                {name: values[start:] for name, values in gpu.items()} for gpu in samples["gpu"]
+            ],
+        }
+    return doc
 
 
 def _kernel_pid(kernel: Any) -> int | None:

@@ -146,6 +146,8 @@ export class GpuModel {
     this.gpu = [];
     this.gpus = [];
     this.state = [];
+    this.nvml = null;
+    this.host = {};
     this.inventory = null;
     this.revision++;
   }

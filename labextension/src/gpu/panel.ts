@@ -8,7 +8,7 @@ import type { Message } from '@lumino/messaging';
 import { IPoll, Poll } from '@lumino/polling';
 import { Widget } from '@lumino/widgets';
 
-import { APIError, requestAPI } from '../request';
+import { APIError, Query, requestAPI } from '../request';
 import { Card, GpuCard, HostCard } from './cards';
 import {
   drawChart,
@@ -23,7 +23,7 @@ import {
 import { formatClock, formatDuration } from './format';
 import { ActivityMonitor } from './idle';
 import { GpuModel } from './model';
-import type { IGpuResponse } from './types';
+import type { IGpuResponse, IJobGpuResponse, IJobNode } from './types';
 import { el } from '../dom';
 
 /** Performance entry names (read by browser tests). */
@@ -66,15 +66,30 @@ const MAX_MEASURES = 1000;
 
 /** The text shown for a failed update. */
 function describeError(error: unknown): string {
-  if (error instanceof APIError && error.status === 404) {
+  // A 404 of jupyter_air itself says what is missing (a node's samples).
+  if (
+    error instanceof APIError &&
+    error.status === 404 &&
+    error.code !== 'not_found'
+  ) {
     return 'the jupyter_air server extension is not enabled (404)';
   }
   return error instanceof Error ? error.message : String(error);
 }
 
+/** The value of a job node in the node selector ('' is this server). */
+function nodeKey(node: IJobNode | null): string {
+  return node ? `${node.job}/${node.attempt}/${node.node}` : '';
+}
+
+function hostOf(node: IJobNode): string {
+  return node.hostname ?? node.ip ?? 'unknown host';
+}
+
 /**
  * Live per-GPU utilization, memory, temperature and power, the processes on
- * each GPU, and the host CPU and memory, polled from `jupyter-air/gpu`.
+ * each GPU, and the host CPU and memory, polled from `jupyter-air/gpu`, or
+ * from `jupyter-air/jobs/<id>/gpu` for a node of a running multi-node job.
  */
 export class GpuPanel extends Widget {
   constructor(options: GpuPanel.IOptions = {}) {
@@ -271,18 +286,12 @@ export class GpuPanel extends Widget {
   }
 
   private async _fetch(method: 'GET' | 'POST'): Promise<void> {
-    const endPoint = method === 'POST' ? 'gpu/sample' : 'gpu';
     let response: IGpuResponse;
     this._inFlight = true;
     this._renderStatus();
     try {
       const [answer, plotly] = await Promise.all([
-        requestAPI<IGpuResponse>(
-          endPoint,
-          { method },
-          this._model.query(),
-          this._serverSettings
-        ),
+        this._request(method),
         this._loadCharts()
       ]);
       response = answer;
@@ -302,6 +311,75 @@ export class GpuPanel extends Widget {
       this._renderStatus();
       throw error;
     }
+  }
+
+  /**
+   * Ask the node shown for what the model misses, and this server for the
+   * list of job nodes.
+   */
+  private async _request(method: 'GET' | 'POST'): Promise<IGpuResponse> {
+    const settings = this._serverSettings;
+    if (this._source !== null) {
+      // Only the node list is wanted: ask for no more than the last time.
+      this._setNodes(
+        await requestAPI<IGpuResponse>('gpu', {}, this._local, settings)
+      );
+    }
+    const source = this._source;
+    const shows = this._shows;
+    let answer: IGpuResponse;
+    if (source === null) {
+      answer = await requestAPI<IGpuResponse>(
+        method === 'POST' ? 'gpu/sample' : 'gpu',
+        { method },
+        this._model.query(),
+        settings
+      );
+    } else {
+      // A node's sampler runs on its own schedule: refresh only asks again.
+      answer = await requestAPI<IJobGpuResponse>(
+        `jobs/${source.job}/gpu`,
+        {},
+        { ...this._model.query(), node: source.node, attempt: source.attempt },
+        settings
+      );
+    }
+    if (shows !== this._shows) {
+      return this._request(method); // another node was picked meanwhile
+    }
+    if (source === null) {
+      this._setNodes(answer);
+    }
+    return answer;
+  }
+
+  /** Take the job nodes from an answer of this server; leave a node that ended. */
+  private _setNodes(answer: IGpuResponse): void {
+    const t = answer.samples?.t ?? [];
+    this._local = {
+      inventory: answer.inventory,
+      since: t.length ? t[t.length - 1] : this._local.since
+    };
+    if (answer.host?.hostname) {
+      this._localHost = answer.host.hostname;
+    }
+    this._nodes = answer.nodes ?? [];
+    const source = this._source;
+    if (source && !this._nodes.some(n => nodeKey(n) === nodeKey(source))) {
+      this._show(null, `Job ended: showing this server (job ${source.job})`);
+    }
+    this._renderNodes();
+  }
+
+  /** Show the GPUs of a job node (null: of this server), from a fresh history. */
+  private _show(source: IJobNode | null, notice: string | null = null): void {
+    this._source = source;
+    this._shows++;
+    this._notice = notice;
+    this._error = null;
+    this._model.clear();
+    this._rebuildCards();
+    this._renderAll();
   }
 
   /** Load plotly (and warm it up), or null when it cannot be loaded. */
@@ -534,6 +612,25 @@ export class GpuPanel extends Widget {
     const header = el('div', 'jp-air-GpuPanel-header');
     header.appendChild(el('h2', 'jp-air-GpuPanel-title', 'GPU resources'));
 
+    const nodeRow = el('label', 'jp-air-GpuPanel-nodeRow');
+    nodeRow.appendChild(el('span', 'jp-air-GpuPanel-nodeLabel', 'Node'));
+    const nodeSelect = el('select', 'jp-air-GpuPanel-node');
+    nodeSelect.title = 'Whose GPUs to show: this server or a node of a job';
+    nodeSelect.addEventListener('change', () => {
+      const value = nodeSelect.value;
+      this._show(this._nodes.find(n => nodeKey(n) === value) ?? null);
+      if (this._paused !== null) {
+        this._resume(true);
+      } else {
+        void this._poll.refresh();
+      }
+    });
+    this._nodeSelect = nodeSelect;
+    nodeRow.appendChild(Styling.wrapSelect(nodeSelect));
+    nodeRow.hidden = true;
+    this._nodeRow = nodeRow;
+    header.appendChild(nodeRow);
+
     const toolbar = el('div', 'jp-air-GpuPanel-toolbar');
     const select = el('select', 'jp-air-GpuPanel-range');
     select.title = 'Time range of the charts';
@@ -593,6 +690,9 @@ export class GpuPanel extends Widget {
     node.appendChild(paused);
 
     const body = el('div', 'jp-air-GpuPanel-body');
+    this._heading = el('div', 'jp-air-GpuPanel-source');
+    this._heading.hidden = true;
+    body.appendChild(this._heading);
     this._loading = el('div', 'jp-air-GpuPanel-loading', 'Loading…');
     body.appendChild(this._loading);
 
@@ -656,7 +756,44 @@ export class GpuPanel extends Widget {
     if (this._driver.textContent !== driverText) {
       this._driver.textContent = driverText;
     }
+    this._renderNodes();
     this._renderStatus();
+  }
+
+  /** The node selector and the heading, shown while jobs have nodes. */
+  private _renderNodes(): void {
+    const host = this._localHost;
+    const here = host ? `This server (${host})` : 'This server';
+    const options = [
+      ['', here],
+      ...this._nodes.map(n => [
+        nodeKey(n),
+        `job ${n.job} · node ${n.node} (${hostOf(n)})`
+      ])
+    ];
+    const select = this._nodeSelect;
+    const key = JSON.stringify(options);
+    if (key !== this._nodeOptions) {
+      this._nodeOptions = key;
+      select.textContent = '';
+      for (const [value, label] of options) {
+        const option = el('option', undefined, label);
+        option.value = value;
+        select.appendChild(option);
+      }
+    }
+    const source = this._source;
+    select.value = nodeKey(source);
+    const shown = this._nodes.length > 0 || source !== null;
+    this._nodeRow.hidden = !shown;
+    this._heading.hidden = !shown;
+    const heading = source
+      ? `Node ${source.node} (${hostOf(source)}) of job ${source.job}`
+      : here;
+    if (this._heading.textContent !== heading) {
+      this._heading.textContent = heading;
+      this._heading.title = heading;
+    }
   }
 
   private _renderPaused(): void {
@@ -697,6 +834,10 @@ export class GpuPanel extends Widget {
         `Polling every ${formatDuration(this._settings.pollInterval)}; ` +
         `server samples every ${formatDuration(model.interval)}`;
     }
+    if (this._notice !== null && this._error === null) {
+      text = `${this._notice} · ${text}`;
+      title = title ? `${this._notice}\n${title}` : this._notice;
+    }
     if (status.textContent !== text) {
       status.textContent = text;
     }
@@ -713,7 +854,19 @@ export class GpuPanel extends Widget {
   private _activity: ActivityMonitor;
   private _paused: PauseReason | null = null;
   private _error: string | null = null;
+  /** Why the panel left a job node, in the status line until the next pick. */
+  private _notice: string | null = null;
   private _inFlight = false;
+  /** The job node shown, or null for this server. */
+  private _source: IJobNode | null = null;
+  /** Counts the switches of `_source`: an answer asked for before one is stale. */
+  private _shows = 0;
+  /** The nodes of running jobs, from the latest answer of this server. */
+  private _nodes: IJobNode[] = [];
+  /** What this server last answered up to, to ask for little while a node is shown. */
+  private _local: Query = {};
+  private _localHost: string | null = null;
+  private _nodeOptions = '';
   private _queue: Promise<void> = Promise.resolve();
   private _plotly: PlotlyLib | null = null;
   private _theme: IChartTheme | null = null;
@@ -725,6 +878,9 @@ export class GpuPanel extends Widget {
   private _gpuCards: GpuCard[] = [];
   private _hostCard!: HostCard;
   private _rangeSelect!: HTMLSelectElement;
+  private _nodeRow!: HTMLLabelElement;
+  private _nodeSelect!: HTMLSelectElement;
+  private _heading!: HTMLDivElement;
   private _refreshButton!: HTMLButtonElement;
   private _status!: HTMLDivElement;
   private _pausedNode!: HTMLDivElement;

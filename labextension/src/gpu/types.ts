@@ -1,6 +1,6 @@
 /**
- * The answer of `GET jupyter-air/gpu` and `POST jupyter-air/gpu/sample`
- * (see docs/api.md).
+ * The answers of `GET jupyter-air/gpu`, `POST jupyter-air/gpu/sample` and
+ * `GET jupyter-air/jobs/<id>/gpu` (see docs/api.md).
  */
 
 /** NVML status. */
@@ -65,6 +65,16 @@ export interface IGpuState {
   processes: IGpuProcess[];
 }
 
+/** A node of a running multi-node job, whose GPUs the panel can show. */
+export interface IJobNode {
+  job: string;
+  attempt: number;
+  node: number;
+  node_id?: string | null;
+  ip?: string | null;
+  hostname?: string | null;
+}
+
 /** The whole answer. */
 export interface IGpuResponse {
   now: number;
@@ -79,4 +89,14 @@ export interface IGpuResponse {
   gpus?: IGpuInfo[];
   samples: ISamples;
   state: IGpuState[];
+  /** The nodes of running multi-node jobs (answers about this server only). */
+  nodes?: IJobNode[];
+}
+
+/** The answer about one node of a job. */
+export interface IJobGpuResponse extends IGpuResponse {
+  job: string;
+  attempt: number;
+  node: number;
+  running: boolean;
 }
