@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -139,15 +140,25 @@ def check_capacity(
     )
 
 
-def reserve(nnodes: int, shape: NodeShape, name: str) -> Any:
+class Cancelled(ClusterError):
+    """The job was cancelled while waiting for the cluster."""
+
+
+def reserve(nnodes: int, shape: NodeShape, name: str, cancelled: threading.Event) -> Any:
     """One bundle per node, each on a different node (STRICT_SPREAD), granted in time."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
     group = placement_group([shape.bundle()] * nnodes, strategy="STRICT_SPREAD", name=name)
-    ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT)
+    ready_ref = group.ready()
+    deadline = time.monotonic() + PLACEMENT_TIMEOUT
+    ready: list[Any] = []
+    while not ready and not cancelled.is_set() and time.monotonic() < deadline:
+        ready, _ = ray.wait([ready_ref], timeout=0.5)
     if not ready:
         remove_placement_group(group)
+        if cancelled.is_set():
+            raise Cancelled("cancelled while waiting for the cluster's nodes")
         raise ClusterError(
             f"the Ray cluster did not grant {nnodes} nodes with {_resources(shape.bundle())} each "
             f"in {PLACEMENT_TIMEOUT:g} s: other work holds those resources"

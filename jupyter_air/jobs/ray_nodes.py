@@ -23,6 +23,7 @@ from . import node_files
 from .local import Outcome
 from .ray_agent import NodeAgent, NodeLaunch
 from .ray_cluster import (
+    Cancelled,
     ClusterError,
     alive_nodes,
     check_capacity,
@@ -83,6 +84,8 @@ class RayNodes:
         try:
             self._place(address)
             self._start_all()
+        except Cancelled as err:
+            return Outcome("CANCELLED", [], message=str(err))
         except ClusterError as err:
             return Outcome("FAILED", [], message=str(err))
         except Exception as err:  # Ray's own errors, named as Ray's
@@ -106,7 +109,8 @@ class RayNodes:
         nodes = alive_nodes()
         shape = node_shape(workload.nproc_per_node, nodes)
         check_capacity(address, workload.nnodes, shape, nodes)
-        self._group = reserve(workload.nnodes, shape, f"air-{self._job_id}-{self._attempt}")
+        name = f"air-{self._job_id}-{self._attempt}"
+        self._group = reserve(workload.nnodes, shape, name, self._cancel)
         agent_class = ray.remote(NodeAgent)
         bundle = shape.bundle()
         for node in range(workload.nnodes):

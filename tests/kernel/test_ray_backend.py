@@ -129,8 +129,12 @@ def test_ddp_across_two_nodes_agrees_and_logs_per_node(kernel: Kernel, air_home:
 
     (run,) = runs_of_job(air_home, job_id)
     assert run.info.status == "FINISHED"
+    client = mlflow_client(air_home)
+    for node, rank in ((0, 0), (1, 1)):
+        logs = {a.path for a in client.list_artifacts(run.info.run_id, f"logs/node_{node}")}
+        assert logs == {f"logs/node_{node}/rank_{rank}.log"}
     assert (run.data.tags["air.nnodes"], run.data.tags["air.nproc_per_node"]) == ("2", "1")
-    losses = mlflow_client(air_home).get_metric_history(run.info.run_id, "train_loss")
+    losses = client.get_metric_history(run.info.run_id, "train_loss")
     assert sorted(m.step for m in losses) == [0, 1, 2, 3, 4]
     metrics = set(run.data.metrics)
     for node in ("node_0", "node_1"):
