@@ -207,7 +207,7 @@ class RayNodes:
                         node, f"stopped answering for {SILENCE_TIMEOUT:g} s"
                     )
             if stopping is None:
-                failure = _first_failure(outcomes)
+                failure = first_failure(outcomes)
                 if failure is not None:
                     stopping = "failure"
                     self._stop_nodes(outcomes, False, f"stopped: {failure.message}")
@@ -261,7 +261,7 @@ class RayNodes:
         self, outcomes: dict[int, Outcome], stopping: str | None, timeout: float | None
     ) -> Outcome:
         codes = [code for node in sorted(outcomes) for code in outcomes[node].exit_codes]
-        failure = _first_failure(outcomes)
+        failure = first_failure(outcomes)
         if failure is not None:
             node = next(n for n, o in outcomes.items() if o is failure)
             message = failure.message or "failed"
@@ -310,7 +310,7 @@ class RayNodes:
             self._group = None
 
 
-def _first_failure(outcomes: dict[int, Outcome]) -> Outcome | None:
+def first_failure(outcomes: dict[int, Outcome]) -> Outcome | None:
     """The failure that came first: the others are usually its consequence (a peer's
     collective breaking when a rank dies)."""
     failures = [o for o in outcomes.values() if o.status == "FAILED"]

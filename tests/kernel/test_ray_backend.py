@@ -222,6 +222,17 @@ def test_an_unreachable_cluster_is_refused_before_anything_starts(
     assert len(JobStore(air_home).jobs()) == before
 
 
+def test_the_kernel_configuration_names_the_cluster_when_the_call_does_not(
+    kernel: Kernel,
+) -> None:
+    kernel.run("%config AirMagics.ray_address = '127.0.0.1:1'")
+    try:
+        execution = kernel.run("%%air_distributed --backend ray --nnodes 2\nprint('never')")
+    finally:
+        kernel.run("%config AirMagics.ray_address = None")
+    assert execution.stderr.startswith("UsageError: cannot reach the Ray cluster at 127.0.0.1:1")
+
+
 def test_several_nodes_need_the_ray_backend(kernel: Kernel) -> None:
     execution = kernel.run("%%air_distributed --nnodes 2\nprint('never')")
     assert execution.stderr.startswith("UsageError: --nnodes 2 needs a cluster: add --backend ray")
