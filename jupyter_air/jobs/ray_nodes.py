@@ -260,7 +260,13 @@ class RayNodes:
     def _combine(
         self, outcomes: dict[int, Outcome], stopping: str | None, timeout: float | None
     ) -> Outcome:
+        """The attempt's outcome. After a cancel or a timeout, ranks on other nodes may
+        fail as their peers go (a broken collective): that is the stop, not a failure."""
         codes = [code for node in sorted(outcomes) for code in outcomes[node].exit_codes]
+        if stopping == "cancel":
+            return Outcome("CANCELLED", codes, message="cancelled")
+        if stopping == "timeout":
+            return Outcome("FAILED", codes, message=f"timed out after {timeout:g} s")
         failure = first_failure(outcomes)
         if failure is not None:
             node = next(n for n, o in outcomes.items() if o is failure)
@@ -268,10 +274,6 @@ class RayNodes:
             if failure.failed_rank is not None:  # a rank's failure: say where it ran
                 message = f"{message} on {self._describe(node)}"
             return Outcome("FAILED", codes, failure.failed_rank, message, failure.failed_at)
-        if stopping == "cancel":
-            return Outcome("CANCELLED", codes, message="cancelled")
-        if stopping == "timeout":
-            return Outcome("FAILED", codes, message=f"timed out after {timeout:g} s")
         return Outcome("SUCCEEDED", codes)
 
     # -- releasing -----------------------------------------------------------------
