@@ -95,6 +95,33 @@ def kernel_env(kernel_env: dict[str, str], cluster: Any) -> dict[str, str]:
     return {**kernel_env, "RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": "disabled"}
 
 
+def cluster_holdings(env: dict[str, str]) -> dict[str, Any]:
+    """What the cluster still holds for anyone: placement groups not removed, actors
+    alive, CPUs in use (asked from a separate driver, as an operator would)."""
+    code = (
+        "import json, ray\n"
+        "ray.init(log_to_driver=False)\n"
+        "groups = [g for g in ray.util.placement_group_table().values()\n"
+        "          if g['state'] != 'REMOVED']\n"
+        "total, free = ray.cluster_resources(), ray.available_resources()\n"
+        "print(json.dumps({'groups': len(groups),\n"
+        "                  'cpus_in_use': total.get('CPU', 0) - free.get('CPU', 0)}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def wait_released(env: dict[str, str], timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while (held := cluster_holdings(env)) != {"groups": 0, "cpus_in_use": 0}:
+        assert time.monotonic() < deadline, f"still held: {held}"
+        time.sleep(1)
+    return held
+
+
 def test_ddp_across_two_nodes_agrees_and_logs_per_node(kernel: Kernel, air_home: Path) -> None:
     assert kernel.run(TRAINING).error is None
     execution = kernel.run(RAY_DDP_CELL)
@@ -146,7 +173,7 @@ def test_ddp_across_two_nodes_agrees_and_logs_per_node(kernel: Kernel, air_home:
 
 
 def test_a_rank_failing_on_node_1_stops_every_rank_on_every_node_and_is_retried(
-    kernel: Kernel, air_home: Path
+    kernel: Kernel, air_home: Path, kernel_env: dict[str, str]
 ) -> None:
     execution = kernel.run(
         "%%air_distributed --backend ray --nnodes 2 -n 1 --max-retries 1\n"
@@ -171,9 +198,12 @@ def test_a_rank_failing_on_node_1_stops_every_rank_on_every_node_and_is_retried(
     runs = runs_of_job(air_home, job_id)
     assert [r.info.status for r in runs] == ["FAILED", "FAILED"], "a run per attempt"
     assert job_processes(job_id) == []
+    wait_released(kernel_env)
 
 
-def test_interrupting_the_kernel_stops_every_node(kernel: Kernel, air_home: Path) -> None:
+def test_interrupting_the_kernel_stops_every_node_and_releases_the_cluster(
+    kernel: Kernel, air_home: Path, kernel_env: dict[str, str]
+) -> None:
     msg_id = kernel.start(
         "%%air_distributed --backend ray --nnodes 2 -n 1\n"
         "import time\nprint('started', flush=True)\ntime.sleep(300)"
@@ -195,6 +225,7 @@ def test_interrupting_the_kernel_stops_every_node(kernel: Kernel, air_home: Path
     (run,) = runs_of_job(air_home, job_id)
     assert run.info.status == "KILLED"
     assert job_processes(job_id) == []
+    wait_released(kernel_env)
 
 
 def test_more_nodes_than_the_cluster_has_fail_saying_what_is_there(
