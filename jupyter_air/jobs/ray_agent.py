@@ -114,6 +114,7 @@ class NodeAgent:
     def _run(self) -> None:
         assert self._ranks is not None
         self._outcome = self._ranks.run()
+        self._metrics.prepare()  # the last sample is taken at finish(): get MLflow ready
 
     def poll(self) -> dict[str, Any]:
         """New log records by rank, the outcome once every rank has exited (after its
@@ -187,13 +188,14 @@ class _MetricsThread:
     """MLflow's monitors on this node, every ``interval`` seconds while the ranks run.
 
     Loading MLflow costs about 2 s of CPU; it happens at the lowest priority once the
-    first sample is due, so it does not slow the ranks' start.
+    first sample is due or the ranks have ended, so it does not slow the ranks' start.
     """
 
     def __init__(self, interval: float) -> None:
         self._interval = interval
         self._samples: list[Any] = []
         self._lock = threading.Lock()
+        self._loading = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._metrics: Any = None
@@ -205,20 +207,28 @@ class _MetricsThread:
     def _loop(self) -> None:
         if self._stop.wait(self._interval):
             return
-        with contextlib.suppress(OSError):  # this thread only
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         while True:
             self._take()
             if self._stop.wait(self._interval):
                 return
 
-    def _take(self) -> None:
-        if self._metrics is None:
-            from ..gpu.nvml import Nvml
-            from ..tracking.node_metrics import NodeMetrics
+    def prepare(self) -> None:
+        """Load MLflow's monitors in the background, at the lowest priority."""
+        threading.Thread(target=self._load, name="air-node-metrics-load", daemon=True).start()
 
-            self._metrics = NodeMetrics(Nvml())
-        sample = self._metrics.sample()
+    def _load(self) -> Any:
+        with self._loading:  # one load, whichever thread comes first
+            if self._metrics is None:
+                with contextlib.suppress(OSError):  # this thread only
+                    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+                from ..gpu.nvml import Nvml
+                from ..tracking.node_metrics import NodeMetrics
+
+                self._metrics = NodeMetrics(Nvml())
+            return self._metrics
+
+    def _take(self) -> None:
+        sample = self._load().sample()
         with self._lock:
             self._samples.append(sample)
 

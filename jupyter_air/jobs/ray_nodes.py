@@ -179,6 +179,7 @@ class RayNodes:
         stopping: str | None = None
         stop_sent = 0.0
         while len(outcomes) < len(self._agents):
+            round_started = time.monotonic()
             for node, agent in enumerate(self._agents):
                 if node not in outcomes and node not in pending:
                     pending[node] = (agent.poll.remote(), time.monotonic())
@@ -223,6 +224,9 @@ class RayNodes:
                 for node in range(len(self._agents)):
                     if node not in outcomes:
                         outcomes[node] = self._node_lost(node, "did not stop in time")
+            # Agents answer in milliseconds: without this pause the loop would poll
+            # hundreds of times a second, taking the CPU from the ranks.
+            self._cancel.wait(max(0.0, round_started + POLL_INTERVAL - time.monotonic()))
         return self._combine(outcomes, stopping, timeout)
 
     def _absorb(self, node: int, report: dict[str, Any]) -> None:

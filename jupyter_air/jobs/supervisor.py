@@ -160,6 +160,7 @@ class Supervisor:
         self.job = store.get(job_id)
         self.watch_pid = watch_pid
         self._cancelled = threading.Event()
+        self._over = threading.Event()
         self._ranks: Ranks | None = None
         self._tracking = Tracking(self.job.workload)
 
@@ -171,7 +172,7 @@ class Supervisor:
     def _watch_kernel(self) -> None:
         """A kernel that dies takes its (non-background) job with it."""
         assert self.watch_pid is not None
-        while not self._cancelled.wait(1.0):
+        while not self._cancelled.wait(1.0) and not self._over.is_set():
             if not alive(self.watch_pid):
                 log.warning("kernel %d is gone: cancelling job %s", self.watch_pid, self.job.id)
                 self.cancel()
@@ -236,6 +237,7 @@ class Supervisor:
         return 1
 
     def _end_job(self, outcome: Outcome) -> None:
+        self._over.set()  # the kernel may go now: what is left is this process's own work
         self.store.update(
             self.job.id, status=outcome.status, ended=time.time(), message=outcome.message
         )
