@@ -85,6 +85,7 @@ bench: setup
 	$(PY) bench/bench_gpu.py
 	$(PY) bench/bench_magic.py
 	$(PY) bench/bench_logs.py
+	$(PY) bench/bench_ray.py
 
 clean:
 	rm -rf lib jupyter_air/labextension tsconfig.tsbuildinfo tests/fake_nvml/.build test-artifacts
