@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..paths import air_home
+from ..procs import alive
 from .spec import Workload
 
 JOB_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")  # what new_job_id() makes
@@ -131,7 +132,7 @@ class JobStore:
             row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             raise UnknownJob(job_id)
-        return _job(row)
+        return self._settled(_job(row))
 
     def jobs(self, active_only: bool = False, limit: int | None = None) -> list[Job]:
         query = "SELECT * FROM jobs"
@@ -141,7 +142,32 @@ class JobStore:
         if limit is not None:
             query += f" LIMIT {int(limit)}"
         with self._connect() as db:
-            return [_job(row) for row in db.execute(query)]
+            rows = db.execute(query).fetchall()
+        found = [self._settled(_job(row)) for row in rows]
+        return [job for job in found if not (active_only and job.done)]
+
+    def _settled(self, job: Job) -> Job:
+        """A job whose supervisor is gone without recording its end (killed outright, out
+        of memory) failed: its ranks went with the supervisor, so it must not stay in
+        the lists of running jobs. Only a still-active row is changed, so a supervisor
+        that did record its end in the meantime keeps its word."""
+        pid = job.supervisor_pid
+        if job.done or pid is None or alive(pid):
+            return job
+        now, message = time.time(), f"its supervisor (pid {pid}) ended without recording the end"
+        with self._connect() as db:
+            db.execute(
+                f"UPDATE jobs SET status = 'FAILED', ended = ?, message = ? "
+                f"WHERE id = ? AND status IN {ACTIVE!r}",
+                (now, message, job.id),
+            )
+            db.execute(
+                "UPDATE attempts SET status = 'FAILED', ended = ?, message = ? "
+                "WHERE job_id = ? AND status = 'RUNNING'",
+                (now, message, job.id),
+            )
+            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job.id,)).fetchone()
+        return _job(row)
 
     def update(self, job_id: str, **fields: Any) -> None:
         if not fields or not set(fields) <= {

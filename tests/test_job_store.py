@@ -1,0 +1,47 @@
+"""The job store's view of jobs whose supervisor is gone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from jupyter_air.jobs.spec import Workload
+from jupyter_air.jobs.store import JobStore
+
+
+def ended_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_a_job_whose_supervisor_died_unrecorded_is_failed_and_leaves_the_active_list(
+    tmp_path: Path,
+) -> None:
+    store = JobStore(tmp_path)
+    job = store.create(Workload(kind="command", command=["true"]))
+    pid = ended_pid()
+    store.update(job.id, status="RUNNING", supervisor_pid=pid)
+    store.start_attempt(job.id, 1, None)
+
+    assert store.jobs(active_only=True) == []
+    settled = store.get(job.id)
+    assert settled.status == "FAILED"
+    assert settled.message == f"its supervisor (pid {pid}) ended without recording the end"
+    (attempt,) = store.attempts(job.id)
+    assert (attempt.status, attempt.message) == ("FAILED", settled.message)
+
+
+def test_a_job_whose_supervisor_lives_or_recorded_its_end_is_left_alone(tmp_path: Path) -> None:
+    store = JobStore(tmp_path)
+    running = store.create(Workload(kind="command", command=["true"]))
+    store.update(running.id, status="RUNNING", supervisor_pid=os.getpid())
+    done = store.create(Workload(kind="command", command=["true"]))
+    store.update(done.id, status="SUCCEEDED", supervisor_pid=ended_pid())
+
+    assert [j.id for j in store.jobs(active_only=True)] == [running.id]
+    assert store.get(running.id).status == "RUNNING"
+    assert store.get(done.id).status == "SUCCEEDED"
