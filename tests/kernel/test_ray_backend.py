@@ -338,6 +338,32 @@ def job_id_of_cli(stdout: str) -> str:
     return first[first.index("Job") + 1].rstrip(":")
 
 
+NOTEBOOK = ROOT / "notebooks" / "ray_cluster.ipynb"
+
+
+def test_the_ray_notebook_trains_on_two_nodes(
+    kernel_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    for name, value in kernel_env.items():
+        monkeypatch.setenv(name, value)
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+
+    outputs = [o for cell in nb.cells for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o["output_type"] == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o["output_type"] == "stream")
+    assert "[node 1 rank 1] rank 1 of 2 on node 1" in text, text
+    assert "[node 1 rank 1] step 40: loss" in text
+    results = [o["data"]["text/plain"] for o in outputs if o["output_type"] == "execute_result"]
+    assert float(results[0]) < 1.0, "the loss went down"
+    assert results[1] == "[('0', '0'), ('1', '1')]"
+
+
 def test_a_node_that_dies_fails_the_attempt_naming_the_node(
     kernel: Kernel, air_home: Path, cluster: Any
 ) -> None:
