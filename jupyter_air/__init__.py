@@ -13,7 +13,7 @@ try:
 except ImportError:  # a source tree that was never built
     __version__ = "0.0.0.dev0"
 
-__all__ = ["distributed", "log_metrics", "rank_zero_only"]
+__all__ = ["__version__", "distributed", "log_metrics", "rank_zero_only"]
 
 
 def __getattr__(name: str) -> Any:

@@ -401,7 +401,11 @@ def _download(directory: Path, flt: LogFilter, target: Path, attempt: int) -> in
 def _cancel(args: argparse.Namespace) -> int:
     store = _store()
     job = _job(store, args.job_id)
-    if not client.cancel(store, job.id):
+    try:
+        cancelled = client.cancel(store, job.id)
+    except client.Elsewhere as err:
+        raise CliError(str(err)) from None
+    if not cancelled:
         raise CliError(f"job {job.id} already ended ({job.status.lower()})")
     job = client.wait(store, job.id, 60.0)
     print(f"Job {job.id} {job.status.lower()}")

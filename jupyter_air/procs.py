@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import os
 
+import psutil
 
-def alive(pid: int) -> bool:
+
+def alive(pid: int, started_by: float | None = None) -> bool:
+    """Whether ``pid`` runs; with ``started_by`` (Unix time), only if that process had
+    started by then: a process started later holds a reused pid."""
+    if started_by is not None:
+        try:
+            if psutil.Process(pid).create_time() > started_by + 1.0:
+                return False
+        except psutil.NoSuchProcess:
+            return False
+        except psutil.Error:
+            pass
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -198,3 +198,18 @@ def test_unknown_ids_and_bad_filters_fail_with_one_line(workdir: Path) -> None:
         result = air(*args, check=False)
         assert result.returncode == 1
         assert result.stderr.startswith(f"air: {message}")
+
+
+def test_a_command_that_cannot_start_fails_the_job_saying_why(workdir: Path) -> None:
+    (workdir / "missing.yaml").write_text(
+        "experiment_name: cli-test\ncommand: ./not-here.sh\ncompute:\n  nproc_per_node: 2\n"
+    )
+    watched = air("run", "-f", "missing.yaml", "--watch", check=False)
+    assert watched.returncode == 1
+    job_id = submitted_id(watched)
+    assert "rank 0 could not start: [Errno 2] No such file or directory" in watched.stdout
+    doc = json.loads(air("get", job_id, "--output", "json").stdout)
+    assert doc["status"] == "FAILED"
+    assert doc["attempts"][0]["failed_rank"] == 0
+    logs = air("logs", job_id, "--level", "error").stdout
+    assert "rank 0 could not start" in logs

@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from jupyter_air.jobs.client import Elsewhere, cancel
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 
@@ -45,3 +48,22 @@ def test_a_job_whose_supervisor_lives_or_recorded_its_end_is_left_alone(tmp_path
     assert [j.id for j in store.jobs(active_only=True)] == [running.id]
     assert store.get(running.id).status == "RUNNING"
     assert store.get(done.id).status == "SUCCEEDED"
+
+
+def test_a_job_supervised_on_another_machine_is_left_to_that_machine(tmp_path: Path) -> None:
+    """A job store on a shared disk: a pid means nothing on another host."""
+    store = JobStore(tmp_path)
+    job = store.create(Workload(kind="command", command=["true"]))
+    store.update(job.id, status="RUNNING", supervisor_pid=ended_pid(), supervisor_host="gpu-b")
+    assert store.get(job.id).status == "RUNNING"
+    with pytest.raises(Elsewhere, match="is supervised on gpu-b: cancel it there"):
+        cancel(store, job.id)
+
+
+def test_a_pid_reused_by_a_later_process_is_not_the_supervisor(tmp_path: Path) -> None:
+    store = JobStore(tmp_path)
+    job = store.create(Workload(kind="command", command=["true"]))
+    # The job says its supervisor was running in 1970; the process that holds that pid
+    # now (this test) started much later: the pid was reused, the supervisor is gone.
+    store.update(job.id, status="RUNNING", supervisor_pid=os.getpid(), started=1.0)
+    assert store.get(job.id).status == "FAILED"

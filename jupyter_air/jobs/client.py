@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -43,8 +44,12 @@ def submit(
             start_new_session=True,
             env={**os.environ, "AIR_HOME": str(store.home)},
         )
-    store.update(job.id, supervisor_pid=process.pid)
+    store.update(job.id, supervisor_pid=process.pid, supervisor_host=socket.gethostname())
     return store.get(job.id)
+
+
+class Elsewhere(RuntimeError):
+    """The job's supervisor runs on another machine sharing this job store."""
 
 
 def cancel(store: JobStore, job_id: str) -> bool:
@@ -52,6 +57,8 @@ def cancel(store: JobStore, job_id: str) -> bool:
     job = store.get(job_id)
     if job.done or job.supervisor_pid is None:
         return False
+    if not job.supervised_here:
+        raise Elsewhere(f"job {job_id} is supervised on {job.supervisor_host}: cancel it there")
     try:
         os.kill(job.supervisor_pid, signal.SIGTERM)
     except ProcessLookupError:

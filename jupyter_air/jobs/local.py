@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..logs.capture import RankLog, StreamSplitter
+from ..logs.capture import LINE, RankLog, StreamSplitter
+from ..logs.levels import ERROR
 from .env import RankPlace, rank_env
 
 #: Seconds a rank gets to stop after SIGINT, then after SIGTERM, before SIGKILL.
@@ -46,6 +47,8 @@ class Outcome:
     message: str | None = None
     #: Unix time the failing rank was seen to exit: across nodes, the first is the cause.
     failed_at: float | None = None
+    #: A failure another attempt cannot mend (the cluster is too small): not retried.
+    final: bool = False
 
 
 @dataclass
@@ -83,7 +86,10 @@ class LocalRanks:
         """Start every rank and return once all have exited."""
         started = time.monotonic()
         for spec in self._specs:
-            self._start(spec)
+            try:
+                self._start(spec)
+            except (OSError, subprocess.SubprocessError) as err:
+                return self._not_started(spec, err)
         stopping: str | None = None
         failed: _Rank | None = None
         failed_at: float | None = None
@@ -121,6 +127,22 @@ class LocalRanks:
         if stopping == "timeout":
             return Outcome("FAILED", codes, message=message)
         return Outcome("SUCCEEDED", codes)
+
+    def _not_started(self, spec: RankSpec, err: BaseException) -> Outcome:
+        """A rank that cannot start (command not found, no such directory): the ranks
+        already started are stopped, and the attempt fails saying why."""
+        failed_at = time.time()
+        self._stop_all(interrupt_first=False)
+        for rank in self._ranks:
+            rank.process.wait()
+            rank.log.close()
+        message = f"rank {spec.rank} could not start: {err}"
+        log = RankLog(spec.log_path)
+        log.write(LINE["err"] + ERROR, message)
+        log.close()
+        codes: list[int | None] = [r.process.returncode for r in self._ranks]
+        codes += [None] * (len(self._specs) - len(codes))
+        return Outcome("FAILED", codes, spec.rank, message, failed_at)
 
     def close(self) -> None:
         """Nothing to release: ``run`` returns once every rank has exited and been read."""

@@ -12,21 +12,26 @@ This module does not import Ray: the supervisor turns ``NodeAgent`` into an acto
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import socket
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import __version__
 from ..gpu.owners import job_of
 from ..gpu.sampler import GpuSampler
 from .env import free_port, gpu_count, inherited_env, visible_gpus
 from .local import LocalRanks, Outcome, node_specs
 
+#: Bytes of one rank's log sent in one poll at most.
+MAX_POLL_BYTES = 8 << 20
 #: Files a rank leaves in its attempt directory for the kernel: rank 0's value, tracebacks.
 RESULT_FILES = ("result.pkl", "error_rank_*.txt")
 
@@ -71,6 +76,8 @@ class NodeAgent:
         import ray
 
         return {
+            "version": __version__,
+            "time": time.time(),
             "node_id": ray.get_runtime_context().get_node_id(),
             "ip": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
             "hostname": socket.gethostname(),
@@ -90,9 +97,13 @@ class NodeAgent:
         cwd = launch.working_dir
         if cwd is None or not os.path.isdir(cwd):  # the notebook's directory is not here
             cwd = str(self._dir)
+        base_env = inherited_env()
+        # Ray sets OMP_NUM_THREADS to the actor's CPUs (all of the node's ranks): the
+        # ranks get torchrun's default instead (1 when several share the node).
+        base_env.pop("OMP_NUM_THREADS", None)
         specs = node_specs(
             argv=argv,
-            base_env=inherited_env(),
+            base_env=base_env,
             node_rank=launch.node_rank,
             nproc_per_node=launch.nproc_per_node,
             nnodes=launch.nnodes,
@@ -113,7 +124,12 @@ class NodeAgent:
 
     def _run(self) -> None:
         assert self._ranks is not None
-        self._outcome = self._ranks.run()
+        try:
+            outcome = self._ranks.run()
+        except BaseException as err:  # the supervisor must hear of it, not wait forever
+            outcome = Outcome("FAILED", [], message=f"the node agent failed: {err!r}")
+            outcome.failed_at = time.time()
+        self._outcome = outcome
         self._metrics.prepare()  # the last sample is taken at finish(): get MLflow ready
 
     def poll(self) -> dict[str, Any]:
@@ -138,7 +154,7 @@ class NodeAgent:
             try:
                 with path.open("rb") as f:
                     f.seek(offset)
-                    data = f.read()
+                    data = f.read(MAX_POLL_BYTES)  # a flood of output: the rest next time
             except FileNotFoundError:
                 continue
             whole = data[: data.rfind(b"\n") + 1]  # a record being written waits for the next poll
@@ -167,11 +183,11 @@ class NodeAgent:
         }
 
     def finish(self) -> list[Any]:
-        """The last metrics sample (so even a short job has its figures); then clean up."""
-        samples = self._metrics.finish()
+        """Clean up (the payload holds the notebook's data), then the last metrics
+        sample, so even a short job has its figures."""
         self._gpu.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
-        return samples
+        return self._metrics.finish()
 
 
 def _with_job_owners(snapshot: dict[str, Any]) -> dict[str, Any]:
@@ -241,5 +257,8 @@ class _MetricsThread:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(30)
-            self._take()
+            try:
+                self._take()
+            except Exception as err:  # the samples already taken still count
+                logging.getLogger(__name__).warning("last metrics sample failed: %s", err)
         return self.drain()

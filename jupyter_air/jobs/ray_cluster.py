@@ -28,6 +28,11 @@ INSTALL_HINT = "pip install 'jupyter-air[ray]'"
 class ClusterError(RuntimeError):
     """The Ray cluster cannot run this job; the message says why."""
 
+    def __init__(self, message: str, final: bool = False) -> None:
+        super().__init__(message)
+        #: Another attempt would meet the same refusal (unreachable, too small).
+        self.final = final
+
 
 def require_ray() -> None:
     """Refuse early, with the install command, when Ray is not installed."""
@@ -51,11 +56,12 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
     host, sep, port = target.rpartition(":")
     if not sep or not port.isdigit():
         return
+    host = host.removeprefix("[").removesuffix("]")  # [::1]:6379
     try:
         with socket.create_connection((host, int(port)), timeout=timeout):
             pass
     except OSError as err:
-        raise ClusterError(f"cannot reach the Ray cluster at {address}: {err}") from err
+        raise ClusterError(f"cannot reach the Ray cluster at {address}: {err}", True) from err
 
 
 def connect(address: str) -> None:
@@ -86,6 +92,13 @@ def connect(address: str) -> None:
     _restore(handlers)
     if not outcome:
         raise ClusterError(f"the Ray cluster at {address} did not answer in {CONNECT_TIMEOUT:g} s")
+    if outcome[0] is not None and address == "auto":
+        raise ClusterError(
+            "no Ray cluster found from this machine (no address given, so 'auto'): pass "
+            "--ray-address HOST:PORT, or set c.AirMagics.ray_address or RAY_ADDRESS "
+            f"({outcome[0]})".replace("\n", " "),
+            True,
+        )
     if outcome[0] is not None:
         raise ClusterError(f"cannot connect to the Ray cluster at {address}: {outcome[0]}")
 
@@ -136,7 +149,8 @@ def check_capacity(
     seen = "; ".join(f"{n['NodeID'][:8]} ({_resources(n['Resources'])})" for n in nodes) or "none"
     raise ClusterError(
         f"asked for {nnodes} nodes with {_resources(bundle)} each; the Ray cluster at {address} "
-        f"has {len(nodes)} alive node(s), {len(fits)} of which can hold that: {seen}"
+        f"has {len(nodes)} alive node(s), {len(fits)} of which can hold that: {seen}",
+        final=True,
     )
 
 
@@ -153,10 +167,13 @@ def reserve(nnodes: int, shape: NodeShape, name: str, cancelled: threading.Event
     ready_ref = group.ready()
     deadline = time.monotonic() + PLACEMENT_TIMEOUT
     ready: list[Any] = []
-    while not ready and not cancelled.is_set() and time.monotonic() < deadline:
-        ready, _ = ray.wait([ready_ref], timeout=0.5)
+    try:
+        while not ready and not cancelled.is_set() and time.monotonic() < deadline:
+            ready, _ = ray.wait([ready_ref], timeout=0.5)
+    finally:
+        if not ready:
+            remove_placement_group(group)
     if not ready:
-        remove_placement_group(group)
         if cancelled.is_set():
             raise Cancelled("cancelled while waiting for the cluster's nodes")
         raise ClusterError(

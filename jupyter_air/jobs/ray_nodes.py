@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .. import __version__
 from . import node_files
 from .local import Outcome
 from .ray_agent import NodeAgent, NodeLaunch
@@ -87,9 +88,9 @@ class RayNodes:
         except Cancelled as err:
             return Outcome("CANCELLED", [], message=str(err))
         except ClusterError as err:
-            return Outcome("FAILED", [], message=str(err))
+            return Outcome("FAILED", [], message=str(err), final=err.final)
         except Exception as err:  # Ray's own errors, named as Ray's
-            return Outcome("FAILED", [], message=f"Ray: {_first_line(err)}")
+            return Outcome("FAILED", [], message=f"Ray: {_reason(err)}")
         try:
             return self._watch(timeout)
         finally:
@@ -126,19 +127,23 @@ class RayNodes:
                     name=f"air-{self._job_id}-{self._attempt}-node-{node}",
                 ).remote(METRICS_INTERVAL)
             )
-        try:
-            infos = ray.get(
-                [a.describe.remote() for a in self._agents], timeout=AGENT_START_TIMEOUT
-            )
-        except Exception as err:
-            raise ClusterError(f"the node agents did not start: {_first_line(err)}") from err
+        sent = time.time()
+        infos = self._gather([a.describe.remote() for a in self._agents], "did not start")
+        received = time.time()
+        for info in infos:
+            if info["version"] != __version__:
+                raise ClusterError(
+                    f"jupyter_air {info['version']} on Ray node {info['node_id'][:12]}, "
+                    f"{__version__} here: install the same version on every node",
+                    final=True,
+                )
+            # The node's clock against this one's, to compare failure times across nodes.
+            info["clock_offset"] = info.pop("time") - (sent + received) / 2
         self._nodes = [{"node": i, **info} for i, info in enumerate(infos)]
-        node_files.write_nodes(
-            self._dir, [{k: v for k, v in n.items() if k != "port"} for n in self._nodes]
-        )
+        shown = ("node", "node_id", "ip", "hostname")
+        node_files.write_nodes(self._dir, [{k: n[k] for k in shown} for n in self._nodes])
 
     def _start_all(self) -> None:
-        import ray
 
         workload, head = self._workload, self._nodes[0]
         launches = [
@@ -158,15 +163,30 @@ class RayNodes:
             )
             for node in range(workload.nnodes)
         ]
-        try:
-            ray.get(
-                [a.start.remote(launch) for a, launch in zip(self._agents, launches, strict=True)],
-                timeout=AGENT_START_TIMEOUT,
-            )
-        except Exception as err:
-            raise ClusterError(
-                f"the node agents could not start the ranks: {_first_line(err)}"
-            ) from err
+        calls = [a.start.remote(launch) for a, launch in zip(self._agents, launches, strict=True)]
+        self._gather(calls, "could not start its ranks")
+
+    def _gather(self, calls: list[Any], failing: str) -> list[Any]:
+        """One answer per node, waiting at most AGENT_START_TIMEOUT, giving up at once
+        on a cancel, and naming the node whose agent failed."""
+        import ray
+
+        deadline = time.monotonic() + AGENT_START_TIMEOUT
+        pending = list(calls)
+        while pending and time.monotonic() < deadline:
+            if self._cancel.is_set():
+                raise Cancelled("cancelled while the node agents started")
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+        answers = []
+        for node, call in enumerate(calls):
+            where = self._describe(node) if node < len(self._nodes) else f"node {node}"
+            if call in pending:
+                raise ClusterError(f"{where}: its agent {failing} in {AGENT_START_TIMEOUT:g} s")
+            try:
+                answers.append(ray.get(call, timeout=SILENCE_TIMEOUT))
+            except Exception as err:
+                raise ClusterError(f"{where}: its agent {failing}: {_reason(err)}") from err
+        return answers
 
     # -- watching ------------------------------------------------------------------
 
@@ -178,6 +198,7 @@ class RayNodes:
         pending: dict[int, tuple[Any, float]] = {}  # node -> (poll in flight, sent at)
         stopping: str | None = None
         stop_sent = 0.0
+        answered = dict.fromkeys(range(len(self._agents)), time.time())  # last answer, by node
         while len(outcomes) < len(self._agents):
             round_started = time.monotonic()
             for node, agent in enumerate(self._agents):
@@ -195,18 +216,19 @@ class RayNodes:
                 try:
                     report = ray.get(ref, timeout=SILENCE_TIMEOUT)
                 except Exception as err:
-                    outcomes[node] = self._node_lost(node, f"died: {_first_line(err)}")
+                    outcomes[node] = self._node_lost(node, f"died: {_reason(err)}", answered)
                     continue
+                answered[node] = time.time()
                 self._absorb(node, report)
                 if report["outcome"] is not None:
-                    outcomes[node] = Outcome(**report["outcome"])
+                    outcomes[node] = self._on_this_clock(node, Outcome(**report["outcome"]))
             now = time.monotonic()
             for node, (_, sent) in list(pending.items()):
                 if now - sent > SILENCE_TIMEOUT:
                     del pending[node]
-                    outcomes[node] = self._node_lost(
-                        node, f"stopped answering for {SILENCE_TIMEOUT:g} s"
-                    )
+                    silent = f"stopped answering for {SILENCE_TIMEOUT:g} s"
+                    outcomes[node] = self._node_lost(node, silent, answered)
+                    ray.kill(self._agents[node])  # its ranks die with it
             if stopping is None:
                 failure = first_failure(outcomes)
                 if failure is not None:
@@ -223,10 +245,11 @@ class RayNodes:
             elif now - stop_sent > STOP_TIMEOUT:
                 for node in range(len(self._agents)):
                     if node not in outcomes:
-                        outcomes[node] = self._node_lost(node, "did not stop in time")
+                        outcomes[node] = self._node_lost(node, "did not stop in time", answered)
+                        ray.kill(self._agents[node])
             # Agents answer in milliseconds: without this pause the loop would poll
             # hundreds of times a second, taking the CPU from the ranks.
-            self._cancel.wait(max(0.0, round_started + POLL_INTERVAL - time.monotonic()))
+            time.sleep(max(0.0, round_started + POLL_INTERVAL - time.monotonic()))
         return self._combine(outcomes, stopping, timeout)
 
     def _absorb(self, node: int, report: dict[str, Any]) -> None:
@@ -248,14 +271,21 @@ class RayNodes:
             if node not in outcomes:
                 agent.stop.remote(interrupt_first, why)
 
-    def _node_lost(self, node: int, what: str) -> Outcome:
+    def _node_lost(self, node: int, what: str, answered: dict[int, float]) -> Outcome:
+        """A node gone: it went after its last answer, before its peers' collectives broke
+        (their failures are its consequence, so they must not come first)."""
         nproc = self._workload.nproc_per_node
         return Outcome(
             "FAILED",
             [None] * nproc,
             message=f"{self._describe(node)} {what}",
-            failed_at=time.time(),
+            failed_at=answered[node],
         )
+
+    def _on_this_clock(self, node: int, outcome: Outcome) -> Outcome:
+        if outcome.failed_at is not None:
+            outcome.failed_at -= self._nodes[node]["clock_offset"]
+        return outcome
 
     def _describe(self, node: int) -> str:
         info = self._nodes[node]
@@ -304,7 +334,7 @@ class RayNodes:
             try:
                 samples = ray.get(ref, timeout=SILENCE_TIMEOUT)
             except Exception as err:
-                log.warning("node %d: last metrics not read: %s", node, _first_line(err))
+                log.warning("node %d: last metrics not read: %s", node, _reason(err))
                 continue
             if samples:
                 self._on_metrics(node, samples)
@@ -323,6 +353,9 @@ def first_failure(outcomes: dict[int, Outcome]) -> Outcome | None:
     return min(failures, key=lambda o: o.failed_at or float("inf"), default=None)
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+def _reason(err: BaseException, limit: int = 400) -> str:
+    """Ray's error on one line: its first lines say what died and why (node died, out
+    of memory, an import that failed on the node)."""
+    text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    text = text or type(err).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -10,6 +10,7 @@ import getpass
 import json
 import re
 import secrets
+import socket
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     status TEXT NOT NULL,
     workload TEXT NOT NULL,
     supervisor_pid INTEGER,
+    supervisor_host TEXT,
     started REAL,
     ended REAL,
     message TEXT
@@ -73,6 +75,7 @@ class Job:
     status: str
     workload: Workload
     supervisor_pid: int | None
+    supervisor_host: str | None
     started: float | None
     ended: float | None
     message: str | None
@@ -80,6 +83,12 @@ class Job:
     @property
     def done(self) -> bool:
         return self.status not in ACTIVE
+
+    @property
+    def supervised_here(self) -> bool:
+        """Whether the supervisor's pid means something on this machine (a store on a
+        shared disk may hold jobs of several machines)."""
+        return self.supervisor_host in (None, socket.gethostname())
 
 
 class UnknownJob(KeyError):
@@ -95,6 +104,9 @@ class JobStore:
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")  # a property of the file: set once
             db.executescript(SCHEMA)
+            columns = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
+            if "supervisor_host" not in columns:  # a store made by an earlier version
+                db.execute("ALTER TABLE jobs ADD COLUMN supervisor_host TEXT")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -152,7 +164,9 @@ class JobStore:
         the lists of running jobs. Only a still-active row is changed, so a supervisor
         that did record its end in the meantime keeps its word."""
         pid = job.supervisor_pid
-        if job.done or pid is None or alive(pid):
+        if job.done or pid is None or not job.supervised_here:
+            return job
+        if alive(pid, started_by=job.started):
             return job
         now, message = time.time(), f"its supervisor (pid {pid}) ended without recording the end"
         with self._connect() as db:
@@ -173,6 +187,7 @@ class JobStore:
         if not fields or not set(fields) <= {
             "status",
             "supervisor_pid",
+            "supervisor_host",
             "started",
             "ended",
             "message",
@@ -250,6 +265,7 @@ def _job(row: sqlite3.Row) -> Job:
         status=row["status"],
         workload=Workload.from_json(row["workload"]),
         supervisor_pid=row["supervisor_pid"],
+        supervisor_host=row["supervisor_host"],
         started=row["started"],
         ended=row["ended"],
         message=row["message"],

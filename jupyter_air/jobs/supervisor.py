@@ -206,7 +206,11 @@ class Supervisor:
             metrics = (
                 tracking.start_metrics(run_id, guard) if workload.backend == "local" else _none()
             )
-            outcome = self._attempt(attempt, workload, run_id)
+            try:
+                outcome = self._attempt(attempt, workload, run_id)
+            except Exception as err:  # a bug or a lost cluster: the job still gets an end
+                log.exception("attempt %d", attempt)
+                outcome = Outcome("FAILED", [], message=f"the supervisor failed: {err!r}")
             guard.end()
             self.store.end_attempt(
                 job.id,
@@ -216,14 +220,22 @@ class Supervisor:
                 outcome.failed_rank,
                 outcome.message,
             )
-            over = outcome.status != "FAILED" or attempt == last_attempt or self._cancelled.is_set()
+            over = (
+                outcome.status != "FAILED"
+                or outcome.final
+                or attempt == last_attempt
+                or self._cancelled.is_set()
+            )
             # A kernel following the job ends the run itself, so it learns at once; for a
             # job nobody follows, "done" means its run is finished too.
             followed = over and not workload.background
             if followed:
                 self._end_job(outcome)
-            if self._ranks is not None:
-                self._ranks.close()
+            try:
+                if self._ranks is not None:
+                    self._ranks.close()
+            except Exception as err:
+                log.error("could not release attempt %d's ranks: %s", attempt, err)
             try:
                 tracking.attach_logs(run_id, self.store.attempt_dir(job.id, attempt))
                 tracking.end_run(run_id, outcome.status, metrics)

@@ -30,7 +30,10 @@ class AirMagics(Magics):
         "--nproc-per-node",
         type=int,
         default=None,
-        help="Ranks on this machine (default: one per visible GPU, or 1 without GPUs).",
+        help=(
+            "Ranks per node (default: one per visible GPU, or 1 without GPUs; "
+            "1 with --backend ray)."
+        ),
     )
     @argument("--nnodes", type=int, default=1, help="Machines (more than 1 needs --backend ray).")
     @argument(

@@ -134,7 +134,11 @@ class JobCancelHandler(JobsBase):
     @web.authenticated
     async def post(self, job_id: str) -> None:
         job = self.job(job_id)
-        if not client.cancel(self.store, job.id):
+        try:
+            cancelled = client.cancel(self.store, job.id)
+        except client.Elsewhere as err:
+            raise web.HTTPError(409, str(err)) from None
+        if not cancelled:
             raise web.HTTPError(409, f"job {job.id} already ended ({job.status.lower()})")
         job = await asyncio.get_running_loop().run_in_executor(
             None, client.wait, self.store, job.id, 30.0

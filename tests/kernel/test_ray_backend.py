@@ -52,9 +52,9 @@ for step in range(5):
         with mlflow.start_run(run_id=os.environ["MLFLOW_RUN_ID"]):
             mlflow.log_metric("train_loss", loss.item(), step=step)
 names = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-         "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+         "MASTER_PORT", "TORCHELASTIC_RUN_ID", "OMP_NUM_THREADS")
 mine = ([p.detach().flatten().tolist() for p in model.parameters()],
-        {k: os.environ[k] for k in names})
+        {k: os.environ.get(k) for k in names})
 everyone = [None, None]
 dist.all_gather_object(everyone, mine)
 dist.destroy_process_group()
@@ -135,6 +135,7 @@ def test_ddp_across_two_nodes_agrees_and_logs_per_node(kernel: Kernel, air_home:
     for env in (env_0, env_1):
         assert (env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == ("2", "1")
         assert env["TORCHELASTIC_RUN_ID"] == job_id
+        assert env["OMP_NUM_THREADS"] is None, "one rank per node: torchrun sets none, nor do we"
     assert env_0["MASTER_ADDR"] == env_1["MASTER_ADDR"]
     assert env_0["MASTER_PORT"] == env_1["MASTER_PORT"]
 
