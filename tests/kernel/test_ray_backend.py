@@ -368,10 +368,16 @@ def test_the_ray_notebook_trains_on_two_nodes(
 def test_a_node_that_dies_fails_the_attempt_naming_the_node(
     kernel: Kernel, air_home: Path, cluster: Any
 ) -> None:
-    """Last in this module: it takes the second node away."""
+    """Last in this module: it takes the second node away. The ranks are in collectives,
+    so the surviving rank fails too, right after: the lost node must still be named."""
     msg_id = kernel.start(
         "%%air_distributed --backend ray --nnodes 2 -n 1\n"
-        "import time\nprint('started', flush=True)\ntime.sleep(300)"
+        "import time, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "print('started', flush=True)\n"
+        "for _ in range(1500):\n"
+        "    dist.barrier()\n"
+        "    time.sleep(0.2)\n"
     )
     store = JobStore(air_home)
     deadline = time.monotonic() + 120
