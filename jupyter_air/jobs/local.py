@@ -68,6 +68,9 @@ class LocalRanks:
         self._ranks: list[_Rank] = []
         self._cancel = threading.Event()
         self._abort: str | None = None
+        #: The first failure, as soon as it is seen: other nodes are stopped on it while
+        #: this node is still stopping its own ranks.
+        self.failure: Outcome | None = None
         self._selector = selectors.DefaultSelector()
 
     def cancel(self) -> None:
@@ -104,6 +107,14 @@ class LocalRanks:
                     if rank.process.returncode != 0 and failed is None and stopping is None:
                         failed, failed_at = rank, time.time()
                         stopping = "failure"
+                        code = rank.process.returncode
+                        self.failure = Outcome(
+                            "FAILED",
+                            [],
+                            rank.spec.rank,
+                            _exit_text(rank.spec.rank, code),
+                            failed_at,
+                        )
             if stopping is None and self._abort is not None:
                 stopping, message = "abort", self._abort
             if stopping is None and self._cancel.is_set():

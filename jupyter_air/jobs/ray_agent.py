@@ -134,11 +134,14 @@ class NodeAgent:
 
     def poll(self) -> dict[str, Any]:
         """New log records by rank, the outcome once every rank has exited (after its
-        last records), a GPU snapshot when there is a new sample, and metrics samples."""
+        last records), the first failure as soon as it is seen, a GPU snapshot when
+        there is a new sample, and metrics samples."""
         outcome = self._outcome  # read first: the logs read next are then complete
+        failure = self._ranks.failure if self._ranks is not None else None
         report: dict[str, Any] = {
             "logs": self._new_records(),
             "outcome": asdict(outcome) if outcome is not None else None,
+            "failing": asdict(failure) if failure is not None else None,
             "metrics": self._metrics.drain(),
             "gpu": None,
         }

@@ -199,6 +199,7 @@ class RayNodes:
         stopping: str | None = None
         stop_sent = 0.0
         answered = dict.fromkeys(range(len(self._agents)), time.time())  # last answer, by node
+        failing: dict[int, Outcome] = {}  # a node's first failure, before its outcome
         while len(outcomes) < len(self._agents):
             round_started = time.monotonic()
             for node, agent in enumerate(self._agents):
@@ -222,6 +223,8 @@ class RayNodes:
                 self._absorb(node, report)
                 if report["outcome"] is not None:
                     outcomes[node] = self._on_this_clock(node, Outcome(**report["outcome"]))
+                elif report["failing"] is not None and node not in failing:
+                    failing[node] = self._on_this_clock(node, Outcome(**report["failing"]))
             now = time.monotonic()
             for node, (_, sent) in list(pending.items()):
                 if now - sent > SILENCE_TIMEOUT:
@@ -230,7 +233,7 @@ class RayNodes:
                     outcomes[node] = self._node_lost(node, silent, answered)
                     ray.kill(self._agents[node])  # its ranks die with it
             if stopping is None:
-                failure = first_failure(outcomes)
+                failure = first_failure({**failing, **outcomes})
                 if failure is not None:
                     stopping = "failure"
                     self._stop_nodes(outcomes, False, f"stopped: {failure.message}")
@@ -267,6 +270,7 @@ class RayNodes:
             self._on_metrics(node, report["metrics"])
 
     def _stop_nodes(self, outcomes: dict[int, Outcome], interrupt_first: bool, why: str) -> None:
+        """Every node still running (a failing node is stopping already: no harm)."""
         for node, agent in enumerate(self._agents):
             if node not in outcomes:
                 agent.stop.remote(interrupt_first, why)
@@ -316,11 +320,12 @@ class RayNodes:
         """Rank 0's value and the tracebacks, from nodes that may not share this disk."""
         import ray
 
-        for agent in self._agents:
+        for node, agent in enumerate(self._agents):
             try:
                 files = ray.get(agent.result_files.remote(), timeout=SILENCE_TIMEOUT)
-            except Exception:
-                continue  # a dead node: its message says so already
+            except Exception as err:  # a dead node's message says so already
+                log.warning("no result files from node %d: %s", node, _reason(err))
+                continue
             for name, data in files.items():
                 (self._dir / name).write_bytes(data)
 

@@ -376,6 +376,9 @@ export class GpuPanel extends Widget {
     this._source = source;
     this._shows++;
     this._notice = notice;
+    // A job node samples on its own every interval: refresh fetches its latest sample.
+    this._refreshButton.title =
+      source === null ? 'Take a sample now' : "Fetch the node's latest sample";
     this._error = null;
     this._model.clear();
     this._rebuildCards();
