@@ -77,12 +77,15 @@ class NodeAgent:
 
         return {
             "version": __version__,
-            "time": time.time(),
             "node_id": ray.get_runtime_context().get_node_id(),
             "ip": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
             "hostname": socket.gethostname(),
             "port": free_port(""),
         }
+
+    def clock(self) -> float:
+        """This node's time, to compare failure times across nodes' clocks."""
+        return time.time()
 
     def start(self, launch: NodeLaunch) -> None:
         attempt_dir = self._dir / "attempt"

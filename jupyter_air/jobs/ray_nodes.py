@@ -127,10 +127,11 @@ class RayNodes:
                     name=f"air-{self._job_id}-{self._attempt}-node-{node}",
                 ).remote(METRICS_INTERVAL)
             )
-        sent = time.time()
         infos = self._gather([a.describe.remote() for a in self._agents], "did not start")
+        sent = time.time()  # the agents are up: a round trip now takes milliseconds
+        clocks = self._gather([a.clock.remote() for a in self._agents], "did not answer")
         received = time.time()
-        for info in infos:
+        for info, clock in zip(infos, clocks, strict=True):
             if info["version"] != __version__:
                 raise ClusterError(
                     f"jupyter_air {info['version']} on Ray node {info['node_id'][:12]}, "
@@ -138,7 +139,7 @@ class RayNodes:
                     final=True,
                 )
             # The node's clock against this one's, to compare failure times across nodes.
-            info["clock_offset"] = info.pop("time") - (sent + received) / 2
+            info["clock_offset"] = clock - (sent + received) / 2
         self._nodes = [{"node": i, **info} for i, info in enumerate(infos)]
         shown = ("node", "node_id", "ip", "hostname")
         node_files.write_nodes(self._dir, [{k: n[k] for k in shown} for n in self._nodes])
