@@ -14,6 +14,7 @@ import psutil
 import pytest
 from jupyter_client.manager import KernelManager
 
+from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import FakeGpu, Scenario, env_for
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
 
@@ -141,3 +142,15 @@ def job_processes(job_id: str) -> list[psutil.Process]:
         except (psutil.Error, OSError):
             continue
     return found
+
+
+def running_job(air_home: Path, ranks: int, timeout: float = 120) -> str:
+    """The id of the one running job, once ``ranks`` of its processes are up."""
+    store = JobStore(air_home)
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = [j for j in store.jobs() if j.status == "RUNNING"]
+        if jobs and len(job_processes(jobs[0].id)) >= ranks:
+            return jobs[0].id
+        assert time.monotonic() < deadline, f"{ranks} ranks did not start"
+        time.sleep(0.2)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from jupyter_air.jobs.store import JobStore
-from tests.kernel.conftest import Execution, Kernel, job_processes
+from tests.kernel.conftest import Execution, Kernel, job_processes, running_job
 
 JOB_ID = re.compile(r"Job (\d{8}-\d{6}-[0-9a-f]{6})")
 
@@ -218,14 +218,7 @@ def test_interrupting_the_kernel_stops_every_rank(kernel: Kernel, air_home: Path
         "%%air_distributed -n 2\nimport time\nprint('started', flush=True)\ntime.sleep(300)"
     )
     store = JobStore(air_home)
-    deadline = time.monotonic() + 60
-    while True:
-        jobs = [j for j in store.jobs() if j.status == "RUNNING"]
-        if jobs and len(job_processes(jobs[0].id)) >= 2:
-            break
-        assert time.monotonic() < deadline, "the ranks did not start"
-        time.sleep(0.2)
-    job_id = jobs[0].id
+    job_id = running_job(air_home, 2, timeout=60)
     kernel.interrupt()
     execution = kernel.collect(msg_id)
     assert execution.error is not None

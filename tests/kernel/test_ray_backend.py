@@ -22,7 +22,7 @@ import pytest
 from jupyter_air.jobs import node_files
 from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import FakeGpu, Scenario, env_for
-from tests.kernel.conftest import Kernel, job_processes
+from tests.kernel.conftest import Kernel, job_processes, running_job
 from tests.kernel.test_distributed_magic import (
     TRAINING,
     job_id_of,
@@ -210,14 +210,7 @@ def test_interrupting_the_kernel_stops_every_node_and_releases_the_cluster(
         "import time\nprint('started', flush=True)\ntime.sleep(300)"
     )
     store = JobStore(air_home)
-    deadline = time.monotonic() + 120
-    while True:
-        jobs = [j for j in store.jobs() if j.status == "RUNNING"]
-        if jobs and len(job_processes(jobs[0].id)) >= 2:
-            break
-        assert time.monotonic() < deadline, "the ranks did not start on both nodes"
-        time.sleep(0.2)
-    job_id = jobs[0].id
+    job_id = running_job(air_home, 2, timeout=120)
     kernel.interrupt()
     execution = kernel.collect(msg_id)
     assert execution.error is not None
@@ -380,14 +373,7 @@ def test_a_node_that_dies_fails_the_attempt_naming_the_node(
         "    time.sleep(0.2)\n"
     )
     store = JobStore(air_home)
-    deadline = time.monotonic() + 120
-    while True:
-        jobs = [j for j in store.jobs() if j.status == "RUNNING"]
-        if jobs and len(job_processes(jobs[0].id)) >= 2:
-            break
-        assert time.monotonic() < deadline, "the ranks did not start on both nodes"
-        time.sleep(0.2)
-    job_id = jobs[0].id
+    job_id = running_job(air_home, 2, timeout=120)
     (worker,) = [n for n in cluster.list_all_nodes() if n is not cluster.head_node]
     nodes = node_files.read_nodes(store.attempt_dir(job_id, 1))
     (lost,) = [n["node"] for n in nodes if n["node_id"] == worker.node_id]
