@@ -130,8 +130,8 @@ class NodeAgent:
         try:
             outcome = self._ranks.run()
         except BaseException as err:  # the supervisor must hear of it, not wait forever
-            outcome = Outcome("FAILED", [], message=f"the node agent failed: {err!r}")
-            outcome.failed_at = time.time()
+            message = f"the node agent failed: {err!r}"
+            outcome = Outcome("FAILED", [], message=message, failed_at=time.time())
         self._outcome = outcome
         self._metrics.prepare()  # the last sample is taken at finish(): get MLflow ready
 
@@ -164,6 +164,8 @@ class NodeAgent:
             except FileNotFoundError:
                 continue
             whole = data[: data.rfind(b"\n") + 1]  # a record being written waits for the next poll
+            if not whole and len(data) == MAX_POLL_BYTES:  # one record longer than that
+                whole = data  # readers of the copy take partial records as they come
             if whole:
                 records[rank] = whole
                 self._offsets[rank] = offset + len(whole)
