@@ -10,7 +10,7 @@ import pytest
 
 from tests.fake_nvml import FakeGpu, Scenario, build_library, load_in_process
 
-pytest_plugins = ["pytest_jupyter.jupyter_server"]
+pytest_plugins = ["pytest_jupyter.jupyter_server", "tests.server_fixtures"]
 
 WriteScenario = Callable[[Scenario], Path]
 

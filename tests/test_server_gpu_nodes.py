@@ -8,7 +8,6 @@ real ``GpuSampler`` on the fake driver, with the full history).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,20 +29,6 @@ NODE_GPUS = [
     [FakeGpu(name="NVIDIA H100 80GB HBM3", util=77), FakeGpu(name="NVIDIA H100 80GB HBM3")],
 ]
 SAMPLES_PER_NODE = 3
-
-
-@pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobStore:
-    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
-    return JobStore()
-
-
-@pytest.fixture
-def jp_server_config(store: JobStore) -> dict[str, Any]:
-    return {
-        "ServerApp": {"jpserver_extensions": {"jupyter_air": True}},
-        "GpuSampler": {"interval": 3600.0},
-    }
 
 
 def node_snapshot(scenario: WriteScenario, gpus: list[FakeGpu]) -> dict[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,20 +19,6 @@ ROUTES = [
     ("GET", "jupyter-air/jobs/{id}/logs/download"),
     ("POST", "jupyter-air/jobs/{id}/cancel"),
 ]
-
-
-@pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobStore:
-    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
-    return JobStore()
-
-
-@pytest.fixture
-def jp_server_config(store: JobStore) -> dict[str, Any]:
-    return {
-        "ServerApp": {"jpserver_extensions": {"jupyter_air": True}},
-        "GpuSampler": {"interval": 3600.0},
-    }
 
 
 @pytest.fixture

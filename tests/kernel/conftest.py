@@ -154,3 +154,20 @@ def running_job(air_home: Path, ranks: int, timeout: float = 120) -> str:
             return jobs[0].id
         assert time.monotonic() < deadline, f"{ranks} ranks did not start"
         time.sleep(0.2)
+
+
+def execute_notebook(
+    path: Path, env: dict[str, str], cwd: Path, monkeypatch: pytest.MonkeyPatch
+) -> list[dict[str, Any]]:
+    """Run a notebook top to bottom in a fresh kernel with ``env``, as a user would;
+    its outputs, in order. The file itself is not changed."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}
+    ).execute()
+    return [o for cell in nb.cells for o in cell.get("outputs", [])]

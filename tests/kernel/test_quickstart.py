@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from jupyter_air.jobs.store import JobStore
+from tests.kernel.conftest import execute_notebook
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
 
@@ -17,16 +15,7 @@ NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb
 def test_the_quickstart_trains_on_two_ranks_and_logs_to_mlflow(
     kernel_env: dict[str, str], air_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name, value in kernel_env.items():
-        monkeypatch.setenv(name, value)
-    copy = tmp_path / "quickstart.ipynb"
-    shutil.copy(NOTEBOOK, copy)
-    nb = nbformat.read(copy, as_version=4)
-    NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
-
-    outputs = [o for cell in nb.cells for o in cell.get("outputs", [])]
+    outputs = execute_notebook(NOTEBOOK, kernel_env, tmp_path, monkeypatch)
     assert not [o for o in outputs if o["output_type"] == "error"]
     text = "".join(o.get("text", "") for o in outputs if o["output_type"] == "stream")
     assert "[rank 0] step 40: loss" in text

@@ -22,7 +22,7 @@ import pytest
 from jupyter_air.jobs import node_files
 from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import FakeGpu, Scenario, env_for
-from tests.kernel.conftest import Kernel, job_processes, running_job
+from tests.kernel.conftest import Kernel, execute_notebook, job_processes, running_job
 from tests.kernel.test_distributed_magic import (
     TRAINING,
     job_id_of,
@@ -338,17 +338,7 @@ NOTEBOOK = ROOT / "notebooks" / "ray_cluster.ipynb"
 def test_the_ray_notebook_trains_on_two_nodes(
     kernel_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import nbformat
-    from nbclient import NotebookClient
-
-    for name, value in kernel_env.items():
-        monkeypatch.setenv(name, value)
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
-
-    outputs = [o for cell in nb.cells for o in cell.get("outputs", [])]
+    outputs = execute_notebook(NOTEBOOK, kernel_env, tmp_path, monkeypatch)
     assert not [o for o in outputs if o["output_type"] == "error"]
     text = "".join(o.get("text", "") for o in outputs if o["output_type"] == "stream")
     assert "[node 1 rank 1] rank 1 of 2 on node 1" in text, text
