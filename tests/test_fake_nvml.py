@@ -24,6 +24,7 @@ import pynvml
 import pytest
 
 from tests.fake_nvml import (
+    OLD_DRIVER_LACKS,
     FakeGpu,
     Scenario,
     build_library,
@@ -439,6 +440,102 @@ def test_error_strings_match_nvml(driver: Driver, code: int, text: str) -> None:
     assert pynvml.nvmlErrorString(code) == text
 
 
+# --- MIG and virtualization -------------------------------------------------------
+
+
+def test_a_mig_enabled_gpu_refuses_utilization_and_the_parents_processes(
+    driver: Driver,
+) -> None:
+    driver.init(Scenario(gpus=[FakeGpu(mig=True, mem_used=GiB, processes=[(7, 8)]), FakeGpu()]))
+    mig, plain = handle(0), handle(1)
+    assert pynvml.nvmlDeviceGetMigMode(mig) == [1, 1]
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetUtilizationRates(mig)
+    with pytest.raises(pynvml.NVMLError_NoPermission):
+        pynvml.nvmlDeviceGetComputeRunningProcesses(mig)
+    with pytest.raises(pynvml.NVMLError_NoPermission):
+        pynvml.nvmlDeviceGetGraphicsRunningProcesses_v2(mig)
+    assert pynvml.nvmlDeviceGetMemoryInfo(mig).used == GiB
+    assert pynvml.nvmlDeviceGetTemperature(mig, pynvml.NVML_TEMPERATURE_GPU) == 40
+    with pytest.raises(pynvml.NVMLError_NotSupported):  # not MIG-capable
+        pynvml.nvmlDeviceGetMigMode(plain)
+    assert pynvml.nvmlDeviceGetUtilizationRates(plain).gpu == 0
+
+
+def test_mig_capable_but_disabled(driver: Driver) -> None:
+    driver.init(Scenario(gpus=[FakeGpu(mig=False, util=5)]))
+    assert pynvml.nvmlDeviceGetMigMode(handle()) == [0, 0]
+    assert pynvml.nvmlDeviceGetUtilizationRates(handle()).gpu == 5
+
+
+def test_virtualization_mode(driver: Driver) -> None:
+    driver.init(Scenario(gpus=[FakeGpu(), FakeGpu(virtualization="vgpu")]))
+    assert pynvml.nvmlDeviceGetVirtualizationMode(handle(0)) == 0
+    assert (
+        pynvml.nvmlDeviceGetVirtualizationMode(handle(1))
+        == pynvml.NVML_GPU_VIRTUALIZATION_MODE_VGPU
+    )
+
+
+# --- driver branches without a function ---------------------------------------------
+
+
+def test_a_build_without_functions_does_not_export_them(tmp_path: Path) -> None:
+    """What pynvml raises on a driver without the ``_v3`` process queries."""
+    scenario = Scenario(without=OLD_DRIVER_LACKS, gpus=[FakeGpu(processes=[(7, 8)])])
+    child = run_child(
+        """
+        import json, pynvml
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        raised = {}
+        for name in ("nvmlDeviceGetComputeRunningProcesses_v3",
+                     "nvmlDeviceGetComputeRunningProcesses"):
+            try:
+                getattr(pynvml, name)(h)
+            except Exception as err:
+                raised[name] = type(err).__name__
+        print(json.dumps({
+            "raised": raised,
+            "v2": [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses_v2(h)],
+            "exports_v3": hasattr(pynvml.nvmlLib, "nvmlDeviceGetComputeRunningProcesses_v3"),
+            "exports_v2": hasattr(pynvml.nvmlLib, "nvmlDeviceGetComputeRunningProcesses_v2"),
+        }))
+        """,
+        env_for(build_library(without=OLD_DRIVER_LACKS), scenario.write(tmp_path / "s.txt")),
+    )
+    assert child.returncode == 0, child.stderr
+    assert json.loads(child.stdout) == {
+        "raised": {
+            "nvmlDeviceGetComputeRunningProcesses_v3": "NVMLError_FunctionNotFound",
+            # pynvml's unversioned wrapper: not an NVMLError at all
+            "nvmlDeviceGetComputeRunningProcesses": "NVMLLibraryMismatchError",
+        },
+        "v2": [7],
+        "exports_v3": False,
+        "exports_v2": True,
+    }
+
+
+def test_a_scenario_without_a_function_is_refused_by_a_build_that_exports_it(
+    driver: Driver, capfd: pytest.CaptureFixture[str]
+) -> None:
+    driver.use(Scenario(without=["nvmlDeviceGetMemoryInfo_v2"], gpus=[FakeGpu()]))
+    with pytest.raises(pynvml.NVMLError_Unknown):
+        pynvml.nvmlInit()
+    assert "this build exports (see build_library(without=)): nvmlDeviceGetMemoryInfo_v2" in (
+        capfd.readouterr().err
+    )
+
+
+def test_without_names_must_be_nvml_functions(driver: Driver) -> None:
+    with pytest.raises(ValueError, match="not an NVML function name: 'rm -rf'"):
+        build_library(without=["rm -rf"])
+    driver.use("without nvmlDeviceGetNoSuchThing\n")
+    with pytest.raises(pynvml.NVMLError_Unknown):
+        pynvml.nvmlInit()
+
+
 # --- the documented text format --------------------------------------------------------
 
 
@@ -481,6 +578,7 @@ def test_hand_written_scenario_in_the_documented_format(driver: Driver) -> None:
         (FakeGpu(util=[]), "gpu 0 util: a sequence needs at least one item"),
         (FakeGpu(name="two\nlines"), "gpu 0 name: need 1..95 bytes on one line"),
         (FakeGpu(clocks={"shader": 1}), "gpu 0: unknown clock 'shader'"),
+        (FakeGpu(virtualization="vm"), "gpu 0: unknown virtualization mode 'vm'"),
     ],
 )
 def test_scenario_rejects_what_the_library_could_not_read(gpu: FakeGpu, complaint: str) -> None:

@@ -97,7 +97,12 @@ def test_an_unsupported_temperature_is_null_and_the_rest_still_reports(
     doc = sampler.snapshot()
     assert doc["samples"]["gpu"][0]["temp"] == [None]
     assert doc["samples"]["gpu"][0]["util"] == [77]
-    assert doc["state"][0] == {"status": "ok", "message": None, "processes": []}
+    assert doc["state"][0] == {
+        "status": "ok",
+        "message": None,
+        "unavailable": {"temp": "Not Supported"},
+        "processes": [],
+    }
 
 
 def test_a_gpu_lost_mid_run_shows_as_lost_while_the_others_keep_reporting(

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import pynvml
 
@@ -30,18 +30,38 @@ NO_GPU_ERRORS = frozenset(
     }
 )
 
-#: Field errors that just mean "this GPU does not report that": shown as n/a.
-UNSUPPORTED_ERRORS = frozenset(
+#: Field errors that mean "this GPU does not report that" (not a fault): the field is
+#: listed as unavailable with NVML's reason. NO_PERMISSION: a MIG parent's processes,
+#: some vGPU guests' queries, for a user who is not root.
+UNAVAILABLE_ERRORS = frozenset(
     {
         pynvml.NVML_ERROR_NOT_SUPPORTED,
+        pynvml.NVML_ERROR_NO_PERMISSION,
         pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
         pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
         pynvml.NVML_ERROR_NO_DATA,
     }
 )
 
+#: Errors of a versioned call that mean "this driver has no such function (or struct
+#: version)": the next older variant is tried, and this one never again.
+_MISSING_ERRORS = frozenset(
+    {pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH}
+)
+
+#: ``nvmlDeviceGetVirtualizationMode`` answers, by name; NONE (bare metal) is ``None``.
+VIRTUALIZATION_MODES = {
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH: "passthrough",
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_VGPU: "vgpu",
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU: "host_vgpu",
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA: "host_vsga",
+}
+
 GpuStatus = Literal["ok", "lost", "error"]
-T = TypeVar("T")
+
+#: One way to call an NVML function: its C name (what the driver may lack) and the
+#: pynvml call. A query is a tuple of variants, newest first.
+Variant = tuple[str, Callable[..., Any]]
 
 
 @dataclass(frozen=True)
@@ -56,13 +76,20 @@ class NvmlStatus:
 
 @dataclass(frozen=True)
 class GpuInfo:
-    """What does not change while a GPU is up: its identity and capacities."""
+    """What does not change while a GPU is up: its identity, capacities and mode.
+
+    ``mig_mode``: True when MIG is enabled (NVML then reports no utilization for the
+    GPU), None when the GPU cannot do MIG. ``virtualization``: "vgpu" in a vGPU guest,
+    "passthrough", "host_vgpu", "host_vsga"; None on bare metal or when not reported.
+    """
 
     index: int
     name: str | None
     uuid: str | None
     mem_total_mib: int | None
     power_limit_w: float | None
+    mig_mode: bool | None = None
+    virtualization: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,7 +102,11 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class GpuReading:
-    """One GPU at one moment. ``None`` fields were not reported."""
+    """One GPU at one moment. ``None`` fields were not reported.
+
+    ``unavailable`` names the fields this GPU does not report (not supported, not
+    permitted, or missing from the driver), with NVML's reason; they are no error.
+    """
 
     status: GpuStatus = "ok"
     message: str | None = None
@@ -84,15 +115,54 @@ class GpuReading:
     temp_c: float | None = None
     power_w: float | None = None
     processes: tuple[GpuProcess, ...] = ()
+    unavailable: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class _Device:
     handle: Any
-    handle_error: pynvml.NVMLError | None = None
-    memory_v2: bool = True
-    temperature_v: bool = True
-    errors_seen: set[tuple[str, int]] = field(default_factory=set)
+    handle_error: str | None = None
+    lost: bool = False
+    errors_seen: set[tuple[str, object]] = field(default_factory=set)
+
+
+class _Library:
+    """NVML calls that survive a driver lacking some functions.
+
+    A function the driver does not export reaches Python in three guises: an
+    ``NVMLError`` FUNCTION_NOT_FOUND (pynvml's ``dlsym`` failed), pynvml's
+    ``NVMLLibraryMismatchError`` (its unversioned wrappers, e.g. the process queries,
+    turn the first into this, which is no ``NVMLError``), or an ``AttributeError``
+    (a pynvml too old to bind it). A variant found missing is logged once, never
+    tried again, and the next older one is tried; with none left, the call raises
+    FUNCTION_NOT_FOUND, which costs only the field that asked.
+    """
+
+    def __init__(self) -> None:
+        self._missing: set[str] = set()
+
+    def call(self, variants: tuple[Variant, ...], *args: Any) -> Any:
+        for name, variant in variants:
+            if name in self._missing:
+                continue
+            try:
+                return variant(*args)
+            except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError, AttributeError) as err:
+                if isinstance(err, pynvml.NVMLError) and err.value not in _MISSING_ERRORS:
+                    raise
+                self._missing.add(name)
+                log.info("NVML: this driver has no %s (%s); using an older call", name, err)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    def optional(self, variants: tuple[Variant, ...], *args: Any) -> Any:
+        """The answer, or None when it cannot be had for any reason ("unknown")."""
+        try:
+            return self.call(variants, *args)
+        except pynvml.NVMLError:
+            return None
+        except Exception:
+            log.warning("NVML: %s failed unexpectedly", variants[0][0], exc_info=True)
+            return None
 
 
 class Nvml:
@@ -108,6 +178,7 @@ class Nvml:
         self._initialized = False
         self._last_attempt: float | None = None
         self._status = NvmlStatus(available=False, reason="NVML not initialised yet")
+        self._lib = _Library()
         self._devices: list[_Device] = []
         self._inventory: list[GpuInfo] = []
         #: Bumped whenever the status or the inventory may have changed.
@@ -136,43 +207,47 @@ class Nvml:
 
     def _load_inventory(self) -> None:
         self.generation += 1
-        driver = _optional(pynvml.nvmlSystemGetDriverVersion)
-        cuda = _optional(pynvml.nvmlSystemGetCudaDriverVersion)
+        driver = self._lib.optional(_DRIVER_VERSION)
+        cuda = self._lib.optional(_CUDA_DRIVER_VERSION)
         cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None
         try:
-            count = pynvml.nvmlDeviceGetCount()
-        except pynvml.NVMLError as err:
+            count = self._lib.call(_COUNT)
+        except Exception as err:
             log.warning("NVML could not count GPUs: %s", err)
             self._status = NvmlStatus(False, str(err), driver, cuda_text)
             self._devices, self._inventory = [], []
             return
-        devices: list[_Device] = []
-        inventory: list[GpuInfo] = []
-        for index in range(count):
-            try:
-                device = _Device(pynvml.nvmlDeviceGetHandleByIndex(index))
-            except pynvml.NVMLError as err:
-                if err.value != pynvml.NVML_ERROR_GPU_IS_LOST:
-                    log.warning("GPU %d has no NVML handle: %s", index, err)
-                device = _Device(None, handle_error=err)
-            devices.append(device)
-            inventory.append(self._describe(index, device))
+        devices = [self._open(index) for index in range(count)]
+        inventory = [self._describe(index, device) for index, device in enumerate(devices)]
         reason = None if count else "NVML reports no GPU on this machine"
         self._status = NvmlStatus(count > 0, reason, driver, cuda_text)
         self._devices, self._inventory = devices, inventory
 
+    def _open(self, index: int) -> _Device:
+        try:
+            return _Device(self._lib.call(_HANDLE_BY_INDEX, index))
+        except Exception as err:
+            lost = isinstance(err, pynvml.NVMLError) and err.value == pynvml.NVML_ERROR_GPU_IS_LOST
+            if not lost:
+                log.warning("GPU %d has no NVML handle: %s", index, err)
+            return _Device(None, handle_error=str(err), lost=lost)
+
     def _describe(self, index: int, device: _Device) -> GpuInfo:
         if device.handle is None:
             return GpuInfo(index, None, None, None, None)
-        handle = device.handle
-        memory = _optional(_memory, device)
-        limit = _optional(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+        handle, optional = device.handle, self._lib.optional
+        memory = optional(_MEMORY, handle)
+        limit = optional(_POWER_LIMIT, handle)
+        mig = optional(_MIG_MODE, handle)
+        virtualization = optional(_VIRTUALIZATION, handle)
         return GpuInfo(
             index=index,
-            name=_optional(pynvml.nvmlDeviceGetName, handle),
-            uuid=_optional(pynvml.nvmlDeviceGetUUID, handle),
+            name=optional(_NAME, handle),
+            uuid=optional(_UUID, handle),
             mem_total_mib=round(memory.total / MIB) if memory is not None else None,
             power_limit_w=limit / 1000.0 if limit is not None else None,
+            mig_mode=None if mig is None else mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE,
+            virtualization=VIRTUALIZATION_MODES.get(virtualization),
         )
 
     def refresh(self) -> None:
@@ -182,14 +257,13 @@ class Nvml:
                 self._last_attempt = None
                 self._ensure()
                 return
-            count = _optional(pynvml.nvmlDeviceGetCount)
-            if count != len(self._devices):
+            if self._lib.optional(_COUNT) != len(self._devices):
                 self._load_inventory()
 
     def shutdown(self) -> None:
         with self._lock:
             if self._initialized:
-                _optional(pynvml.nvmlShutdown)
+                self._lib.optional(_SHUTDOWN)
             self._initialized = False
             self._last_attempt = None
             self._devices, self._inventory = [], []
@@ -216,97 +290,110 @@ class Nvml:
 
     def _read(self, index: int, device: _Device) -> GpuReading:
         if device.handle is None:
-            err = device.handle_error
-            lost = err is not None and err.value == pynvml.NVML_ERROR_GPU_IS_LOST
-            return GpuReading(status="lost" if lost else "error", message=str(err))
-        values: list[Any] = []
+            return GpuReading(
+                status="lost" if device.lost else "error", message=device.handle_error
+            )
+        values: dict[str, Any] = {}
         errors: list[str] = []
+        unavailable: dict[str, str] = {}
         for label, reader in _FIELD_READERS:
             try:
-                values.append(reader(device))
-            except pynvml.NVMLError as err:
-                if err.value == pynvml.NVML_ERROR_GPU_IS_LOST:
+                values[label] = reader(self._lib, device.handle)
+            except Exception as err:  # whatever one field raises costs that field only
+                code = err.value if isinstance(err, pynvml.NVMLError) else None
+                if code == pynvml.NVML_ERROR_GPU_IS_LOST:
                     return GpuReading(status="lost", message=str(err))
-                if err.value not in UNSUPPORTED_ERRORS:
-                    errors.append(f"{label}: {err}")
-                    self._log_once(device, index, label, err)
-                values.append(None)
-        util, mem_used, temp, power, processes = values
+                if code in UNAVAILABLE_ERRORS:
+                    unavailable[label] = str(err)
+                    continue
+                text = str(err) if code is not None else f"{type(err).__name__}: {err}"
+                errors.append(f"{label}: {text}")
+                self._log_once(device, index, label, err, code)
         return GpuReading(
             "error" if errors else "ok",
             "; ".join(errors) or None,
-            util,
-            mem_used,
-            temp,
-            power,
-            processes or (),
+            values.get("util"),
+            values.get("mem"),
+            values.get("temp"),
+            values.get("power"),
+            values.get("processes") or (),
+            unavailable,
         )
 
     @staticmethod
-    def _log_once(device: _Device, index: int, label: str, err: pynvml.NVMLError) -> None:
-        key = (label, int(err.value))
+    def _log_once(
+        device: _Device, index: int, label: str, err: Exception, code: int | None
+    ) -> None:
+        key = (label, code if code is not None else type(err).__name__)
         if key not in device.errors_seen:
             device.errors_seen.add(key)
-            log.warning("GPU %d: reading %s failed: %s", index, label, err)
+            log.warning("GPU %d: reading %s failed: %s", index, label, err, exc_info=code is None)
 
 
-def _memory(device: _Device) -> Any:
-    """Memory info v2 where the driver has it (it separates reserved memory), else v1."""
-    if device.memory_v2:
-        try:
-            return pynvml.nvmlDeviceGetMemoryInfo(device.handle, version=pynvml.nvmlMemory_v2)
-        except pynvml.NVMLError as err:
-            if err.value not in UNSUPPORTED_ERRORS:
-                raise
-            device.memory_v2 = False
-    return pynvml.nvmlDeviceGetMemoryInfo(device.handle)
+def _pynvml(name: str) -> Variant:
+    """The variant that calls pynvml's binding of the same name, looked up when called."""
+    return name, lambda *args: getattr(pynvml, name)(*args)
 
 
-def _temperature(device: _Device) -> float:
-    """``nvmlDeviceGetTemperatureV`` on new drivers, the deprecated call on old ones."""
-    sensor = pynvml.NVML_TEMPERATURE_GPU
-    if device.temperature_v:
-        try:
-            return float(pynvml.nvmlDeviceGetTemperatureV(device.handle, sensor))
-        except pynvml.NVMLError as err:
-            if err.value != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
-                raise
-            device.temperature_v = False
-    return float(pynvml.nvmlDeviceGetTemperature(device.handle, sensor))
+def _memory_v2(handle: Any) -> Any:
+    return pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
 
 
-def _processes(device: _Device) -> tuple[GpuProcess, ...]:
-    """Compute and graphics processes on one GPU (a pid in both is listed once)."""
-    used_by_pid: dict[int, int | None] = {}
-    for getter in (
-        pynvml.nvmlDeviceGetComputeRunningProcesses,
-        pynvml.nvmlDeviceGetGraphicsRunningProcesses,
-    ):
-        try:
-            found = getter(device.handle)
-        except pynvml.NVMLError as err:
-            if err.value in UNSUPPORTED_ERRORS:
-                continue
-            raise
-        for proc in found:
-            used = proc.usedGpuMemory  # None where the driver cannot tell (WDDM)
-            used_by_pid.setdefault(proc.pid, None if used is None else round(used / MIB))
-    return tuple(GpuProcess(pid, used) for pid, used in used_by_pid.items())
-
-
-#: One reader per field of a GpuReading, each tried on its own.
-_FIELD_READERS: tuple[tuple[str, Callable[[_Device], Any]], ...] = (
-    ("utilization", lambda d: float(pynvml.nvmlDeviceGetUtilizationRates(d.handle).gpu)),
-    ("memory", lambda d: _memory(d).used / MIB),
-    ("temperature", _temperature),
-    ("power", lambda d: pynvml.nvmlDeviceGetPowerUsage(d.handle) / 1000.0),
-    ("processes", _processes),
+_DRIVER_VERSION = (_pynvml("nvmlSystemGetDriverVersion"),)
+_CUDA_DRIVER_VERSION = (_pynvml("nvmlSystemGetCudaDriverVersion"),)
+_COUNT = (_pynvml("nvmlDeviceGetCount"),)
+_HANDLE_BY_INDEX = (_pynvml("nvmlDeviceGetHandleByIndex"),)
+_SHUTDOWN = (_pynvml("nvmlShutdown"),)
+_NAME = (_pynvml("nvmlDeviceGetName"),)
+_UUID = (_pynvml("nvmlDeviceGetUUID"),)
+_POWER_LIMIT = (_pynvml("nvmlDeviceGetEnforcedPowerLimit"),)
+_MIG_MODE = (_pynvml("nvmlDeviceGetMigMode"),)
+_VIRTUALIZATION = (_pynvml("nvmlDeviceGetVirtualizationMode"),)
+_UTILIZATION = (_pynvml("nvmlDeviceGetUtilizationRates"),)
+_POWER = (_pynvml("nvmlDeviceGetPowerUsage"),)
+#: Memory info v2 separates reserved memory from used; older drivers have only v1.
+_MEMORY = (("nvmlDeviceGetMemoryInfo_v2", _memory_v2), _pynvml("nvmlDeviceGetMemoryInfo"))
+#: ``nvmlDeviceGetTemperatureV`` on new drivers, the deprecated call on old ones.
+_TEMPERATURE = (_pynvml("nvmlDeviceGetTemperatureV"), _pynvml("nvmlDeviceGetTemperature"))
+#: pynvml binds no v1 process query (a driver without ``_v2`` predates R450).
+_PROCESS_QUERIES = tuple(
+    (
+        _pynvml(f"nvmlDevice{kind}RunningProcesses_v3"),
+        _pynvml(f"nvmlDevice{kind}RunningProcesses_v2"),
+    )
+    for kind in ("GetCompute", "GetGraphics")
 )
 
 
-def _optional(fn: Callable[..., T], *args: Any) -> T | None:
-    """Call an NVML getter whose failure only means "unknown"."""
-    try:
-        return fn(*args)
-    except pynvml.NVMLError:
-        return None
+def _processes(lib: _Library, handle: Any) -> tuple[GpuProcess, ...]:
+    """Compute and graphics processes on one GPU (a pid in both is listed once).
+
+    One kind refused still lists the other; both refused makes the field unavailable.
+    """
+    used_by_pid: dict[int, int | None] = {}
+    refused: list[pynvml.NVMLError] = []
+    for query in _PROCESS_QUERIES:
+        try:
+            found = lib.call(query, handle)
+        except pynvml.NVMLError as err:
+            if err.value not in UNAVAILABLE_ERRORS:
+                raise
+            refused.append(err)
+            continue
+        for proc in found:
+            used = proc.usedGpuMemory  # None where the driver cannot tell (WDDM)
+            used_by_pid.setdefault(proc.pid, None if used is None else round(used / MIB))
+    if len(refused) == len(_PROCESS_QUERIES):
+        raise refused[0]
+    return tuple(GpuProcess(pid, used) for pid, used in used_by_pid.items())
+
+
+#: One reader per field of a GpuReading, named as the panel's sample columns, each
+#: tried on its own.
+_FIELD_READERS: tuple[tuple[str, Callable[[_Library, Any], Any]], ...] = (
+    ("util", lambda lib, h: float(lib.call(_UTILIZATION, h).gpu)),
+    ("mem", lambda lib, h: lib.call(_MEMORY, h).used / MIB),
+    ("temp", lambda lib, h: float(lib.call(_TEMPERATURE, h, pynvml.NVML_TEMPERATURE_GPU))),
+    ("power", lambda lib, h: lib.call(_POWER, h) / 1000.0),
+    ("processes", _processes),
+)

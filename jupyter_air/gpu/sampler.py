@@ -73,6 +73,7 @@ class GpuSampler(LoggingConfigurable):
         self._generation = -1
         self._inventory_id = _inventory_id(self._status, [])
         self._latest: list[GpuReading] = []
+        self._read_failures: set[str] = set()
         self._history = self._new_history(0)
         self.samples_taken = 0
 
@@ -159,7 +160,11 @@ class GpuSampler(LoggingConfigurable):
         last = self._history.last_t
         if last is not None and t <= last:  # same millisecond, or the wall clock stepped back
             t = round(last + 0.001, 3)
-        readings = self._nvml.read_all()
+        try:
+            readings = self._nvml.read_all()
+        except Exception as err:  # the host figures and the inventory still come
+            self._log_read_failure(err)
+            readings = []
         if self._nvml.generation != self._generation:
             self._generation = self._nvml.generation
             status, inventory = self._nvml.status(), self._nvml.inventory()
@@ -180,6 +185,13 @@ class GpuSampler(LoggingConfigurable):
         )
         self._latest = readings
         self.samples_taken += 1
+
+    def _log_read_failure(self, err: Exception) -> None:
+        """Log a failed read of the GPUs, once per kind of failure."""
+        kind = f"{type(err).__name__}: {err}"
+        if kind not in self._read_failures:
+            self._read_failures.add(kind)
+            self.log.warning("GPUs not read: %s", kind, exc_info=err)
 
     def _new_history(self, n_gpus: int) -> SampleHistory:
         capacity = math.floor(self.history / self.interval) + 1
@@ -215,6 +227,7 @@ def _state(reading: GpuReading) -> dict[str, Any]:
     return {
         "status": reading.status,
         "message": reading.message,
+        "unavailable": reading.unavailable,
         "processes": [
             {"pid": p.pid, "name": _process_name(p.pid), "mem_mib": p.used_mib, "owner": None}
             for p in reading.processes

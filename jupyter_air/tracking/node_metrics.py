@@ -16,11 +16,10 @@ from mlflow.entities import Metric
 from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
 from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
 from mlflow.system_metrics.metrics.disk_monitor import DiskMonitor
-from mlflow.system_metrics.metrics.gpu_monitor import GPUMonitor
 from mlflow.system_metrics.metrics.network_monitor import NetworkMonitor
 
 from ..gpu.nvml import Nvml
-from .system_metrics import GpuTemperatureMonitor
+from .system_metrics import GpuMonitor
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +28,12 @@ Sample = tuple[float, int, dict[str, float]]
 
 
 class NodeMetrics:
-    """MLflow's CPU, disk, network and GPU monitors, plus GPU temperature, on one node."""
+    """MLflow's CPU, disk and network monitors, and our GPU monitor, on one node."""
 
     def __init__(self, nvml: Nvml) -> None:
         self._monitors: list[BaseMetricsMonitor] = [CPUMonitor(), DiskMonitor(), NetworkMonitor()]
-        try:
-            self._monitors.append(GPUMonitor())
-        except Exception as err:  # no NVIDIA driver: MLflow's monitor refuses to start
-            log.debug("no GPU metrics on this node: %s", err)
         if nvml.status().available:
-            self._monitors.append(GpuTemperatureMonitor(nvml))
+            self._monitors.append(GpuMonitor(nvml))
         self._step = 0
 
     def sample(self) -> Sample:

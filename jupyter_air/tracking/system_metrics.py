@@ -1,36 +1,58 @@
-"""System metrics of a job's run: MLflow's own monitor, plus GPU temperature.
+"""System metrics of a job's run: MLflow's own monitors, with a GPU monitor of ours.
 
-MLflow's GPU monitor records utilization, memory and power but not temperature; a
-monitor of ours beside it adds ``gpu_N_temperature_celsius`` with the same naming,
-read through jupyter_air's one NVML module.
+MLflow's ``GPUMonitor`` calls pynvml itself: it warns at every sample about a field a
+GPU does not report (utilization on a MIG GPU, power in a vGPU guest) and knows no
+temperature. Ours records the same metrics under MLflow's names, plus
+``gpu_N_temperature_celsius``, read through jupyter_air's one NVML module, where a
+missing driver function or a refused query costs that field only.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-from ..gpu.nvml import Nvml
+from ..gpu.nvml import MIB, GpuInfo, GpuReading, Nvml
 from .guard import RunGuard
 
 log = logging.getLogger(__name__)
 
 
-class GpuTemperatureMonitor(BaseMetricsMonitor):
+class GpuMonitor(BaseMetricsMonitor):
+    """MLflow's GPU metrics and GPU temperature, for every GPU NVML reads."""
+
     def __init__(self, nvml: Nvml) -> None:
         super().__init__()
         self._nvml = nvml
 
     def collect_metrics(self) -> None:
+        inventory = {g.index: g for g in self._nvml.inventory()}
         for index, reading in enumerate(self._nvml.read_all()):
-            if reading.temp_c is not None:
-                self._metrics[f"gpu_{index}_temperature_celsius"].append(reading.temp_c)
+            for name, value in _gpu_metrics(reading, inventory.get(index)):
+                self._metrics[f"gpu_{index}_{name}"].append(value)
 
     def aggregate_metrics(self) -> dict[str, float]:
         return {k: round(sum(v) / len(v), 1) for k, v in self._metrics.items() if v}
+
+
+def _gpu_metrics(reading: GpuReading, info: GpuInfo | None) -> Iterator[tuple[str, float]]:
+    """MLflow's names and units; memory used as NVML's v2 counts it (reserved excluded)."""
+    if reading.util is not None:
+        yield "utilization_percentage", reading.util
+    if reading.mem_used_mib is not None:
+        yield "memory_usage_megabytes", reading.mem_used_mib * MIB / 1e6
+        if info is not None and info.mem_total_mib:
+            yield "memory_usage_percentage", reading.mem_used_mib / info.mem_total_mib * 100
+    if reading.power_w is not None:
+        yield "power_usage_watts", reading.power_w
+        if info is not None and info.power_limit_w:
+            yield "power_usage_percentage", reading.power_w / info.power_limit_w * 100
+    if reading.temp_c is not None:
+        yield "temperature_celsius", reading.temp_c
 
 
 class JobSystemMetricsMonitor(SystemMetricsMonitor):
@@ -43,6 +65,29 @@ class JobSystemMetricsMonitor(SystemMetricsMonitor):
     """
 
     guard = RunGuard()
+
+    def __init__(self, *args: Any, nvml: Nvml, **kwargs: Any) -> None:
+        self._nvml = nvml
+        self._failed: set[str] = set()
+        super().__init__(*args, **kwargs)
+
+    def _initialize_gpu_monitor(self) -> BaseMetricsMonitor | None:
+        """Ours where NVML answers; otherwise MLflow's choice (e.g. AMD's ROCm monitor)."""
+        if self._nvml.status().available:
+            return GpuMonitor(self._nvml)
+        return super()._initialize_gpu_monitor()
+
+    def collect_metrics(self) -> dict[str, Any]:
+        """MLflow's collection, where a monitor that raises loses only its own sample."""
+        for monitor in self.monitors:
+            try:
+                monitor.collect_metrics()
+            except Exception as err:
+                name = type(monitor).__name__
+                if name not in self._failed:
+                    self._failed.add(name)
+                    log.warning("%s failed in run %s: %s", name, self._run_id, err)
+        return {}
 
     def monitor(self) -> None:
         from mlflow import MlflowClient
@@ -76,11 +121,13 @@ class RunMetrics:
     ) -> None:
         self._nvml = Nvml()
         self.monitor = JobSystemMetricsMonitor(
-            run_id, sampling_interval=interval, node_id=node_id, tracking_uri=tracking_uri
+            run_id,
+            sampling_interval=interval,
+            node_id=node_id,
+            tracking_uri=tracking_uri,
+            nvml=self._nvml,
         )
         self.monitor.guard = guard
-        if self._nvml.status().available:
-            self.monitor.monitors.append(GpuTemperatureMonitor(self._nvml))
 
     def start(self) -> None:
         self.monitor.start()

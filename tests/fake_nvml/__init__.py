@@ -27,6 +27,7 @@ The format is line based; blank lines and lines starting with ``#`` are ignored:
     driver_version 550.54.15
     cuda_driver_version 12040
     nvml_version 12.550.54.15        # optional; derived from the two above
+    without nvmlDeviceGetMemoryInfo_v2   # optional: functions this driver branch lacks
     gpu                              # starts device 0; the next "gpu" starts device 1
     name NVIDIA H100 80GB HBM3       # the rest of the line
     uuid GPU-fa4e0000-0000-4000-8000-000000000000
@@ -41,12 +42,16 @@ The format is line based; blank lines and lines starting with ``#`` are ignored:
     power_mgmt_limit 700000          # optional, defaults to power_limit
     energy 123456                    # optional, mJ
     fan 30                           # optional, %
+    virtualization 2                 # optional: 0 none (default), 1 passthrough, 2 vGPU
+                                     # guest, 3 host vGPU, 4 host vSGA
     clock_sm 1980                    # optional: clock_{graphics,sm,mem,video}
     max_clock_sm 1980                # optional: max_clock_{graphics,sm,mem,video}
     process 4242 1073741824          # a compute process: pid, used bytes (repeatable)
     graphics_process 4243 1024       # a graphics process (repeatable)
     processes_error NO_PERMISSION    # optional: the compute-process query fails
     memory_v2 1                      # 0: nvmlDeviceGetMemoryInfo_v2 -> FUNCTION_NOT_FOUND
+    mig 1                            # optional: MIG mode; 1 also makes utilization
+                                     # NOT_SUPPORTED and process queries NO_PERMISSION
     lost 0                           # 1: every call on this GPU -> GPU_IS_LOST
 
 Numeric tokens are decimal integers; any other token is an error name (the suffix
@@ -54,6 +59,17 @@ of an ``NVML_ERROR_*`` constant) that the getter returns when it reaches it. A
 numeric field left out answers ``NVML_ERROR_NOT_SUPPORTED``. Memory: v1 reports
 ``free = total - used``; v2 reports the same ``total`` and ``free``, ``reserved``,
 and ``used - reserved`` as ``used``.
+
+Driver branches without a function
+----------------------------------
+``pynvml`` finds each function with ``dlsym`` (``getattr`` on its ``CDLL``), so a
+driver that lacks one is played by a build that does not export it:
+``build_library(without=OLD_DRIVER_LACKS)`` links with a version script that makes
+those symbols local, cached per set. A scenario says which set it expects
+(``Scenario(without=...)``); the library refuses a scenario whose ``without`` names a
+function it exports, so a test cannot run against the wrong build unnoticed. One
+process holds one build: in-process tests use the full one, other sets go to a
+subprocess through :func:`env_for`.
 
 Call log
 --------
@@ -76,13 +92,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
     "ERROR_CODES",
     "LIB_NAME",
+    "OLD_DRIVER_LACKS",
+    "VIRTUALIZATION_MODES",
     "FakeGpu",
     "Scenario",
     "build_library",
@@ -143,6 +161,26 @@ Value = int | str | Sequence[int | str]
 """A numeric field: a value, an error name, or a sequence of them (one per call)."""
 
 _CLOCKS = ("graphics", "sm", "mem", "video")
+
+#: What a driver of the 470 branch does not export, while pynvml 12+ calls it: the
+#: ``_v3`` process queries and memory info v2 came with R510, the versioned
+#: temperature query later still.
+OLD_DRIVER_LACKS = (
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetGraphicsRunningProcesses_v3",
+    "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+    "nvmlDeviceGetMemoryInfo_v2",
+    "nvmlDeviceGetTemperatureV",
+)
+
+#: ``nvmlGpuVirtualizationMode_t`` by name.
+VIRTUALIZATION_MODES: Mapping[str, int] = {
+    "none": 0,
+    "passthrough": 1,
+    "vgpu": 2,  # a guest running on a vGPU
+    "host_vgpu": 3,
+    "host_vsga": 4,
+}
 
 
 def error_code(error: int | str) -> int:
@@ -211,6 +249,8 @@ class FakeGpu:
     graphics_processes: Sequence[tuple[int, int]] | str = ()
     memory_v2: bool = True  # False: nvmlDeviceGetMemoryInfo_v2 -> FUNCTION_NOT_FOUND
     lost: bool = False  # True: every call on this GPU -> GPU_IS_LOST
+    mig: bool | None = None  # MIG mode; None: not MIG-capable (NOT_SUPPORTED)
+    virtualization: str | None = None  # a key of VIRTUALIZATION_MODES; None: "none"
 
     def render(self, index: int) -> str:
         """This device's lines of the scenario file."""
@@ -245,6 +285,15 @@ class FakeGpu:
         lines += _processes(self.graphics_processes, "graphics_process", f"{what} graphics")
         lines.append(f"memory_v2 {int(self.memory_v2)}")
         lines.append(f"lost {int(self.lost)}")
+        if self.mig is not None:
+            lines.append(f"mig {int(self.mig)}")
+        if self.virtualization is not None:
+            if self.virtualization not in VIRTUALIZATION_MODES:
+                raise ValueError(
+                    f"{what}: unknown virtualization mode {self.virtualization!r}; "
+                    f"known: {', '.join(VIRTUALIZATION_MODES)}"
+                )
+            lines.append(f"virtualization {VIRTUALIZATION_MODES[self.virtualization]}")
         return "\n".join(lines) + "\n"
 
 
@@ -270,12 +319,17 @@ def _unique_mtime_ns(path: Path) -> int:
 
 @dataclass
 class Scenario:
-    """What the fake driver reports. ``init_error``: an error name or code for nvmlInit."""
+    """What the fake driver reports. ``init_error``: an error name or code for nvmlInit.
+
+    ``without``: the functions this driver branch lacks; the library loaded must be
+    a build without them (``build_library(without=...)``).
+    """
 
     gpus: Sequence[FakeGpu] = ()
     init_error: int | str | None = None
     driver_version: str = "550.54.15"
     cuda_driver_version: int = 12040
+    without: Sequence[str] = ()
 
     def render(self) -> str:
         """The scenario file's text."""
@@ -285,6 +339,8 @@ class Scenario:
             lines.append(f"init_error {code}")
         lines.append(f"driver_version {_text(self.driver_version, 'driver_version')}")
         lines.append(f"cuda_driver_version {int(self.cuda_driver_version)}")
+        if self.without:
+            lines.append(f"without {' '.join(_function_names(self.without))}")
         if len(self.gpus) > 64:
             raise ValueError("the fake driver supports at most 64 GPUs")
         return "\n".join(lines) + "\n" + "".join(g.render(i) for i, g in enumerate(self.gpus))
@@ -311,16 +367,30 @@ def write_scenario_text(path: Path, text: str) -> Path:
     return path
 
 
-def build_library(out_dir: Path | None = None) -> Path:
+def _function_names(names: Iterable[str]) -> list[str]:
+    """Sorted, deduplicated NVML function names, refused unless they look like one."""
+    checked = sorted(set(names))
+    for name in checked:
+        if not name.isidentifier() or not name.startswith("nvml"):
+            raise ValueError(f"not an NVML function name: {name!r}")
+    return checked
+
+
+def build_library(out_dir: Path | None = None, *, without: Iterable[str] = ()) -> Path:
     """Compile fake_nvml.c into ``<dir>/libnvidia-ml.so.1`` and return the directory.
 
-    Without ``out_dir`` the directory is a cache, ``tests/fake_nvml/.build/<hash>``,
-    keyed by the source and the flags, reused when present. Builds go to a temporary
-    name first and are moved into place, so concurrent builders are safe.
+    ``without``: functions the build must not export (a driver branch that lacks
+    them); a linker version script makes them local. Without ``out_dir`` the directory
+    is a cache, ``tests/fake_nvml/.build/<hash>``, keyed by the source, the flags and
+    ``without``, reused when present. Builds go to a temporary name first and are
+    moved into place, so concurrent builders are safe.
     """
     source = SOURCE.read_bytes()
+    hidden = _function_names(without)
+    script = f"{{ global: *; local: {'; '.join(hidden)}; }};\n" if hidden else ""
     if out_dir is None:
-        digest = hashlib.sha256(source + " ".join(CFLAGS).encode()).hexdigest()[:16]
+        key = source + " ".join(CFLAGS).encode() + script.encode()
+        digest = hashlib.sha256(key).hexdigest()[:16]
         out_dir = SOURCE.parent / ".build" / digest
         if (out_dir / LIB_NAME).is_file():
             return out_dir
@@ -331,9 +401,14 @@ def build_library(out_dir: Path | None = None) -> Path:
         raise RuntimeError("building the fake NVML library needs gcc (or $CC) on PATH")
     fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{LIB_NAME}.", suffix=".tmp")
     os.close(fd)
+    exports = Path(f"{tmp}.map")
+    flags = list(CFLAGS)
+    if script:
+        exports.write_text(script, encoding="utf-8")
+        flags.append(f"-Wl,--version-script={exports}")
     try:
         proc = subprocess.run(
-            [compiler, *CFLAGS, "-o", tmp, str(SOURCE), "-lpthread"],
+            [compiler, *flags, "-o", tmp, str(SOURCE), "-lpthread", "-ldl"],
             capture_output=True,
             text=True,
             check=False,
@@ -343,6 +418,7 @@ def build_library(out_dir: Path | None = None) -> Path:
         os.replace(tmp, out_dir / LIB_NAME)
     finally:
         Path(tmp).unlink(missing_ok=True)
+        exports.unlink(missing_ok=True)
     return out_dir
 
 

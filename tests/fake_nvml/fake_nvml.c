@@ -8,7 +8,9 @@
  *
  * Build:
  *   gcc -shared -fPIC -O2 -Wall -Wextra -Werror -Wl,-soname,libnvidia-ml.so.1 \
- *       -o libnvidia-ml.so.1 fake_nvml.c -lpthread
+ *       -o libnvidia-ml.so.1 fake_nvml.c -lpthread -ldl
+ *   (plus -Wl,--version-script=<file> with "{ global: *; local: f; ... };" to play a
+ *   driver branch that does not export f: pynvml finds functions with dlsym)
  *
  * ---------------------------------------------------------------------------
  * Environment
@@ -41,6 +43,10 @@
  *     nvml_version <text>         nvmlSystemGetNVMLVersion     (default
  *                                 "<cuda major>.<driver_version>")
  *     cuda_driver_version <int>   nvmlSystemGetCudaDriverVersion[_v2] (default 12040)
+ *     without <function>...       the driver branch lacks these functions; only a
+ *                                 build that leaves them out of its exports can play
+ *                                 it (a linker version script, see build_library),
+ *                                 and a build that exports one is a bad scenario
  *
  *   "gpu" on a line of its own starts the next device (indices 0, 1, ... in
  *   order of appearance; at most 64). Keys after it describe that device:
@@ -54,6 +60,11 @@
  *                                 old driver (default 1)
  *     process <pid> <bytes>       one running compute process (repeatable)
  *     graphics_process <pid> <bytes>   one running graphics process (repeatable)
+ *     mig 0|1                     nvmlDeviceGetMigMode (current = pending); absent:
+ *                                 NOT_SUPPORTED (no MIG). 1: as NVML documents for a
+ *                                 MIG-enabled GPU, utilization is NOT_SUPPORTED and
+ *                                 the process queries (the parent's aggregate, which
+ *                                 needs privileges) answer NO_PERMISSION
  *     processes_error <ERR>       the compute-process query fails with ERR
  *     graphics_processes_error <ERR>
  *   and numeric fields, each a sequence of one or more tokens:
@@ -69,6 +80,8 @@
  *                                 (defaults to the power_limit field)
  *     energy                      nvmlDeviceGetTotalEnergyConsumption, mJ
  *     fan                         nvmlDeviceGetFanSpeed, %
+ *     virtualization              nvmlDeviceGetVirtualizationMode: 0 none (default),
+ *                                 1 passthrough, 2 vGPU guest, 3 host vGPU, 4 host vSGA
  *     clock_graphics clock_sm clock_mem clock_video          nvmlDeviceGetClockInfo
  *     max_clock_graphics max_clock_sm max_clock_mem max_clock_video
  *                                                            nvmlDeviceGetMaxClockInfo
@@ -101,6 +114,7 @@
  *   void fake_nvml_reset_call_counts(void);
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -124,6 +138,7 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_UNINITIALIZED 1
 #define NVML_ERROR_INVALID_ARGUMENT 2
 #define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_NO_PERMISSION 4
 #define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
@@ -256,7 +271,8 @@ static int error_code_by_name(const char *name)
     X(nvmlDeviceGetGraphicsRunningProcesses_v3)                                           \
     X(nvmlDeviceGetMPSComputeRunningProcesses_v3)                                         \
     X(nvmlDeviceGetTotalEnergyConsumption) X(nvmlDeviceGetFanSpeed)                       \
-    X(nvmlDeviceGetClockInfo) X(nvmlDeviceGetMaxClockInfo)
+    X(nvmlDeviceGetClockInfo) X(nvmlDeviceGetMaxClockInfo)                                \
+    X(nvmlDeviceGetMigMode) X(nvmlDeviceGetVirtualizationMode)
 
 #define AS_ENUM(f) FN_##f,
 #define AS_NAME(f) #f,
@@ -275,14 +291,14 @@ enum {
     F_UTIL, F_MEM_UTIL, F_MEM_TOTAL, F_MEM_USED, F_MEM_RESERVED, F_TEMP, F_POWER,
     F_POWER_LIMIT, F_POWER_MGMT_LIMIT, F_ENERGY, F_FAN,
     F_CLOCK_GRAPHICS, F_CLOCK_SM, F_CLOCK_MEM, F_CLOCK_VIDEO,
-    F_MAX_CLOCK_GRAPHICS, F_MAX_CLOCK_SM, F_MAX_CLOCK_MEM, F_MAX_CLOCK_VIDEO,
+    F_MAX_CLOCK_GRAPHICS, F_MAX_CLOCK_SM, F_MAX_CLOCK_MEM, F_MAX_CLOCK_VIDEO, F_VIRTUALIZATION,
     F_COUNT
 };
 static const char *const FIELD_NAMES[F_COUNT] = {
     "util", "mem_util", "mem_total", "mem_used", "mem_reserved", "temp", "power",
     "power_limit", "power_mgmt_limit", "energy", "fan",
     "clock_graphics", "clock_sm", "clock_mem", "clock_video",
-    "max_clock_graphics", "max_clock_sm", "max_clock_mem", "max_clock_video",
+    "max_clock_graphics", "max_clock_sm", "max_clock_mem", "max_clock_video", "virtualization",
 };
 
 typedef struct {
@@ -308,6 +324,7 @@ typedef struct {
     char uuid[TEXT_LEN];
     int lost;
     int memory_v2;
+    int mig; /* -1: no MIG support (NOT_SUPPORTED); 0: disabled; 1: enabled */
     field_t fields[F_COUNT];
     proc_t *procs[P_KINDS];
     unsigned int nprocs[P_KINDS];
@@ -360,6 +377,7 @@ static void gpu_defaults(gpu_t *g, unsigned int index)
     snprintf(g->name, sizeof g->name, "NVIDIA H100 80GB HBM3");
     snprintf(g->uuid, sizeof g->uuid, "GPU-fa4e%04x-0000-4000-8000-%012x", index, index);
     g->memory_v2 = 1;
+    g->mig = -1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -506,6 +524,41 @@ static int copy_text(parse_ctx_t *ctx, char *dst, size_t size, char *cursor)
     return 0;
 }
 
+/* Whether this build of the library exports fn (dlsym on the library itself). */
+static int exported(const char *fn)
+{
+    Dl_info info;
+    if (!dladdr((void *)&exported, &info) || !info.dli_fname)
+        return 1;
+    void *self = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    if (!self)
+        return 1;
+    int found = dlsym(self, fn) != NULL;
+    dlclose(self);
+    return found;
+}
+
+/* "without f...": the scenario plays a driver branch lacking these functions, which
+ * only a build that leaves them out can do (build_library(without=...)). */
+static int parse_without(parse_ctx_t *ctx, char **cursor)
+{
+    char *tok;
+    int n = 0;
+    while ((tok = next_token(cursor)) != NULL) {
+        int known = 0;
+        for (int i = 0; i < FN_COUNT && !known; i++)
+            known = strcmp(tok, FN_NAMES[i]) == 0;
+        if (!known)
+            return parse_fail(ctx, "unknown NVML function", tok);
+        if (exported(tok))
+            return parse_fail(ctx, "this build exports (see build_library(without=))", tok);
+        n++;
+    }
+    if (n == 0)
+        return parse_fail(ctx, "missing function name", NULL);
+    return 0;
+}
+
 static int parse_line(parse_ctx_t *ctx, scenario_t *sc, char *line)
 {
     char *cursor = line;
@@ -533,6 +586,8 @@ static int parse_line(parse_ctx_t *ctx, scenario_t *sc, char *line)
             return parse_fail(ctx, "unknown error name", tok);
         return 0;
     }
+    if (strcmp(key, "without") == 0)
+        return parse_without(ctx, &cursor);
     if (strcmp(key, "driver_version") == 0)
         return copy_text(ctx, sc->driver_version, sizeof sc->driver_version, cursor);
     if (strcmp(key, "nvml_version") == 0)
@@ -558,6 +613,8 @@ static int parse_line(parse_ctx_t *ctx, scenario_t *sc, char *line)
         return parse_flag(ctx, &cursor, &g->lost);
     if (strcmp(key, "memory_v2") == 0)
         return parse_flag(ctx, &cursor, &g->memory_v2);
+    if (strcmp(key, "mig") == 0)
+        return parse_flag(ctx, &cursor, &g->mig);
     if (strcmp(key, "process") == 0)
         return parse_process(ctx, &cursor, g, P_COMPUTE);
     if (strcmp(key, "graphics_process") == 0)
@@ -776,7 +833,7 @@ static nvmlReturn_t take(gpu_t *g, int f, long long *out)
 {
     field_t *field = &g->fields[f];
     if (field->n == 0) {
-        if (f == F_MEM_RESERVED) {
+        if (f == F_MEM_RESERVED || f == F_VIRTUALIZATION) { /* 0: none */
             *out = 0;
             return NVML_SUCCESS;
         }
@@ -1094,6 +1151,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t dev, nvmlUtilizat
 {
     DEVICE_CALL(nvmlDeviceGetUtilizationRates, dev);
     REQUIRE(util);
+    if (g->mig == 1) /* NVML: not supported on MIG-enabled GPUs */
+        return leave(NVML_ERROR_NOT_SUPPORTED);
     unsigned int gpu = 0, mem = 0;
     nvmlReturn_t eg = take_uint(g, F_UTIL, &gpu);
     nvmlReturn_t em = take_uint(g, F_MEM_UTIL, &mem);
@@ -1201,6 +1260,8 @@ static nvmlReturn_t running_processes(int fn, nvmlDevice_t dev, unsigned int *co
     if (ret != NVML_SUCCESS)
         return leave(ret);
     REQUIRE(count);
+    if (g->mig == 1) /* NVML: the parent's aggregate needs privileges a user lacks */
+        return leave(NVML_ERROR_NO_PERMISSION);
     unsigned int n = 0;
     const proc_t *procs = NULL;
     if (kind < P_KINDS) {
@@ -1252,4 +1313,28 @@ EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t d, u
                                                                nvmlProcessInfo_t *p)
 {
     return running_processes(FN_nvmlDeviceGetMPSComputeRunningProcesses_v3, d, c, p, P_KINDS);
+}
+
+/* ------------------------------------------------------------------------ */
+/* MIG and virtualization                                                    */
+/* ------------------------------------------------------------------------ */
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned int *current,
+                                         unsigned int *pending)
+{
+    DEVICE_CALL(nvmlDeviceGetMigMode, dev);
+    REQUIRE(current && pending);
+    if (g->mig < 0)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    *current = *pending = (unsigned int)g->mig;
+    return leave(NVML_SUCCESS);
+}
+
+/* nvmlGpuVirtualizationMode_t: 0 none, 1 passthrough, 2 vGPU (a guest), 3 host vGPU,
+ * 4 host vSGA. */
+EXPORT nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t dev, unsigned int *mode)
+{
+    DEVICE_CALL(nvmlDeviceGetVirtualizationMode, dev);
+    REQUIRE(mode);
+    return leave(take_uint(g, F_VIRTUALIZATION, mode));
 }
