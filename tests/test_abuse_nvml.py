@@ -262,5 +262,5 @@ def test_run_system_metrics_on_mig_record_memory_and_do_not_warn_every_sample(
     assert logged["system/gpu_0_temperature_celsius"] == 40
     assert "system/gpu_0_utilization_percentage" not in logged
     assert logged["system/gpu_1_utilization_percentage"] == 61
-    assert len(client.get_metric_history(run_id, "system/gpu_0_memory_usage_megabytes")) > 2
+    assert len(client.get_metric_history(run_id, "system/gpu_0_memory_usage_megabytes")) > 1
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
