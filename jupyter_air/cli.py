@@ -7,8 +7,10 @@ Exit status 0 on success; otherwise non-zero with a one-line reason on stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
+import sqlite3
 import sys
 import time
 from collections.abc import Sequence
@@ -18,10 +20,12 @@ from typing import Any
 
 from .jobs import client
 from .jobs.spec import Workload
-from .jobs.store import JOB_ID, Job, JobStore, UnknownJob, new_job_id
+from .jobs.store import JOB_ID, Job, JobStore, StoreError, UnknownJob, new_job_id
 from .jobs.views import job_document
 from .logs.query import BadFilter, LogFilter, read_all, read_page, read_tail
 from .logs.text import format_line
+from .paths import UnsafeHome
+from .redact import redact
 
 
 class CliError(Exception):
@@ -112,7 +116,10 @@ def _output(parser: argparse.ArgumentParser) -> None:
 
 
 def _store() -> JobStore:
-    return JobStore()
+    try:
+        return JobStore()
+    except (UnsafeHome, StoreError) as err:
+        raise CliError(str(err)) from None
 
 
 def _job(store: JobStore, job_id: str) -> Job:
@@ -205,7 +212,7 @@ def _submit(store: JobStore, spec: Any, working_dir: Path) -> Job:
     job_id = new_job_id()
     compute = spec.compute
     tags = runs.job_tags(job_id, 1, compute.nproc_per_node, compute.nnodes, None, user_name())
-    tags["air.command"] = spec.command
+    tags["air.command"] = redact(spec.command)
     run_id = runs.start_run(mlflow_client, experiment_id, tags, spec.run_name, None)
     workload = Workload(
         kind="command",
@@ -232,7 +239,7 @@ def _submit(store: JobStore, spec: Any, working_dir: Path) -> Job:
 def _list(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise CliError("--limit must be >= 1")
-    store = _store()
+    store = _settled_store()
     jobs = store.jobs(active_only=not args.all_status, limit=args.limit)
     if args.output == "json":
         print(json.dumps([job_document(store, j, _run_link) for j in jobs], indent=2))
@@ -251,7 +258,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace) -> int:
-    store = _store()
+    store = _settled_store()
     doc = job_document(store, _job(store, args.job_id), _run_link)
     if args.output == "json":
         print(json.dumps(doc, indent=2))
@@ -278,6 +285,16 @@ def _get(args: argparse.Namespace) -> int:
         for n in a["nodes"]:
             print(f"    node {n['node']}: {n['hostname']} {n['ip']}, Ray node {n['node_id']}")
     return 0
+
+
+def _settled_store() -> JobStore:
+    """The store, once the jobs whose supervisor died are recorded as failed (what is
+    shown is the same; the record keeps their end time). Left for later when another
+    process holds the database."""
+    store = _store()
+    with contextlib.suppress(sqlite3.OperationalError):
+        store.settle()
+    return store
 
 
 def _time(t: float | None) -> str:

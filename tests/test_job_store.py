@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,20 @@ def ended_pid() -> int:
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
     return process.pid
+
+
+def orphan(store: JobStore) -> str:
+    """A running job whose supervisor died without recording the end."""
+    job = store.create(Workload(kind="command", command=["true"]))
+    store.update(job.id, status="RUNNING", supervisor_pid=ended_pid())
+    store.start_attempt(job.id, 1, None)
+    return job.id
+
+
+def recorded_status(store: JobStore, job_id: str) -> str:
+    """The status in the database itself, not as a read shows it."""
+    with closing(sqlite3.connect(store.path)) as db:
+        return str(db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()[0])
 
 
 def test_a_job_whose_supervisor_died_unrecorded_is_failed_and_leaves_the_active_list(

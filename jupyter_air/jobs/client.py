@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..logs.capture import parse_record
+from ..paths import private_opener, write_private
 from .spec import Workload
 from .store import Job, JobStore
 
@@ -31,11 +32,11 @@ def submit(
     job = store.create(workload, job_id=job_id)
     job_dir = store.job_dir(job.id)
     if payload is not None:
-        (job_dir / "payload.pkl").write_bytes(payload)
+        write_private(job_dir / "payload.pkl", payload)
     argv = [sys.executable, "-m", "jupyter_air.jobs.supervisor", job.id]
     if watch_pid is not None:
         argv += ["--watch-pid", str(watch_pid)]
-    with (job_dir / "supervisor.log").open("ab") as out:
+    with open(job_dir / "supervisor.log", "ab", opener=private_opener) as out:
         process = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,

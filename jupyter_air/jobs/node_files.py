@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..paths import write_private
+
 NODES_FILE = "nodes.json"
 GPU_DIR = "gpu"
 
@@ -45,7 +47,7 @@ def read_gpu(attempt_dir: Path, node: int) -> dict[str, Any] | None:
 
 
 def _replace(path: Path, value: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(value, separators=(",", ":")))
+    write_private(tmp, json.dumps(value, separators=(",", ":")))
     tmp.replace(path)

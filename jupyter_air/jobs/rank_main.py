@@ -21,6 +21,8 @@ from typing import Any
 
 import cloudpickle
 
+from ..paths import write_private
+
 CELL_FILE = "<air-cell>"
 
 
@@ -84,7 +86,7 @@ def main(argv: list[str]) -> int:
         else:
             text = traceback.format_exc()
             sys.stderr.write(text)
-            (attempt_dir / f"error_rank_{rank}.txt").write_text(text)
+            write_private(attempt_dir / f"error_rank_{rank}.txt", text)
             return err.code if isinstance(err, SystemExit) and isinstance(err.code, int) else 1
     if rank == 0:
         _write_result(
@@ -106,7 +108,7 @@ def _write_result(attempt_dir: Path, value: Any, outputs: dict[str, Any]) -> Non
             {"value": None, "outputs": {}, "unpicklable": reprs, "why": str(err)}
         )
     tmp = attempt_dir / "result.pkl.tmp"
-    tmp.write_bytes(data)
+    write_private(tmp, data)
     tmp.replace(attempt_dir / "result.pkl")
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..paths import private_opener, write_private
 from . import node_files
 from .local import Outcome
 from .ray_agent import NodeAgent, NodeLaunch
@@ -262,7 +263,7 @@ class RayNodes:
             if key not in self._logs:
                 path = self._dir / "logs" / f"node_{node}" / f"rank_{rank}.log"
                 path.parent.mkdir(parents=True, exist_ok=True)
-                self._logs[key] = path.open("ab")
+                self._logs[key] = open(path, "ab", opener=private_opener)  # noqa: SIM115
             self._logs[key].write(data)
             self._logs[key].flush()
         if report["gpu"] is not None:
@@ -328,7 +329,7 @@ class RayNodes:
                 log.warning("no result files from node %d: %s", node, _reason(err))
                 continue
             for name, data in files.items():
-                (self._dir / name).write_bytes(data)
+                write_private(self._dir / name, data)
 
     def close(self) -> None:
         """The nodes' last metrics, then the agents and the placement group go."""

@@ -1,30 +1,41 @@
-"""The job store: jobs and their attempts in one SQLite database (WAL).
+"""The job store: jobs and their attempts in one SQLite database.
 
 SQLite is on every machine and lets many readers (the server, the CLI, several
 kernels) work beside one writer at a time; each write is one short transaction.
+On a local disk the database is in WAL mode, where readers never wait for the writer.
+WAL needs memory shared by every process using the file, which a network file system
+does not give: there the store keeps SQLite's rollback journal.
+
+Reads never write: a job whose supervisor died without recording its end reads as
+FAILED, and ``settle`` records that, as a step of its own (a thread of the server, a
+command of the CLI), so that no request waits for the write lock.
 """
 
 from __future__ import annotations
 
 import getpass
 import json
+import logging
 import re
 import secrets
 import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..paths import air_home
+from ..paths import air_home, make_private, on_network_filesystem, private_dir, tighten
 from ..procs import alive
 from .spec import Workload
 
 JOB_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")  # what new_job_id() makes
 ACTIVE = ("PENDING", "RUNNING")
+
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -95,23 +106,61 @@ class UnknownJob(KeyError):
     """No job has this id."""
 
 
-class JobStore:
-    """Jobs and attempts; every method is one short transaction."""
+class StoreError(RuntimeError):
+    """The database cannot be used safely where it is."""
 
-    def __init__(self, home: Path | None = None) -> None:
-        self.home = home or air_home()
+
+class JobStore:
+    """Jobs and attempts; every method is one short transaction.
+
+    ``busy_timeout`` is how long a call waits for another process's write lock:
+    writers (supervisors) wait long rather than fail; a server answering requests
+    gives up sooner (``sqlite3.OperationalError``, "database is locked").
+    """
+
+    def __init__(self, home: Path | None = None, *, busy_timeout: float = 30.0) -> None:
+        self.home = air_home() if home is None else private_dir(home)
         self.path = self.home / "jobs.db"
+        self.busy_timeout = busy_timeout
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        make_private(self.path)  # SQLite gives its -wal and -shm files the same mode
+        for sidecar in ("jobs.db-wal", "jobs.db-shm", "jobs.db-journal"):
+            tighten(self.home / sidecar)
         with self._connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")  # a property of the file: set once
+            self._journal_mode(db, new)
             db.executescript(SCHEMA)
             columns = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
             if "supervisor_host" not in columns:  # a store made by an earlier version
                 db.execute("ALTER TABLE jobs ADD COLUMN supervisor_host TEXT")
 
+    def _journal_mode(self, db: sqlite3.Connection, new: bool) -> None:
+        """WAL for a new database on a local disk; the rollback journal on a network file
+        system, where a WAL database (made by an earlier version) is switched. A
+        database in rollback mode stays so: another machine may reach it over the network."""
+        network = on_network_filesystem(self.home)
+        mode = db.execute("PRAGMA journal_mode").fetchone()[0].lower()
+        if network is None:
+            if new:
+                db.execute("PRAGMA journal_mode=WAL")
+            return
+        if mode != "wal":
+            return
+        try:
+            mode = db.execute("PRAGMA journal_mode=DELETE").fetchone()[0].lower()
+        except sqlite3.OperationalError as err:
+            mode = str(err)
+        if mode != "delete":
+            raise StoreError(
+                f"{self.path} is on a network file system ({network}) in WAL mode, which "
+                f"corrupts it there, and could not be switched to a rollback journal "
+                f"({mode}): stop every process using it (Jupyter servers, kernels, air "
+                f"commands, on every machine) and try again"
+            )
+        log.warning("%s is on %s: switched from WAL to a rollback journal", self.path, network)
+
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        # The timeout is SQLite's busy timeout: writers wait for each other, never fail.
-        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        db = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
         try:
             db.row_factory = sqlite3.Row
             yield db
@@ -131,7 +180,7 @@ class JobStore:
     def create(self, workload: Workload, job_id: str | None = None) -> Job:
         job_id = job_id or new_job_id()
         now = time.time()
-        self.job_dir(job_id).mkdir(parents=True)
+        self.job_dir(job_id).mkdir(mode=0o700, parents=True)
         with self._connect() as db:
             db.execute(
                 "INSERT INTO jobs (id, created, owner, status, workload) VALUES (?, ?, ?, ?, ?)",
@@ -144,7 +193,7 @@ class JobStore:
             row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             raise UnknownJob(job_id)
-        return self._settled(_job(row))
+        return _seen(_job(row))
 
     def jobs(self, active_only: bool = False, limit: int | None = None) -> list[Job]:
         query = "SELECT * FROM jobs"
@@ -155,33 +204,38 @@ class JobStore:
             query += f" LIMIT {int(limit)}"
         with self._connect() as db:
             rows = db.execute(query).fetchall()
-        found = [self._settled(_job(row)) for row in rows]
+        found = [_seen(_job(row)) for row in rows]
         return [job for job in found if not (active_only and job.done)]
 
-    def _settled(self, job: Job) -> Job:
-        """A job whose supervisor is gone without recording its end (killed outright, out
-        of memory) failed: its ranks went with the supervisor, so it must not stay in
-        the lists of running jobs. Only a still-active row is changed, so a supervisor
-        that did record its end in the meantime keeps its word."""
-        pid = job.supervisor_pid
-        if job.done or pid is None or not job.supervised_here:
-            return job
-        if alive(pid, started_by=job.started):
-            return job
-        now, message = time.time(), f"its supervisor (pid {pid}) ended without recording the end"
+    def settle(self) -> list[str]:
+        """Record as FAILED the jobs that read so (``orphaned``); the ids recorded.
+
+        Reads already show them failed; the record makes it last: the end time stays,
+        a pid reused later is not taken for the supervisor, and other machines sharing
+        the store see it. Only a still-active row is changed, so a supervisor that did
+        record its end in the meantime keeps its word.
+        """
         with self._connect() as db:
-            db.execute(
-                f"UPDATE jobs SET status = 'FAILED', ended = ?, message = ? "
-                f"WHERE id = ? AND status IN {ACTIVE!r}",
-                (now, message, job.id),
-            )
-            db.execute(
-                "UPDATE attempts SET status = 'FAILED', ended = ?, message = ? "
-                "WHERE job_id = ? AND status = 'RUNNING'",
-                (now, message, job.id),
-            )
-            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job.id,)).fetchone()
-        return _job(row)
+            rows = db.execute(f"SELECT * FROM jobs WHERE status IN {ACTIVE!r}").fetchall()
+        found = [(job.id, message) for job in map(_job, rows) if (message := orphaned(job))]
+        if not found:
+            return []
+        now = time.time()
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            for job_id, message in found:
+                db.execute(
+                    f"UPDATE jobs SET status = 'FAILED', ended = ?, message = ? "
+                    f"WHERE id = ? AND status IN {ACTIVE!r}",
+                    (now, message, job_id),
+                )
+                db.execute(
+                    "UPDATE attempts SET status = 'FAILED', ended = ?, message = ? "
+                    "WHERE job_id = ? AND status = 'RUNNING'",
+                    (now, message, job_id),
+                )
+            db.execute("COMMIT")
+        return [job_id for job_id, _ in found]
 
     def update(self, job_id: str, **fields: Any) -> None:
         if not fields or not set(fields) <= {
@@ -233,10 +287,12 @@ class JobStore:
 
     def attempts(self, job_id: str) -> list[Attempt]:
         with self._connect() as db:
+            job = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
             rows = db.execute(
                 "SELECT * FROM attempts WHERE job_id = ? ORDER BY attempt", (job_id,)
             ).fetchall()
-        return [
+        message = orphaned(_job(job)) if job is not None else None
+        found = [
             Attempt(
                 job_id=row["job_id"],
                 attempt=row["attempt"],
@@ -250,6 +306,47 @@ class JobStore:
             )
             for row in rows
         ]
+        if message is None:
+            return found
+        return [
+            replace(a, status="FAILED", message=message) if a.status == "RUNNING" else a
+            for a in found
+        ]
+
+
+def settle_periodically(store: JobStore, interval: float, stop: threading.Event) -> None:
+    """``store.settle()`` now and every ``interval`` seconds until ``stop`` is set, on a
+    thread of its own: a locked database delays this thread, nothing else."""
+
+    def loop() -> None:
+        while True:
+            try:
+                store.settle()
+            except sqlite3.Error as err:
+                log.warning("could not record the jobs whose supervisor died: %s", err)
+            if stop.wait(interval):
+                return
+
+    threading.Thread(target=loop, name="air-settle", daemon=True).start()
+
+
+def orphaned(job: Job) -> str | None:
+    """Why an active job failed if its supervisor is gone without recording its end
+    (killed outright, out of memory): its ranks went with the supervisor, so it must
+    not stay in the lists of running jobs. None while it is not so, or when the
+    supervisor runs on another machine (whose pids mean nothing here)."""
+    pid = job.supervisor_pid
+    if job.done or pid is None or not job.supervised_here:
+        return None
+    if alive(pid, started_by=job.started):
+        return None
+    return f"its supervisor (pid {pid}) ended without recording the end"
+
+
+def _seen(job: Job) -> Job:
+    """The job as it is: failed if ``orphaned`` (its end time is unknown until settled)."""
+    message = orphaned(job)
+    return job if message is None else replace(job, status="FAILED", message=message)
 
 
 def new_job_id() -> str:

@@ -1,10 +1,15 @@
-"""Jobs as their JSON document (docs/api.md), for the server and ``air --output json``."""
+"""Jobs as their JSON document (docs/api.md), for the server and ``air --output json``.
+
+A document is what others see of a job: secrets are redacted (``redact``), and the
+workload's environment, whose values may be secrets, is not in it at all.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from ..redact import redact, without_userinfo
 from .node_files import read_nodes
 from .store import Job, JobStore
 
@@ -19,6 +24,7 @@ def job_document(store: JobStore, job: Job, run_link: RunLink | None = None) -> 
         url = None
         if run_link is not None and a.run_id and w.tracking_uri and w.experiment_id:
             url = run_link(w.tracking_uri, w.experiment_id, a.run_id)
+            url = without_userinfo(url) if url else None
         attempts.append(
             {
                 "attempt": a.attempt,
@@ -28,7 +34,7 @@ def job_document(store: JobStore, job: Job, run_link: RunLink | None = None) -> 
                 "ended": a.ended,
                 "exit_codes": a.exit_codes,
                 "failed_rank": a.failed_rank,
-                "message": a.message,
+                "message": _shown(a.message),
                 "run_url": url,
                 "nodes": read_nodes(store.attempt_dir(job.id, a.attempt)),
             }
@@ -40,7 +46,7 @@ def job_document(store: JobStore, job: Job, run_link: RunLink | None = None) -> 
         "created": job.created,
         "started": job.started,
         "ended": job.ended,
-        "message": job.message,
+        "message": _shown(job.message),
         "kind": w.kind,
         "nproc_per_node": w.nproc_per_node,
         "nnodes": w.nnodes,
@@ -48,7 +54,11 @@ def job_document(store: JobStore, job: Job, run_link: RunLink | None = None) -> 
         "max_retries": w.max_retries,
         "experiment_id": w.experiment_id,
         "run_name": w.run_name,
-        "tracking_uri": w.tracking_uri,
+        "tracking_uri": _shown(w.tracking_uri),
         "logs_expired": not store.job_dir(job.id).exists(),
         "attempts": attempts,
     }
+
+
+def _shown(text: str | None) -> str | None:
+    return redact(text) if text else text

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from ..paths import private_opener
 from .levels import INFO, NAMES, LevelDetector
 
 #: Record kinds in a log file: a line of stdout / stderr, or a progress update of either.
@@ -36,7 +37,7 @@ class RankLog:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file: TextIO = path.open("a", encoding="utf-8")
+        self._file: TextIO = open(path, "a", encoding="utf-8", opener=private_opener)  # noqa: SIM115
         self._lock = threading.Lock()
 
     def write(self, kind: str, text: str, ts: float | None = None) -> None:

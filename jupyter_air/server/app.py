@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Float
 
 from ..gpu.sampler import GpuSampler
-from ..jobs.store import JobStore
+from ..jobs.store import JobStore, settle_periodically
 from ..logs.retention import DEFAULT_DAYS, prune_in_background
 from ..tracking.ui_server import MlflowUi
 from .gpu_handlers import GpuHandler, GpuSampleHandler, JobGpuHandler
-from .jobs_handlers import JOB, jobs_handlers
+from .jobs_handlers import JOB, REQUEST_BUSY_TIMEOUT, jobs_handlers
 from .mlflow_handlers import mlflow_ui_handlers
 
 
@@ -41,7 +42,8 @@ class AirExtension(ExtensionApp):
         assert self.serverapp is not None
         self.mlflow_ui = MlflowUi(parent=self, log=self.log, base_url=self.serverapp.base_url)
         self.mlflow_ui.share_with_kernels()
-        self.store = JobStore()
+        self.store = JobStore(busy_timeout=REQUEST_BUSY_TIMEOUT)
+        self._settling = threading.Event()
 
     def initialize_handlers(self) -> None:
         kwargs = {"sampler": self.sampler, "store": self.store}
@@ -58,7 +60,9 @@ class AirExtension(ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         self.sampler.start()
         prune_in_background(self.store, self.log_retention_days)
+        settle_periodically(self.store, 30.0, self._settling)  # jobs whose supervisor died
 
     async def stop_extension(self) -> None:
         self.sampler.stop()
+        self._settling.set()
         self.mlflow_ui.stop()

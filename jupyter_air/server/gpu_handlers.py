@@ -14,7 +14,7 @@ from ..gpu.sampler import GpuSampler
 from ..jobs.node_files import read_gpu, read_nodes
 from ..jobs.store import JobStore
 from .base import AirHandler
-from .jobs_handlers import JobsBase
+from .jobs_handlers import JobsBase, in_store_thread
 
 INVENTORY_ID = re.compile(r"[0-9a-f]{1,64}")
 
@@ -45,7 +45,7 @@ class GpuHandler(AirHandler):
         inventory = _inventory_argument(self)
         loop = asyncio.get_running_loop()
         doc = await loop.run_in_executor(None, self.sampler.snapshot, since, inventory)
-        doc["nodes"] = await loop.run_in_executor(None, running_nodes, self.store)
+        doc["nodes"] = await in_store_thread(running_nodes, self.store)
         await self._add_owners(doc)
         self.write_json(doc)
 
@@ -91,12 +91,9 @@ class JobGpuHandler(JobsBase):
             raise web.HTTPError(400, "'node' is required: a node number of the job")
         since = self.float_argument("since", minimum=0)
         inventory = _inventory_argument(self)
-        job = self.job(job_id)
-        attempt, attempts = self.attempt_of(job)
-        loop = asyncio.get_running_loop()
-        stored = await loop.run_in_executor(
-            None, read_gpu, self.store.attempt_dir(job.id, attempt), node
-        )
+        job = await self.job(job_id)
+        attempt, attempts = await self.attempt_of(job)
+        stored = await in_store_thread(read_gpu, self.store.attempt_dir(job.id, attempt), node)
         if stored is None:
             raise web.HTTPError(404, f"no GPU samples of node {node} in attempt {attempt}")
         running = job.status == "RUNNING" and attempt == attempts

@@ -1,10 +1,18 @@
-"""REST routes of jobs and their logs (see docs/api.md): translation only."""
+"""REST routes of jobs and their logs (see docs/api.md): translation only.
+
+The job store's SQLite calls and the job files they come with run on threads of their
+own (``in_store_thread``), never on the event loop: another process holding the
+database's lock delays the requests that read it, not the server.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Any
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from tornado import web
 
@@ -19,21 +27,39 @@ from .base import AirHandler
 
 JOB = r"(?P<job_id>[^/]+)"
 
+#: How long a request waits for another process's write lock before answering 503.
+REQUEST_BUSY_TIMEOUT = 5.0
+
+#: Threads of their own: requests waiting for a locked database hold these, not the
+#: default executor's (log reads, the GPU sampler's snapshots).
+STORE_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="air-store")
+
+T = TypeVar("T")
+
+
+async def in_store_thread(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on a store thread; a database still locked after the busy timeout
+    answers 503, so that the client tries again later."""
+    try:
+        return await asyncio.get_running_loop().run_in_executor(STORE_THREADS, fn, *args)
+    except sqlite3.OperationalError as err:
+        raise web.HTTPError(503, f"the job store is busy ({err}): try again shortly") from None
+
 
 class JobsBase(AirHandler):
     def initialize(self, store: JobStore) -> None:
         self.store = store
 
-    def job(self, job_id: str) -> Job:
+    async def job(self, job_id: str) -> Job:
         if not JOB_ID.fullmatch(job_id):
             raise web.HTTPError(404, f"no job {job_id!r}")
         try:
-            return self.store.get(job_id)
+            return await in_store_thread(self.store.get, job_id)
         except UnknownJob:
             raise web.HTTPError(404, f"no job {job_id!r}") from None
 
-    def document(self, job: Job) -> dict[str, Any]:
-        return job_document(self.store, job, self._run_link)
+    async def document(self, job: Job) -> dict[str, Any]:
+        return await in_store_thread(job_document, self.store, job, self._run_link)
 
     def _run_link(self, tracking_uri: str, experiment_id: str, run_id: str) -> str | None:
         if tracking_uri.startswith(("http://", "https://")):
@@ -55,8 +81,8 @@ class JobsBase(AirHandler):
         except BadFilter as err:
             raise web.HTTPError(400, str(err)) from None
 
-    def attempt_of(self, job: Job) -> tuple[int, int]:
-        attempts = len(self.store.attempts(job.id))
+    async def attempt_of(self, job: Job) -> tuple[int, int]:
+        attempts = len(await in_store_thread(self.store.attempts, job.id))
         attempt = self.int_argument("attempt", max(attempts, 1), 1, max(attempts, 1))
         assert attempt is not None
         return attempt, attempts
@@ -67,22 +93,26 @@ class JobsHandler(JobsBase):
     async def get(self) -> None:
         limit = self.int_argument("limit", 100, 1, 1000)
         active_only = self.get_query_argument("all", "0") not in ("1", "true")
-        jobs = self.store.jobs(active_only=active_only, limit=limit)
-        self.write_json({"jobs": [self.document(job) for job in jobs]})
+
+        def documents() -> list[dict[str, Any]]:
+            jobs = self.store.jobs(active_only=active_only, limit=limit)
+            return [job_document(self.store, job, self._run_link) for job in jobs]
+
+        self.write_json({"jobs": await in_store_thread(documents)})
 
 
 class JobHandler(JobsBase):
     @web.authenticated
     async def get(self, job_id: str) -> None:
-        self.write_json(self.document(self.job(job_id)))
+        self.write_json(await self.document(await self.job(job_id)))
 
 
 class JobLogsHandler(JobsBase):
     @web.authenticated
     async def get(self, job_id: str) -> None:
-        job = self.job(job_id)
+        job = await self.job(job_id)
         flt = self.log_filter()
-        attempt, attempts = self.attempt_of(job)
+        attempt, attempts = await self.attempt_of(job)
         limit = self.int_argument("limit", 1000, 1, 10_000) or 1000
         tail = self.int_argument("tail", None, 1, 10_000)
         cursor = self.get_query_argument("cursor", None)
@@ -95,7 +125,7 @@ class JobLogsHandler(JobsBase):
                 page = await loop.run_in_executor(None, read_page, directory, flt, cursor, limit)
         except BadFilter as err:
             raise web.HTTPError(400, str(err)) from None
-        job = self.store.get(job.id)  # after reading: "done" must not miss late lines
+        job = await self.job(job.id)  # after reading: "done" must not miss late lines
         self.write_json(
             {
                 "job": job.id,
@@ -112,9 +142,9 @@ class JobLogsHandler(JobsBase):
 class JobLogsDownloadHandler(JobsBase):
     @web.authenticated
     async def get(self, job_id: str) -> None:
-        job = self.job(job_id)
+        job = await self.job(job_id)
         flt = self.log_filter()
-        attempt, _ = self.attempt_of(job)
+        attempt, _ = await self.attempt_of(job)
         name = f"{job.id}-attempt-{attempt}.log"
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.set_header("Content-Disposition", f'attachment; filename="{name}"')
@@ -133,17 +163,18 @@ class JobLogsDownloadHandler(JobsBase):
 class JobCancelHandler(JobsBase):
     @web.authenticated
     async def post(self, job_id: str) -> None:
-        job = self.job(job_id)
+        job = await self.job(job_id)
         try:
-            cancelled = client.cancel(self.store, job.id)
+            cancelled = await in_store_thread(client.cancel, self.store, job.id)
         except client.Elsewhere as err:
             raise web.HTTPError(409, str(err)) from None
         if not cancelled:
             raise web.HTTPError(409, f"job {job.id} already ended ({job.status.lower()})")
-        job = await asyncio.get_running_loop().run_in_executor(
-            None, client.wait, self.store, job.id, 30.0
-        )
-        self.write_json(self.document(job))
+        deadline = asyncio.get_running_loop().time() + 30.0
+        while not job.done and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)  # the wait holds no thread
+            job = await self.job(job.id)
+        self.write_json(await self.document(job))
 
 
 def jobs_handlers(store: JobStore) -> list[tuple[str, type, dict[str, Any]]]:

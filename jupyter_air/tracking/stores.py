@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..paths import air_home
+from ..paths import air_home, write_private
 
 KEY = re.compile(r"[0-9a-f]{16}")
 
@@ -39,7 +39,7 @@ def register_store(tracking_uri: str, home: Path | None = None) -> str:
         if stores.get(key) != tracking_uri:
             stores[key] = tracking_uri
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(stores, indent=1, sort_keys=True))
+            write_private(tmp, json.dumps(stores, indent=1, sort_keys=True))
             os.replace(tmp, path)
     return key
 

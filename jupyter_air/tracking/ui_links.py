@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from ..procs import alive
+from ..redact import without_userinfo
 from .stores import register_store
 
 UI_URL_ENV = "AIR_MLFLOW_UI_URL"
@@ -57,7 +58,7 @@ def ui_base(
     """
     env = os.environ if environ is None else environ
     if urlsplit(tracking_uri).scheme in ("http", "https"):
-        return _slash(tracking_uri)
+        return _slash(without_userinfo(tracking_uri))  # links never carry credentials
     if env.get(UI_URL_ENV):
         return _slash(env[UI_URL_ENV])
     if not is_local_store(tracking_uri):
