@@ -31,16 +31,25 @@ def rank_zero_only(fn: Callable[P, R]) -> Callable[P, R | None]:
 
 @rank_zero_only
 def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
-    """``mlflow.log_metrics`` into the job's run, from rank 0 only."""
+    """``mlflow.log_metrics`` into the job's run, from rank 0 only.
+
+    The job's run is MLFLOW_RUN_ID (MLflow's own start/end calls leave it set in a
+    rank); a run the code started itself is used when no job run is set.
+    """
     import mlflow
 
     run_id = os.environ.get("MLFLOW_RUN_ID")
     active = mlflow.active_run()
-    if active is None or (run_id and active.info.run_id != run_id):
-        from mlflow import MlflowClient
-
-        client = MlflowClient()
-        for key, value in metrics.items():
-            client.log_metric(run_id or "", key, value, step=step or 0)
+    if active is not None and run_id in (None, active.info.run_id):
+        mlflow.log_metrics(metrics, step=step)
         return
-    mlflow.log_metrics(metrics, step=step)
+    if run_id is None:
+        raise RuntimeError(
+            "log_metrics: no MLflow run to log into: MLFLOW_RUN_ID is not set and no run "
+            "is active (outside %%air_distributed, call mlflow.start_run() first)"
+        )
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    for key, value in metrics.items():
+        client.log_metric(run_id, key, value, step=step or 0)

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import pytest
+
 from jupyter_air.jobs.env import RankPlace, rank_env, visible_gpus
 
 TORCHRUN_VARIABLES = {
@@ -61,3 +70,95 @@ def test_visible_gpus_follow_the_kernels_cuda_visible_devices() -> None:
     assert visible_gpus({}, 2) == ["0", "1"]
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "3,1"}, 8) == ["3", "1"]
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}, 8) == []
+
+
+def run_rank(tmp_path: Path, source: str, env: dict[str, str]) -> Any:
+    """Run ``source`` as a cell on rank 0 through the real entry point; its value."""
+    payload = tmp_path / "payload.pkl"
+    payload.write_bytes(cloudpickle.dumps({"kind": "cell", "source": source}))
+    done = subprocess.run(
+        [sys.executable, "-m", "jupyter_air.jobs.rank_main", str(payload), str(tmp_path)],
+        env={**os.environ, "RANK": "0", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,  # a clear() that never empties the mapping loops forever
+    )
+    assert done.returncode == 0, done.stderr
+    return cloudpickle.loads((tmp_path / "result.pkl").read_bytes())["value"]
+
+
+JOB_MLFLOW = {
+    "MLFLOW_RUN_ID": "0123456789abcdef0123456789abcdef",
+    "MLFLOW_EXPERIMENT_ID": "7",
+    "MLFLOW_TRACKING_URI": "sqlite:///nowhere.db",
+}
+
+MAPPING_CELL = """
+import os
+saved, seen = dict(os.environ), {}
+seen["pop"] = (os.environ.pop("MLFLOW_RUN_ID"), "MLFLOW_RUN_ID" in os.environ)
+del os.environ["MLFLOW_EXPERIMENT_ID"]
+seen["del"] = "MLFLOW_EXPERIMENT_ID" in os.environ
+os.environ.clear()  # as accelerate's clear_environment() does
+seen["clear"] = dict(os.environ)
+os.environ.update(saved)
+while os.environ:
+    os.environ.popitem()
+seen["popitem"] = dict(os.environ)
+os.environ.update(saved)
+seen
+"""
+
+
+def test_a_ranks_environment_is_a_plain_mapping_job_variables_included(tmp_path: Path) -> None:
+    seen = run_rank(tmp_path, MAPPING_CELL, JOB_MLFLOW)
+    assert seen["pop"] == (JOB_MLFLOW["MLFLOW_RUN_ID"], False)
+    assert seen["del"] is False
+    assert seen["clear"] == {}
+    assert seen["popitem"] == {}
+
+
+MLFLOW_CELL = """
+import os, mlflow
+seen = []
+with mlflow.start_run() as run:  # resumes the job's run, and MLflow unsets the variable
+    seen.append((run.info.run_id, os.environ.get("MLFLOW_RUN_ID")))
+seen.append(os.environ.get("MLFLOW_RUN_ID"))
+for step in range(3):  # the managed product's examples, once per step
+    with mlflow.start_run(run_id=os.environ["MLFLOW_RUN_ID"]):
+        mlflow.log_metric("loss", 1.0 / (step + 1), step=step)
+seen.append(os.environ.get("MLFLOW_RUN_ID"))
+del os.environ["MLFLOW_RUN_ID"]  # the user's own removal stands
+mlflow.start_run(experiment_id=os.environ["MLFLOW_EXPERIMENT_ID"])
+mlflow.end_run()
+seen.append("MLFLOW_RUN_ID" in os.environ)
+seen
+"""
+
+
+def test_what_mlflows_start_and_end_run_remove_is_put_back(tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("rank")
+    run_id = client.create_run(experiment).info.run_id
+    env = {"MLFLOW_TRACKING_URI": uri, "MLFLOW_EXPERIMENT_ID": experiment, "MLFLOW_RUN_ID": run_id}
+
+    seen = run_rank(tmp_path, MLFLOW_CELL, env)
+
+    assert seen == [(run_id, run_id), run_id, run_id, False]
+    losses = client.get_metric_history(run_id, "loss")
+    assert [m.step for m in sorted(losses, key=lambda m: m.step)] == [0, 1, 2]
+
+
+def test_log_metrics_without_any_run_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_air import log_metrics
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    with pytest.raises(RuntimeError, match="MLFLOW_RUN_ID is not set and no run is active"):
+        log_metrics({"loss": 1.0}, step=0)

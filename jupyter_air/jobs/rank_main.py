@@ -10,20 +10,28 @@ from __future__ import annotations
 
 import ast
 import atexit
+import functools
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import linecache
 import os
 import sys
 import traceback
 import types
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import cloudpickle
 
 from ..paths import write_private
 
 CELL_FILE = "<air-cell>"
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def run_cell(source: str, namespace: dict[str, Any]) -> Any:
@@ -39,29 +47,77 @@ def run_cell(source: str, namespace: dict[str, Any]) -> Any:
     return eval(compile(ast.Expression(last.value), CELL_FILE, "eval"), namespace)
 
 
-#: Variables that stay set for the rank's whole life.
-PINNED = frozenset({"MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TRACKING_URI"})
+#: The job's MLflow variables: what MLflow's own calls remove from them is put back.
+JOB_VARIABLES = ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TRACKING_URI")
 
 
-def pin_environment() -> None:
-    """Keep the job's MLflow variables in ``os.environ``.
+def keep_run_in_environment() -> None:
+    """Put back the job's MLflow variables that ``mlflow.start_run()``/``end_run()`` remove.
 
-    ``mlflow.start_run()``/``end_run()`` delete MLFLOW_RUN_ID, but training code (like
+    MLflow deletes MLFLOW_RUN_ID when it starts or ends a run, but training code (like
     the managed product's examples) reads ``os.environ["MLFLOW_RUN_ID"]`` at every step,
-    and a rank must always log into its attempt's run.
+    and a rank must always log into its attempt's run. ``os.environ`` stays a plain
+    mapping (accelerate clears and restores it): only those two MLflow calls are wrapped,
+    once MLflow is imported, so a rank that never uses MLflow does not pay for importing it.
     """
+    sys.meta_path.insert(0, _AfterImport("mlflow.tracking.fluent", _wrap_run_calls))
 
-    class PinnedEnviron(type(os.environ)):  # type: ignore[misc]
-        def __delitem__(self, key: str) -> None:
-            if key not in PINNED:
-                super().__delitem__(key)
 
-    os.environ.__class__ = PinnedEnviron
+def _wrap_run_calls(fluent: types.ModuleType) -> None:
+    # Before ``mlflow/__init__`` re-exports them: ``mlflow.start_run`` is the wrapper too.
+    for name in ("start_run", "end_run"):
+        setattr(fluent, name, _putting_back(getattr(fluent, name)))
+
+
+def _putting_back(call: Callable[P, R]) -> Callable[P, R]:
+    """``call``; then the job's variables it removed from ``os.environ`` are set again."""
+
+    @functools.wraps(call)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        kept = {name: os.environ[name] for name in JOB_VARIABLES if name in os.environ}
+        try:
+            return call(*args, **kwargs)
+        finally:
+            for name, value in kept.items():
+                os.environ.setdefault(name, value)
+
+    return wrapper
+
+
+class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Runs ``then`` on module ``name`` right after it is first executed, once."""
+
+    def __init__(self, name: str, then: Callable[[types.ModuleType], None]) -> None:
+        self.name, self.then = name, then
+        self.loader: importlib.abc.Loader | None = None
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            self.loader, spec.loader = spec.loader, self
+        return spec
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        assert self.loader is not None
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        assert self.loader is not None
+        assert module.__spec__ is not None
+        # The module keeps its real loader (tracebacks, importlib.resources, reload).
+        module.__loader__ = module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        self.then(module)
 
 
 def main(argv: list[str]) -> int:
     payload_path, attempt_dir = Path(argv[0]), Path(argv[1])
-    pin_environment()
+    keep_run_in_environment()
     rank = int(os.environ.get("RANK", "0"))
     # The cell runs in a fresh __main__, as in the notebook, so that classes it defines
     # pickle by reference (torch.save of a model, DataLoader workers) and resolve here.
