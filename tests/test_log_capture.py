@@ -60,7 +60,7 @@ def test_plain_lines_are_what_a_terminal_showed(tmp_path: Path) -> None:
     for kind, text in [("O", "start"), ("o", "10%"), ("o", "50%"), ("O", "100%"), ("o", "7/9")]:
         log.write(kind + "I", text)
     log.close()
-    assert plain_lines(tmp_path / "r.log") == ["start", "100%", "7/9"]
+    assert list(plain_lines(tmp_path / "r.log")) == ["start", "100%", "7/9"]
 
 
 def levels(tmp_path: Path, text: str, stream: str = "err") -> list[tuple[str, str]]:

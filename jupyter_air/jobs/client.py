@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..logs.capture import parse_record
+from ..logs.query import read_records
 from ..paths import private_opener, write_private
 from .spec import Workload
 from .store import Job, JobStore
@@ -93,7 +94,6 @@ class LogFollower:
     def __init__(self, store: JobStore, job_id: str) -> None:
         self._job_dir = store.job_dir(job_id)
         self._offsets: dict[Path, int] = {}
-        self._partial: dict[Path, str] = {}
 
     def poll(self) -> list[Record]:
         records: list[Record] = []
@@ -109,22 +109,21 @@ class LogFollower:
                     yield path, _number(attempt_dir), _number(node_dir), _number(path)
 
     def _read(self, path: Path, attempt: int, node: int, rank: int) -> list[Record]:
-        offset = self._offsets.get(path, 0)
-        with path.open("rb") as f:
-            f.seek(offset)
-            data = f.read()
-        if not data:
-            return []
-        self._offsets[path] = offset + len(data)
-        text = self._partial.pop(path, "") + data.decode("utf-8", errors="replace")
-        lines = text.split("\n")
-        if lines[-1]:
-            self._partial[path] = lines[-1]  # a record still being written
+        """The records ended since the last call, read as the logs view reads them: a
+        window at a time, a record of any length whole (or cut with a marker), one still
+        being written left for the next call."""
         out = []
-        for line in lines[:-1]:
-            parsed = parse_record(line)
-            if parsed is not None:
-                out.append(Record(attempt, node, rank, *parsed))
+        offset = self._offsets.get(path, 0)
+        while True:
+            data, end, eof = read_records(path, offset)
+            for line in data.decode("utf-8", errors="replace").split("\n")[:-1]:
+                parsed = parse_record(line)
+                if parsed is not None:
+                    out.append(Record(attempt, node, rank, *parsed))
+            done, offset = eof or end == offset, end
+            if done:
+                break
+        self._offsets[path] = offset
         return out
 
 

@@ -4,13 +4,16 @@ One record per line (``\\n``): ``<unix ms>\\t<kind><level>\\t<text>``, kind ``O`
 line of stdout/stderr and ``o``/``e`` for a progress update, level ``I``/``W``/``E``
 (see ``levels``). Carriage-return updates (tqdm and friends) become progress records,
 throttled, so a progress bar is a handful of records rather than thousands of lines.
-Lines longer than a pipe buffer are joined before they are written.
+Lines longer than a pipe buffer are joined before they are written; a line longer than
+LINE_LIMIT is written as it comes, in records of about that size, so a rank printing
+without newlines costs bounded memory and every byte still reaches the log.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -21,6 +24,9 @@ from .levels import INFO, NAMES, LevelDetector
 LINE = {"out": "O", "err": "E"}
 PROGRESS = {"out": "o", "err": "e"}
 PROGRESS_EVERY = 0.25  # seconds between two progress records of one stream
+#: Bytes of a line held back waiting for its end: beyond, they are written as a record
+#: (records of a long line are LINE_LIMIT bytes, plus at most one read from the pipe).
+LINE_LIMIT = 1 << 20
 
 
 def parse_record(line: str) -> tuple[float, str, str, str] | None:
@@ -66,32 +72,42 @@ class StreamSplitter:
         self._log = log
         self._line_kind = LINE[stream]
         self._progress_kind = PROGRESS[stream]
-        self._pending = b""
+        self._pending = bytearray()  # the line not ended yet (after its last \r)
         self._last_progress = 0.0
         self._held_progress: str | None = None
         self._levels = LevelDetector()
 
     def feed(self, data: bytes) -> None:
-        """One read of the pipe: its complete lines become records in one write."""
-        buffer = self._pending + data
-        complete = buffer.rfind(b"\n") + 1
+        """One read of the pipe: its complete lines become records in one write. Each
+        byte is copied a bounded number of times, however long its line."""
+        complete = data.rfind(b"\n") + 1
         records: list[tuple[str, str]] = []
         if complete:
             self._held_progress = None
-            text = _decode(buffer[:complete])
+            text = _decode(bytes(self._pending) + data[:complete])
+            self._pending.clear()
             for line in text.split("\n")[:-1]:
                 if "\r" in line:  # what a terminal shows: the text after the last \r
                     line = line.rstrip("\r").rsplit("\r", 1)[-1]
-                records.append((self._line_kind + self._levels.level(line), line))
-        rest = buffer[complete:]
+                records.append(self._line(line))
+        rest = data[complete:]
         cr = rest.rfind(b"\r")
         if cr >= 0:
-            shown = rest[:cr].rsplit(b"\r", 1)[-1]
+            self._pending += rest[:cr]
+            shown = self._pending.rsplit(b"\r", 1)[-1]
             if shown:
                 self._progress(_decode(shown), records)
-            rest = rest[cr + 1 :]
-        self._pending = rest
+            self._pending[:] = rest[cr + 1 :]
+        else:
+            self._pending += rest
+        while len(self._pending) >= LINE_LIMIT:
+            cut = char_boundary(self._pending, LINE_LIMIT)
+            records.append(self._line(_decode(self._pending[:cut])))
+            del self._pending[:cut]
         self._log.write_many(records)
+
+    def _line(self, text: str) -> tuple[str, str]:
+        return self._line_kind + self._levels.level(text), text
 
     def _progress(self, text: str, records: list[tuple[str, str]]) -> None:
         now = time.monotonic()
@@ -105,21 +121,30 @@ class StreamSplitter:
     def flush(self) -> None:
         """At end of stream: the last progress state and any unterminated line."""
         if self._pending:
-            line = _decode(self._pending.rsplit(b"\r", 1)[-1])
-            self._log.write(self._line_kind + self._levels.level(line), line)
-            self._pending = b""
+            self._log.write(*self._line(_decode(self._pending)))
+            self._pending.clear()
         elif self._held_progress is not None:
             self._log.write(self._progress_kind + INFO, self._held_progress)
         self._held_progress = None
 
 
-def _decode(data: bytes) -> str:
+def _decode(data: bytes | bytearray) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def plain_lines(path: Path) -> list[str]:
-    """A rank log as a terminal would have shown it: lines, and a progress bar's last state."""
-    out: list[str] = []
+def char_boundary(data: bytes | bytearray, limit: int) -> int:
+    """The last cut at or before ``limit`` that splits no UTF-8 character of ``data``
+    (``limit`` itself when the bytes there are not UTF-8)."""
+    cut = min(limit, len(data))
+    for at in range(cut, max(cut - 4, 0), -1):  # a character has 3 continuation bytes at most
+        if at == len(data) or data[at] & 0xC0 != 0x80:
+            return at
+    return cut
+
+
+def plain_lines(path: Path) -> Iterator[str]:
+    """A rank log as a terminal would have shown it: lines, and a progress bar's last
+    state; read as it is consumed, never whole."""
     progress: str | None = None
     with path.open(encoding="utf-8", errors="replace") as f:
         for raw in f:
@@ -131,7 +156,6 @@ def plain_lines(path: Path) -> list[str]:
                 progress = text
             else:
                 progress = None
-                out.append(text)
+                yield text
     if progress is not None:
-        out.append(progress)
-    return out
+        yield progress

@@ -2,8 +2,10 @@
 
 Every rank's log file is time-ordered, so an attempt's lines are a merge of its files.
 Filters on level, node, rank and text are applied to the raw bytes with one compiled
-regular expression per file read, so only matching lines are ever decoded. A cursor is
-one byte offset per file: paging forward and following a running job are the same.
+regular expression per file read, so only matching lines are ever decoded. A search
+given as a regular expression runs on RE2 (linear time, and it lets go of the GIL), in
+one record's text at a time. A cursor is one byte offset per file: paging forward and
+following a running job are the same.
 """
 
 from __future__ import annotations
@@ -16,15 +18,23 @@ import re
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+from typing import Any, BinaryIO
 
+import re2  # type: ignore[import-untyped]
+
+from .capture import char_boundary
 from .levels import AT_LEAST, NAMES
 
 _STREAMS = {b"O": "out", b"E": "err"}
 _LEVELS = {code.encode(): name for code, name in NAMES.items()}
 
-#: Bytes read from one file in one call; a page never needs more than this of a file.
+#: Bytes read from one file in one call; a page needs more only for one longer record.
 CHUNK = 1 << 20
+#: A record longer than this is returned cut, with a marker saying how much is left out
+#: (capture writes none: it splits lines at ``capture.LINE_LIMIT``).
+RECORD_LIMIT = 4 * CHUNK
 
 
 class BadFilter(ValueError):
@@ -48,20 +58,45 @@ class LogFilter:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise BadFilter(f"{name} must be >= 0, got {value}")
-        if self.regex and self.search:
+        if self.search is not None:
             try:
-                re.compile(self.search)
-            except re.error as err:
-                raise BadFilter(f"search is not a valid regular expression: {err}") from None
+                self.search.encode()
+            except UnicodeEncodeError:
+                raise BadFilter("search must be valid UTF-8 text") from None
+        if self.regex and self.search:
+            _regex(self.search)  # refused here, before any file is read
 
     def pattern(self) -> re.Pattern[bytes]:
-        """One line record that passes the level and text filters (progress records never do)."""
+        """One line record that passes the level filter and a plain-text search (progress
+        records never do); a regular expression is tried on the record's text apart."""
         levels = AT_LEAST[self.level].encode()
         text = b".*"
-        if self.search:
-            needle = self.search.encode() if self.regex else re.escape(self.search.encode())
-            text = b".*?(?i:" + needle + b").*"  # case-insensitive for the text only
+        if self.search and not self.regex:
+            text = b".*?(?i:" + re.escape(self.search.encode()) + b").*"  # any case
         return re.compile(rb"^(\d+)\t([OE])([" + levels + rb"])\t(" + text + rb")$", re.MULTILINE)
+
+
+@lru_cache(maxsize=64)
+def _regex(search: str) -> Any:
+    """The search as an RE2 pattern, any case, that never matches a newline (so never
+    across records); RE2 refuses what would take more than linear time."""
+    options = re2.Options()
+    options.case_sensitive = False
+    options.never_nl = True
+    options.never_capture = True
+    options.log_errors = False
+    try:
+        return re2.compile(search.encode(), options)
+    except re2.error as err:
+        reason = err.args[0].decode(errors="replace") if err.args else "invalid"
+        raise BadFilter(
+            "search is not a valid regular expression for RE2 (which has no backreference "
+            f"and no lookaround: it runs in linear time): {reason}"
+        ) from None
+
+
+#: Anchors mean the text's bounds only when the text is searched alone (see _regex_candidates).
+_ANCHORS = re.compile(r"[\^$]|\\[Az]")
 
 
 @dataclass(slots=True)  # not frozen: built once per matching line, cheaply
@@ -125,11 +160,10 @@ def read_page(
     scanned: list[int] = []
     at_end = True
     for index, f in enumerate(files):
-        start = offsets.get(str(f.path), 0)
-        data, complete_to, eof = _read_lines(f.path, start)
+        data, end, eof = read_records(f.path, offsets.get(str(f.path), 0))
         at_end = at_end and eof
-        scanned.append(start + complete_to)
-        per_file.append(list(_matches(pattern, data, start, index, f, flt)))
+        scanned.append(end)
+        per_file.append(list(_matches(pattern, data, end, index, f, flt)))
     taken: list[LogLine] = []
     consumed = [0] * len(files)
     last_end = [offsets.get(str(f.path), 0) for f in files]
@@ -158,10 +192,10 @@ def read_tail(attempt_dir: Path, flt: LogFilter, count: int) -> Page:
         last: deque[Match] = deque(maxlen=count)
         position = 0
         while True:
-            data, complete_to, eof = _read_lines(f.path, position)
-            last.extend(_matches(pattern, data, position, index, f, flt))
-            position += complete_to
-            if eof or not complete_to:
+            data, end, eof = read_records(f.path, position)
+            last.extend(_matches(pattern, data, end, index, f, flt))
+            done, position = eof or end == position, end
+            if done:
                 break
         ends[str(f.path)] = position
         per_file.append(list(last))
@@ -180,23 +214,54 @@ def read_all(attempt_dir: Path, flt: LogFilter) -> Iterator[LogLine]:
         cursor = page.cursor
 
 
-def _read_lines(path: Path, start: int) -> tuple[bytes, int, bool]:
-    """Complete lines from ``start`` (at most CHUNK bytes): data, its length, whether EOF."""
+def read_records(path: Path, start: int) -> tuple[bytes, int, bool]:
+    """Complete records from ``start``: (data, the file offset where they end, whether
+    that is the file's end). At most CHUNK bytes, or one longer record alone (see
+    ``_long_record``). A record not ended yet (being written, or cut by a crash) waits."""
     with path.open("rb") as f:
         f.seek(start)
         data = f.read(CHUNK)
-        eof = len(data) < CHUNK
-    complete = data.rfind(b"\n") + 1
-    return data[:complete], complete, eof and complete == len(data)
+        complete = data.rfind(b"\n") + 1
+        if complete or len(data) < CHUNK:
+            eof = complete == len(data) and len(data) < CHUNK
+            return data[:complete], start + complete, eof
+        return _long_record(f, start, data)
+
+
+def _long_record(f: BinaryIO, start: int, head: bytes) -> tuple[bytes, int, bool]:
+    """The record at ``start``, longer than CHUNK: whole up to RECORD_LIMIT bytes, cut
+    beyond with a marker. The rest is read in CHUNK steps to find its end, so memory
+    stays bounded whatever a file holds; the data returned then stands for more bytes
+    of the file than its length (it ends where the record does)."""
+    kept = bytearray(head)
+    length = len(head)
+    while True:
+        more = f.read(CHUNK)
+        newline = more.find(b"\n")
+        piece = more if newline < 0 else more[:newline]
+        kept += piece[: max(RECORD_LIMIT + 4 - len(kept), 0)]  # 4: to cut between characters
+        length += len(piece)
+        if newline >= 0:
+            break
+        if len(more) < CHUNK:
+            return b"", start, False
+    if length > RECORD_LIMIT:
+        del kept[char_boundary(kept, RECORD_LIMIT) :]
+        kept += f" [{length - len(kept)} more bytes of this line not shown]".encode()
+    eof = newline + 1 == len(more) < CHUNK
+    return bytes(kept) + b"\n", start + length + 1, eof
 
 
 def _candidates(
     pattern: re.Pattern[bytes], data: bytes, flt: LogFilter
 ) -> Iterator[re.Match[bytes]]:
-    """Matches of the record pattern; with a plain substring search, only lines holding
-    the substring are tried (found with one ``bytes.find`` pass, as grep would)."""
-    if not flt.search or flt.regex:
+    """Matches of the record pattern that pass the text search. With a plain substring,
+    only lines holding it are tried (found with one ``bytes.find`` pass, as grep would)."""
+    if not flt.search:
         yield from pattern.finditer(data)
+        return
+    if flt.regex:
+        yield from _regex_candidates(pattern, data, flt.search)
         return
     lower, needle = data.lower(), flt.search.encode().lower()
     position = 0
@@ -209,12 +274,39 @@ def _candidates(
         position = end + 1
 
 
+def _regex_candidates(
+    pattern: re.Pattern[bytes], data: bytes, search: str
+) -> Iterator[re.Match[bytes]]:
+    """Records whose text alone holds a match of the regular expression. Without an
+    anchor, one RE2 pass over the whole read finds the only lines that can (a match in
+    the text is one in its line: RE2 never crosses a newline here, and the tab before the
+    text is a word boundary as the text's start is); with one, every record is tried."""
+    regex = _regex(search)
+    records = pattern.finditer(data) if _ANCHORS.search(search) else _lines(regex, pattern, data)
+    for m in records:
+        if regex.search(m.group(4)) is not None:
+            yield m
+
+
+def _lines(regex: Any, pattern: re.Pattern[bytes], data: bytes) -> Iterator[re.Match[bytes]]:
+    """Records of the level filter whose line holds a match of ``regex`` anywhere."""
+    position = 0
+    while (hit := regex.search(data, position)) is not None and hit.start() < len(data):
+        start = data.rfind(b"\n", 0, hit.start()) + 1
+        end = data.find(b"\n", hit.start())  # data holds complete lines only
+        m = pattern.match(data, start, end)
+        if m is not None:
+            yield m
+        position = end + 1
+
+
 def _matches(
-    pattern: re.Pattern[bytes], data: bytes, base: int, index: int, f: LogFile, flt: LogFilter
+    pattern: re.Pattern[bytes], data: bytes, end: int, index: int, f: LogFile, flt: LogFilter
 ) -> Iterator[Match]:
+    """The lines of ``data``, which ends at file offset ``end``, that pass the filter."""
     since = -math.inf if flt.since is None else flt.since
     until = math.inf if flt.until is None else flt.until
-    node, rank = f.node, f.rank
+    node, rank, base = f.node, f.rank, end - len(data)
     for m in _candidates(pattern, data, flt):
         stamp, stream, level, text = m.groups()
         ts = int(stamp) / 1000.0
@@ -246,5 +338,9 @@ def _decode_cursor(cursor: str | None, files: list[LogFile]) -> dict[str, int]:
             raise ValueError
     except (ValueError, UnicodeDecodeError):
         raise BadFilter("cursor is not one this server gave") from None
-    known = {f.path.parent.name + "/" + f.path.stem: str(f.path) for f in files}
-    return {known[k]: v for k, v in compact.items() if k in known}
+    known = {f.path.parent.name + "/" + f.path.stem: f.path for f in files}
+    offsets = {str(known[k]): v for k, v in compact.items() if k in known}
+    for path, offset in offsets.items():
+        if offset > Path(path).stat().st_size:  # log files only grow
+            raise BadFilter("cursor is not one this server gave: it points past its file")
+    return offsets

@@ -6,11 +6,11 @@ import threading
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Float
+from traitlets import Float, TraitError, validate
 
 from ..gpu.sampler import GpuSampler
 from ..jobs.store import JobStore, settle_periodically
-from ..logs.retention import DEFAULT_DAYS, prune_in_background
+from ..logs.retention import DEFAULT_DAYS, check_days, prune_in_background
 from ..tracking.ui_server import MlflowUi
 from .gpu_handlers import GpuHandler, GpuSampleHandler, JobGpuHandler
 from .jobs_handlers import JOB, REQUEST_BUSY_TIMEOUT, jobs_handlers
@@ -32,6 +32,13 @@ class AirExtension(ExtensionApp):
             "starts (kernels and the CLI read $AIR_LOG_RETENTION_DAYS, default 60)."
         ),
     ).tag(config=True)
+
+    @validate("log_retention_days")
+    def _check_retention(self, proposal: dict[str, Any]) -> float:
+        try:
+            return check_days(proposal["value"])
+        except ValueError as err:  # a negative one would remove every finished job's logs
+            raise TraitError(f"AirExtension.log_retention_days: {err}") from None
 
     sampler: GpuSampler
     mlflow_ui: MlflowUi
