@@ -1,19 +1,24 @@
 """``{base_url}jupyter-air/mlflow/<key>/...``: the MLflow UI of a local tracking store.
 
 Proxies every request to the ``mlflow server`` child that ``MlflowUi`` runs for the
-store registered under ``<key>``; the key is all the request says about the store.
+store registered under ``<key>``; the key is all the request says about the store. The
+child serves HTTP on a Unix socket only, which the client here reaches through a
+resolver that maps every host to that socket.
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Awaitable
 from typing import Any
 from urllib.parse import urlsplit
 
 from jupyter_server.base.handlers import APIHandler
 from tornado import httputil, iostream, web
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.httputil import HTTPHeaders
+from tornado.netutil import Resolver
+from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
 from ..tracking.ui_server import MlflowUi, UiUnavailable, UnknownStore
 from .base import AirHandler
@@ -50,6 +55,20 @@ RESPONSE_HEADERS_DROPPED = frozenset(
 # Whole answers, artifacts included, may take a while; a dead child fails at connect.
 CONNECT_TIMEOUT = 10.0
 REQUEST_TIMEOUT = 3600.0
+# The child's URLs as the client here asks for them (MLflow accepts Host: localhost).
+CHILD_ORIGIN = "http://localhost"
+
+
+class _SocketResolver(Resolver):
+    """Resolves every host to one Unix socket: the child's."""
+
+    def initialize(self, path: str) -> None:
+        self.path = path
+
+    async def resolve(
+        self, host: str, port: int, family: socket.AddressFamily = socket.AF_UNSPEC
+    ) -> list[tuple[int, Any]]:
+        return [(socket.AF_UNIX, self.path)]
 
 
 class MlflowUiHandler(AirHandler):
@@ -70,7 +89,6 @@ class MlflowUiHandler(AirHandler):
         self._status: httputil.ResponseStartLine | None = None
         self._upstream_headers = HTTPHeaders()
         self._started = False
-        self._origin = ""
 
     @property
     def content_security_policy(self) -> str:
@@ -121,14 +139,14 @@ class MlflowUiHandler(AirHandler):
             self.redirect(f"{self.request.path}/" + (f"?{query}" if query else ""))
             return
         try:
-            self._origin = await self.mlflow_ui.origin(key)
+            path = await self.mlflow_ui.socket_path(key)
         except UnknownStore as e:
             raise web.HTTPError(404, str(e)) from None
         except UiUnavailable as e:
             raise web.HTTPError(503, str(e)) from None
         # The child serves the same path (--static-prefix): the URI passes unchanged.
         request = HTTPRequest(
-            self._origin + (self.request.uri or ""),
+            CHILD_ORIGIN + (self.request.uri or ""),
             method=self.request.method or "GET",
             headers=_forwarded(self.request.headers),
             body=None if self.request.method in ("GET", "HEAD") else self.request.body,
@@ -140,13 +158,17 @@ class MlflowUiHandler(AirHandler):
             header_callback=self._on_header_line,
             streaming_callback=self._on_chunk,
         )
+        client = SimpleAsyncHTTPClient(force_instance=True, resolver=_SocketResolver(path=path))
         try:
-            await AsyncHTTPClient().fetch(request, raise_error=False)
+            await client.fetch(request, raise_error=False)
         except (OSError, HTTPClientError, iostream.StreamClosedError) as e:
             if self._started:
                 self.log.warning("MLflow UI answer for %s cut short: %s", self.request.uri, e)
                 return
-            raise web.HTTPError(502, f"the MLflow UI of {key} did not answer: {e}") from None
+            self.log.warning("MLflow UI of %s did not answer %s: %s", key, self.request.uri, e)
+            raise web.HTTPError(502, f"the MLflow UI of {key} did not answer") from None
+        finally:
+            client.close()
         self._start_answer()
         self.finish(set_content_type=self._upstream_headers.get("Content-Type", "text/plain"))
 
@@ -172,8 +194,8 @@ class MlflowUiHandler(AirHandler):
         for name, value in self._upstream_headers.get_all():
             if name.lower() in RESPONSE_HEADERS_DROPPED:
                 continue
-            if name.lower() == "location" and value.startswith(self._origin):
-                value = value[len(self._origin) :] or "/"
+            if name.lower() == "location" and value.startswith(CHILD_ORIGIN + "/"):
+                value = value[len(CHILD_ORIGIN) :]
             self.add_header(name, value)
 
 

@@ -5,6 +5,15 @@ store registered under ``<key>`` (see ``stores``). Each child runs with
 ``--static-prefix`` set to that very path, so the proxy forwards URLs unchanged and
 the UI's relative links (``static-files/...``, ``ajax-api/...``) resolve through it.
 
+Only the Jupyter server can reach a child: it serves on a Unix socket in a directory
+that ``mkdtemp`` creates for it (0700, under a name nobody can take first) and on no
+TCP port, and it is trusted as ready only when the process answering there is in its
+process group. Its environment keeps none of the server's tokens and credentials.
+
+No child outlives the server: ``ui_child`` ends its group when the server's end of its
+stdin closes, and a record under ``AIR_HOME/mlflow-ui/children`` lets the next server
+end the processes of a dead one that did not end (``clean_leftovers``).
+
 Children run in their own session and process group (``mlflow server`` itself starts
 a ``uvicorn`` process), so stopping one signals the whole group. A child's exit is
 noticed without reaping it: its zombie keeps the group id from being reused until the
@@ -14,13 +23,20 @@ rest of the group is killed.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
+import shlex
+import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -29,6 +45,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import psutil
 from traitlets import Float, TraitError, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
@@ -38,6 +55,29 @@ from .ui_links import UI_URL_ENV, is_local_store
 
 STOP_GRACE = 5.0
 POLL = 0.1
+# What the child may see of the server's environment: what Python and MLflow need to
+# run, and MLflow's own settings, less any credential (of the Hub, a remote tracking
+# server or registry, a cloud).
+KEPT_ENV = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "LD_LIBRARY_PATH",
+        "VIRTUAL_ENV",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONUSERBASE",
+        "PYTHONNOUSERSITE",
+    }
+)
+CREDENTIAL = re.compile(r"TOKEN|PASS|SECRET|KEY|CRED|AUTH", re.IGNORECASE)
+PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 class UnknownStore(LookupError):
@@ -45,14 +85,17 @@ class UnknownStore(LookupError):
 
 
 class UiUnavailable(RuntimeError):
-    """The MLflow UI of a store could not be started (the message says why)."""
+    """The MLflow UI of a store could not be started (the message says why, briefly:
+    it reaches the browser; the details go to the server's log)."""
 
 
 @dataclass
 class _Child:
     proc: subprocess.Popen[bytes]
-    origin: str
+    socket: str
+    directory: Path
     log: Path
+    record: Path
 
 
 @dataclass
@@ -106,26 +149,24 @@ class MlflowUi(LoggingConfigurable):
         """The URL path under which the UI of ``key`` is served (percent-encoded)."""
         return f"{self.base_url}jupyter-air/mlflow/{key}"
 
-    async def origin(self, key: str) -> str:
+    async def socket_path(self, key: str) -> str:
         """``ensure`` for the event loop: answers at once when the child runs, else waits
         on a thread of this object's own, so that slow starts never hold the loop's
         default executor."""
-        origin = self.running(key)
-        if origin is None:
-            origin = await asyncio.get_running_loop().run_in_executor(
-                self._starter, self.ensure, key
-            )
-        return origin
+        path = self.running(key)
+        if path is None:
+            path = await asyncio.get_running_loop().run_in_executor(self._starter, self.ensure, key)
+        return path
 
     def running(self, key: str) -> str | None:
-        """The origin of the live child for ``key``, or None; never starts one."""
+        """The socket of the live child for ``key``, or None; never starts one."""
         with self._lock:
             slot = self._slots.get(key)
             child = slot.child if slot is not None else None
-        return child.origin if child is not None and not _exited(child.proc) else None
+        return child.socket if child is not None and not _exited(child.proc) else None
 
     def ensure(self, key: str) -> str:
-        """The origin (``http://127.0.0.1:<port>``) of the running child for ``key``.
+        """The path of the Unix socket on which the child for ``key`` serves HTTP.
 
         Starts the child on first use and again if it died; blocks until it answers.
         Concurrent callers for one key wait for one start. Raises ``UnknownStore`` or
@@ -140,7 +181,7 @@ class MlflowUi(LoggingConfigurable):
                 child, slot.child = slot.child, None
                 if child is not None and not _exited(child.proc):
                     slot.child = child
-                    return child.origin
+                    return child.socket
             if child is not None:
                 self.log.warning(
                     "MLflow UI for %s exited (%s), restarting it; its log: %s",
@@ -148,7 +189,7 @@ class MlflowUi(LoggingConfigurable):
                     _exit_status(child.proc),
                     child.log,
                 )
-                _stop([child.proc])
+                _stop([child])
             tracking_uri = lookup_store(key, self._home)
             if tracking_uri is None or not is_local_store(tracking_uri):
                 raise UnknownStore(f"no local tracking store is registered under {key!r}")
@@ -156,8 +197,8 @@ class MlflowUi(LoggingConfigurable):
             with self._lock:
                 if not self._closed:
                     slot.child = child
-                    return child.origin
-            _stop([child.proc])
+                    return child.socket
+            _stop([child])
             raise UiUnavailable("the Jupyter server is stopping")
 
     def stop(self) -> None:
@@ -167,26 +208,62 @@ class MlflowUi(LoggingConfigurable):
             children = [slot.child for slot in self._slots.values() if slot.child is not None]
             for slot in self._slots.values():
                 slot.child = None
-        _stop([child.proc for child in children])
+        _stop(children)
+
+    def clean_leftovers(self) -> None:
+        """End the children that a Jupyter server now gone left running (one that did
+        not notice its end), as recorded under AIR_HOME; a live server's are left be."""
+        for record in sorted(self._records().glob("*.json")):
+            try:
+                data = json.loads(record.read_text())
+                owner = _Identity(*data["owner"])
+                processes = [_Identity(*p) for p in data["processes"]]
+                directory = Path(data["directory"])
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                self.log.warning("Unreadable MLflow UI record %s, removed: %s", record, e)
+                record.unlink(missing_ok=True)
+                continue
+            if owner.running():
+                continue
+            ended = [p.pid for p in processes if p.running()]
+            if processes and processes[0].pid in ended:
+                with suppress(ProcessLookupError):
+                    os.killpg(processes[0].pid, signal.SIGKILL)  # its group, whole
+            for pid in ended:
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if ended:
+                self.log.warning(
+                    "Ended MLflow UI processes %s left by Jupyter server %d, which is gone",
+                    ended,
+                    owner.pid,
+                )
+            shutil.rmtree(directory, ignore_errors=True)
+            record.unlink(missing_ok=True)
+
+    def _home_dir(self) -> Path:
+        home = (self._home or air_home()) / "mlflow-ui"
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return home
+
+    def _records(self) -> Path:
+        records = self._home_dir() / "children"
+        records.mkdir(mode=0o700, exist_ok=True)
+        return records
 
     def _start(self, key: str, tracking_uri: str) -> _Child:
-        home = (self._home or air_home()) / "mlflow-ui"
-        home.mkdir(parents=True, exist_ok=True)
+        home = self._home_dir()
         log = home / f"{key}.log"
-        port = _free_port()
+        directory = Path(tempfile.mkdtemp(prefix="air-mlflow-ui-"))
+        sock = str(directory / "ui.sock")
         prefix = self.prefix(key)
         # uvicorn matches routes on the decoded path (JupyterHub base URLs hold %40 and such).
         command = [
             sys.executable,
             "-m",
-            "mlflow",
-            "server",
+            "jupyter_air.tracking.ui_child",
             "--backend-store-uri",
             tracking_uri,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
             "--workers",
             "1",
             "--static-prefix",
@@ -196,45 +273,119 @@ class MlflowUi(LoggingConfigurable):
             # experiments created in the UI a location the kernels cannot write to.
             "--no-serve-artifacts",
             *_artifact_root_option(tracking_uri),
+            # uvicorn serves on the socket only, whatever host and port MLflow adds.
             "--uvicorn-opts",
-            "--no-access-log",
+            f"--no-access-log --uds {shlex.quote(sock)}",
         ]
-        # The job runner (huey consumers) only serves MLflow's GenAI jobs: not needed here.
-        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         started = time.monotonic()
-        with open(log, "wb") as out:
+        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.fchmod(out, 0o600)
             proc = subprocess.Popen(
                 command,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,  # its end with this process: see ui_child
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=home,
-                env=env,
+                env=_child_env(os.environ),
                 start_new_session=True,
             )
-        origin = f"http://127.0.0.1:{port}"
+        finally:
+            os.close(out)
+        child = _Child(proc, sock, directory, log, self._records() / f"{proc.pid}.json")
+        _write_record(child, [proc.pid])
         deadline = started + self.start_timeout
-        while not _answers(port, f"{prefix}/health"):
+        while not child_answers(sock, f"{prefix}/health", group=proc.pid):
             failure = None
             if _exited(proc):
                 failure = f"exited ({_exit_status(proc)})"
             elif time.monotonic() > deadline:
                 failure = f"did not answer within {self.start_timeout:g} s"
             if failure is not None:
-                _stop([proc])
-                raise UiUnavailable(
-                    f"mlflow server for {tracking_uri} {failure}; the end of its log "
-                    f"({log}):\n{_tail(log)}"
+                _stop([child])
+                self.log.error(
+                    "MLflow UI for %s %s; the end of its log (%s):\n%s",
+                    tracking_uri,
+                    failure,
+                    log,
+                    _tail(log),
                 )
+                raise UiUnavailable(f"the MLflow UI {failure}; the Jupyter server's log says why")
             time.sleep(POLL)
+        _write_record(child, [proc.pid, *(p.pid for p in _descendants(proc.pid))])
         self.log.info(
             "MLflow UI for %s started in %.1f s (pid %d, %s)",
             tracking_uri,
             time.monotonic() - started,
             proc.pid,
-            origin,
+            sock,
         )
-        return _Child(proc=proc, origin=origin, log=log)
+        return child
+
+
+@dataclass(frozen=True)
+class _Identity:
+    """A process as a pid and its start time, so that a reused pid is not taken for it."""
+
+    pid: int
+    create_time: float
+
+    @classmethod
+    def of(cls, pid: int) -> _Identity:
+        return cls(pid, psutil.Process(pid).create_time())
+
+    def running(self) -> bool:
+        try:
+            process = psutil.Process(self.pid)
+            return (
+                abs(process.create_time() - self.create_time) < 0.01
+                and process.status() != psutil.STATUS_ZOMBIE
+            )
+        except psutil.Error:
+            return False
+
+
+def _write_record(child: _Child, pids: list[int]) -> None:
+    """Which processes are the child's and which server owns them, for ``clean_leftovers``."""
+    identities = []
+    for pid in pids:
+        with suppress(psutil.Error):
+            identities.append(_Identity.of(pid))
+    owner = _Identity.of(os.getpid())
+    data = {
+        "owner": [owner.pid, owner.create_time],
+        "processes": [[i.pid, i.create_time] for i in identities],
+        "directory": str(child.directory),
+    }
+    tmp = child.record.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, child.record)
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _child_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The child's environment: see ``KEPT_ENV``. MLflow's GenAI job runner (huey
+    consumers) is off: the UI does not need it."""
+    kept = {
+        name: value
+        for name, value in environ.items()
+        if name in KEPT_ENV
+        or name.startswith("LC_")
+        or (
+            name.startswith("MLFLOW_")
+            and not name.startswith(("MLFLOW_TRACKING_", "MLFLOW_REGISTRY_"))
+            and not CREDENTIAL.search(name)
+        )
+    }
+    return {**kept, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 def _artifact_root_option(tracking_uri: str) -> list[str]:
@@ -247,16 +398,35 @@ def _artifact_root_option(tracking_uri: str) -> list[str]:
     return ["--default-artifact-root", str(path.parent / "mlruns")] if path.is_absolute() else []
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+class _ChildConnection(HTTPConnection):
+    """HTTP over the child's Unix socket, to a peer in the process group ``group`` only."""
+
+    def __init__(self, socket_path: str, group: int) -> None:
+        super().__init__("localhost", timeout=2)  # MLflow accepts Host: localhost
+        self.socket_path = socket_path
+        self.group = group
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.socket_path)
+            pid, _, _ = PEERCRED.unpack(
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
+            )
+            if os.getpgid(pid) != self.group:
+                raise ConnectionRefusedError(f"process {pid} answers, not the MLflow UI child")
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
 
 
-def _answers(port: int, path: str) -> bool:
-    """Whether ``GET path`` answers 200 (proxies in the environment do not apply here)."""
-    conn = HTTPConnection("127.0.0.1", port, timeout=2)
+def child_answers(socket_path: str, path: str, group: int) -> bool:
+    """Whether ``GET path`` answers 200 on the Unix socket from a process of the process
+    group ``group`` (the child's), not from whatever else may be listening there.
+    Proxies in the environment do not apply here."""
+    conn = _ChildConnection(socket_path, group)
     try:
         conn.request("GET", path)
         return conn.getresponse().status == 200
@@ -285,21 +455,26 @@ def _exit_status(proc: subprocess.Popen[bytes]) -> str | None:
     return f"{kind} {result.si_status}"
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM each child's process group, SIGKILL what is left after a grace period.
+def _stop(children: list[_Child]) -> None:
+    """SIGTERM each child's process group, SIGKILL what is left after a grace period;
+    then remove its socket's directory and its record.
 
     The children are reaped only at the end, so until then each group id is still ours.
     """
-    for proc in procs:
+    for child in children:
         with suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
+            os.killpg(child.proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE
-    while time.monotonic() < deadline and not all(_exited(p) for p in procs):
+    while time.monotonic() < deadline and not all(_exited(c.proc) for c in children):
         time.sleep(POLL)
-    for proc in procs:
+    for child in children:
         with suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+            os.killpg(child.proc.pid, signal.SIGKILL)
+        child.proc.wait()
+        if child.proc.stdin is not None:
+            child.proc.stdin.close()
+        shutil.rmtree(child.directory, ignore_errors=True)
+        child.record.unlink(missing_ok=True)
 
 
 def _tail(log: Path, size: int = 4000) -> str:
