@@ -66,6 +66,7 @@ class AirExtension(ExtensionApp):
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         self.sampler.start()
+        self.mlflow_ui.clean_leftovers()
         prune_in_background(self.store, self.log_retention_days)
         settle_periodically(self.store, 30.0, self._settling)  # jobs whose supervisor died
 
