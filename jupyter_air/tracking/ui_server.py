@@ -49,7 +49,7 @@ import psutil
 from traitlets import Float, TraitError, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
-from ..paths import air_home
+from ..paths import air_home, private_dir, private_opener, write_private
 from .stores import lookup_store
 from .ui_links import UI_URL_ENV, is_local_store
 
@@ -242,14 +242,10 @@ class MlflowUi(LoggingConfigurable):
             record.unlink(missing_ok=True)
 
     def _home_dir(self) -> Path:
-        home = (self._home or air_home()) / "mlflow-ui"
-        home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return home
+        return private_dir((self._home or air_home()) / "mlflow-ui")
 
     def _records(self) -> Path:
-        records = self._home_dir() / "children"
-        records.mkdir(mode=0o700, exist_ok=True)
-        return records
+        return private_dir(self._home_dir() / "children")
 
     def _start(self, key: str, tracking_uri: str) -> _Child:
         home = self._home_dir()
@@ -278,9 +274,8 @@ class MlflowUi(LoggingConfigurable):
             f"--no-access-log --uds {shlex.quote(sock)}",
         ]
         started = time.monotonic()
-        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        out = private_opener(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
-            os.fchmod(out, 0o600)
             proc = subprocess.Popen(
                 command,
                 stdin=subprocess.PIPE,  # its end with this process: see ui_child
@@ -358,9 +353,7 @@ def _write_record(child: _Child, pids: list[int]) -> None:
         "directory": str(child.directory),
     }
     tmp = child.record.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(fd, "w") as f:
-        json.dump(data, f)
+    write_private(tmp, json.dumps(data))
     os.replace(tmp, child.record)
 
 
