@@ -124,6 +124,7 @@ def start_server(tmp_path: Path) -> Iterator[Any]:
         server.process.wait()
         for p in leftovers:
             _kill(p)
+    MlflowUi(home=tmp_path / "air").clean_leftovers()  # the killed servers' socket dirs
 
 
 def _kill(process: psutil.Process) -> None:
