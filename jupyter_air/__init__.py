@@ -39,8 +39,10 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext jupyter_air``: registers ``%%air_distributed`` (MLflow and NVML are
-    imported at the first distributed call, not here)."""
+    """``%load_ext jupyter_air``: registers ``%%air_distributed`` and ``%air_gpu`` (MLflow,
+    NVML, ipywidgets and plotly are imported at their first use, not here)."""
+    from .kernel.gpu_magic import AirGpuMagics
     from .kernel.magics import AirMagics
 
     ipython.register_magics(AirMagics)
+    ipython.register_magics(AirGpuMagics)

@@ -1,0 +1,280 @@
+"""``%air_gpu``: the GPU resources view as a widget, for frontends without the sidebar panel.
+
+Polling, history and idleness live in :mod:`jupyter_air.gpu.view_model`; this module
+parses the options and draws (ipywidgets for the cards and buttons, a plotly
+``FigureWidget`` for the charts). ipywidgets, plotly and NVML are imported at the
+first ``%air_gpu``, so ``%load_ext jupyter_air`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from ..gpu.view_model import RANGES, GpuHistory, GpuPoller
+
+NA = "n/a"
+#: Chart rows: (title, unit).
+ROWS = (("GPU utilization", "%"), ("GPU memory", "%"), ("GPU temperature", "°C"), ("Host", "%"))
+
+
+@magics_class
+class AirGpuMagics(Magics):
+    @magic_arguments()
+    @argument(
+        "--range",
+        default="15m",
+        help="Time range of the charts when the view opens: 15m, 1h or 2h (default 15m).",
+    )
+    @argument(
+        "--interval", type=float, default=10.0, help="Seconds between two updates (default 10)."
+    )
+    @argument(
+        "--idle-timeout",
+        type=float,
+        default=300.0,
+        help=(
+            "Seconds without an interaction with the view after which it stops polling "
+            "(default 300); any click on it resumes."
+        ),
+    )
+    @argument(
+        "--source",
+        default="auto",
+        help=(
+            "auto: the Jupyter server's sampler when it has jupyter_air, else a sampler in "
+            "this kernel; server or kernel: only that one."
+        ),
+    )
+    @line_magic
+    def air_gpu(self, line: str) -> GpuView:
+        """Show live GPU utilization, memory, temperature, power and processes, and host
+        CPU and memory, polled every 10 s with 2 h of history. Returns the view, which
+        polls once shown (``view = %air_gpu`` then ``view``); ``view.close()`` stops it."""
+        args = parse_argstring(self.air_gpu, line)
+        if args.range not in RANGES:
+            raise UsageError(f"--range must be one of {', '.join(RANGES)}, got {args.range!r}")
+        if args.source not in ("auto", "server", "kernel"):
+            raise UsageError(f"--source must be auto, server or kernel, got {args.source!r}")
+        if not args.interval >= 1:
+            raise UsageError(f"--interval must be at least 1 second, got {args.interval}")
+        if not args.idle_timeout >= 5:
+            raise UsageError(f"--idle-timeout must be at least 5 seconds, got {args.idle_timeout}")
+        from ..gpu.view_sources import SourceUnavailable, find_source  # NVML, psutil
+
+        try:
+            source = find_source(args.source, interval=args.interval)
+        except SourceUnavailable as err:
+            raise UsageError(f"--source server: {err}") from None
+        poller = GpuPoller(source, interval=args.interval, idle_timeout=args.idle_timeout)
+        return GpuView(poller, args.range)
+
+
+class GpuView:
+    """The widgets of one ``%air_gpu``, redrawn after every poll."""
+
+    def __init__(self, poller: GpuPoller, range_key: str) -> None:
+        import ipywidgets as w
+        from plotly.subplots import make_subplots
+
+        self.poller = poller
+        self.range_key = range_key
+        self._gpu_traces = 0
+        self.title = w.HTML("<b>GPU resources</b>")
+        self.range = w.ToggleButtons(
+            options=list(RANGES), value=range_key, tooltips=["15 minutes", "1 hour", "2 hours"]
+        )
+        self.range.style.button_width = "4em"
+        self.refresh = w.Button(description="Refresh", icon="refresh", tooltip="Sample now")
+        self.resume = w.Button(description="Resume", icon="play", layout=w.Layout(display="none"))
+        self.close_button = w.Button(description="Close", icon="times", tooltip="Stop this view")
+        self.status = w.HTML()
+        self.cards = w.HTML()
+        figure = make_subplots(
+            rows=len(ROWS), cols=1, shared_xaxes=True, vertical_spacing=0.06,
+            subplot_titles=[f"{title} ({unit})" for title, unit in ROWS],
+        )  # fmt: skip
+        figure.update_layout(
+            height=640, margin={"l": 50, "r": 20, "t": 30, "b": 30}, hovermode="x unified",
+            legend={"orientation": "h"}, template="plotly_white",
+        )  # fmt: skip
+        for row in (1, 2, 4):
+            figure.update_yaxes(range=[0, 100], row=row, col=1)
+        import plotly.graph_objects as go
+
+        self.figure = go.FigureWidget(figure)
+        self.box = w.VBox(
+            [
+                w.HBox([self.title, self.range, self.refresh, self.resume, self.close_button]),
+                self.status,
+                self.cards,
+                self.figure,
+            ]
+        )
+        self.box.add_class("jp-air-GpuView")
+        self.refresh.on_click(lambda _: poller.request_refresh())
+        self.resume.on_click(lambda _: poller.touch())
+        self.close_button.on_click(lambda _: self.close())
+        self.range.observe(self._on_range, names="value")
+        poller.on_update = lambda _: self.render()
+        self.render()
+
+    def _ipython_display_(self) -> None:
+        """Shown (the cell's value, or ``display(view)``): polling starts."""
+        from IPython.display import display
+
+        display(self.box)
+        self.poller.start()
+
+    def close(self) -> None:
+        """Stop polling and remove the widgets."""
+        self.poller.close()
+        self.status.value = "Closed."
+        self.box.close()
+
+    def _on_range(self, change: dict[str, Any]) -> None:
+        self.range_key = change["new"]
+        self.poller.touch()
+        self.render()
+
+    def _on_chart_event(self, *_: Any) -> None:
+        self.poller.touch()
+
+    def render(self) -> None:
+        poller, history = self.poller, self.poller.history
+        self.resume.layout.display = "" if poller.paused else "none"
+        self.status.value = _status(poller)
+        self.cards.value = _cards(history)
+        self._draw(history)
+
+    def _draw(self, history: GpuHistory) -> None:
+        start = history.window(RANGES[self.range_key])
+        x = [datetime.fromtimestamp(t) for t in history.t[start:]]
+        series: list[tuple[str, int, list[float | None]]] = []
+        for i, (gpu, info) in enumerate(zip(history.gpu, history.gpus, strict=False)):
+            total = info.get("mem_total_mib")
+            mem = [_percent(v, total) for v in gpu["mem"][start:]]
+            series += [
+                (f"GPU {i} utilization", 1, gpu["util"][start:]),
+                (f"GPU {i} memory", 2, mem),
+                (f"GPU {i} temperature", 3, gpu["temp"][start:]),
+            ]
+        total_mem = history.host.get("mem_total_mib")
+        series += [
+            ("host CPU", 4, history.cpu[start:]),
+            ("host memory", 4, [_percent(v, total_mem) for v in history.mem[start:]]),
+        ]
+        with self.figure.batch_update():
+            if len(self.figure.data) != len(series):
+                self.figure.data = []
+                for name, row, _ in series:
+                    self.figure.add_scatter(name=name, mode="lines", row=row, col=1)
+                for trace in self.figure.data:
+                    trace.on_click(self._on_chart_event)
+                    trace.on_hover(self._on_chart_event)
+            for trace, (_, _, y) in zip(self.figure.data, series, strict=True):
+                trace.x, trace.y = x, y
+
+
+def _status(poller: GpuPoller) -> str:
+    history = poller.history
+    parts = [f"From {html.escape(poller.source.description)}."]
+    if poller.closed:
+        parts.append("Closed.")
+    elif poller.paused:
+        parts.append(
+            f"Paused after {poller.idle_timeout:g} s without interaction: "
+            "press Resume or Refresh to continue."
+        )
+    else:
+        parts.append(f"Updated every {poller.interval:g} s.")
+    if history.t:
+        parts.append(f"Last sample {datetime.fromtimestamp(history.t[-1]):%H:%M:%S}.")
+    if poller.error:
+        parts.append(f'<span class="jp-air-GpuView-error">{html.escape(poller.error)}</span>')
+    nvml = history.nvml
+    if nvml and not nvml.get("available"):
+        parts.append(f"No GPU: {html.escape(str(nvml.get('reason')))}")
+    return f'<div class="jp-air-GpuView-status">{" ".join(parts)}</div>'
+
+
+def _cards(history: GpuHistory) -> str:
+    rows = []
+    for i, info in enumerate(history.gpus):
+        gpu = history.gpu[i] if i < len(history.gpu) else {}
+        state = history.state[i] if i < len(history.state) else {}
+        status = state.get("status", "ok")
+
+        def cell(metric: str, text: str) -> str:
+            return f'<td data-metric="{metric}">{html.escape(text)}</td>'
+
+        latest = {name: history.latest(column) for name, column in gpu.items()}
+        name = info.get("name") or NA
+        if status != "ok":
+            name += f" ({status}: {state.get('message') or 'not read'})"
+        rows.append(
+            f'<tr class="jp-air-GpuView-gpu" data-gpu-index="{i}">'
+            + cell("index", str(info.get("index", i)))
+            + cell("name", name)
+            + cell("util", _fmt(latest.get("util"), "{:.0f} %"))
+            + cell("mem", _memory(latest.get("mem"), info.get("mem_total_mib")))
+            + cell("temp", _fmt(latest.get("temp"), "{:.0f} °C"))
+            + cell("power", _power(latest.get("power"), info.get("power_limit_w")))
+            + cell("processes", _processes(state.get("processes") or []))
+            + "</tr>"
+        )
+    host = history.host
+    host_row = (
+        '<tr class="jp-air-GpuView-host">'
+        f'<td></td><td data-metric="name">{html.escape(str(host.get("hostname", "host")))}'
+        f' ({host.get("cpu_count", NA)} CPUs)</td>'
+        f'<td data-metric="cpu">CPU {_fmt(history.latest(history.cpu), "{:.0f} %")}</td>'
+        f'<td data-metric="mem">{_memory(history.latest(history.mem), host.get("mem_total_mib"))}'
+        "</td><td></td><td></td><td></td></tr>"
+    )
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("#", "GPU", "Utilization", "Memory", "Temperature", "Power", "Processes")
+    )
+    return (
+        '<table class="jp-air-GpuView-cards" style="border-collapse: collapse">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}{host_row}</tbody></table>"
+    )
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return NA if value is None else pattern.format(value)
+
+
+def _memory(used: float | None, total: float | None) -> str:
+    if used is None:
+        return NA
+    if total is None:
+        return f"{used / 1024:.1f} GiB / {NA}"
+    return f"{used / 1024:.1f} / {total / 1024:.1f} GiB"
+
+
+def _power(draw: float | None, limit: float | None) -> str:
+    if draw is None:
+        return NA
+    return f"{draw:.0f} W / {NA}" if limit is None else f"{draw:.0f} / {limit:.0f} W"
+
+
+def _percent(value: float | None, total: float | None) -> float | None:
+    return None if value is None or not total else round(100 * value / total, 1)
+
+
+def _processes(processes: list[dict[str, Any]]) -> str:
+    out = []
+    for proc in processes:
+        owner = proc.get("owner") or {}
+        whose = owner.get("name") or (f"job {owner['id']}" if owner.get("kind") == "job" else "")
+        memory = NA if proc.get("mem_mib") is None else f"{proc['mem_mib']} MiB"
+        label = f"{proc.get('name') or NA} ({proc['pid']}) {memory}"
+        out.append(f"{label}, {whose}" if whose else label)
+    return "; ".join(out) or "none"
