@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
+from jupyter_air.jobs.spec import Workload
+from jupyter_air.jobs.store import JobStore
 from tests.conftest import WriteScenario
 from tests.fake_nvml import FakeGpu, Scenario
 
@@ -19,7 +21,7 @@ ROUTES = [("GET", "jupyter-air/gpu"), ("POST", "jupyter-air/gpu/sample")]
 
 
 @pytest.fixture
-def jp_server_config(gpus: WriteScenario) -> dict[str, Any]:
+def jp_server_config(gpus: WriteScenario, store: JobStore) -> dict[str, Any]:
     """The server starts on a machine with one GPU; tests may rewrite the scenario."""
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_air": True}},
@@ -196,17 +198,18 @@ async def test_gpu_processes_of_a_kernel_are_attributed_to_it(
 
 
 async def test_gpu_processes_of_a_job_are_attributed_to_the_job(
-    jp_fetch: Any, scenario: WriteScenario
+    jp_fetch: Any, scenario: WriteScenario, store: JobStore
 ) -> None:
+    job = store.create(Workload(kind="command", command=["true"]))
     rank = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)"],
-        env={**os.environ, "AIR_JOB_ID": "20261129-083012-a1b2c3", "RANK": "0"},
+        env={**os.environ, "AIR_JOB_ID": job.id, "RANK": "0"},
     )
     try:
         scenario(Scenario(gpus=[FakeGpu(processes=[(rank.pid, 2 * 1024**3)])]))
         answer = await jp_fetch("jupyter-air", "gpu", "sample", method="POST", body=b"")
         (process,) = json.loads(answer.body)["state"][0]["processes"]
-        assert process["owner"] == {"kind": "job", "id": "20261129-083012-a1b2c3", "name": None}
+        assert process["owner"] == {"kind": "job", "id": job.id, "name": None}
     finally:
         rank.kill()
         rank.wait()

@@ -13,7 +13,6 @@ command of the CLI), so that no request waits for the write lock.
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
 import re
@@ -30,6 +29,7 @@ from typing import Any
 
 from ..paths import air_home, make_private, on_network_filesystem, private_dir, tighten
 from ..procs import alive
+from .permissions import Grant, Identity, JobAccess, Level, Principal, check_change, os_user
 from .spec import Workload
 
 JOB_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")  # what new_job_id() makes
@@ -62,6 +62,14 @@ CREATE TABLE IF NOT EXISTS attempts (
     message TEXT,
     PRIMARY KEY (job_id, attempt)
 );
+CREATE TABLE IF NOT EXISTS grants (
+    job_id TEXT NOT NULL REFERENCES jobs(id),
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    level TEXT NOT NULL,
+    PRIMARY KEY (job_id, kind, name)
+);
+CREATE INDEX IF NOT EXISTS grants_by_principal ON grants (kind, name, job_id);
 """
 
 
@@ -128,7 +136,7 @@ class JobStore:
             tighten(self.home / sidecar)
         with self._connect() as db:
             self._journal_mode(db, new)
-            db.executescript(SCHEMA)
+            db.executescript(SCHEMA)  # also adds the grants table to an earlier store
             columns = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
             if "supervisor_host" not in columns:  # a store made by an earlier version
                 db.execute("ALTER TABLE jobs ADD COLUMN supervisor_host TEXT")
@@ -177,15 +185,28 @@ class JobStore:
 
     # -- jobs ------------------------------------------------------------------------
 
-    def create(self, workload: Workload, job_id: str | None = None) -> Job:
+    def create(
+        self,
+        workload: Workload,
+        job_id: str | None = None,
+        *,
+        owner: str | None = None,
+        grants: tuple[Grant, ...] = (),
+    ) -> Job:
+        """Record a new job, owned by ``owner`` (default: the OS user), with its grants."""
         job_id = job_id or new_job_id()
+        owner = owner or os_user()
+        check_change(owner, grants, ())
         now = time.time()
         self.job_dir(job_id).mkdir(mode=0o700, parents=True)
         with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
             db.execute(
                 "INSERT INTO jobs (id, created, owner, status, workload) VALUES (?, ?, ?, ?, ?)",
-                (job_id, now, _owner(), "PENDING", workload.to_json()),
+                (job_id, now, owner, "PENDING", workload.to_json()),
             )
+            _put_grants(db, job_id, grants)
+            db.execute("COMMIT")
         return self.get(job_id)
 
     def get(self, job_id: str) -> Job:
@@ -195,17 +216,77 @@ class JobStore:
             raise UnknownJob(job_id)
         return _seen(_job(row))
 
-    def jobs(self, active_only: bool = False, limit: int | None = None) -> list[Job]:
-        query = "SELECT * FROM jobs"
+    def jobs(
+        self,
+        active_only: bool = False,
+        limit: int | None = None,
+        visible_to: Identity | None = None,
+    ) -> list[Job]:
+        """Newest first; with ``visible_to``, only the jobs that identity may view (it
+        owns them or holds a grant, itself or through a group), chosen in SQL."""
+        where: list[str] = []
+        params: list[str] = []
         if active_only:
-            query += f" WHERE status IN {ACTIVE!r}"
+            where.append(f"status IN {ACTIVE!r}")
+        if visible_to is not None:
+            sql, params = _visible(visible_to)
+            where.append(sql)
+        query = "SELECT * FROM jobs"
+        if where:
+            query += " WHERE " + " AND ".join(where)
         query += " ORDER BY created DESC"
         if limit is not None:
             query += f" LIMIT {int(limit)}"
         with self._connect() as db:
-            rows = db.execute(query).fetchall()
+            rows = db.execute(query, params).fetchall()
         found = [_seen(_job(row)) for row in rows]
         return [job for job in found if not (active_only and job.done)]
+
+    def visible_ids(self, who: Identity, ids: set[str]) -> set[str]:
+        """Which of these jobs ``who`` may view (unknown ids are not)."""
+        if not ids:
+            return set()
+        sql, params = _visible(who)
+        marks = ", ".join("?" * len(ids))
+        with self._connect() as db:
+            rows = db.execute(
+                f"SELECT id FROM jobs WHERE id IN ({marks}) AND {sql}", [*ids, *params]
+            ).fetchall()
+        return {row["id"] for row in rows}
+
+    def access(self, job_id: str) -> JobAccess:
+        """The job's owner and grants."""
+        with self._connect() as db:
+            return _access(db, job_id)
+
+    def change_access(
+        self,
+        job_id: str,
+        who: Identity,
+        grants: tuple[Grant, ...] = (),
+        revoke: tuple[Principal, ...] = (),
+    ) -> JobAccess:
+        """Grant (replacing a principal's level) and revoke, if ``who`` holds CAN_MANAGE:
+        the check and the change are one transaction, so a concurrent revoke of ``who``'s
+        own grant cannot slip between them."""
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                before = _access(db, job_id)
+                before.require(who, Level.CAN_MANAGE)
+                check_change(before.owner, grants, revoke)
+                for p in revoke:
+                    db.execute(
+                        "DELETE FROM grants WHERE job_id = ? AND kind = ? AND name = ?",
+                        (job_id, p.kind, p.name),
+                    )
+                _put_grants(db, job_id, grants)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            after = _access(db, job_id)
+            db.execute("COMMIT")
+        return after
 
     def settle(self) -> list[str]:
         """Record as FAILED the jobs that read so (``orphaned``); the ids recorded.
@@ -369,8 +450,35 @@ def _job(row: sqlite3.Row) -> Job:
     )
 
 
-def _owner() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
+def _visible(who: Identity) -> tuple[str, list[str]]:
+    """The SQL condition on ``jobs`` (and its parameters) of the jobs ``who`` may view:
+    owned, or granted to them or to one of their groups (any level includes CAN_VIEW)."""
+    groups = sorted(who.groups)
+    sql = (
+        "(owner = ? OR id IN (SELECT job_id FROM grants WHERE kind = 'user' AND name = ?"
+        " UNION SELECT job_id FROM grants WHERE kind = 'group' AND name IN "
+        f"({', '.join('?' * len(groups))})))"
+    )
+    return sql, [who.name, who.name, *groups]
+
+
+def _access(db: sqlite3.Connection, job_id: str) -> JobAccess:
+    row = db.execute("SELECT owner FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    if row is None:
+        raise UnknownJob(job_id)
+    grants = db.execute(
+        "SELECT kind, name, level FROM grants WHERE job_id = ? ORDER BY kind DESC, name",
+        (job_id,),
+    ).fetchall()
+    return JobAccess(
+        job_id,
+        row["owner"],
+        tuple(Grant(Principal(g["kind"], g["name"]), Level[g["level"]]) for g in grants),
+    )
+
+
+def _put_grants(db: sqlite3.Connection, job_id: str, grants: tuple[Grant, ...]) -> None:
+    db.executemany(
+        "INSERT OR REPLACE INTO grants (job_id, kind, name, level) VALUES (?, ?, ?, ?)",
+        [(job_id, g.principal.kind, g.principal.name, g.level.name) for g in grants],
+    )

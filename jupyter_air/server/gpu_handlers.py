@@ -7,6 +7,7 @@ import re
 from bisect import bisect_right
 from typing import Any
 
+from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..gpu.owners import job_of, owner_of
@@ -37,6 +38,7 @@ class GpuHandler(AirHandler):
         self.store = store
 
     @web.authenticated
+    @authorized
     async def get(self) -> None:
         await self._answer()
 
@@ -47,6 +49,7 @@ class GpuHandler(AirHandler):
         doc = await loop.run_in_executor(None, self.sampler.snapshot, since, inventory)
         doc["nodes"] = await in_store_thread(running_nodes, self.store)
         await self._add_owners(doc)
+        await hide_others(self, self.store, doc)
         self.write_json(doc)
 
     async def _add_owners(self, doc: dict[str, Any]) -> None:
@@ -75,6 +78,7 @@ class GpuSampleHandler(GpuHandler):
     """``POST jupyter-air/gpu/sample``: sample now, then answer as the GET does."""
 
     @web.authenticated
+    @authorized
     async def post(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.sampler.sample_now)
         await self._answer()
@@ -85,6 +89,7 @@ class JobGpuHandler(JobsBase):
     answered like ``GET jupyter-air/gpu``; it stays readable after the job."""
 
     @web.authenticated
+    @authorized
     async def get(self, job_id: str) -> None:
         node = self.int_argument("node", None, 0, 1 << 16)
         if node is None:
@@ -98,9 +103,39 @@ class JobGpuHandler(JobsBase):
             raise web.HTTPError(404, f"no GPU samples of node {node} in attempt {attempt}")
         running = job.status == "RUNNING" and attempt == attempts
         doc = _cut(stored, since, inventory)
+        await hide_others(self, self.store, doc)
         self.write_json(
             {**doc, "job": job.id, "attempt": attempt, "node": node, "running": running}
         )
+
+
+async def hide_others(handler: AirHandler, store: JobStore, doc: dict[str, Any]) -> None:
+    """What the caller may not view leaves ``doc``: a process of such a job becomes
+    "another user's job" with its memory only (no pid, name, job id or anything added
+    to it); the nodes of such jobs are not listed. Done last, on the server."""
+    states = [s for s in doc.get("state", []) if isinstance(s.get("processes"), list)]
+    ids = {
+        p["owner"]["id"]
+        for state in states
+        for p in state["processes"]
+        if isinstance(p.get("owner"), dict) and p["owner"].get("kind") == "job"
+    } | {node["job"] for node in doc.get("nodes", [])}
+    visible = await in_store_thread(store.visible_ids, handler.caller(), ids)
+    for state in states:
+        state["processes"] = [
+            p
+            if (p.get("owner") or {}).get("kind") != "job" or p["owner"]["id"] in visible
+            # another user's job
+            else {
+                "pid": None,
+                "name": None,
+                "mem_mib": p.get("mem_mib"),
+                "owner": {"kind": "other"},
+            }
+            for p in state["processes"]
+        ]
+    if "nodes" in doc:
+        doc["nodes"] = [node for node in doc["nodes"] if node["job"] in visible]
 
 
 def running_nodes(store: JobStore) -> list[dict[str, Any]]:

@@ -9,15 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..jobs import client
-from ..jobs.store import JOB_ID, Job, JobStore, UnknownJob
+from ..jobs.permissions import (
+    BadGrant,
+    Grant,
+    JobAccess,
+    Level,
+    Principal,
+    grant_from_json,
+    merged,
+    principal_from_json,
+)
+from ..jobs.store import JOB_ID, Job, JobStore
 from ..jobs.views import job_document
 from ..logs.query import BadFilter, LogFilter, read_all, read_page, read_tail
 from ..logs.text import format_line
@@ -50,13 +62,17 @@ class JobsBase(AirHandler):
     def initialize(self, store: JobStore) -> None:
         self.store = store
 
-    async def job(self, job_id: str) -> Job:
+    async def job(self, job_id: str, needed: Level = Level.CAN_VIEW) -> Job:
+        """The job, if the caller holds ``needed`` on it (else ``Forbidden``: a 403)."""
         if not JOB_ID.fullmatch(job_id):
             raise web.HTTPError(404, f"no job {job_id!r}")
-        try:
-            return await in_store_thread(self.store.get, job_id)
-        except UnknownJob:
-            raise web.HTTPError(404, f"no job {job_id!r}") from None
+        who = self.caller()
+
+        def allowed() -> Job:
+            self.store.access(job_id).require(who, needed)
+            return self.store.get(job_id)
+
+        return await in_store_thread(allowed)
 
     async def document(self, job: Job) -> dict[str, Any]:
         return await in_store_thread(job_document, self.store, job, self._run_link)
@@ -90,12 +106,14 @@ class JobsBase(AirHandler):
 
 class JobsHandler(JobsBase):
     @web.authenticated
+    @authorized
     async def get(self) -> None:
         limit = self.int_argument("limit", 100, 1, 1000)
         active_only = self.get_query_argument("all", "0") not in ("1", "true")
+        who = self.caller()
 
         def documents() -> list[dict[str, Any]]:
-            jobs = self.store.jobs(active_only=active_only, limit=limit)
+            jobs = self.store.jobs(active_only=active_only, limit=limit, visible_to=who)
             return [job_document(self.store, job, self._run_link) for job in jobs]
 
         self.write_json({"jobs": await in_store_thread(documents)})
@@ -103,12 +121,14 @@ class JobsHandler(JobsBase):
 
 class JobHandler(JobsBase):
     @web.authenticated
+    @authorized
     async def get(self, job_id: str) -> None:
         self.write_json(await self.document(await self.job(job_id)))
 
 
 class JobLogsHandler(JobsBase):
     @web.authenticated
+    @authorized
     async def get(self, job_id: str) -> None:
         job = await self.job(job_id)
         flt = self.log_filter()
@@ -141,6 +161,7 @@ class JobLogsHandler(JobsBase):
 
 class JobLogsDownloadHandler(JobsBase):
     @web.authenticated
+    @authorized
     async def get(self, job_id: str) -> None:
         job = await self.job(job_id)
         flt = self.log_filter()
@@ -162,8 +183,9 @@ class JobLogsDownloadHandler(JobsBase):
 
 class JobCancelHandler(JobsBase):
     @web.authenticated
+    @authorized
     async def post(self, job_id: str) -> None:
-        job = await self.job(job_id)
+        job = await self.job(job_id, Level.CAN_MANAGE_RUN)
         try:
             cancelled = await in_store_thread(client.cancel, self.store, job.id)
         except client.Elsewhere as err:
@@ -177,6 +199,45 @@ class JobCancelHandler(JobsBase):
         self.write_json(await self.document(job))
 
 
+class JobPermissionsHandler(JobsBase):
+    """``GET``/``PUT jupyter-air/jobs/<id>/permissions``: the owner and grants; a PUT
+    grants and revokes (CAN_MANAGE), see docs/api.md."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        job = await self.job(job_id)
+        access = await in_store_thread(self.store.access, job.id)
+        self.write_json(access.as_json(self.caller()))
+
+    @web.authenticated
+    @authorized
+    async def put(self, job_id: str) -> None:
+        job = await self.job(job_id, Level.CAN_MANAGE)  # checked again as it changes
+        grants, revoke = _change(self.request.body)
+        who = self.caller()
+        access: JobAccess = await in_store_thread(
+            self.store.change_access, job.id, who, grants, revoke
+        )
+        self.write_json(access.as_json(who))
+
+
+def _change(body: bytes) -> tuple[tuple[Grant, ...], tuple[Principal, ...]]:
+    """The grants and revokes of a PUT body ``{"grant": [...], "revoke": [...]}``."""
+    try:
+        doc = json.loads(body or b"{}")
+    except ValueError:
+        raise BadGrant('the body must be JSON: {"grant": [...], "revoke": [...]}') from None
+    if not isinstance(doc, dict) or set(doc) - {"grant", "revoke"}:
+        raise BadGrant('the body is {"grant": [grants], "revoke": [principals]}')
+    grant, revoke = doc.get("grant", []), doc.get("revoke", [])
+    if not isinstance(grant, list) or not isinstance(revoke, list):
+        raise BadGrant("'grant' and 'revoke' are lists")
+    if len(grant) + len(revoke) > 1000:
+        raise BadGrant("at most 1000 grants and revokes at once")
+    return merged(map(grant_from_json, grant)), tuple(map(principal_from_json, revoke))
+
+
 def jobs_handlers(store: JobStore) -> list[tuple[str, type, dict[str, Any]]]:
     kwargs = {"store": store}
     return [
@@ -185,4 +246,5 @@ def jobs_handlers(store: JobStore) -> list[tuple[str, type, dict[str, Any]]]:
         (rf"/jupyter-air/jobs/{JOB}/logs", JobLogsHandler, kwargs),
         (rf"/jupyter-air/jobs/{JOB}/logs/download", JobLogsDownloadHandler, kwargs),
         (rf"/jupyter-air/jobs/{JOB}/cancel", JobCancelHandler, kwargs),
+        (rf"/jupyter-air/jobs/{JOB}/permissions", JobPermissionsHandler, kwargs),
     ]

@@ -1,0 +1,358 @@
+"""Job permissions on every jobs route, with several identities on one real server.
+
+The server's identity provider is a test one: the token still has to be right, and the
+``X-Test-User`` / ``X-Test-Groups`` headers say who is calling (as JupyterHub's provider
+says who visits a shared server). alice owns the job; the others hold one level each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from jupyter_core.utils import ensure_async
+from jupyter_server.auth.authorizer import Authorizer
+from jupyter_server.auth.identity import IdentityProvider, User
+from tornado.httpclient import HTTPClientError
+
+from jupyter_air.gpu.sampler import GpuSampler
+from jupyter_air.jobs.node_files import write_gpu, write_nodes
+from jupyter_air.jobs.permissions import Identity, Level, parse_grant
+from jupyter_air.jobs.spec import Workload
+from jupyter_air.jobs.store import JobStore
+from tests.conftest import WriteScenario
+from tests.fake_nvml import FakeGpu, Scenario
+
+
+@dataclass
+class GroupUser(User):
+    groups: tuple[str, ...] = ()
+
+
+class HeaderIdentityProvider(IdentityProvider):  # type: ignore[misc]
+    """A token-authenticated request is the user its X-Test-User header names."""
+
+    async def get_user(self, handler: Any) -> User | None:
+        user = await ensure_async(super().get_user(handler))
+        name = handler.request.headers.get("X-Test-User")
+        if user is None or not name:
+            return user
+        groups = handler.request.headers.get("X-Test-Groups", "")
+        return GroupUser(username=name, groups=tuple(filter(None, groups.split(","))))
+
+
+class ReadOnlyAuthorizer(Authorizer):  # type: ignore[misc]
+    """A deployment's read-only users: every write is refused; records what it was asked."""
+
+    asked: list[tuple[str, str]] = []  # noqa: RUF012
+
+    def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> bool:
+        self.asked.append((action, resource))
+        return action == "read"
+
+
+#: Caller -> (headers, the level they hold on alice's job).
+CALLERS: dict[str, tuple[dict[str, str], Level | None]] = {
+    "stranger": ({"X-Test-User": "mallory"}, None),
+    "viewer": ({"X-Test-User": "bob"}, Level.CAN_VIEW),
+    "runner": ({"X-Test-User": "rita"}, Level.CAN_MANAGE_RUN),
+    "group": ({"X-Test-User": "carol", "X-Test-Groups": "ml-team,other"}, Level.CAN_MANAGE_RUN),
+    "manager": ({"X-Test-User": "max"}, Level.CAN_MANAGE),
+    "owner": ({"X-Test-User": "alice"}, Level.CAN_MANAGE),
+}
+GRANTS = ["bob:CAN_VIEW", "rita:CAN_MANAGE_RUN", "group:ml-team:CAN_MANAGE_RUN", "max:CAN_MANAGE"]
+
+#: (method, route, level needed, status when allowed on the finished job).
+ROUTES = [
+    ("GET", "jupyter-air/jobs/{id}", Level.CAN_VIEW, 200),
+    ("GET", "jupyter-air/jobs/{id}/logs", Level.CAN_VIEW, 200),
+    ("GET", "jupyter-air/jobs/{id}/logs/download", Level.CAN_VIEW, 200),
+    ("GET", "jupyter-air/jobs/{id}/gpu?node=0", Level.CAN_VIEW, 200),
+    ("GET", "jupyter-air/jobs/{id}/permissions", Level.CAN_VIEW, 200),
+    ("POST", "jupyter-air/jobs/{id}/cancel", Level.CAN_MANAGE_RUN, 409),  # it already ended
+    ("PUT", "jupyter-air/jobs/{id}/permissions", Level.CAN_MANAGE, 200),
+]
+
+
+@pytest.fixture
+def jp_server_config(store: JobStore) -> dict[str, Any]:
+    return {
+        "ServerApp": {
+            "jpserver_extensions": {"jupyter_air": True},
+            "identity_provider_class": HeaderIdentityProvider,
+        },
+        "GpuSampler": {"interval": 3600.0},
+    }
+
+
+@pytest.fixture
+def job(store: JobStore, scenario: WriteScenario) -> str:
+    """alice's finished job, with grants of every level and one node's GPU samples."""
+    grants = tuple(parse_grant(g) for g in GRANTS)
+    job = store.create(Workload(kind="command", command=["true"]), owner="alice", grants=grants)
+    store.start_attempt(job.id, 1, None)
+    scenario(Scenario(gpus=[FakeGpu()]))
+    write_gpu(store.attempt_dir(job.id, 1), 0, GpuSampler(interval=3600.0).snapshot())
+    store.end_attempt(job.id, 1, "SUCCEEDED", [0])
+    store.update(job.id, status="SUCCEEDED", ended=1.0)
+    return job.id
+
+
+async def call(jp_fetch: Any, who: str, method: str, route: str, body: Any = None) -> Any:
+    path, _, query = route.partition("?")
+    params = dict(part.split("=") for part in query.split("&")) if query else None
+    if body is None and method != "GET":
+        body = {} if method == "PUT" else ""
+    return await jp_fetch(
+        path,
+        method=method,
+        params=params,
+        headers=dict(CALLERS[who][0]),  # jp_fetch adds its token to the dict
+        body=json.dumps(body) if isinstance(body, dict) else body,
+    )
+
+
+async def refusal(jp_fetch: Any, who: str, method: str, route: str, body: Any = None) -> Any:
+    with pytest.raises(HTTPClientError) as err:
+        await call(jp_fetch, who, method, route, body)
+    assert err.value.response is not None
+    return err.value.code, json.loads(err.value.response.body)["error"]
+
+
+@pytest.mark.parametrize("who", list(CALLERS))
+@pytest.mark.parametrize(("method", "route", "needed", "status"), ROUTES)
+async def test_each_route_is_allowed_from_its_level_up_and_refused_below(
+    jp_fetch: Any, job: str, who: str, method: str, route: str, needed: Level, status: int
+) -> None:
+    held = CALLERS[who][1]
+    route = route.format(id=job)
+    if held is not None and held >= needed:
+        if status == 200:
+            assert (await call(jp_fetch, who, method, route)).code == 200
+        else:
+            assert (await refusal(jp_fetch, who, method, route))[0] == status
+        return
+    code, error = await refusal(jp_fetch, who, method, route)
+    assert code == 403
+    assert error == {
+        "code": "forbidden",
+        "message": f"You don't have {needed.name} on job {job}: its owner, alice, can grant it",
+        "job": job,
+        "needed": needed.name,
+        "owner": "alice",
+    }
+
+
+@pytest.fixture
+def jobs(store: JobStore) -> dict[str, str]:
+    """alice's jobs: one shared with bob, one with the ml-team group, one private; and
+    one of mallory's."""
+    made = {}
+    for name, owner, grants in [
+        ("bob's", "alice", ("bob:CAN_VIEW",)),
+        ("team's", "alice", ("group:ml-team:CAN_MANAGE_RUN",)),
+        ("private", "alice", ()),
+        ("mallory's", "mallory", ()),
+    ]:
+        shared = tuple(parse_grant(g) for g in grants)
+        made[name] = store.create(Workload(kind="command"), owner=owner, grants=shared).id
+    return made
+
+
+@pytest.mark.parametrize(
+    ("who", "expected"),
+    [
+        ("owner", {"bob's", "team's", "private"}),
+        ("viewer", {"bob's"}),
+        ("group", {"team's"}),
+        ("stranger", {"mallory's"}),
+        ("manager", set()),
+    ],
+)
+async def test_the_listing_shows_only_the_jobs_the_caller_may_view(
+    jp_fetch: Any, jobs: dict[str, str], who: str, expected: set[str]
+) -> None:
+    answer = json.loads((await call(jp_fetch, who, "GET", "jupyter-air/jobs?all=1")).body)
+    assert {job["id"] for job in answer["jobs"]} == {jobs[name] for name in expected}
+    active = json.loads((await call(jp_fetch, who, "GET", "jupyter-air/jobs")).body)
+    assert {job["id"] for job in active["jobs"]} == {jobs[name] for name in expected}
+
+
+async def test_the_permissions_document_says_the_callers_level(jp_fetch: Any, job: str) -> None:
+    doc = json.loads(
+        (await call(jp_fetch, "group", "GET", f"jupyter-air/jobs/{job}/permissions")).body
+    )
+    assert doc["job"] == job
+    assert doc["owner"] == "alice"
+    assert {(g["kind"], g["name"], g["level"]) for g in doc["grants"]} == {
+        ("user", "bob", "CAN_VIEW"),
+        ("user", "rita", "CAN_MANAGE_RUN"),
+        ("group", "ml-team", "CAN_MANAGE_RUN"),
+        ("user", "max", "CAN_MANAGE"),
+    }
+    assert doc["you"] == {"name": "carol", "level": "CAN_MANAGE_RUN"}
+
+
+async def test_a_manager_grants_and_revokes_and_the_grantee_gains_and_loses_access(
+    jp_fetch: Any, job: str
+) -> None:
+    route = f"jupyter-air/jobs/{job}/permissions"
+    assert (await refusal(jp_fetch, "stranger", "GET", f"jupyter-air/jobs/{job}"))[0] == 403
+    change = {"grant": [{"kind": "user", "name": "mallory", "level": "CAN_MANAGE_RUN"}]}
+    doc = json.loads((await call(jp_fetch, "manager", "PUT", route, change)).body)
+    assert {"kind": "user", "name": "mallory", "level": "CAN_MANAGE_RUN"} in doc["grants"]
+    assert (await call(jp_fetch, "stranger", "GET", f"jupyter-air/jobs/{job}")).code == 200
+    # now past CAN_VIEW: the ended job's cancel is a 409, not a 403
+    assert (await refusal(jp_fetch, "stranger", "POST", f"jupyter-air/jobs/{job}/cancel"))[0] == 409
+
+    revoke = {"revoke": [{"kind": "user", "name": "mallory"}, "group:ml-team"]}
+    doc = json.loads((await call(jp_fetch, "owner", "PUT", route, revoke)).body)
+    assert {g["name"] for g in doc["grants"]} == {"bob", "rita", "max"}
+    assert (await refusal(jp_fetch, "stranger", "GET", f"jupyter-air/jobs/{job}"))[0] == 403
+    assert (await refusal(jp_fetch, "group", "GET", f"jupyter-air/jobs/{job}"))[0] == 403
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"revoke": [{"kind": "user", "name": "alice"}]}, "alice owns the job"),
+        ({"grant": ["alice:CAN_VIEW"]}, "alice owns the job"),
+        (
+            {"grant": [{"kind": "user", "name": "bob", "level": "CAN_OWN"}]},
+            "unknown permission level",
+        ),
+        ({"grant": [{"kind": "robot", "name": "bob", "level": "CAN_VIEW"}]}, "'user' or a 'group'"),
+        ({"grant": [{"kind": "user", "name": "../x", "level": "CAN_VIEW"}]}, "is not a user name"),
+        ({"grant": "bob:CAN_VIEW"}, "are lists"),
+        ({"everyone": True}, "the body is"),
+        ("not json", "must be JSON"),
+    ],
+)
+async def test_bad_changes_are_400_and_change_nothing(
+    jp_fetch: Any, job: str, store: JobStore, body: Any, message: str
+) -> None:
+    before = store.access(job)
+    code, error = await refusal(
+        jp_fetch, "owner", "PUT", f"jupyter-air/jobs/{job}/permissions", body
+    )
+    assert (code, error["code"]) == (400, "bad_request")
+    assert message in error["message"]
+    assert store.access(job) == before
+
+
+async def test_a_viewer_cannot_grant_themselves_more(
+    jp_fetch: Any, job: str, store: JobStore
+) -> None:
+    change = {"grant": ["bob:CAN_MANAGE"]}
+    code, error = await refusal(
+        jp_fetch, "viewer", "PUT", f"jupyter-air/jobs/{job}/permissions", change
+    )
+    assert (code, error["needed"]) == (403, "CAN_MANAGE")
+    assert store.access(job).level_of(Identity("bob")) == Level.CAN_VIEW
+
+
+class TestADeploymentAuthorizerThatDeniesWrites:
+    @pytest.fixture
+    def jp_server_config(self, store: JobStore) -> dict[str, Any]:
+        ReadOnlyAuthorizer.asked.clear()
+        return {
+            "ServerApp": {
+                "jpserver_extensions": {"jupyter_air": True},
+                "identity_provider_class": HeaderIdentityProvider,
+                "authorizer_class": ReadOnlyAuthorizer,
+            },
+            "GpuSampler": {"interval": 3600.0},
+        }
+
+    async def test_even_the_owner_cannot_cancel_or_change_permissions(
+        self, jp_fetch: Any, job: str, store: JobStore
+    ) -> None:
+        before = store.access(job)
+        for method, route, body in [
+            ("POST", f"jupyter-air/jobs/{job}/cancel", ""),
+            ("PUT", f"jupyter-air/jobs/{job}/permissions", {"grant": ["mallory:CAN_VIEW"]}),
+        ]:
+            code, error = await refusal(jp_fetch, "owner", method, route, body)
+            assert code == 403
+            assert error["message"] == "User is not authorized to write on resource: jupyter_air."
+        assert store.access(job) == before
+        reading = await call(jp_fetch, "owner", "GET", f"jupyter-air/jobs/{job}/permissions")
+        assert reading.code == 200
+        assert ("write", "jupyter_air") in ReadOnlyAuthorizer.asked
+        assert ("read", "jupyter_air") in ReadOnlyAuthorizer.asked
+
+
+OTHER = {"pid": None, "name": None, "mem_mib": 2048, "owner": {"kind": "other"}}
+
+
+@pytest.fixture
+def rank_of(job: str) -> Any:
+    """A process that runs as a rank of alice's job (it carries the job's id)."""
+    rank = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={**os.environ, "AIR_JOB_ID": job, "RANK": "0"},
+    )
+    yield rank
+    rank.kill()
+    rank.wait()
+
+
+@pytest.mark.parametrize("route", ["jupyter-air/gpu", "jupyter-air/gpu/sample"])
+async def test_a_gpu_process_of_a_job_the_caller_may_not_view_is_another_users(
+    jp_fetch: Any, job: str, rank_of: Any, scenario: WriteScenario, route: str
+) -> None:
+    scenario(Scenario(gpus=[FakeGpu(processes=[(rank_of.pid, 2 * 1024**3)])]))
+    await call(jp_fetch, "owner", "POST", "jupyter-air/gpu/sample")
+    method = "POST" if route.endswith("sample") else "GET"
+    seen = json.loads((await call(jp_fetch, "stranger", method, route)).body)
+    assert seen["state"][0]["processes"] == [OTHER]
+    assert str(rank_of.pid) not in json.dumps(seen["state"])
+    viewer = json.loads((await call(jp_fetch, "viewer", method, route)).body)
+    (process,) = viewer["state"][0]["processes"]
+    assert (process["pid"], process["owner"]) == (
+        rank_of.pid,
+        {"kind": "job", "id": job, "name": None},
+    )
+
+
+async def test_a_nodes_gpu_process_of_another_users_job_is_hidden_from_a_viewer(
+    jp_fetch: Any, job: str, store: JobStore
+) -> None:
+    private = store.create(Workload(kind="command"), owner="alice")
+    snapshot_path = store.attempt_dir(job, 1)
+    stored = GpuSampler(interval=3600.0).snapshot()
+    stored["state"][0]["processes"] = [
+        {"pid": 77, "name": "python", "mem_mib": 2048, "owner": {"kind": "job", "id": private.id}},
+        {"pid": 78, "name": "python", "mem_mib": 1, "owner": {"kind": "job", "id": job}},
+    ]
+    write_gpu(snapshot_path, 0, stored)
+    doc = json.loads(
+        (await call(jp_fetch, "viewer", "GET", f"jupyter-air/jobs/{job}/gpu?node=0")).body
+    )
+    assert doc["state"][0]["processes"] == [
+        OTHER,
+        {"pid": 78, "name": "python", "mem_mib": 1, "owner": {"kind": "job", "id": job}},
+    ]
+    assert private.id not in json.dumps(doc)
+
+
+async def test_the_gpu_answer_lists_only_the_nodes_of_jobs_the_caller_may_view(
+    jp_fetch: Any, store: JobStore
+) -> None:
+    shared = store.create(
+        Workload(kind="command", nnodes=2), owner="alice", grants=(parse_grant("bob:CAN_VIEW"),)
+    )
+    private = store.create(Workload(kind="command", nnodes=2), owner="alice")
+    for made in (shared, private):
+        store.update(made.id, status="RUNNING")
+        store.start_attempt(made.id, 1, None)
+        write_nodes(store.attempt_dir(made.id, 1), [{"node": 1, "hostname": "gpu-b"}])
+    nodes = json.loads((await call(jp_fetch, "viewer", "GET", "jupyter-air/gpu")).body)["nodes"]
+    assert [node["job"] for node in nodes] == [shared.id]
+    owner = json.loads((await call(jp_fetch, "owner", "GET", "jupyter-air/gpu")).body)["nodes"]
+    assert {node["job"] for node in owner} == {shared.id, private.id}
