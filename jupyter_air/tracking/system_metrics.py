@@ -10,7 +10,7 @@ missing driver function or a refused query costs that field only.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
@@ -21,19 +21,26 @@ from .guard import RunGuard
 
 log = logging.getLogger(__name__)
 
+#: Told each sample of every GPU (readings by NVML index, and the inventory).
+GpuListener = Callable[[list[GpuReading], dict[int, GpuInfo]], None]
+
 
 class GpuMonitor(BaseMetricsMonitor):
     """MLflow's GPU metrics and GPU temperature, for every GPU NVML reads."""
 
-    def __init__(self, nvml: Nvml) -> None:
+    def __init__(self, nvml: Nvml, on_sample: GpuListener | None = None) -> None:
         super().__init__()
         self._nvml = nvml
+        self._on_sample = on_sample
 
     def collect_metrics(self) -> None:
         inventory = {g.index: g for g in self._nvml.inventory()}
-        for index, reading in enumerate(self._nvml.read_all()):
+        readings = self._nvml.read_all()
+        for index, reading in enumerate(readings):
             for name, value in _gpu_metrics(reading, inventory.get(index)):
                 self._metrics[f"gpu_{index}_{name}"].append(value)
+        if self._on_sample is not None:  # the supervisor's hints read the same samples
+            self._on_sample(readings, inventory)
 
     def aggregate_metrics(self) -> dict[str, float]:
         return {k: round(sum(v) / len(v), 1) for k, v in self._metrics.items() if v}
@@ -66,15 +73,18 @@ class JobSystemMetricsMonitor(SystemMetricsMonitor):
 
     guard = RunGuard()
 
-    def __init__(self, *args: Any, nvml: Nvml, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, nvml: Nvml, on_gpu_sample: GpuListener | None = None, **kwargs: Any
+    ) -> None:
         self._nvml = nvml
+        self._on_gpu_sample = on_gpu_sample
         self._failed: set[str] = set()
         super().__init__(*args, **kwargs)
 
     def _initialize_gpu_monitor(self) -> BaseMetricsMonitor | None:
         """Ours where NVML answers; otherwise MLflow's choice (e.g. AMD's ROCm monitor)."""
         if self._nvml.status().available:
-            return GpuMonitor(self._nvml)
+            return GpuMonitor(self._nvml, self._on_gpu_sample)
         return super()._initialize_gpu_monitor()
 
     def collect_metrics(self) -> dict[str, Any]:
@@ -118,6 +128,7 @@ class RunMetrics:
         interval: float,
         node_id: str | None,
         guard: RunGuard,
+        on_gpu_sample: GpuListener | None = None,
     ) -> None:
         self._nvml = Nvml()
         self.monitor = JobSystemMetricsMonitor(
@@ -126,6 +137,7 @@ class RunMetrics:
             node_id=node_id,
             tracking_uri=tracking_uri,
             nvml=self._nvml,
+            on_gpu_sample=on_gpu_sample,
         )
         self.monitor.guard = guard
 

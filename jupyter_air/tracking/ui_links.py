@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,3 +129,17 @@ def _running_servers(runtime_dir: Path) -> Iterator[JupyterServer]:
 
 def _slash(url: str) -> str:
     return url if url.endswith("/") else url + "/"
+
+
+#: Where ``mlflow ui`` listens when given no address.
+MLFLOW_UI_DEFAULT = "http://127.0.0.1:5000/"
+
+
+def ui_command(tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    """What opens a run when no MLflow UI is served to this kernel (a kernel without a
+    Jupyter server, as in VS Code): the command, then the run's page in what it serves.
+    Credentials in the store's URI are masked, so the text can be shown and shared."""
+    uri = without_userinfo(tracking_uri)
+    page = run_url(MLFLOW_UI_DEFAULT, experiment_id, run_id)
+    note = " (add the store's credentials, left out here)" if uri != tracking_uri else ""
+    return f"mlflow ui --backend-store-uri {shlex.quote(uri)}{note}, then open {page}"

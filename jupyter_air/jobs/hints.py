@@ -1,0 +1,272 @@
+"""Efficiency hints about a running job, from its GPUs' samples and its ranks' output.
+
+Three things a user wants to know without watching a chart: the job's GPUs are mostly
+idle (the input pipeline or the CPU is the bottleneck), a GPU's memory is nearly full
+(the next larger batch or a fragmentation spike fails), and a rank has printed nothing
+for a long time while its GPU is idle (likely a hang, e.g. a collective waiting for a
+peer). Each hint carries the figure behind it.
+
+The supervisor feeds the NVML samples its system metrics take and the ranks' last
+output times; it writes the current hints to ``attempt_K/hints.json`` (private, replaced
+whole), where the kernel's live view and the server's GPU panel read them, and tags the
+run with each hint raised (``air.hint.<kind>``). Thresholds come from the environment
+the supervisor inherits (see ``Thresholds.from_env``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..paths import write_private
+
+if TYPE_CHECKING:  # pynvml stays out of the kernel, which reads hints files only
+    from ..gpu.nvml import GpuInfo, GpuReading
+
+HINTS_FILE = "hints.json"
+TAG_PREFIX = "air.hint."
+
+ENV = {
+    "idle_util": "AIR_HINT_IDLE_UTILIZATION",
+    "idle_window": "AIR_HINT_IDLE_WINDOW",
+    "memory_full": "AIR_HINT_MEMORY_FULL",
+    "silent_after": "AIR_HINT_SILENT_AFTER",
+}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    #: Mean utilization (%) of the job's GPUs below which they count as idle.
+    idle_util: float = 20.0
+    #: Seconds of samples the idle hint averages over (and needs before it says anything).
+    idle_window: float = 300.0
+    #: Memory used (% of the GPU's total) above which a GPU counts as full.
+    memory_full: float = 95.0
+    #: Seconds without output from a rank whose GPU is idle before it looks hung.
+    silent_after: float = 600.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Thresholds:
+        """``$AIR_HINT_IDLE_UTILIZATION`` (%), ``$AIR_HINT_IDLE_WINDOW`` (s),
+        ``$AIR_HINT_MEMORY_FULL`` (%), ``$AIR_HINT_SILENT_AFTER`` (s); a value that is not
+        a positive number keeps the default."""
+        env = os.environ if environ is None else environ
+        values: dict[str, float] = {}
+        for field, name in ENV.items():
+            try:
+                value = float(env.get(name, ""))
+            except ValueError:
+                continue
+            if value > 0:
+                values[field] = value
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One reading of one of the job's GPUs."""
+
+    util: float | None
+    mem_used_mib: float | None
+    mem_total_mib: float | None
+
+
+@dataclass(frozen=True)
+class Hint:
+    kind: str  # idle_gpu, memory_full, silent_rank
+    text: str
+    value: float  # the figure behind it
+
+    @property
+    def tag(self) -> str:
+        return TAG_PREFIX + self.kind
+
+
+class HintWatch:
+    """The hints of one attempt, from samples of its GPUs (keyed by NVML index) and the
+    ranks' last output times; ``rank_gpus`` says which GPU each rank holds."""
+
+    def __init__(
+        self, thresholds: Thresholds, rank_gpus: Mapping[int, int], started: float
+    ) -> None:
+        self.thresholds = thresholds
+        self.rank_gpus = dict(rank_gpus)
+        self.gpus = sorted(set(self.rank_gpus.values()))
+        self._started = started
+        self._samples: deque[tuple[float, dict[int, GpuSample]]] = deque()
+
+    def add(self, t: float, readings: Mapping[int, GpuSample]) -> None:
+        """One sample time; samples older than the idle window are dropped."""
+        self._samples.append((t, {i: readings[i] for i in self.gpus if i in readings}))
+        while self._samples and t - self._samples[0][0] > self.thresholds.idle_window:
+            self._samples.popleft()
+
+    def hints(self, now: float, last_output: Mapping[int, float]) -> list[Hint]:
+        if not self._samples:
+            return []
+        found = [self._idle(now), *self._memory(), *self._silent(now, last_output)]
+        return [hint for hint in found if hint is not None]
+
+    def _idle(self, now: float) -> Hint | None:
+        limits = self.thresholds
+        if now - self._started < limits.idle_window:
+            return None  # not watched for a whole window yet
+        utils = [s.util for _, gpus in self._samples for s in gpus.values() if s.util is not None]
+        if not utils:
+            return None
+        mean = sum(utils) / len(utils)
+        if mean >= limits.idle_util:
+            return None
+        return Hint(
+            "idle_gpu",
+            f"GPU{_plural(self.gpus)} {_names(self.gpus)} averaged {mean:.0f} % utilization "
+            f"over the last {_duration(limits.idle_window)}: likely input-bound "
+            "(data loading or CPU work)",
+            round(mean, 1),
+        )
+
+    def _memory(self) -> list[Hint]:
+        _, latest = self._samples[-1]
+        hints = []
+        for index, sample in sorted(latest.items()):
+            if not sample.mem_used_mib or not sample.mem_total_mib:
+                continue
+            used = sample.mem_used_mib / sample.mem_total_mib * 100
+            if used > self.thresholds.memory_full:
+                hints.append(
+                    Hint(
+                        "memory_full",
+                        f"GPU {index} memory at {used:.0f} % of "
+                        f"{sample.mem_total_mib / 1024:.0f} GiB: near out of memory",
+                        round(used, 1),
+                    )
+                )
+        return hints
+
+    def _silent(self, now: float, last_output: Mapping[int, float]) -> list[Hint]:
+        _, latest = self._samples[-1]
+        hints = []
+        for rank, index in sorted(self.rank_gpus.items()):
+            silent = now - max(last_output.get(rank, self._started), self._started)
+            sample = latest.get(index)
+            if silent < self.thresholds.silent_after or sample is None or sample.util is None:
+                continue
+            if sample.util < self.thresholds.idle_util:
+                hints.append(
+                    Hint(
+                        "silent_rank",
+                        f"rank {rank} has printed nothing for {_duration(silent)} while "
+                        f"GPU {index} is idle ({sample.util:.0f} %): a likely hang",
+                        round(silent),
+                    )
+                )
+        return hints
+
+
+def rank_gpus(cuda_visible: Sequence[str | None]) -> dict[int, int]:
+    """Rank -> NVML index, from each rank's ``CUDA_VISIBLE_DEVICES`` (ranks given by a
+    UUID or without a GPU are left out)."""
+    return {
+        rank: int(value)
+        for rank, value in enumerate(cuda_visible)
+        if value is not None and value.strip().isdigit()
+    }
+
+
+def write_hints(attempt_dir: Path, gpus: Sequence[int], hints: Sequence[Hint], t: float) -> None:
+    """Replace the attempt's hints file: the job's GPUs and the hints now raised."""
+    doc = {"t": t, "gpus": list(gpus), "hints": [asdict(h) for h in hints]}
+    path = attempt_dir / HINTS_FILE
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write_private(tmp, json.dumps(doc, separators=(",", ":")))
+    tmp.replace(path)
+
+
+def read_hints(attempt_dir: Path) -> dict[str, Any]:
+    """The attempt's hints file, or an empty one (none yet, or not a job with hints)."""
+    try:
+        doc = json.loads((attempt_dir / HINTS_FILE).read_text())
+    except (OSError, ValueError):
+        return {"gpus": [], "hints": []}
+    if not isinstance(doc, dict):
+        return {"gpus": [], "hints": []}
+    gpus = [g for g in doc.get("gpus") or [] if isinstance(g, int)]
+    hints = [
+        h for h in doc.get("hints") or [] if isinstance(h, dict) and isinstance(h.get("text"), str)
+    ]
+    return {"gpus": gpus, "hints": hints}
+
+
+def _plural(items: Sequence[Any]) -> str:
+    return "s" if len(items) > 1 else ""
+
+
+def _names(gpus: Sequence[int]) -> str:
+    return ", ".join(str(g) for g in gpus)
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+class HintRecorder:
+    """One attempt's hints as the supervisor keeps them: fed with each NVML sample of the
+    run's system metrics once the ranks are known (``start``), it rewrites the hints file
+    and tags the run once per kind raised (through ``tag``, which may be slow or fail)."""
+
+    def __init__(
+        self,
+        attempt_dir: Path,
+        tag: Callable[[str, str], None],
+        thresholds: Thresholds | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._dir = attempt_dir
+        self._tag = tag
+        self._thresholds = thresholds or Thresholds.from_env()
+        self._clock = clock
+        self._watch: HintWatch | None = None
+        self._last_output: Callable[[], Mapping[int, float]] = dict
+        self._tagged: set[str] = set()
+
+    def start(
+        self, rank_gpus: Mapping[int, int], last_output: Callable[[], Mapping[int, float]]
+    ) -> None:
+        """The ranks are starting: which GPU each holds, and their last output times."""
+        self._watch = HintWatch(self._thresholds, rank_gpus, self._clock())
+        self._last_output = last_output
+        write_hints(self._dir, self._watch.gpus, [], self._clock())
+
+    def on_nvml(self, readings: Sequence[GpuReading], inventory: Mapping[int, GpuInfo]) -> None:
+        """A sample of the run's system metrics (``GpuMonitor``'s listener)."""
+        self.on_sample(
+            {
+                index: GpuSample(
+                    r.util,
+                    r.mem_used_mib,
+                    info.mem_total_mib if (info := inventory.get(index)) else None,
+                )
+                for index, r in enumerate(readings)
+            }
+        )
+
+    def on_sample(self, readings: Mapping[int, GpuSample]) -> None:
+        watch = self._watch
+        if watch is None or not watch.gpus:
+            return
+        now = self._clock()
+        watch.add(now, readings)
+        hints = watch.hints(now, self._last_output())
+        write_hints(self._dir, watch.gpus, hints, now)
+        for hint in hints:
+            if hint.kind not in self._tagged:
+                self._tagged.add(hint.kind)
+                self._tag(hint.tag, hint.text)

@@ -1,0 +1,128 @@
+"""The new points of one MLflow run's metrics, read incrementally for the cell's live view.
+
+MLflow's ``get_metric_history`` answers a metric's whole history at every call, and
+the page tokens of its stores are offsets MLflow documents as unstable. The default
+store of a job is a local SQLite file, so the feed reads its ``metrics`` rows after the
+last row it saw, by rowid: SQLite answers ``run_uuid = ? AND rowid > ?`` from MLflow's
+``index_metrics_run_uuid`` index, so a poll costs the new rows only, however long the
+history, and a row logged late with an older timestamp (a node's batch of system
+metrics) is still read. The file is opened read-only, so the feed never writes to or
+migrates a store. Any other store (an MLflow server, a database server) is read
+through ``MlflowClient``, whole histories, and the feed says so (``incremental``).
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import quote, urlsplit
+
+#: Rows read at most per poll, so catching up with a long run costs bounded memory.
+MAX_ROWS = 50_000
+
+
+@dataclass(frozen=True)
+class Point:
+    key: str
+    step: int
+    value: float
+    timestamp: int  # milliseconds, as MLflow stores it
+
+
+class MetricFeed(Protocol):
+    #: Whether each poll reads only the rows logged since the last one.
+    incremental: bool
+
+    def poll(self) -> list[Point]: ...
+
+    def close(self) -> None: ...
+
+
+class SqliteFeed:
+    """A run's metric rows after the last one read, from an SQLite tracking store."""
+
+    incremental = True
+    QUERY = (
+        "SELECT rowid, key, value, step, timestamp, is_nan FROM metrics "
+        "WHERE run_uuid = ? AND rowid > ? ORDER BY rowid LIMIT ?"
+    )
+
+    def __init__(self, path: Path, run_id: str, max_rows: int = MAX_ROWS) -> None:
+        self._path = path
+        self._run_id = run_id
+        self._max_rows = max_rows
+        self._last_rowid = 0
+        self._db: sqlite3.Connection | None = None
+
+    def poll(self) -> list[Point]:
+        """The rows logged since the last poll (none while a writer holds the file)."""
+        try:
+            rows = (
+                self._connect()
+                .execute(self.QUERY, (self._run_id, self._last_rowid, self._max_rows))
+                .fetchall()
+            )
+        except sqlite3.OperationalError:  # locked, or not created yet: next time
+            return []
+        if rows:
+            self._last_rowid = rows[-1][0]
+        return [
+            Point(key, int(step), math.nan if is_nan else float(value), int(timestamp))
+            for _, key, value, step, timestamp, is_nan in rows
+        ]
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is None:
+            uri = f"file:{quote(str(self._path))}?mode=ro"
+            self._db = sqlite3.connect(uri, uri=True, timeout=0.5, check_same_thread=False)
+        return self._db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+class ClientFeed:
+    """Any other store, through ``MlflowClient``: whole histories, new points kept."""
+
+    incremental = False
+
+    def __init__(self, client: Any, run_id: str) -> None:
+        self._client = client
+        self._run_id = run_id
+        self._seen: dict[str, int] = {}
+
+    def poll(self) -> list[Point]:
+        points: list[Point] = []
+        for key in sorted(self._client.get_run(self._run_id).data.metrics):
+            history = self._client.get_metric_history(self._run_id, key)
+            seen = self._seen.get(key, 0)
+            points += [Point(key, m.step, m.value, m.timestamp) for m in history[seen:]]
+            self._seen[key] = len(history)
+        return points
+
+    def close(self) -> None:
+        """Nothing held."""
+
+
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The file of an ``sqlite:///`` store given by an absolute path, else None."""
+    parts = urlsplit(tracking_uri)
+    if parts.scheme != "sqlite" or not tracking_uri.startswith("sqlite:///"):
+        return None
+    path = Path(tracking_uri[len("sqlite:///") :].split("?", 1)[0])
+    return path if path.is_absolute() else None
+
+
+def metric_feed(tracking_uri: str, run_id: str) -> MetricFeed:
+    """The cheapest feed that can read this store."""
+    path = sqlite_path(tracking_uri)
+    if path is not None:
+        return SqliteFeed(path, run_id)
+    from mlflow import MlflowClient
+
+    return ClientFeed(MlflowClient(tracking_uri), run_id)

@@ -1,0 +1,114 @@
+"""The live view's metric feed: each poll answers only the points logged since the last."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+from mlflow.entities import Metric
+
+from jupyter_air.tracking.metric_feed import (
+    ClientFeed,
+    SqliteFeed,
+    metric_feed,
+    sqlite_path,
+)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[MlflowClient, str, str]:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("feed")
+    run = client.create_run(experiment).info.run_id
+    return client, uri, run
+
+
+def log(client: MlflowClient, run: str, key: str, steps: range, t0: int = 1_000) -> None:
+    client.log_batch(run, [Metric(key, float(s), t0 + s, s) for s in steps])
+
+
+def test_each_poll_answers_only_the_new_points(store: tuple[MlflowClient, str, str]) -> None:
+    client, uri, run = store
+    feed = metric_feed(uri, run)
+    assert isinstance(feed, SqliteFeed)
+    assert feed.incremental
+    assert feed.poll() == []
+    log(client, run, "train_loss", range(3))
+    first = feed.poll()
+    assert [(p.key, p.step, p.value) for p in first] == [("train_loss", s, s) for s in range(3)]
+    log(client, run, "train_loss", range(3, 5))
+    client.log_metric(run, "system/gpu_0_utilization_percentage", 40.0, step=0)
+    assert [(p.key, p.step) for p in feed.poll()] == [
+        ("train_loss", 3),
+        ("train_loss", 4),
+        ("system/gpu_0_utilization_percentage", 0),
+    ]
+    assert feed.poll() == []
+    feed.close()
+
+
+def test_a_point_logged_late_with_an_older_timestamp_is_still_read(
+    store: tuple[MlflowClient, str, str],
+) -> None:
+    client, uri, run = store
+    feed = metric_feed(uri, run)
+    log(client, run, "loss", range(10, 12), t0=50_000)
+    feed.poll()
+    log(client, run, "system/node_1/cpu_utilization_percentage", range(2), t0=1_000)
+    assert [p.key for p in feed.poll()] == ["system/node_1/cpu_utilization_percentage"] * 2
+
+
+def test_other_runs_and_nan_values(store: tuple[MlflowClient, str, str]) -> None:
+    client, uri, run = store
+    other = client.create_run(client.get_run(run).info.experiment_id).info.run_id
+    log(client, other, "loss", range(5))
+    client.log_metric(run, "loss", math.nan, step=7)
+    [point] = metric_feed(uri, run).poll()
+    assert point.step == 7
+    assert math.isnan(point.value)
+
+
+def test_the_query_seeks_the_run_index_from_the_last_row(
+    store: tuple[MlflowClient, str, str],
+) -> None:
+    """What makes the feed incremental: SQLite answers from the run_uuid index, starting
+    after the last rowid, rather than scanning the run's history."""
+    _, uri, run = store
+    feed = SqliteFeed(sqlite_path(uri) or Path(), run)
+    plan = str(feed._connect().execute(f"EXPLAIN QUERY PLAN {feed.QUERY}", (run, 0, 1)).fetchall())
+    assert "SEARCH metrics USING INDEX index_metrics_run_uuid (run_uuid=? AND rowid>?)" in plan
+    assert "TEMP B-TREE" not in plan  # no sort: rows come in rowid order from the index
+
+
+def test_a_poll_is_bounded_and_the_rest_follows(store: tuple[MlflowClient, str, str]) -> None:
+    client, uri, run = store
+    feed = SqliteFeed(sqlite_path(uri) or Path(), run, max_rows=4)
+    log(client, run, "loss", range(10))
+    assert [len(feed.poll()) for _ in range(4)] == [4, 4, 2, 0]
+
+
+def test_the_feed_never_creates_a_store(tmp_path: Path) -> None:
+    missing = tmp_path / "none.db"
+    assert metric_feed(f"sqlite:///{missing}", "run").poll() == []
+    assert not missing.exists()
+
+
+def test_other_stores_are_read_through_the_client(
+    store: tuple[MlflowClient, str, str],
+) -> None:
+    client, _, run = store
+    feed = ClientFeed(client, run)
+    assert not feed.incremental
+    log(client, run, "loss", range(2))
+    assert [p.step for p in feed.poll()] == [0, 1]
+    log(client, run, "loss", range(2, 3))
+    assert [p.step for p in feed.poll()] == [2]
+
+
+def test_sqlite_paths() -> None:
+    assert sqlite_path("sqlite:////tmp/a/mlflow.db") == Path("/tmp/a/mlflow.db")
+    assert sqlite_path("sqlite:///relative.db") is None
+    assert sqlite_path("http://host:5000") is None
