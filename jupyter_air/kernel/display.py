@@ -9,20 +9,37 @@ from __future__ import annotations
 import html
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from IPython.display import DisplayHandle, display
 
 from ..jobs.client import Record
+from .live_view import Live, hints_html
 
 #: Output lines shown in a cell before the rest is only counted.
 MAX_CELL_LINES = 2000
 
 
+#: The ``job_links`` entry that holds a command, not a URL: how to open the run where no
+#: MLflow UI is served.
+OPEN_RUN = "open run"
+
+
 class JobView:
+    """A job's cell output. The header (job, run, links) and the status line come first,
+    then the run's chart, then the ranks' output as stream text. With widgets, header,
+    status and a live chart are one ipywidgets view, replaced at the end by static
+    outputs (HTML, and the final chart as a plotly figure with a text summary) so a
+    saved notebook shows them without a kernel; without widgets, only those."""
+
     def __init__(
-        self, job_id: str, output_ranks: str, nnodes: int = 1, max_lines: int = MAX_CELL_LINES
+        self,
+        job_id: str,
+        output_ranks: str,
+        nnodes: int = 1,
+        max_lines: int = MAX_CELL_LINES,
+        tracking_uri: str | None = None,
     ) -> None:
         self.job_id = job_id
         self._output_ranks = output_ranks
@@ -34,8 +51,13 @@ class JobView:
         self._started = time.monotonic()
         self._logs_url: str | None = None
         self._header: DisplayHandle | None = None
+        self._header_html = ""
         self._status: DisplayHandle | None = None
+        self._status_bundle: dict[str, str] = {}
         self._progress: dict[tuple[int, int, str], DisplayHandle] = {}
+        self._live: Live | None = None
+        if tracking_uri is not None:
+            self._live = Live(tracking_uri)
 
     def header(self, run_name: str | None, links: Mapping[str, str | None]) -> None:
         """Job id, run name and links, as soon as the run exists."""
@@ -44,7 +66,10 @@ class JobView:
         parts_text = [f"Job {self.job_id}"]
         for label, url in links.items():
             text = f"{label} {run_name}" if label == "run" and run_name else label
-            if url:
+            if label == OPEN_RUN and url:  # a command: no UI to link to
+                parts_html.append(f"{html.escape(label)}: <code>{html.escape(url)}</code>")
+                parts_text.append(f"{label}: {url}")
+            elif url:
                 parts_html.append(
                     f'<a href="{html.escape(url)}" target="_blank" rel="noopener">'
                     f"{html.escape(text)}</a>"
@@ -53,26 +78,57 @@ class JobView:
             elif label == "run":  # no UI to link to: still name the run
                 parts_html.append(html.escape(text))
                 parts_text.append(text)
-        bundle = {
-            "text/plain": " | ".join(parts_text),
-            "text/html": '<div class="jp-air-JobHeader">' + " · ".join(parts_html) + "</div>",
-        }
-        self._header = display(bundle, raw=True, display_id=True)
+            elif label == "logs":
+                command = f"air logs {self.job_id}"
+                parts_html.append(f"logs: <code>{html.escape(command)}</code>")
+                parts_text.append(f"logs: {command}")
+        self._header_html = '<div class="jp-air-JobHeader">' + " · ".join(parts_html) + "</div>"
+        bundle = {"text/plain": " | ".join(parts_text), "text/html": self._header_html}
+        if self._live is not None and self._live.start(self._header_html):
+            self._header = self._live.handle
+        else:
+            self._header = display(bundle, raw=True, display_id=True)
 
-    def status(self, status: str, attempt: int, max_attempts: int, detail: str = "") -> None:
-        """The one-line live status, updated in place."""
+    def status(
+        self,
+        status: str,
+        attempt: int,
+        max_attempts: int,
+        detail: str = "",
+        hints: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        """The one-line live status, updated in place, and the job's efficiency hints."""
         elapsed = time.monotonic() - self._started
         text = f"{status.lower()} · {elapsed:,.1f} s · attempt {attempt}/{max_attempts}"
         if detail:
             text += f" · {detail}"
+        shown = "".join(f"\n⚠ {h.get('text')}" for h in hints)
         bundle = {
-            "text/plain": text,
-            "text/html": f'<div class="jp-air-JobStatus"><code>{html.escape(text)}</code></div>',
+            "text/plain": text + shown,
+            "text/html": f'<div class="jp-air-JobStatus"><code>{html.escape(text)}</code></div>'
+            + hints_html(hints),
         }
+        self._status_bundle = bundle
+        if self._live is not None and self._live.widget_status(bundle["text/html"]):
+            return
         if self._status is None:
             self._status = display(bundle, raw=True, display_id=True)
+            if self._live is not None:
+                self._live.reserve()
         else:
             self._status.update(bundle, raw=True)
+
+    def chart(self, attempts: Sequence[tuple[int, str]], gpus: Sequence[int] | None) -> None:
+        """New points of the runs (attempt, run id) for the live chart, at most every
+        ``c.LiveView.interval`` seconds; only where the chart is live."""
+        if self._live is not None:
+            self._live.tick(attempts, gpus)
+
+    def finish(self, attempts: Sequence[tuple[int, str]], gpus: Sequence[int] | None) -> None:
+        """The job is over: the final chart (and, with widgets, the static header and
+        status in place of the widget view)."""
+        if self._live is not None:
+            self._live.finish(attempts, gpus, self._header_html, self._status_bundle)
 
     def show(self, records: Iterable[Record]) -> None:
         out: list[str] = []
