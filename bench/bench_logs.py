@@ -12,7 +12,9 @@ Side by side in this one script, alternating rounds, medians kept:
    adds a third arm with the batched capture proposed in docs/benchmarks.md.
 2. ``--query``: rank + level + substring over those 1 M lines with ``read_all`` (and
    ``air logs``) vs ``grep`` (and ``rg`` if installed) over the same record files,
-   with the same level condition as a regular expression on the record prefix.
+   with the same level condition as a regular expression on the record prefix; and
+   the same needle as a regular expression (``regex=1``: RE2), and the catastrophic
+   ``(a+)+b`` that way (matching nothing: RE2 is linear).
 3. ``--follow``: a real job (``client.submit``) whose rank prints its own clock every
    100 ms, followed by ``air logs ID --follow`` in a subprocess: arrival - printed.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import heapq
 import json
 import os
@@ -421,8 +424,10 @@ def query_arms(
     cli += ["--level", flt.level, "--search", needle]
     pcre = rf"^\d+\t[OE]{codes}\t.*(?i:{re.escape(needle)})"
     ere = f"^[0-9]+\t[OE]{codes}\t.*{ere_escape(needle)}"  # a real tab: ERE has no \t
+    as_regex = dataclasses.replace(flt, regex=True)
     arms: dict[str, Callable[[], int]] = {
         "read_all": lambda: sum(1 for _ in read_all(attempt_dir, flt)),
+        "read_all regex=1": lambda: sum(1 for _ in read_all(attempt_dir, as_regex)),
         "air logs (CLI process)": lambda: count_output(cli, env),
         "grep -P": lambda: count_output(["grep", "-P", pcre, str(path)]),
         "grep -iE": lambda: count_output(["grep", "-iE", ere, str(path)]),
@@ -466,6 +471,7 @@ def bench_query(store: JobStore, attempt_dir: Path, rounds: int, prototype: bool
             "matches": counts,
             "same_matches": len(set(counts.values())) == 1,
             "ratio_read_all_vs_fastest_grep": round(med["read_all"] / fastest_grep, 2),
+            "ratio_regex_vs_fastest_grep": round(med["read_all regex=1"] / fastest_grep, 2),
             "ratio_cli_vs_fastest_grep": round(med["air logs (CLI process)"] / fastest_grep, 2),
         }
         if prototype:
@@ -474,6 +480,12 @@ def bench_query(store: JobStore, attempt_dir: Path, rounds: int, prototype: bool
             out["cases"][case]["ratio_prototype_vs_fastest_grep"] = round(
                 med["prototype read_all"] / fastest_grep, 2
             )
+    catastrophic = LogFilter(rank=1, search="(a+)+b", regex=True)
+    took = [timed(lambda: sum(1 for _ in read_all(attempt_dir, catastrophic))) for _ in range(3)]
+    out["catastrophic (a+)+b regex=1, info"] = {
+        "median_ms": round(statistics.median(t for t, _ in took) * 1000, 1),
+        "matches": took[0][1],
+    }
     out["rg"] = rg or "not installed"
     return out
 

@@ -86,10 +86,11 @@ class StreamSplitter:
             self._held_progress = None
             text = _decode(bytes(self._pending) + data[:complete])
             self._pending.clear()
+            kind, level = self._line_kind, self._levels.level
             for line in text.split("\n")[:-1]:
                 if "\r" in line:  # what a terminal shows: the text after the last \r
                     line = line.rstrip("\r").rsplit("\r", 1)[-1]
-                records.append(self._line(line))
+                records.append((kind + level(line), line))
         rest = data[complete:]
         cr = rest.rfind(b"\r")
         if cr >= 0:

@@ -277,25 +277,25 @@ def _candidates(
 def _regex_candidates(
     pattern: re.Pattern[bytes], data: bytes, search: str
 ) -> Iterator[re.Match[bytes]]:
-    """Records whose text alone holds a match of the regular expression. Without an
-    anchor, one RE2 pass over the whole read finds the only lines that can (a match in
-    the text is one in its line: RE2 never crosses a newline here, and the tab before the
-    text is a word boundary as the text's start is); with one, every record is tried."""
+    """Records whose text alone holds a match of the regular expression. With an anchor,
+    every record of the level is tried. Without, one RE2 pass over the whole read finds
+    the only lines that can match (RE2 never crosses a newline here, and the tab before a
+    text is a word boundary as its start is), and a match that begins in the record's
+    prefix is looked for again in the text."""
     regex = _regex(search)
-    records = pattern.finditer(data) if _ANCHORS.search(search) else _lines(regex, pattern, data)
-    for m in records:
-        if regex.search(m.group(4)) is not None:
-            yield m
-
-
-def _lines(regex: Any, pattern: re.Pattern[bytes], data: bytes) -> Iterator[re.Match[bytes]]:
-    """Records of the level filter whose line holds a match of ``regex`` anywhere."""
+    if _ANCHORS.search(search):  # ^ $ \A \z: the text's bounds, so the text searched alone
+        for record in pattern.finditer(data):
+            if regex.search(record.group(4)) is not None:
+                yield record
+        return
     position = 0
-    while (hit := regex.search(data, position)) is not None and hit.start() < len(data):
-        start = data.rfind(b"\n", 0, hit.start()) + 1
-        end = data.find(b"\n", hit.start())  # data holds complete lines only
+    while (hit := regex.search(data, position)) is not None:
+        if (at := hit.start()) == len(data):
+            return  # an empty match after the last line
+        start = data.rfind(b"\n", 0, at) + 1
+        end = data.find(b"\n", at)  # data holds complete lines only
         m = pattern.match(data, start, end)
-        if m is not None:
+        if m is not None and (at >= m.start(4) or regex.search(data, m.start(4), end)):
             yield m
         position = end + 1
 
