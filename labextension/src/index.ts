@@ -1,5 +1,4 @@
 import {
-  ILabShell,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
@@ -18,7 +17,7 @@ export namespace CommandIDs {
 /** Plugin id; also the settings schema file name (labextension/schema/gpu.json). */
 const GPU_PLUGIN_ID = 'jupyter-air:gpu';
 
-/** Rank of the panel in the right sidebar. */
+/** Rank of the panel in the right sidebar (JupyterLab's, or Notebook 7's). */
 const SIDEBAR_RANK = 900;
 
 function readSettings(
@@ -41,18 +40,19 @@ function readSettings(
 }
 
 /**
- * The "GPU resources" panel in the right sidebar.
+ * The "GPU resources" panel in the right sidebar: JupyterLab's, or on a
+ * Jupyter Notebook 7 page the one that "View > Right Sidebar" and the command
+ * open. Only the generic shell API is used (`add` to the `right` area,
+ * `activateById`), which both shells implement.
  */
 const gpuPlugin: JupyterFrontEndPlugin<void> = {
   id: GPU_PLUGIN_ID,
   description:
     'Live GPU utilization, memory, temperature and processes, and host CPU and memory.',
   autoStart: true,
-  requires: [ILabShell],
   optional: [ICommandPalette, ISettingRegistry, IThemeManager],
   activate: (
     app: JupyterFrontEnd,
-    labShell: ILabShell,
     palette: ICommandPalette | null,
     settingRegistry: ISettingRegistry | null,
     themeManager: IThemeManager | null
@@ -64,14 +64,14 @@ const gpuPlugin: JupyterFrontEndPlugin<void> = {
     panel.title.caption = 'GPU resources';
     // Not restored with the layout: the panel always starts collapsed and
     // polls only once opened.
-    labShell.add(panel, 'right', { rank: SIDEBAR_RANK });
+    app.shell.add(panel, 'right', { rank: SIDEBAR_RANK });
 
     app.commands.addCommand(CommandIDs.openGpuResources, {
       label: 'Open GPU resources',
       caption: 'Show live GPU utilization, memory and temperature',
       icon: args => (args['isPalette'] ? undefined : chipIcon),
       execute: () => {
-        labShell.activateById(panel.id);
+        app.shell.activateById(panel.id);
       }
     });
     if (palette) {

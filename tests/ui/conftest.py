@@ -99,7 +99,9 @@ def start_lab(
         settings: dict[str, dict[str, Any]] | None = None,
         server_args: list[str] | None = None,
         env: dict[str, str] | None = None,
+        app: str = "jupyterlab",
     ) -> Lab:
+        """``app``: the server to start, ``jupyterlab`` or ``notebook`` (Notebook 7)."""
         work = tmp_path_factory.mktemp("lab")
         root = work / "root"
         root.mkdir()
@@ -119,7 +121,7 @@ def start_lab(
         log_path = work / "lab.log"
         process = subprocess.Popen(
             [
-                sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
+                sys.executable, "-m", app, "--no-browser", "--allow-root",
                 "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
                 "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
                 f"--ServerApp.root_dir={root}", *(server_args or []),

@@ -1,9 +1,15 @@
 /**
  * The "Job logs" plugin: the view in the main area, the command that opens
  * it, the `lab?air-job=<id>` route, and layout restoration.
+ *
+ * In Jupyter Notebook 7 (no `ILabShell`) the main area holds the page's one
+ * document and takes no other widget, so the view opens in the panel under
+ * it (the shell's `down` area), on the notebook's own page; a click on a
+ * cell's `lab?air-job=<id>` link opens it there too.
  */
 
 import {
+  ILabShell,
   ILayoutRestorer,
   IRouter,
   JupyterFrontEnd,
@@ -100,13 +106,15 @@ const logsPlugin: JupyterFrontEndPlugin<void> = {
   description:
     'The "Job logs" view: search, filter, follow and download the logs of a job.',
   autoStart: true,
-  optional: [ICommandPalette, IRouter, ILayoutRestorer],
+  optional: [ICommandPalette, IRouter, ILayoutRestorer, ILabShell],
   activate: (
     app: JupyterFrontEnd,
     palette: ICommandPalette | null,
     router: IRouter | null,
-    restorer: ILayoutRestorer | null
+    restorer: ILayoutRestorer | null,
+    labShell: ILabShell | null
   ): void => {
+    const area = labShell ? 'main' : 'down';
     const serverSettings = app.serviceManager.serverSettings;
     const tracker = new WidgetTracker<MainAreaWidget<JobLogsView>>({
       namespace: 'jupyter-air-job-logs'
@@ -138,7 +146,7 @@ const logsPlugin: JupyterFrontEndPlugin<void> = {
       // The view has its own header; the empty toolbar would be a blank strip.
       widget.toolbar.hide();
       void tracker.add(widget);
-      app.shell.add(widget, 'main');
+      app.shell.add(widget, area);
       app.shell.activateById(widget.id);
       return widget;
     };

@@ -1,0 +1,53 @@
+"""A notebook page, in JupyterLab or in Jupyter Notebook 7, as the browser tests drive it."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+from tests.ui.conftest import Lab
+
+#: Where each frontend shows a notebook.
+NOTEBOOK_URL = {"jupyterlab": "lab/tree/{name}", "notebook": "notebooks/{name}"}
+
+
+def put_notebook(lab: Lab, name: str, sources: list[str]) -> None:
+    """Save a notebook of code cells on the server (the contents API, as the frontend does)."""
+    cells = [
+        {"cell_type": "code", "source": src, "metadata": {}, "outputs": [], "execution_count": None}
+        for src in sources
+    ]
+    content = {
+        "cells": cells,
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    body = json.dumps({"type": "notebook", "format": "json", "content": content}).encode()
+    request = urllib.request.Request(
+        f"{lab.url}api/contents/{name}",
+        data=body,
+        method="PUT",
+        headers={"Authorization": f"token {lab.token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30):
+        pass
+
+
+def open_notebook(browser: Any, lab: Lab, name: str, app: str) -> Any:
+    """A page showing notebook ``name`` in ``app`` ("jupyterlab" or "notebook")."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.console_lines = []
+    page.on("console", lambda m: page.console_lines.append(f"{m.type}: {m.text}"))
+    page.on("requestfailed", lambda r: page.console_lines.append(f"request failed: {r.url}"))
+    page.goto(f"{lab.url}{NOTEBOOK_URL[app].format(name=name)}?token={lab.token}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=60_000)
+    return page
+
+
+def run_cell(page: Any, index: int) -> None:
+    """Select cell ``index`` and run it (Shift+Enter runs it once the kernel is up)."""
+    page.click(f".jp-Notebook .jp-Cell >> nth={index}", position={"x": 5, "y": 5})
+    page.keyboard.press("Escape")  # command mode: Shift+Enter runs the selected cell
+    page.keyboard.press("Shift+Enter")
