@@ -72,6 +72,7 @@ class LocalRanks:
         #: this node is still stopping its own ranks.
         self.failure: Outcome | None = None
         self._selector = selectors.DefaultSelector()
+        self._last_output: dict[int, float] = {}
 
     def cancel(self) -> None:
         """Ask the attempt to stop (thread- and signal-safe)."""
@@ -81,6 +82,10 @@ class LocalRanks:
         """Stop at once (SIGTERM first, as after a failure) because of something outside
         this machine: another node's rank failed. Thread-safe."""
         self._abort = message
+
+    def last_output(self) -> dict[int, float]:
+        """Unix time each rank last wrote anything (the hints' "printed nothing for")."""
+        return dict(self._last_output)
 
     def pids(self) -> list[int]:
         return [r.process.pid for r in self._ranks]
@@ -186,6 +191,7 @@ class LocalRanks:
             except BlockingIOError:
                 continue
             if data:
+                self._last_output[rank.spec.rank] = time.time()
                 rank.splitters[fd].feed(data)
             else:  # end of stream
                 self._selector.unregister(key.fileobj)

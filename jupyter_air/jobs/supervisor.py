@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -28,6 +29,7 @@ from ..logs.capture import plain_lines
 from ..procs import alive
 from ..tracking.guard import RunGuard
 from .env import free_port, gpu_count, inherited_env, visible_gpus
+from .hints import HintRecorder, rank_gpus
 from .local import LocalRanks, Outcome, node_specs
 from .spec import Workload
 from .store import JobStore
@@ -86,15 +88,23 @@ class Tracking:
             )
         )
 
-    def start_metrics(self, run_id: str, guard: RunGuard) -> Future[Any]:
-        """System metrics for the run, started once MLflow is loaded; never blocks."""
+    def start_metrics(
+        self, run_id: str, guard: RunGuard, hints: HintRecorder | None = None
+    ) -> Future[Any]:
+        """System metrics for the run, started once MLflow is loaded; never blocks. Their
+        GPU samples feed the attempt's hints."""
         started: Future[Any] = Future()
 
         def start() -> None:
             try:
                 _, _, system_metrics = self._ready.result()
                 metrics = system_metrics.RunMetrics(
-                    run_id, self._workload.tracking_uri, METRICS_INTERVAL, None, guard
+                    run_id,
+                    self._workload.tracking_uri,
+                    METRICS_INTERVAL,
+                    None,
+                    guard,
+                    hints.on_nvml if hints is not None else None,
                 )
                 metrics.start()
                 started.set_result(metrics)
@@ -130,6 +140,14 @@ class Tracking:
         self._node_metrics.clear()
         runs.end_run(client, run_id, status)
 
+    def tag(self, run_id: str, key: str, value: str) -> None:
+        """A note on the run, if MLflow can still take one."""
+        try:
+            client, _, _ = self._mlflow()
+            client.set_tag(run_id, key, value)
+        except Exception as err:
+            log.warning("could not tag MLflow run %s: %s", run_id, err)
+
     def attach_logs(self, run_id: str, attempt_dir: Path) -> None:
         """Each rank's output as plain text artifacts ``logs/node_N/rank_R.log``, so
         MLflow's own UI shows them."""
@@ -162,6 +180,7 @@ class Supervisor:
         self._cancelled = threading.Event()
         self._over = threading.Event()
         self._ranks: Ranks | None = None
+        self._hints: HintRecorder | None = None
         self._tracking = Tracking(self.job.workload)
 
     def cancel(self, *_: Any) -> None:
@@ -202,9 +221,15 @@ class Supervisor:
             )
             self.store.start_attempt(job.id, attempt, run_id)
             guard = RunGuard()
+            self._hints = HintRecorder(
+                self.store.attempt_dir(job.id, attempt),
+                functools.partial(tracking.tag, run_id),
+            )
             # On a cluster each node agent measures its own machine, not this one.
             metrics = (
-                tracking.start_metrics(run_id, guard) if workload.backend == "local" else _none()
+                tracking.start_metrics(run_id, guard, self._hints)
+                if workload.backend == "local"
+                else _none()
             )
             try:
                 outcome = self._attempt(attempt, workload, run_id)
@@ -274,24 +299,26 @@ class Supervisor:
                 ),
             )
         else:
-            self._ranks = LocalRanks(
-                node_specs(
-                    argv=_argv(workload, self.store.job_dir(job.id), attempt_dir),
-                    base_env=inherited_env(),
-                    node_rank=0,
-                    nproc_per_node=workload.nproc_per_node,
-                    nnodes=1,
-                    master_addr="127.0.0.1",
-                    master_port=free_port(),
-                    job_id=job.id,
-                    attempt=attempt,
-                    max_restarts=workload.max_retries,
-                    gpus=visible_gpus(os.environ, gpu_count()),
-                    extra=extra,
-                    log_dir=attempt_dir / "logs" / "node_0",
-                    cwd=workload.working_dir,
-                )
+            specs = node_specs(
+                argv=_argv(workload, self.store.job_dir(job.id), attempt_dir),
+                base_env=inherited_env(),
+                node_rank=0,
+                nproc_per_node=workload.nproc_per_node,
+                nnodes=1,
+                master_addr="127.0.0.1",
+                master_port=free_port(),
+                job_id=job.id,
+                attempt=attempt,
+                max_restarts=workload.max_retries,
+                gpus=visible_gpus(os.environ, gpu_count()),
+                extra=extra,
+                log_dir=attempt_dir / "logs" / "node_0",
+                cwd=workload.working_dir,
             )
+            ranks = self._ranks = LocalRanks(specs)
+            gpus = rank_gpus([spec.env.get("CUDA_VISIBLE_DEVICES") for spec in specs])
+            if self._hints is not None:
+                self._hints.start(gpus, ranks.last_output)
         if self._cancelled.is_set():
             self._ranks.cancel()
         return self._ranks.run(timeout=workload.timeout)

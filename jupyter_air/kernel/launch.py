@@ -20,7 +20,7 @@ from ..jobs import client
 from ..jobs.spec import Workload
 from ..jobs.store import JobStore, new_job_id
 from .capture import Payload
-from .display import JobView
+from .display import OPEN_RUN, JobView
 from .session import notebook_path, user_name
 
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -174,7 +174,12 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
     watch = None if options.background else os.getpid()
     job = client.submit(store, workload, payload_bytes, job_id=job_id, watch_pid=watch)
 
-    view = JobView(job.id, options.output_ranks, options.nnodes)
+    view = JobView(
+        job.id,
+        options.output_ranks,
+        options.nnodes,
+        tracking_uri=None if options.background else target.tracking_uri,
+    )
     view.header(run_name, job_links(target.tracking_uri, target.experiment_id, run_id, job.id))
     max_attempts = options.max_retries + 1
     if options.background:
@@ -215,16 +220,21 @@ def job_links(
     tracking_uri: str, experiment_id: str, run_id: str, job_id: str
 ) -> dict[str, str | None]:
     """The run and its experiment in the MLflow UI, and the job's logs view in JupyterLab
-    (the run's ``logs/`` artifacts when no Jupyter server is known)."""
-    from ..tracking.ui_links import experiment_url, logs_url, run_url, ui_base
+    (the run's ``logs/`` artifacts when no Jupyter server is known). Where no UI is
+    served (a kernel without a Jupyter server, as in VS Code), no link to nowhere: the
+    command that opens the run instead, under ``OPEN_RUN``."""
+    from ..tracking.ui_links import experiment_url, logs_url, run_url, ui_base, ui_command
 
     base = ui_base(tracking_uri)
     run = run_url(base, experiment_id, run_id) if base else None
-    return {
+    links: dict[str, str | None] = {
         "run": run,
         "experiment": experiment_url(base, experiment_id) if base else None,
         "logs": logs_url(job_id) or (f"{run}/artifacts" if run else None),
     }
+    if run is None:
+        links[OPEN_RUN] = ui_command(tracking_uri, experiment_id, run_id)
+    return links
 
 
 def _follow(
@@ -247,7 +257,9 @@ def _follow(
                 attempts = store.attempts(job_id)
                 if len(attempts) > 1:
                     view.attempt_started(len(attempts), attempts[-2].message)
-                view.status(job.status, len(attempts) or 1, max_attempts)
+                hints = _hints(store, job_id, attempts)
+                view.status(job.status, len(attempts) or 1, max_attempts, hints=hints["hints"])
+                view.chart(_runs(attempts), hints["gpus"])
                 last_status = time.monotonic()
             time.sleep(POLL)
     except KeyboardInterrupt:
@@ -256,7 +268,9 @@ def _follow(
         job = client.wait(store, job_id, CANCEL_WAIT)
         _end_last_run(store, job_id, job.status, end_run)
         view.show(follower.poll())
-        view.status(job.status, len(store.attempts(job_id)) or 1, max_attempts, "interrupted")
+        attempts = store.attempts(job_id)
+        view.status(job.status, len(attempts) or 1, max_attempts, "interrupted")
+        view.finish(_runs(attempts), _hints(store, job_id, attempts)["gpus"])
         raise
     _end_last_run(store, job_id, job.status, end_run)
     attempts = store.attempts(job_id)
@@ -266,9 +280,21 @@ def _follow(
     last = attempts[-1] if attempts else None
     note = view.elided_note()
     view.status(job.status, len(attempts), max_attempts, note or "")
+    view.finish(_runs(attempts), _hints(store, job_id, attempts)["gpus"])
     if job.status != "SUCCEEDED":
         raise _failure(store, job_id, job.status, last)
     return _result(store, job_id, last.attempt if last else 1, user_ns)
+
+
+def _runs(attempts: list[Any]) -> list[tuple[int, str]]:
+    return [(a.attempt, a.run_id) for a in attempts if a.run_id]
+
+
+def _hints(store: JobStore, job_id: str, attempts: list[Any]) -> dict[str, Any]:
+    """The last attempt's hints and GPUs, as its supervisor last wrote them."""
+    from ..jobs.hints import read_hints
+
+    return read_hints(store.attempt_dir(job_id, attempts[-1].attempt if attempts else 1))
 
 
 def _end_last_run(
