@@ -9,7 +9,9 @@ Side by side in this one script, alternating rounds, medians kept:
    ``rank_env`` gives every rank (``--buffered`` removes it: block-buffered pipes;
    note that ``PYTHONUNBUFFERED=0`` would still mean unbuffered, any non-empty value
    does). ``--profile`` adds one cProfile'd run of the supervisor side; ``--prototype``
-   adds a third arm with the batched capture proposed in docs/benchmarks.md.
+   adds a third arm with the batched capture proposed in docs/benchmarks.md. Then one
+   64 MiB line without a newline fed to a ``StreamSplitter`` in 64 KiB reads, as from a
+   pipe: CPU time and the records written.
 2. ``--query``: rank + level + substring over those 1 M lines with ``read_all`` (and
    ``air logs``) vs ``grep`` (and ``rg`` if installed) over the same record files,
    with the same level condition as a regular expression on the record prefix; and
@@ -322,7 +324,28 @@ def bench_capture(store: JobStore, args: argparse.Namespace) -> tuple[dict[str, 
         result["prototype_same_records"] = same_records(last["air"], last["prototype"])
     if args.profile:
         result["profile"] = profile_supervisor(store, args.ranks, per_rank, env)
+    result["long_line"] = bench_long_line(store.home / "long-line.log")
     return result, last["air"]
+
+
+def bench_long_line(path: Path, mib: int = 64) -> dict[str, Any]:
+    """One line of ``mib`` MiB without a newline, fed as a pipe gives it (64 KiB reads)."""
+    read = b"x" * (1 << 16)
+    log = RankLog(path)
+    splitter = StreamSplitter(log, "out")
+    start = time.process_time()
+    for _ in range(mib * 16):
+        splitter.feed(read)
+    splitter.feed(b"\n")
+    took = time.process_time() - start
+    log.close()
+    sizes = [len(line) for line in path.read_bytes().splitlines()]
+    return {
+        "line_mib": mib,
+        "cpu_ms": round(took * 1000, 1),
+        "records": len(sizes),
+        "largest_record_bytes": max(sizes),
+    }
 
 
 # -- the query proposal, as a prototype --------------------------------------------------
