@@ -1,6 +1,8 @@
 """``air``: submit and inspect jobs from a shell.
 
-``air run -f workload.yaml``, ``air list``, ``air get ID``, ``air logs ID``, ``air cancel ID``.
+``air run -f workload.yaml``, ``air list``, ``air get ID``, ``air logs ID``, ``air cancel ID``,
+``air permissions ID``. The caller is the OS user (with its OS groups): a store on a
+shared disk may hold others' jobs, shown and touched only as their permissions allow.
 Exit status 0 on success; otherwise non-zero with a one-line reason on stderr.
 """
 
@@ -19,8 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from .jobs import client
+from .jobs.permissions import (
+    BadGrant,
+    Forbidden,
+    Identity,
+    JobAccess,
+    Level,
+    merged,
+    os_identity,
+    parse_grant,
+    parse_principal,
+)
 from .jobs.spec import Workload
-from .jobs.store import JOB_ID, Job, JobStore, StoreError, UnknownJob, new_job_id
+from .jobs.store import JOB_ID, Job, JobStore, StoreError, UnknownJob
 from .jobs.views import job_document
 from .logs.query import BadFilter, LogFilter, read_all, read_page, read_tail
 from .logs.text import format_line
@@ -57,6 +70,11 @@ def _parser() -> argparse.ArgumentParser:
         help="change one field, e.g. compute.nproc_per_node=4 (repeatable)",
     )
     run.add_argument("--dry-run", action="store_true", help="validate and print, submit nothing")
+    run.add_argument(
+        "--oversubscribe",
+        action="store_true",
+        help="start more ranks than this machine's GPUs, or than 4 per core (refused otherwise)",
+    )
     run.add_argument(
         "--watch",
         action="store_true",
@@ -108,6 +126,27 @@ def _parser() -> argparse.ArgumentParser:
     cancel = sub.add_parser("cancel", help="stop every rank of a job")
     cancel.add_argument("job_id")
     cancel.set_defaults(func=_cancel)
+
+    permissions = sub.add_parser(
+        "permissions", help="who may view, cancel or manage a job; --grant/--revoke change it"
+    )
+    permissions.add_argument("job_id")
+    permissions.add_argument(
+        "--grant",
+        action="append",
+        default=[],
+        metavar="[group:]NAME:LEVEL",
+        help="e.g. bob:CAN_VIEW or group:ml-team:CAN_MANAGE_RUN (repeatable; needs CAN_MANAGE)",
+    )
+    permissions.add_argument(
+        "--revoke",
+        action="append",
+        default=[],
+        metavar="[group:]NAME",
+        help="e.g. carol or group:ml-team (repeatable; needs CAN_MANAGE)",
+    )
+    _output(permissions)
+    permissions.set_defaults(func=_permissions)
     return parser
 
 
@@ -122,13 +161,17 @@ def _store() -> JobStore:
         raise CliError(str(err)) from None
 
 
-def _job(store: JobStore, job_id: str) -> Job:
+def _job(store: JobStore, job_id: str, needed: Level = Level.CAN_VIEW) -> Job:
+    """The job, if the OS user holds ``needed`` on it."""
     if not JOB_ID.fullmatch(job_id):
         raise CliError(f"no job {job_id!r}")
     try:
+        store.access(job_id).require(os_identity(), needed)
         return store.get(job_id)
     except UnknownJob:
         raise CliError(f"no job {job_id!r}") from None
+    except Forbidden as err:
+        raise CliError(str(err)) from None
 
 
 def _run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str | None:
@@ -148,6 +191,13 @@ def _run(args: argparse.Namespace) -> int:
         spec = load(args.file, args.override)
     except WorkloadError as err:
         raise CliError(str(err)) from None
+    if spec.backend == "local" and not (args.oversubscribe or spec.compute.oversubscribe):
+        from .jobs.capacity import TooManyRanks, check_here
+
+        try:
+            check_here(spec.compute.nproc_per_node, "--oversubscribe (compute.oversubscribe: true)")
+        except TooManyRanks as err:
+            raise CliError(f"{args.file}: compute.nproc_per_node: {err}") from None
     working_dir = (args.file.parent / spec.working_dir).resolve()
     if args.dry_run:
         print(
@@ -190,30 +240,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _submit(store: JobStore, spec: Any, working_dir: Path) -> Job:
-    import mlflow
-    from mlflow import MlflowClient
-
+    from .jobs.submit import named_target, submit
     from .kernel.session import user_name
-    from .tracking import runs
-    from .tracking.stores import register_store
 
-    with runs.quiet_store_setup():
-        uri = runs.absolute_tracking_uri(mlflow.get_tracking_uri())
-        mlflow_client = MlflowClient(uri)
-        found = mlflow_client.get_experiment_by_name(spec.experiment_name)
-        experiment_id = (
-            found.experiment_id
-            if found is not None
-            else mlflow_client.create_experiment(
-                spec.experiment_name, artifact_location=spec.mlflow_artifact_location
-            )
-        )
-    register_store(uri)
-    job_id = new_job_id()
+    target = named_target(spec.experiment_name, spec.mlflow_artifact_location)
     compute = spec.compute
-    tags = runs.job_tags(job_id, 1, compute.nproc_per_node, compute.nnodes, None, user_name())
-    tags["air.command"] = redact(spec.command)
-    run_id = runs.start_run(mlflow_client, experiment_id, tags, spec.run_name, None)
     workload = Workload(
         kind="command",
         command=spec.argv,
@@ -225,12 +256,16 @@ def _submit(store: JobStore, spec: Any, working_dir: Path) -> Job:
         env=spec.env,
         background=True,  # nobody's kernel: the job outlives this shell
         working_dir=str(working_dir),
-        tracking_uri=uri,
-        experiment_id=str(experiment_id),
         run_name=spec.run_name,
-        tags={**tags, "air.first_run_id": run_id},
     )
-    return client.submit(store, workload, None, job_id=job_id)
+    return submit(
+        store,
+        workload,
+        target,
+        owner=os_identity().name,
+        user=user_name(),
+        extra_tags={"air.command": redact(spec.command)},
+    ).job
 
 
 # -- list / get ----------------------------------------------------------------------
@@ -240,7 +275,7 @@ def _list(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise CliError("--limit must be >= 1")
     store = _settled_store()
-    jobs = store.jobs(active_only=not args.all_status, limit=args.limit)
+    jobs = store.jobs(active_only=not args.all_status, limit=args.limit, visible_to=os_identity())
     if args.output == "json":
         print(json.dumps([job_document(store, j, _run_link) for j in jobs], indent=2))
         return 0
@@ -417,7 +452,7 @@ def _download(directory: Path, flt: LogFilter, target: Path, attempt: int) -> in
 
 def _cancel(args: argparse.Namespace) -> int:
     store = _store()
-    job = _job(store, args.job_id)
+    job = _job(store, args.job_id, Level.CAN_MANAGE_RUN)
     try:
         cancelled = client.cancel(store, job.id)
     except client.Elsewhere as err:
@@ -427,6 +462,39 @@ def _cancel(args: argparse.Namespace) -> int:
     job = client.wait(store, job.id, 60.0)
     print(f"Job {job.id} {job.status.lower()}")
     return 0 if job.status == "CANCELLED" else 1
+
+
+# -- permissions -------------------------------------------------------------------------
+
+
+def _permissions(args: argparse.Namespace) -> int:
+    store = _store()
+    job = _job(store, args.job_id)
+    me = os_identity()
+    try:
+        grants = merged(parse_grant(g) for g in args.grant)
+        revoke = tuple(parse_principal(p) for p in args.revoke)
+        if grants or revoke:
+            access = store.change_access(job.id, me, grants, revoke)
+        else:
+            access = store.access(job.id)
+    except (BadGrant, Forbidden) as err:
+        raise CliError(str(err)) from None
+    if args.output == "json":
+        print(json.dumps(access.as_json(me), indent=2))
+        return 0
+    _print_access(access, me)
+    return 0
+
+
+def _print_access(access: JobAccess, me: Identity) -> None:
+    level = access.level_of(me)
+    print(f"Job {access.job_id}: owner {access.owner} (CAN_MANAGE)")
+    for g in access.grants:
+        print(f"  {g.principal.kind:5} {g.principal.name:24} {g.level.name}")
+    if not access.grants:
+        print("  no grants: only the owner has access")
+    print(f"  you ({me.name}): {level.name if level else 'no access'}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..logs.capture import parse_record
 from ..logs.query import read_records
 from ..paths import private_opener, write_private
+from .permissions import Grant
 from .spec import Workload
 from .store import Job, JobStore
 
@@ -25,12 +26,15 @@ def submit(
     payload: bytes | None,
     job_id: str | None = None,
     watch_pid: int | None = None,
+    owner: str | None = None,
+    grants: tuple[Grant, ...] = (),
 ) -> Job:
-    """Record the job and start its supervisor in a session of its own.
+    """Record the job (owned by ``owner``, the OS user by default, with ``grants``) and
+    start its supervisor in a session of its own.
 
     With ``watch_pid`` the job is cancelled when that process (the kernel) dies.
     """
-    job = store.create(workload, job_id=job_id)
+    job = store.create(workload, job_id=job_id, owner=owner, grants=grants)
     job_dir = store.job_dir(job.id)
     if payload is not None:
         write_private(job_dir / "payload.pkl", payload)
