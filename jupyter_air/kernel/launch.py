@@ -279,8 +279,9 @@ def _follow(
     view.show(follower.poll())
     last = attempts[-1] if attempts else None
     note = view.elided_note()
-    view.status(job.status, len(attempts), max_attempts, note or "")
-    view.finish(_runs(attempts), _hints(store, job_id, attempts)["gpus"])
+    hints = _hints(store, job_id, attempts)  # the last ones raised stay said
+    view.status(job.status, len(attempts), max_attempts, note or "", hints["hints"])
+    view.finish(_runs(attempts), hints["gpus"])
     if job.status != "SUCCEEDED":
         raise _failure(store, job_id, job.status, last)
     return _result(store, job_id, last.attempt if last else 1, user_ns)

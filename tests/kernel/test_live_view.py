@@ -10,7 +10,11 @@ from typing import Any
 import nbformat
 import pytest
 
-from tests.kernel.conftest import execute_notebook
+from jupyter_air.jobs.hints import read_hints
+from jupyter_air.jobs.store import JobStore
+from tests.kernel.conftest import Kernel, execute_notebook
+
+PLOTLY = "application/vnd.plotly.v1+json"
 
 CELL = """%%air_distributed -n 2 --run-name live
 from jupyter_air import log_metrics
@@ -95,3 +99,51 @@ def test_the_command_never_shows_the_stores_credentials() -> None:
     assert "s3cret" not in text
     assert "ada" not in text
     assert text.startswith("mlflow ui --backend-store-uri postgresql://db.internal/mlflow (add")
+
+
+IDLE_CELL = """%%air_distributed -n 1 --run-name idle
+import os, time
+from pathlib import Path
+# Until the supervisor has said something (at most 2 minutes): no fixed sleep to tune.
+hints = Path(os.environ["AIR_HOME"], "jobs", os.environ["AIR_JOB_ID"], "attempt_1", "hints.json")
+deadline = time.monotonic() + 120
+while '"idle_gpu"' not in (hints.read_text() if hints.exists() else ""):
+    assert time.monotonic() < deadline, "no hint"
+    time.sleep(0.5)
+time.sleep(1)  # the kernel reads hints every 0.5 s
+"""
+
+
+def test_a_mostly_idle_gpu_raises_the_idle_hint_in_the_status_the_run_and_the_chart(
+    kernel: Kernel, air_home: Path
+) -> None:
+    """The fake GPU averages 40 % (20, 40, 60); with the idle threshold at 50 % over a 2 s
+    window, the job's GPU (its rank's CUDA_VISIBLE_DEVICES=0) is mostly idle."""
+    limits = {
+        "CUDA_VISIBLE_DEVICES": "0",
+        "AIR_HINT_IDLE_WINDOW": "2",
+        "AIR_HINT_IDLE_UTILIZATION": "50",
+    }
+    set_env = kernel.run(f"import os; saved = dict(os.environ); os.environ.update({limits!r})")
+    assert set_env.error is None, set_env.traceback
+    try:
+        execution = kernel.run(IDLE_CELL)
+    finally:
+        kernel.run("os.environ.clear(); os.environ.update(saved)")
+    assert execution.error is None, execution.traceback
+    status = next(d["text/plain"] for d in execution.displays if " · attempt " in d["text/plain"])
+    assert "⚠ GPU 0 averaged" in status
+    assert "utilization over the last 2 s: likely input-bound" in status
+
+    from mlflow import MlflowClient
+
+    store = JobStore(air_home)
+    job = next(j for j in store.jobs() if j.workload.run_name == "idle")
+    (attempt,) = store.attempts(job.id)
+    doc = read_hints(store.attempt_dir(job.id, attempt.attempt))
+    assert doc["gpus"] == [0]
+    assert [h["kind"] for h in doc["hints"]] == ["idle_gpu"]
+    run = MlflowClient(job.workload.tracking_uri).get_run(attempt.run_id)
+    assert run.data.tags["air.hint.idle_gpu"].startswith("GPU 0 averaged")
+    chart = next(d for d in execution.displays if PLOTLY in d)
+    assert "GPU 0 util %" in {t["name"] for t in chart[PLOTLY]["data"]}
