@@ -8,13 +8,15 @@ export const API_NAMESPACE = 'jupyter-air';
 
 /**
  * An error answered by the jupyter_air server API
- * (`{"error": {"code", "message"}}` with a 4xx/5xx status).
+ * (`{"error": {"code", "message", ...}}` with a 4xx/5xx status).
  */
 export class APIError extends Error {
   constructor(
     message: string,
     readonly code: string,
-    readonly status: number
+    readonly status: number,
+    /** The error's other keys, e.g. `job`, `needed`, `owner` of a refused job permission. */
+    readonly details: Readonly<Record<string, unknown>> = {}
   ) {
     super(message);
     this.name = 'APIError';
@@ -82,14 +84,17 @@ export async function requestAPI<T>(
   }
 
   if (!response.ok) {
-    const error = (data as { error?: { code?: unknown; message?: unknown } })
-      ?.error;
-    const message =
-      typeof error?.message === 'string' && error.message
-        ? error.message
-        : `${response.status} ${response.statusText || 'request failed'}`.trim();
-    const code = typeof error?.code === 'string' ? error.code : 'http_error';
-    throw new APIError(message, code, response.status);
+    const error = (data as { error?: Record<string, unknown> })?.error;
+    const { code, message, ...details } =
+      error && typeof error === 'object' ? error : {};
+    throw new APIError(
+      typeof message === 'string' && message
+        ? message
+        : `${response.status} ${response.statusText || 'request failed'}`.trim(),
+      typeof code === 'string' ? code : 'http_error',
+      response.status,
+      details
+    );
   }
   if (data === undefined && text.length > 0) {
     throw new APIError(

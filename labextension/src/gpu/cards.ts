@@ -17,6 +17,14 @@ import { GpuModel } from './model';
 import type { IGpuInfo, IGpuProcess } from './types';
 import { el } from '../dom';
 
+/** What a process of a job the caller may not view is shown as. */
+const OTHER_USERS_JOB = "another user's job";
+
+/** A process of a job the caller may not view: only its memory is known. */
+function isOtherUsers(process: IGpuProcess): boolean {
+  return process.owner?.kind === 'other';
+}
+
 /** Set a text (and its title, for truncated text) only when it changed. */
 function setText(node: HTMLElement, text: string, title = text): void {
   if (node.textContent !== text) {
@@ -210,12 +218,16 @@ export class GpuCard extends Card {
   }
 
   private _updateProcesses(processes: IGpuProcess[]): void {
-    const rows = processes.map(p => [
-      String(p.pid),
-      p.name || NA,
-      formatProcessMemory(p.mem_mib),
-      formatOwner(p)
-    ]);
+    const rows = processes.map(p =>
+      isOtherUsers(p)
+        ? [NA, NA, formatProcessMemory(p.mem_mib), OTHER_USERS_JOB]
+        : [
+            String(p.pid),
+            p.name || NA,
+            formatProcessMemory(p.mem_mib),
+            formatOwner(p)
+          ]
+    );
     const key = rows.map(r => r.join('\u0000')).join('\u0001');
     if (key === this._processKey) {
       return;
@@ -239,7 +251,11 @@ export class GpuCard extends Card {
     ];
     processes.forEach((process, k) => {
       const tr = el('tr', 'jp-air-GpuCard-process');
-      tr.dataset.pid = String(process.pid);
+      if (isOtherUsers(process)) {
+        tr.classList.add('jp-mod-otherUser');
+      } else {
+        tr.dataset.pid = String(process.pid);
+      }
       rows[k].forEach((text, c) => {
         const td = el('td', classes[c], text);
         td.title = text;

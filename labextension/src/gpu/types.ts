@@ -43,16 +43,19 @@ export interface ISamples {
   gpu: IGpuColumns[];
 }
 
-/** Owner of a GPU process. */
+/**
+ * Owner of a GPU process: `kernel`, `job`, or `other`: a job the caller may
+ * not view, sent with no id, name or pid, only its memory.
+ */
 export interface IProcessOwner {
   kind: string;
   id?: string | null;
   name?: string | null;
 }
 
-/** A process holding memory on a GPU. */
+/** A process holding memory on a GPU (`pid` and `name` are null for another user's job). */
 export interface IGpuProcess {
-  pid: number;
+  pid: number | null;
   name: string | null;
   mem_mib: number | null;
   owner: IProcessOwner | null;

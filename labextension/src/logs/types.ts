@@ -67,3 +67,15 @@ export interface ILogsResponse {
   /** The job ended and every log of the attempt was read to its end. */
   done: boolean;
 }
+
+/** A job permission, lowest first (docs/api.md, "Permissions"). */
+export type PermissionLevel = 'CAN_VIEW' | 'CAN_MANAGE_RUN' | 'CAN_MANAGE';
+
+/** What a 403 of the jobs routes says when the caller lacks a job permission. */
+export interface IAccessDenied {
+  job: string;
+  /** The permission missing. */
+  needed: PermissionLevel | string;
+  /** The job's owner: who can grant it. */
+  owner: string;
+}

@@ -9,13 +9,14 @@ import { Widget } from '@lumino/widgets';
 
 import { el } from '../dom';
 import { APIError, apiUrl, Query, requestAPI } from '../request';
+import { accessDenied, renderAccessDenied } from './access';
 import { LineBuffer, MAX_LINES } from './buffer';
 import { copyText } from './clipboard';
 import { filterQuery, ILogFilters, NO_FILTERS } from './filters';
 import { lineAsText, matcher } from './format';
 import { LogsHeader, plural } from './header';
 import { LogList } from './list';
-import type { IJob, ILogsResponse } from './types';
+import type { IAccessDenied, IJob, ILogsResponse } from './types';
 
 /** Lines asked for when the view (re)loads: the end of the log. */
 export const TAIL = 1000;
@@ -44,6 +45,9 @@ function describeError(error: unknown): string {
  * The view loads the last {@link TAIL} matching lines, then follows a running
  * job with the answer's cursor every second; at most {@link MAX_LINES} lines
  * are kept, and only the rows in view are in the DOM.
+ *
+ * Without the job's CAN_VIEW (a 403 naming the permission and the job's owner),
+ * the view says so and who can grant it, instead of an error.
  */
 export class JobLogsView extends Widget {
   constructor(options: JobLogsView.IOptions) {
@@ -104,6 +108,11 @@ export class JobLogsView extends Widget {
   /** Whether every line of the attempt has arrived (the job ended). */
   get done(): boolean {
     return this._done;
+  }
+
+  /** Why the server refused this job's logs to the caller, or null. */
+  get denied(): IAccessDenied | null {
+    return this._denied;
   }
 
   /** Show attempt `attempt` (1-based) of the job. */
@@ -285,6 +294,7 @@ export class JobLogsView extends Widget {
     this._truncated = false;
     this._newLines = 0;
     this._error = null;
+    this._denied = null;
     this._loading = true;
     this._following = true;
     this._shownAttempt = null;
@@ -318,6 +328,7 @@ export class JobLogsView extends Widget {
         if (generation === this._generation) {
           this._loading = false;
           this._error = describeError(error);
+          this._showDenied(accessDenied(error));
           this._renderBody();
         }
       }
@@ -342,6 +353,8 @@ export class JobLogsView extends Widget {
       } catch (error) {
         if (generation === this._generation) {
           this._error = describeError(error);
+          // A 403 here: the grant was revoked while the view followed.
+          this._showDenied(accessDenied(error));
           this._renderInfo();
         }
         throw error;
@@ -355,6 +368,23 @@ export class JobLogsView extends Widget {
         return;
       }
     }
+  }
+
+  /**
+   * Without CAN_VIEW, nothing of the job stays on screen (it may have been shown
+   * before the grant was revoked): say so, and who can grant it.
+   */
+  private _showDenied(denied: IAccessDenied | null): void {
+    if (!denied) {
+      return;
+    }
+    this._denied = denied;
+    this._job = null;
+    this._cursor = null;
+    this._buffer.clear();
+    this._list.clearRows();
+    this._renderHeader();
+    this._renderBody();
   }
 
   /** Take one answer: its lines, cursor, and what it says of the job. */
@@ -516,7 +546,15 @@ export class JobLogsView extends Widget {
   private _renderBody(): void {
     const size = this._buffer.size;
     let empty = '';
-    if (size === 0) {
+    if (this._deniedShown !== this._denied) {
+      this._deniedShown = this._denied;
+      this._deniedNode?.remove();
+      this._deniedNode = this._denied ? renderAccessDenied(this._denied) : null;
+      if (this._deniedNode) {
+        this._empty.before(this._deniedNode);
+      }
+    }
+    if (size === 0 && !this._denied) {
       if (this._loading) {
         empty = 'Loading…';
       } else if (this._error !== null && this._cursor === null) {
@@ -564,6 +602,9 @@ export class JobLogsView extends Widget {
     let error = false;
     if (this._flashText !== null) {
       message = this._flashText;
+    } else if (this._denied) {
+      message = 'No access.';
+      error = true;
     } else if (this._error !== null) {
       message = `Update failed: ${this._error}`;
       error = true;
@@ -614,6 +655,7 @@ export class JobLogsView extends Widget {
   private _truncated = false;
   private _loading = false;
   private _error: string | null = null;
+  private _denied: IAccessDenied | null = null;
   private _following = true;
   private _newLines = 0;
   private _flashText: string | null = null;
@@ -624,6 +666,8 @@ export class JobLogsView extends Widget {
 
   private _header!: LogsHeader;
   private _empty!: HTMLDivElement;
+  private _deniedNode: HTMLElement | null = null;
+  private _deniedShown: IAccessDenied | null = null;
 }
 
 export namespace JobLogsView {
