@@ -22,7 +22,7 @@ from tornado.httpclient import HTTPClientError
 
 from jupyter_air.gpu.sampler import GpuSampler
 from jupyter_air.jobs.node_files import write_gpu, write_nodes
-from jupyter_air.jobs.permissions import Identity, Level, parse_grant
+from jupyter_air.jobs.permissions import Identity, Level, os_identity, parse_grant
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from tests.conftest import WriteScenario
@@ -356,3 +356,59 @@ async def test_the_gpu_answer_lists_only_the_nodes_of_jobs_the_caller_may_view(
     assert [node["job"] for node in nodes] == [shared.id]
     owner = json.loads((await call(jp_fetch, "owner", "GET", "jupyter-air/gpu")).body)["nodes"]
     assert {node["job"] for node in owner} == {shared.id, private.id}
+
+
+@dataclass
+class HubUser(User):
+    """What JupyterHub's identity provider gives a single-user server: the Hub's user model."""
+
+    hub_user: dict[str, Any] | None = None
+
+
+class HubLikeIdentityProvider(IdentityProvider):  # type: ignore[misc]
+    async def get_user(self, handler: Any) -> User | None:
+        user = await ensure_async(super().get_user(handler))
+        name = handler.request.headers.get("X-Test-User")
+        if user is None or not name:
+            return user
+        groups = handler.request.headers.get("X-Test-Groups", "").split(",")
+        return HubUser(username=name, hub_user={"name": name, "groups": list(filter(None, groups))})
+
+
+class TestOnAHub:
+    @pytest.fixture
+    def jp_server_config(self, store: JobStore) -> dict[str, Any]:
+        return {
+            "ServerApp": {
+                "jpserver_extensions": {"jupyter_air": True},
+                "identity_provider_class": HubLikeIdentityProvider,
+            },
+            "GpuSampler": {"interval": 3600.0},
+        }
+
+    async def test_the_caller_is_the_hub_user_with_the_hub_groups(
+        self, jp_fetch: Any, job: str
+    ) -> None:
+        route = f"jupyter-air/jobs/{job}/permissions"
+        doc = json.loads((await call(jp_fetch, "group", "GET", route)).body)
+        assert doc["you"] == {"name": "carol", "level": "CAN_MANAGE_RUN"}
+        assert (await refusal(jp_fetch, "stranger", "GET", route))[0] == 403
+
+
+class TestASingleUserServer:
+    """jupyter_server's own token login: one user, the OS user, who owns everything."""
+
+    @pytest.fixture
+    def jp_server_config(self, store: JobStore) -> dict[str, Any]:
+        return {
+            "ServerApp": {"jpserver_extensions": {"jupyter_air": True}},
+            "GpuSampler": {"interval": 3600.0},
+        }
+
+    async def test_every_caller_is_the_os_user(self, jp_fetch: Any, store: JobStore) -> None:
+        mine = store.create(Workload(kind="command"))  # owned by the OS user
+        store.create(Workload(kind="command"), owner="someone-else")
+        answer = json.loads((await jp_fetch("jupyter-air", "jobs")).body)
+        assert [job["id"] for job in answer["jobs"]] == [mine.id]
+        doc = json.loads((await jp_fetch("jupyter-air", "jobs", mine.id, "permissions")).body)
+        assert doc["you"] == {"name": os_identity().name, "level": "CAN_MANAGE"}
