@@ -2,7 +2,9 @@
 
 Each rank is a fresh interpreter in its own session, so a signal to its process
 group reaches whatever it started (DataLoader workers, compilers) and nothing is
-left holding GPU memory. Output is read with one selector loop for all pipes.
+left holding GPU memory. A watchdog (``reaper``) takes those groups, and whatever
+left them, down when the attempt ends or its owner is killed outright. Output is read
+with one selector loop for all pipes.
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ from pathlib import Path
 from ..logs.capture import LINE, RankLog, StreamSplitter
 from ..logs.levels import ERROR
 from .env import RankPlace, rank_env
+from .reaper import Reaper, sweep
 
 #: Seconds a rank gets to stop after SIGINT, then after SIGTERM, before SIGKILL.
 INTERRUPT_GRACE = 5.0
 TERMINATE_GRACE = 3.0
+#: Seconds the output of exited ranks is still read, once what held it open is gone.
+LEFTOVER_GRACE = 1.0
 
 
 @dataclass
@@ -92,16 +97,27 @@ class LocalRanks:
 
     def run(self, timeout: float | None = None) -> Outcome:
         """Start every rank and return once all have exited."""
+        reaper = Reaper(_rank_match(self._specs))
+        try:
+            return self._run(reaper, timeout)
+        finally:
+            reaper.close()
+
+    def _run(self, reaper: Reaper, timeout: float | None) -> Outcome:
         started = time.monotonic()
         for spec in self._specs:
+            if self._cancel.is_set() or self._abort is not None:
+                break  # a cancel stops a launch in progress: the ranks started are stopped
             try:
-                self._start(spec)
+                self._start(spec, reaper)
             except (OSError, subprocess.SubprocessError) as err:
                 return self._not_started(spec, err)
         stopping: str | None = None
         failed: _Rank | None = None
         failed_at: float | None = None
         message: str | None = None
+        if len(self._ranks) < len(self._specs):  # the launch was cut short
+            stopping, message = ("abort", self._abort) if self._abort else ("cancel", "cancelled")
         while self._selector.get_map() or not self._all_exited():
             self._pump(0.1)
             for rank in self._ranks:
@@ -109,6 +125,7 @@ class LocalRanks:
                     rank.exited_at = time.monotonic()
                     # Whatever the rank left behind in its session goes with it.
                     _kill_group(rank.process.pid)
+                    reaper.untrack(rank.process.pid)
                     if rank.process.returncode != 0 and failed is None and stopping is None:
                         failed, failed_at = rank, time.time()
                         stopping = "failure"
@@ -128,12 +145,15 @@ class LocalRanks:
                 stopping, message = "timeout", f"timed out after {timeout:g} s"
             if stopping is not None and not self._all_exited():
                 self._stop_all(interrupt_first=stopping in ("cancel", "timeout"))
+            if self._selector.get_map() and self._all_exited():
+                self._end_leftovers()
         for rank in self._ranks:
             rank.process.wait()
             for splitter in rank.splitters.values():
                 splitter.flush()
             rank.log.close()
         codes: list[int | None] = [r.process.returncode for r in self._ranks]
+        codes += [None] * (len(self._specs) - len(codes))  # not started: cancelled first
         if failed is not None:
             code = failed.process.returncode
             text = _exit_text(failed.spec.rank, code)
@@ -163,7 +183,7 @@ class LocalRanks:
     def close(self) -> None:
         """Nothing to release: ``run`` returns once every rank has exited and been read."""
 
-    def _start(self, spec: RankSpec) -> None:
+    def _start(self, spec: RankSpec, reaper: Reaper) -> None:
         process = subprocess.Popen(
             spec.argv,
             env=spec.env,
@@ -174,6 +194,7 @@ class LocalRanks:
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
+        reaper.track(process.pid)  # its session's id is its pid
         rank = _Rank(spec, process, RankLog(spec.log_path))
         for pipe, stream in ((process.stdout, "out"), (process.stderr, "err")):
             assert pipe is not None
@@ -181,6 +202,18 @@ class LocalRanks:
             rank.splitters[pipe.fileno()] = StreamSplitter(rank.log, stream)
             self._selector.register(pipe, selectors.EVENT_READ, rank)
         self._ranks.append(rank)
+
+    def _end_leftovers(self) -> None:
+        """Every rank has exited, but something one started outside its group may still
+        hold its output open: it goes now (it would outlive the job), and whatever output
+        is left is read for a moment, then given up."""
+        sweep(_rank_match(self._specs), patience=1.0)
+        deadline = time.monotonic() + LEFTOVER_GRACE
+        while self._selector.get_map() and time.monotonic() < deadline:
+            self._pump(0.05)
+        for key in list(self._selector.get_map().values()):
+            self._selector.unregister(key.fileobj)
+            key.fileobj.close()  # type: ignore[union-attr]
 
     def _pump(self, timeout: float) -> None:
         for key, _ in self._selector.select(timeout):
@@ -270,6 +303,15 @@ def node_specs(
         env.pop("MLFLOW_EXPERIMENT_NAME", None)  # MLFLOW_EXPERIMENT_ID names the experiment
         specs.append(RankSpec(place.rank, argv, env, log_dir / f"rank_{place.rank}.log", cwd))
     return specs
+
+
+def _rank_match(specs: Sequence[RankSpec]) -> dict[str, str]:
+    """What the environment of this node's ranks of this attempt, and of anything they
+    start, holds (several nodes of one job may share a machine); empty if not a job's."""
+    env = specs[0].env if specs else {}
+    if "AIR_JOB_ID" not in env:
+        return {}
+    return {k: env[k] for k in ("AIR_JOB_ID", "AIR_ATTEMPT", "GROUP_RANK") if k in env}
 
 
 def _kill_group(pgid: int, sig: signal.Signals = signal.SIGKILL) -> None:

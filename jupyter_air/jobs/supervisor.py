@@ -6,6 +6,8 @@ that need not delay the ranks), records system metrics into the attempt's run, s
 every rank when one fails, retries up to ``max_retries`` times (a new MLflow run per
 attempt), and takes the job down when it is cancelled or the kernel that follows it
 dies. The first attempt's run was created by the kernel, so links show at once.
+The job's end is recorded before anything on the MLflow side that may fail or take
+memory, so nothing there changes a job's outcome.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ..tracking.guard import RunGuard
 from .env import free_port, gpu_count, inherited_env, visible_gpus
 from .hints import HintRecorder, rank_gpus
 from .local import LocalRanks, Outcome, node_specs
+from .reaper import Reaper
 from .spec import Workload
 from .store import JobStore
 
@@ -38,6 +41,8 @@ log = logging.getLogger("jupyter_air.supervisor")
 
 #: Seconds between two system-metrics samples of a run (MLflow's own default).
 METRICS_INTERVAL = float(os.environ.get("AIR_SYSTEM_METRICS_INTERVAL", "10"))
+#: Seconds the supervisor waits, at its end, for its reaper to sweep what the job left.
+REAPER_WAIT = 15.0
 
 
 class Tracking:
@@ -150,14 +155,16 @@ class Tracking:
 
     def attach_logs(self, run_id: str, attempt_dir: Path) -> None:
         """Each rank's output as plain text artifacts ``logs/node_N/rank_R.log``, so
-        MLflow's own UI shows them."""
+        MLflow's own UI shows them; line by line, so a log of any size costs no memory."""
         client, _, _ = self._mlflow()
         logs = attempt_dir / "logs"
         with tempfile.TemporaryDirectory() as tmp:
             for record_file in sorted(logs.glob("node_*/rank_*.log")):
                 target = Path(tmp) / record_file.relative_to(logs)
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text("".join(f"{text}\n" for text in plain_lines(record_file)))
+                with target.open("w", encoding="utf-8") as out:
+                    for text in plain_lines(record_file):
+                        out.write(f"{text}\n")
             if any(Path(tmp).iterdir()):
                 client.log_artifacts(run_id, tmp, artifact_path="logs")
 
@@ -179,6 +186,8 @@ class Supervisor:
         self.watch_pid = watch_pid
         self._cancelled = threading.Event()
         self._over = threading.Event()
+        self._follower_gone = False
+        self._started = time.time()
         self._ranks: Ranks | None = None
         self._hints: HintRecorder | None = None
         self._tracking = Tracking(self.job.workload)
@@ -189,18 +198,32 @@ class Supervisor:
             self._ranks.cancel()
 
     def _watch_kernel(self) -> None:
-        """A kernel that dies takes its (non-background) job with it."""
+        """A kernel that dies takes its (non-background) job with it. It can no longer end
+        its run nor read the result: ``run`` does what it would have done."""
         assert self.watch_pid is not None
         while not self._cancelled.wait(1.0) and not self._over.is_set():
-            if not alive(self.watch_pid):
+            # A process started after this one holds a reused pid: the kernel is gone.
+            if not alive(self.watch_pid, started_by=self._started):
                 log.warning("kernel %d is gone: cancelling job %s", self.watch_pid, self.job.id)
+                self._follower_gone = True
                 self.cancel()
                 return
 
     def run(self) -> int:
+        """Every attempt, then the job's end; whatever the job started, and its pickled
+        payload, go when this process does, however it ends (see ``reaper``)."""
         from ..logs.retention import prune_in_background, retention_days
 
         prune_in_background(self.store, retention_days())
+        reaper = Reaper({"AIR_JOB_ID": self.job.id})
+        if self.job.workload.kind == "python":
+            reaper.remove(self.store.job_dir(self.job.id) / "payload.pkl")
+        try:
+            return self._run(reaper)
+        finally:
+            reaper.close(wait=REAPER_WAIT)
+
+    def _run(self, reaper: Reaper) -> int:
         job, workload = self.job, self.job.workload
         self.store.update(job.id, status="RUNNING", started=time.time(), supervisor_pid=os.getpid())
         if self.watch_pid is not None:
@@ -220,6 +243,9 @@ class Supervisor:
                 else tracking.new_run(job.id, attempt, _run_tags(workload))
             )
             self.store.start_attempt(job.id, attempt, run_id)
+            result = self.store.attempt_dir(job.id, attempt) / "result.pkl"
+            if workload.background:
+                reaper.remove(result)  # nobody reads a background job's value
             guard = RunGuard()
             self._hints = HintRecorder(
                 self.store.attempt_dir(job.id, attempt),
@@ -251,26 +277,28 @@ class Supervisor:
                 or attempt == last_attempt
                 or self._cancelled.is_set()
             )
-            # A kernel following the job ends the run itself, so it learns at once; for a
-            # job nobody follows, "done" means its run is finished too.
-            followed = over and not workload.background
-            if followed:
+            # A kernel following the job learns at once (and ends the run itself too);
+            # nothing the MLflow side does below can change the recorded outcome.
+            if over and not workload.background:
                 self._end_job(outcome)
             try:
                 if self._ranks is not None:
                     self._ranks.close()
             except Exception as err:
                 log.error("could not release attempt %d's ranks: %s", attempt, err)
-            try:
-                tracking.attach_logs(run_id, self.store.attempt_dir(job.id, attempt))
-                tracking.end_run(run_id, outcome.status, metrics)
-            except Exception as err:
-                log.error("could not finish MLflow run %s: %s", run_id, err)
-            if over:
-                if not followed:
-                    self._end_job(outcome)
-                return 0 if outcome.status == "SUCCEEDED" else 1
+            self._end_run(run_id, outcome.status, metrics)
+            if over and workload.background:
+                self._end_job(outcome)  # nobody follows: "done" means its run is finished too
+            self._attach_logs(run_id, attempt)
+            if not over:
+                reaper.remove(result)  # a retry follows: only the last value is read
+                continue
+            if self._follower_gone:
+                reaper.remove(result)
+            return 0 if outcome.status == "SUCCEEDED" else 1
         self._end_job(outcome)
+        if first_run and not self.store.attempts(job.id):  # the kernel's run, never started
+            self._end_run(first_run, outcome.status, _none())
         return 1
 
     def _end_job(self, outcome: Outcome) -> None:
@@ -278,6 +306,22 @@ class Supervisor:
         self.store.update(
             self.job.id, status=outcome.status, ended=time.time(), message=outcome.message
         )
+
+    def _end_run(self, run_id: str, status: str, metrics: Future[Any]) -> None:
+        """End the attempt's run, whoever follows the job; a failure is only logged."""
+        try:
+            self._tracking.end_run(run_id, status, metrics)
+        except Exception as err:
+            log.error("could not end MLflow run %s: %s", run_id, err)
+
+    def _attach_logs(self, run_id: str, attempt: int) -> None:
+        """After the job's and the run's ends: the logs may be large, the artifact store
+        may fail. A failure is logged here and said in the run's tags."""
+        try:
+            self._tracking.attach_logs(run_id, self.store.attempt_dir(self.job.id, attempt))
+        except Exception as err:
+            log.error("could not attach logs of attempt %d to run %s: %r", attempt, run_id, err)
+            self._tracking.tag(run_id, "air.logs", f"not attached: {err!r}"[:500])
 
     def _attempt(self, attempt: int, workload: Workload, run_id: str) -> Outcome:
         job = self.job

@@ -32,6 +32,7 @@ class Compute(BaseModel):
 
     nproc_per_node: int = Field(1, ge=1, description="ranks on each node")
     nnodes: int = Field(1, ge=1, description="nodes (more than 1 needs backend: ray)")
+    oversubscribe: bool = Field(False, description="more ranks than this machine holds")
 
 
 class WorkloadFile(BaseModel):
@@ -39,7 +40,9 @@ class WorkloadFile(BaseModel):
 
     experiment_name: str = Field(min_length=1)
     command: str = Field(min_length=1, description="what each rank runs")
-    compute: Compute = Field(default_factory=lambda: Compute(nproc_per_node=1, nnodes=1))
+    compute: Compute = Field(
+        default_factory=lambda: Compute(nproc_per_node=1, nnodes=1, oversubscribe=False)
+    )
     mlflow_run_name: str | None = None
     mlflow_artifact_location: str | None = None
     max_retries: int = Field(0, ge=0)
@@ -54,6 +57,8 @@ class WorkloadFile(BaseModel):
             raise ValueError(
                 f"compute.nnodes is {self.compute.nnodes}: several nodes need 'backend: ray'"
             )
+        if self.compute.oversubscribe and self.backend != "local":
+            raise ValueError("compute.oversubscribe is for 'backend: local' (this machine)")
         return self
 
     @field_validator("command")

@@ -16,7 +16,7 @@ from typing import Any
 
 import cloudpickle
 
-from ..jobs import client
+from ..jobs import capacity, client
 from ..jobs.spec import Workload
 from ..jobs.store import JobStore, new_job_id
 from .capture import Payload
@@ -49,6 +49,8 @@ class Options:
     timeout: float | None = None
     background: bool = False
     out: list[str] = field(default_factory=list)
+    #: Start more ranks than this machine holds (see ``jobs.capacity``).
+    oversubscribe: bool = False
 
     def validate(self) -> None:
         if self.nproc_per_node is not None and self.nproc_per_node < 1:
@@ -64,6 +66,8 @@ class Options:
             )
         if self.ray_address is not None and self.backend != "ray":
             raise OptionError("--ray-address is for --backend ray")
+        if self.oversubscribe and self.backend != "local":
+            raise OptionError("--oversubscribe is for the local backend (this machine)")
         if self.max_retries < 0:
             raise OptionError(f"--max-retries must be >= 0, got {self.max_retries}")
         if self.timeout is not None and not self.timeout > 0:
@@ -127,6 +131,11 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
         nproc = options.nproc_per_node or 1  # the nodes' GPUs are not known from here
     else:
         nproc = options.nproc_per_node or default_nproc()
+        if not options.oversubscribe:
+            try:
+                capacity.check_here(nproc, "--oversubscribe (oversubscribe=True for @distributed)")
+            except capacity.TooManyRanks as err:
+                raise OptionError(str(err)) from None
 
     from mlflow import MlflowClient
 
@@ -267,6 +276,7 @@ def _follow(
         view.status("cancelling", len(store.attempts(job_id)) or 1, max_attempts)
         job = client.wait(store, job_id, CANCEL_WAIT)
         _end_last_run(store, job_id, job.status, end_run)
+        _take_result(store, job_id, load=False)
         view.show(follower.poll())
         attempts = store.attempts(job_id)
         view.status(job.status, len(attempts) or 1, max_attempts, "interrupted")
@@ -282,9 +292,10 @@ def _follow(
     hints = _hints(store, job_id, attempts)  # the last ones raised stay said
     view.status(job.status, len(attempts), max_attempts, note or "", hints["hints"])
     view.finish(_runs(attempts), hints["gpus"])
+    result = _take_result(store, job_id, load=job.status == "SUCCEEDED")
     if job.status != "SUCCEEDED":
         raise _failure(store, job_id, job.status, last)
-    return _result(store, job_id, last.attempt if last else 1, user_ns)
+    return _result(result, user_ns)
 
 
 def _runs(attempts: list[Any]) -> list[tuple[int, str]]:
@@ -319,11 +330,23 @@ def _failure(store: JobStore, job_id: str, status: str, last: Any) -> JobFailed:
     )
 
 
-def _result(store: JobStore, job_id: str, attempt: int, user_ns: dict[str, Any] | None) -> Any:
-    path = store.attempt_dir(job_id, attempt) / "result.pkl"
-    if not path.exists():
+def _take_result(store: JobStore, job_id: str, load: bool = True) -> dict[str, Any] | None:
+    """Rank 0's values from the last attempt, read once: the file holds the notebook's
+    data, so it goes as soon as it is read (the supervisor removes those nobody reads)."""
+    attempts = store.attempts(job_id)
+    path = store.attempt_dir(job_id, attempts[-1].attempt if attempts else 1) / "result.pkl"
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
         return None
-    result = cloudpickle.loads(path.read_bytes())
+    path.unlink(missing_ok=True)
+    result: dict[str, Any] | None = cloudpickle.loads(data) if load else None
+    return result
+
+
+def _result(result: dict[str, Any] | None, user_ns: dict[str, Any] | None) -> Any:
+    if result is None:
+        return None
     if result.get("unpicklable"):
         shown = ", ".join(f"{k} = {v}" for k, v in result["unpicklable"].items())
         print(f"rank 0's values could not be sent back ({result.get('why')}); their repr: {shown}")

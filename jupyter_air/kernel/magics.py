@@ -68,6 +68,14 @@ class AirMagics(Magics):
         help="Submit and return at once; the job keeps going and writes to its logs.",
     )
     @argument(
+        "--oversubscribe",
+        action="store_true",
+        help=(
+            "Start the ranks even when they are more than this machine's GPUs, or more "
+            "than 4 per core without GPUs (refused otherwise)."
+        ),
+    )
+    @argument(
         "--out",
         action="append",
         default=[],
@@ -93,6 +101,7 @@ class AirMagics(Magics):
                 timeout=args.timeout,
                 background=args.background,
                 out=list(args.out),
+                oversubscribe=args.oversubscribe,
             )
             options.validate()
             assert self.shell is not None

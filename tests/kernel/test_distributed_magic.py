@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.procs import alive
 from tests.kernel.conftest import Execution, Kernel, job_processes, running_job
 
 JOB_ID = re.compile(r"Job (\d{8}-\d{6}-[0-9a-f]{6})")
@@ -89,6 +90,13 @@ def wait_done(air_home: Path, job_id: str, timeout: float = 60) -> Any:
     return job
 
 
+def supervised_until_its_end(job: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while job.supervisor_pid and alive(job.supervisor_pid):
+        assert time.monotonic() < deadline, f"the supervisor of job {job.id} did not end"
+        time.sleep(0.2)
+
+
 def test_loading_the_extension_imports_neither_mlflow_nor_nvml(
     kernel_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -127,6 +135,7 @@ def test_ddp_training_of_a_model_from_an_earlier_cell(kernel: Kernel, air_home: 
     assert {"system/gpu_0_utilization_percentage", "system/gpu_0_temperature_celsius"} <= metrics
     tags = run.data.tags
     assert tags["air.job_id"] == job_id
+    supervised_until_its_end(job)  # it attaches the logs after the job's and the run's ends
     assert (tags["air.attempt"], tags["air.nproc_per_node"], tags["air.nnodes"]) == ("1", "2", "1")
     assert tags["mlflow.source.name"].endswith("train.ipynb")
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "logs/node_0")}
@@ -310,6 +319,8 @@ def test_a_failed_attempt_is_retried_in_the_same_job_with_a_new_run(
         ("--max-retries -1", "--max-retries must be >= 0"),
         ("--timeout 0", "--timeout must be"),
         ("--output-ranks 3", "--output-ranks must be all, 0 or none"),
+        ("-n 100000", "or pass --oversubscribe (oversubscribe=True for @distributed)"),
+        ("--oversubscribe --backend ray", "--oversubscribe is for the local backend"),
         ("--no-such-option", "unrecognized arguments"),
     ],
 )
