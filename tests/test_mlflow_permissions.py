@@ -1,0 +1,369 @@
+"""Job grants mirrored onto MLflow experiment permissions.
+
+Real servers, started once for the module: ``mlflow server --app-name basic-auth`` with
+its own auth database, where the default permission is NO_PERMISSIONS so that only a
+grant lets bob read alice's experiment, and a plain ``mlflow server``. Who calls is
+chosen the way MLflow's clients read it: MLFLOW_TRACKING_USERNAME / _PASSWORD.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import psutil
+import pytest
+
+from jupyter_air.tracking.permissions import Grant, MirrorReport, mirror_grants
+
+PASSWORDS = {name: f"{name}-{secrets.token_urlsafe(12)}" for name in ("admin", "alice", "bob")}
+
+
+@dataclass
+class Server:
+    uri: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(root: Path, *args: str, env: dict[str, str] | None = None) -> Server:
+    port = free_port()
+    log = root / "server.log"
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port)),
+            *("--workers", "1", "--backend-store-uri", f"sqlite:///{root}/mlflow.db"),
+            *("--default-artifact-root", str(root / "artifacts"), *args),
+        ],
+        env={k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")} | (env or {}),
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    return Server(f"http://127.0.0.1:{port}", process, log)
+
+
+def wait_ready(server: Server) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        assert server.process.poll() is None, server.log.read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"{server.uri}/health", timeout=2):
+                return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"{server.uri} did not start: {server.log.read_text()[-3000:]}")
+
+
+def stop_server(server: Server) -> None:
+    """End the server's whole process group and check that nothing of it is left."""
+    try:
+        parent = psutil.Process(server.process.pid)
+        group = [parent, *parent.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        group = []
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with suppress(ProcessLookupError):
+            os.killpg(server.process.pid, sig)
+        _, alive = psutil.wait_procs(group, timeout=30)
+        if not alive:
+            break
+    server.process.wait(timeout=30)
+    assert not alive, f"server processes left: {alive}"
+
+
+@contextmanager
+def as_user(name: str, password: str | None = None) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("MLFLOW_TRACKING_TOKEN", raising=False)
+        mp.setenv("MLFLOW_TRACKING_USERNAME", name)
+        mp.setenv("MLFLOW_TRACKING_PASSWORD", password or PASSWORDS[name])
+        yield
+
+
+@dataclass
+class Servers:
+    auth: str
+    plain: str
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    """Both servers, started side by side; alice and bob are MLflow users of the auth one."""
+    auth_root = tmp_path_factory.mktemp("mlflow-auth")
+    config = auth_root / "basic_auth.ini"
+    config.write_text(
+        "[mlflow]\n"
+        "default_permission = NO_PERMISSIONS\n"
+        f"database_uri = sqlite:///{auth_root}/auth.db\n"
+        "admin_username = admin\n"
+        f"admin_password = {PASSWORDS['admin']}\n"
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+    )
+    auth = start_server(
+        auth_root,
+        "--app-name",
+        "basic-auth",
+        env={
+            "MLFLOW_AUTH_CONFIG_PATH": str(config),
+            "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+        },
+    )
+    plain = start_server(tmp_path_factory.mktemp("mlflow-plain"))
+    try:
+        wait_ready(auth)
+        wait_ready(plain)
+        from mlflow.server.auth.client import AuthServiceClient
+
+        with as_user("admin"):
+            for name in ("alice", "bob"):
+                AuthServiceClient(auth.uri).create_user(name, PASSWORDS[name])
+        yield Servers(auth.uri, plain.uri)
+    finally:
+        stop_server(auth)
+        stop_server(plain)
+
+
+@pytest.fixture
+def experiment(servers: Servers, request: pytest.FixtureRequest) -> str:
+    """A new experiment of alice's (its creator holds MANAGE on it)."""
+    import mlflow
+
+    with as_user("alice"):
+        return str(mlflow.MlflowClient(servers.auth).create_experiment(request.node.name))
+
+
+def permission_of(servers: Servers, username: str, experiment_id: str) -> str:
+    """What MLflow resolves for the user, as the admin sees it."""
+    from mlflow.server.auth.client import AuthServiceClient
+
+    with as_user("admin"):
+        client = AuthServiceClient(servers.auth)
+        return str(client.get_user_permission(username, "experiment", experiment_id).permission)
+
+
+def can_read(servers: Servers, username: str, experiment_id: str) -> bool:
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    with as_user(username):
+        try:
+            mlflow.MlflowClient(servers.auth).get_experiment(experiment_id)
+        except MlflowException as e:
+            if e.error_code != "PERMISSION_DENIED":
+                raise
+            return False
+    return True
+
+
+def mirror_as_alice(servers: Servers, experiment_id: str, *grants: Grant) -> MirrorReport:
+    with as_user("alice"):
+        return mirror_grants(servers.auth, experiment_id, grants)
+
+
+def test_a_grant_lets_the_grantee_read_the_experiment(servers: Servers, experiment: str) -> None:
+    assert not can_read(servers, "bob", experiment)
+
+    report = mirror_as_alice(servers, experiment, Grant("bob", "CAN_VIEW"))
+
+    assert report.status == "app"
+    assert [(o.grantee, o.action, o.permission) for o in report.outcomes] == [
+        ("bob", "set", "READ")
+    ]
+    assert report.lines() == [f"MLflow experiment {experiment}: bob has READ"]
+    assert permission_of(servers, "bob", experiment) == "READ"
+    assert can_read(servers, "bob", experiment)
+
+
+def test_a_level_change_updates_and_a_revoke_deletes(servers: Servers, experiment: str) -> None:
+    mirror_as_alice(servers, experiment, Grant("bob", "CAN_VIEW"))
+
+    report = mirror_as_alice(servers, experiment, Grant("bob", "CAN_MANAGE_RUN"))
+    assert [(o.action, o.permission) for o in report.outcomes] == [("updated", "EDIT")]
+    assert permission_of(servers, "bob", experiment) == "EDIT"
+
+    mirror_as_alice(servers, experiment, Grant("bob", "CAN_MANAGE"))
+    assert permission_of(servers, "bob", experiment) == "MANAGE"
+
+    report = mirror_as_alice(servers, experiment, Grant("bob", None))
+    assert [o.action for o in report.outcomes] == ["removed"]
+    assert permission_of(servers, "bob", experiment) == "NO_PERMISSIONS"
+    assert not can_read(servers, "bob", experiment)
+
+    again = mirror_as_alice(servers, experiment, Grant("bob", None))
+    assert [(o.action, o.error) for o in again.outcomes] == [("absent", None)]
+
+
+def test_an_unknown_grantee_is_reported_and_not_created(servers: Servers, experiment: str) -> None:
+    from mlflow.exceptions import MlflowException
+    from mlflow.server.auth.client import AuthServiceClient
+
+    report = mirror_as_alice(
+        servers, experiment, Grant("nobody", "CAN_VIEW"), Grant("bob", "CAN_VIEW")
+    )
+
+    nobody, bob = report.outcomes
+    assert nobody.action == "failed"
+    assert nobody.error is not None
+    assert "no user nobody" in nobody.error
+    assert (bob.action, bob.permission) == ("set", "READ"), "one failure does not stop the rest"
+    assert report.failures == (nobody,)
+    with as_user("admin"), pytest.raises(MlflowException, match="not found"):
+        AuthServiceClient(servers.auth).get_user("nobody")
+
+
+def test_group_grants_are_reported_as_not_mirrored(servers: Servers, experiment: str) -> None:
+    report = mirror_as_alice(
+        servers, experiment, Grant("ml-team", "CAN_VIEW", group=True), Grant("bob", "CAN_VIEW")
+    )
+
+    assert [(o.grantee, o.group, o.action) for o in report.outcomes] == [
+        ("bob", False, "set"),
+        ("ml-team", True, "not-mirrored"),
+    ]
+    assert "group grants are not mirrored" in report.lines()[1]
+    only_groups = mirror_grants(servers.auth, experiment, [Grant("ml-team", None, group=True)])
+    assert only_groups.status == "unasked"
+
+
+def test_a_grantee_cannot_raise_their_own_permission(servers: Servers, experiment: str) -> None:
+    """READ does not let bob use our grants to give himself MANAGE on alice's experiment."""
+    mirror_as_alice(servers, experiment, Grant("bob", "CAN_VIEW"))
+
+    with as_user("bob"):
+        report = mirror_grants(servers.auth, experiment, [Grant("bob", "CAN_MANAGE")])
+
+    assert report.status == "failed"
+    assert report.outcomes[0].error == f"MANAGE on experiment {experiment} is needed to share it"
+    assert permission_of(servers, "bob", experiment) == "READ"
+
+
+def test_refused_credentials_are_reported_without_them(servers: Servers, experiment: str) -> None:
+    wrong = "Wrong-" + secrets.token_urlsafe(8)
+    with as_user("alice", wrong):
+        report = mirror_grants(servers.auth, experiment, [Grant("bob", "CAN_VIEW")])
+
+    assert report.status == "failed"
+    assert "refused the credentials" in str(report.outcomes[0].error)
+    assert wrong not in json.dumps(report.to_json())
+    assert permission_of(servers, "bob", experiment) == "NO_PERMISSIONS"
+
+
+def test_a_server_without_the_app_is_named_once(servers: Servers) -> None:
+    with as_user("alice"):
+        first = mirror_grants(servers.plain, "0", [Grant("bob", "CAN_VIEW")])
+        second = mirror_grants(servers.plain, "0", [Grant("carol", "CAN_MANAGE")])
+
+    assert (first.status, second.status) == ("no-app", "no-app")
+    assert first.lines() == [
+        f"MLflow at {servers.plain} runs without its permission app (mlflow server "
+        "--app-name basic-auth): grants give access to jobs only, not to their experiments"
+    ]
+    assert second.notice is None
+    assert second.lines() == []
+
+
+def test_a_server_that_is_down_is_reported_without_credentials(servers: Servers) -> None:
+    port = free_port()
+    uri = f"http://alice:{PASSWORDS['alice']}@127.0.0.1:{port}"
+    with as_user("alice"):
+        report = mirror_grants(uri, "1", [Grant("bob", "CAN_VIEW"), Grant("carol", None)])
+
+    assert report.status == "failed"
+    assert [o.action for o in report.outcomes] == ["failed", "failed"]
+    assert "cannot reach the tracking server ([Errno 111] Connection refused)" in str(
+        report.outcomes[0].error
+    )
+    assert PASSWORDS["alice"] not in json.dumps(report.to_json())
+    assert PASSWORDS["alice"] not in "\n".join(report.lines())
+
+
+def test_a_server_that_never_answers_costs_one_timeout() -> None:
+    """Connected but silent: the first request times out and the rest are not tried."""
+    with socket.socket() as silent, as_user("alice"):
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        report = mirror_grants(
+            uri, "1", [Grant("bob", "CAN_VIEW"), Grant("eve", "CAN_VIEW")], timeout=0.5
+        )
+
+    assert report.status == "failed"
+    assert [o.error for o in report.outcomes] == [
+        "the tracking server did not answer within 0.5 s"
+    ] * 2
+
+
+def test_a_spent_budget_tries_nothing(servers: Servers, experiment: str) -> None:
+    with as_user("alice"):
+        report = mirror_grants(servers.auth, experiment, [Grant("bob", "CAN_VIEW")], budget=0)
+
+    assert report.outcomes[0].error == "MLflow took too long: the remaining grants were not tried"
+    assert permission_of(servers, "bob", experiment) == "NO_PERMISSIONS"
+
+
+class _OldAuthApp(BaseHTTPRequestHandler):
+    """A permission app from before the per-user grant API: its users API answers."""
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def do_POST(self) -> None:
+        self._answer()
+
+    def _answer(self) -> None:
+        known = self.path.startswith("/api/2.0/mlflow/users/get")
+        self.send_response(401 if known else 404)
+        self.send_header("Content-Type", "text/plain" if known else "text/html")
+        self.end_headers()
+        self.wfile.write(b"You are not authenticated." if known else b"<h1>Not Found</h1>")
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_an_app_older_than_the_grant_api_is_not_taken_for_no_app() -> None:
+    with HTTPServer(("127.0.0.1", 0), _OldAuthApp) as old:
+        threading.Thread(target=old.serve_forever, daemon=True).start()
+        try:
+            report = mirror_grants(
+                f"http://127.0.0.1:{old.server_address[1]}", "1", [Grant("bob", "CAN_VIEW")]
+            )
+        finally:
+            old.shutdown()
+
+    assert (report.status, report.notice) == ("failed", None)
+    assert report.outcomes[0].error == (
+        "the server's permission app predates MLflow's per-user permission API"
+    )
+
+
+@pytest.mark.parametrize("uri", ["sqlite:////tmp/x/mlflow.db", "file:///tmp/x/mlruns", "mlruns"])
+def test_local_stores_have_nothing_to_mirror(uri: str) -> None:
+    report = mirror_grants(uri, "1", [Grant("bob", "CAN_VIEW")])
+
+    assert (report.status, report.outcomes, report.lines()) == ("local", (), [])
+
+
+def test_an_unknown_level_is_a_caller_error() -> None:
+    with pytest.raises(ValueError, match="CAN_EDIT"):
+        mirror_grants("sqlite:///x.db", "1", [("bob", "CAN_EDIT")])
