@@ -19,6 +19,11 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from ..gpu.view_model import RANGES, GpuHistory, GpuPoller
 
 NA = "n/a"
+#: The table's style (the HTML widget's content takes no class of its own).
+CARD_STYLE = (
+    ".jp-air-GpuView-cards th, .jp-air-GpuView-cards td "
+    "{padding: 2px 12px 2px 0; text-align: left; vertical-align: top}"
+)
 #: Chart rows: (title, unit).
 ROWS = (("GPU utilization", "%"), ("GPU memory", "%"), ("GPU temperature", "°C"), ("Host", "%"))
 
@@ -153,8 +158,10 @@ class GpuView:
         self._draw(history)
 
     def _draw(self, history: GpuHistory) -> None:
-        start = history.window(RANGES[self.range_key])
+        seconds = RANGES[self.range_key]
+        start = history.window(seconds)
         x = [datetime.fromtimestamp(t) for t in history.t[start:]]
+        now = history.now or (history.t[-1] if history.t else 0.0)
         series: list[tuple[str, int, list[float | None]]] = []
         for i, (gpu, info) in enumerate(zip(history.gpu, history.gpus, strict=False)):
             total = info.get("mem_total_mib")
@@ -173,12 +180,17 @@ class GpuView:
             if len(self.figure.data) != len(series):
                 self.figure.data = []
                 for name, row, _ in series:
-                    self.figure.add_scatter(name=name, mode="lines", row=row, col=1)
+                    self.figure.add_scatter(
+                        name=name, mode="lines+markers", marker={"size": 3}, row=row, col=1
+                    )
                 for trace in self.figure.data:
                     trace.on_click(self._on_chart_event)
                     trace.on_hover(self._on_chart_event)
             for trace, (_, _, y) in zip(self.figure.data, series, strict=True):
                 trace.x, trace.y = x, y
+            if now:
+                ends = [datetime.fromtimestamp(now - seconds), datetime.fromtimestamp(now)]
+                self.figure.update_xaxes(range=ends)
 
 
 def _status(poller: GpuPoller) -> str:
@@ -232,7 +244,7 @@ def _cards(history: GpuHistory) -> str:
     host_row = (
         '<tr class="jp-air-GpuView-host">'
         f'<td></td><td data-metric="name">{html.escape(str(host.get("hostname", "host")))}'
-        f' ({host.get("cpu_count", NA)} CPUs)</td>'
+        f" ({host.get('cpu_count', NA)} CPUs)</td>"
         f'<td data-metric="cpu">CPU {_fmt(history.latest(history.cpu), "{:.0f} %")}</td>'
         f'<td data-metric="mem">{_memory(history.latest(history.mem), host.get("mem_total_mib"))}'
         "</td><td></td><td></td><td></td></tr>"
@@ -242,6 +254,7 @@ def _cards(history: GpuHistory) -> str:
         for h in ("#", "GPU", "Utilization", "Memory", "Temperature", "Power", "Processes")
     )
     return (
+        f"<style>{CARD_STYLE}</style>"
         '<table class="jp-air-GpuView-cards" style="border-collapse: collapse">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}{host_row}</tbody></table>"
     )

@@ -46,8 +46,22 @@ def open_notebook(browser: Any, lab: Lab, name: str, app: str) -> Any:
     return page
 
 
-def run_cell(page: Any, index: int) -> None:
-    """Select cell ``index`` and run it (Shift+Enter runs it once the kernel is up)."""
-    page.click(f".jp-Notebook .jp-Cell >> nth={index}", position={"x": 5, "y": 5})
-    page.keyboard.press("Escape")  # command mode: Shift+Enter runs the selected cell
-    page.keyboard.press("Shift+Enter")
+def run_cell(page: Any, index: int, tries: int = 6) -> None:
+    """Run cell ``index`` as a user does: click into it, Shift+Enter. A frontend that has
+    not connected to its kernel yet drops the request, so it is repeated until the cell's
+    prompt shows that it ran or runs."""
+    cell = f".jp-Notebook .jp-Cell >> nth={index}"
+    for _ in range(tries):
+        page.click(f"{cell} >> .cm-content")
+        page.keyboard.press("Shift+Enter")
+        try:
+            page.wait_for_function(
+                "n => /\\[(\\*|\\d+)\\]/.test(document.querySelectorAll("
+                "'.jp-Notebook .jp-Cell .jp-InputPrompt')[n]?.textContent ?? '')",
+                arg=index,
+                timeout=10_000,
+            )
+            return
+        except Exception:  # playwright's TimeoutError: not run, try again
+            continue
+    raise AssertionError(f"cell {index} did not run after {tries} tries")
