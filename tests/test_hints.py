@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import json
+import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 from jupyter_air.jobs.hints import (
     GpuSample,
+    Hint,
     HintRecorder,
     HintWatch,
     Thresholds,
     rank_gpus,
     read_hints,
+    write_hints,
 )
+from jupyter_air.jobs.spec import Workload
+from jupyter_air.jobs.store import JobStore
+from tests.conftest import WriteScenario
+from tests.fake_nvml import FakeGpu, Scenario
 
 LIMITS = Thresholds(idle_util=20, idle_window=60, memory_full=95, silent_after=30)
 FREE = GpuSample(util=5, mem_used_mib=1000, mem_total_mib=80_000)
@@ -46,9 +57,7 @@ def test_busy_gpus_and_a_busy_past_outside_the_window_count_right() -> None:
     assert busy.hints(now=70, last_output={0: 69, 1: 69}) == []
     # Busy long ago, idle for the last window: the old samples no longer count.
     recovered = watch_with([{0: BUSY, 1: BUSY}] * 8 + [{0: FREE, 1: FREE}] * 8)
-    assert [h.kind for h in recovered.hints(now=150, last_output={0: 149, 1: 149})] == [
-        "idle_gpu"
-    ]
+    assert [h.kind for h in recovered.hints(now=150, last_output={0: 149, 1: 149})] == ["idle_gpu"]
 
 
 def test_other_gpus_of_the_machine_do_not_count() -> None:
@@ -115,3 +124,33 @@ def test_a_damaged_hints_file_reads_as_none(tmp_path: Path) -> None:
     assert read_hints(tmp_path) == {"gpus": [1], "hints": []}
     (tmp_path / "hints.json").write_text("not json")
     assert read_hints(tmp_path) == {"gpus": [], "hints": []}
+
+
+async def test_the_gpu_panel_shows_a_running_jobs_hints_beside_its_processes(
+    jp_fetch: Any, scenario: WriteScenario, store: JobStore
+) -> None:
+    job = store.create(Workload(kind="command", command=["true"]))
+    store.update(job.id, status="RUNNING")
+    store.start_attempt(job.id, 1, None)
+    attempt_dir = store.attempt_dir(job.id, 1)
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    idle = Hint("idle_gpu", "GPU 0 averaged 3 % utilization over the last 5 min", 3.0)
+    write_hints(attempt_dir, [0], [idle], 0.0)
+    rank = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={**os.environ, "AIR_JOB_ID": job.id, "RANK": "0"},
+    )
+    try:
+        scenario(Scenario(gpus=[FakeGpu(processes=[(rank.pid, 2 * 1024**3)])]))
+        answer = await jp_fetch("jupyter-air", "gpu", "sample", method="POST", body=b"")
+        (process,) = json.loads(answer.body)["state"][0]["processes"]
+        assert process["owner"]["id"] == job.id
+        assert process["owner"]["hints"] == [idle.text]
+
+        store.update(job.id, status="SUCCEEDED")  # an ended job's hints are history
+        answer = await jp_fetch("jupyter-air", "gpu", "sample", method="POST", body=b"")
+        (process,) = json.loads(answer.body)["state"][0]["processes"]
+        assert "hints" not in process["owner"]
+    finally:
+        rank.kill()
+        rank.wait()

@@ -177,13 +177,13 @@ class RunChart:
 
     def layout(self) -> dict[str, Any]:
         return {
-            "height": 420,
+            "height": 460,
             "margin": {"l": 50, "r": 20, "t": 10, "b": 40},
             "legend": {"orientation": "h", "y": -0.15},
-            "xaxis": {"title": {"text": "step"}, "anchor": "y"},
-            "yaxis": {"domain": [0.45, 1.0], "title": {"text": "rank 0's metrics"}},
+            "xaxis": {"anchor": "y"},
+            "yaxis": {"domain": [0.5, 1.0], "title": {"text": "metrics by step"}},
             "xaxis2": {"type": "date", "anchor": "y2"},
-            "yaxis2": {"domain": [0.0, 0.3], "title": {"text": "%"}, "range": [0, 105]},
+            "yaxis2": {"domain": [0.0, 0.28], "title": {"text": "GPU, CPU %"}, "range": [0, 105]},
         }
 
     def figure(self, max_points: int | None = None) -> dict[str, Any]:

@@ -12,8 +12,9 @@ from tornado import web
 
 from ..gpu.owners import job_of, owner_of
 from ..gpu.sampler import GpuSampler
+from ..jobs.hints import read_hints
 from ..jobs.node_files import read_gpu, read_nodes
-from ..jobs.store import JobStore
+from ..jobs.store import JobStore, UnknownJob
 from .base import AirHandler
 from .jobs_handlers import JobsBase, in_store_thread
 
@@ -72,6 +73,19 @@ class GpuHandler(AirHandler):
                 proc["owner"] = {"kind": "job", "id": job_id, "name": None}
             else:
                 proc["owner"] = owner_of(proc["pid"], owners)
+        await self._add_hints(processes)
+
+    async def _add_hints(self, processes: list[dict[str, Any]]) -> None:
+        """A running job's efficiency hints beside its processes (``owner.hints``: texts,
+        present only when there are some)."""
+        jobs = {p["owner"]["id"] for p in processes if p["owner"].get("kind") == "job"}
+        if not jobs:
+            return
+        hints = await in_store_thread(current_hints, self.store, jobs)
+        for proc in processes:
+            owner = proc["owner"]
+            if owner.get("kind") == "job" and hints.get(owner["id"]):
+                owner["hints"] = hints[owner["id"]]
 
 
 class GpuSampleHandler(GpuHandler):
@@ -136,6 +150,20 @@ async def hide_others(handler: AirHandler, store: JobStore, doc: dict[str, Any])
         ]
     if "nodes" in doc:
         doc["nodes"] = [node for node in doc["nodes"] if node["job"] in visible]
+
+
+def current_hints(store: JobStore, job_ids: set[str]) -> dict[str, list[str]]:
+    """The hints of each running job's last attempt, as its supervisor last wrote them."""
+    found = {}
+    for job_id in job_ids:
+        try:
+            attempts = store.attempts(job_id) if store.get(job_id).status == "RUNNING" else []
+        except UnknownJob:
+            continue
+        if attempts:
+            doc = read_hints(store.attempt_dir(job_id, attempts[-1].attempt))
+            found[job_id] = [hint["text"] for hint in doc["hints"]]
+    return found
 
 
 def running_nodes(store: JobStore) -> list[dict[str, Any]]:

@@ -25,6 +25,12 @@ function isOtherUsers(process: IGpuProcess): boolean {
   return process.owner?.kind === 'other';
 }
 
+/** A job's owner text followed by its efficiency hints, if it has any. */
+function withHints(owner: string, process: IGpuProcess): string {
+  const hints = process.owner?.hints ?? [];
+  return hints.length ? `${owner} ⚠ ${hints.join(' · ')}` : owner;
+}
+
 /** Set a text (and its title, for truncated text) only when it changed. */
 function setText(node: HTMLElement, text: string, title = text): void {
   if (node.textContent !== text) {
@@ -225,7 +231,7 @@ export class GpuCard extends Card {
             String(p.pid),
             p.name || NA,
             formatProcessMemory(p.mem_mib),
-            formatOwner(p)
+            withHints(formatOwner(p), p)
           ]
     );
     const key = rows.map(r => r.join('\u0000')).join('\u0001');

@@ -51,6 +51,8 @@ export interface IProcessOwner {
   kind: string;
   id?: string | null;
   name?: string | null;
+  /** A running job's efficiency hints (idle GPUs, full memory, a silent rank). */
+  hints?: string[];
 }
 
 /** A process holding memory on a GPU (`pid` and `name` are null for another user's job). */
