@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -30,7 +31,6 @@ from typing import Any
 import pytest
 
 from tests.fake_nvml import Scenario, env_for
-from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[3]
 PROXY = ROOT / "node_modules" / ".bin" / "configurable-http-proxy"
@@ -44,7 +44,6 @@ START_TIMEOUT = 240  # seconds; a shared test machine starts a lab slowly
 class Response:
     status: int
     body: Any
-    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -73,14 +72,14 @@ class Hub:
         )
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
-                status, raw, headers = response.status, response.read(), dict(response.headers)
+                status, raw = response.status, response.read()
         except urllib.error.HTTPError as err:
-            status, raw, headers = err.code, err.read(), dict(err.headers)
+            status, raw = err.code, err.read()
         try:
             parsed: Any = json.loads(raw) if raw else None
         except ValueError:
             parsed = raw.decode(errors="replace")
-        return Response(status, parsed, headers)
+        return Response(status, parsed)
 
     def admin(self, method: str, path: str, body: Any = None) -> Any:
         """A Hub API call with the tests' service token; a failure raises."""
@@ -107,9 +106,6 @@ class Hub:
     def as_user(self, user: str, method: str, path: str, body: Any = None) -> Response:
         """A request made by ``user`` with their own token (``path`` relative to ``url``)."""
         return self.request(method, path, self.token(user), body)
-
-    def air_home(self, user: str) -> Path:
-        return self.work / "air" / user
 
     def home(self, user: str) -> Path:
         return self.work / "home" / user
@@ -138,8 +134,6 @@ class Hub:
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
