@@ -18,8 +18,8 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -54,7 +54,9 @@ def start_server(root: Path, *args: str, env: dict[str, str] | None = None) -> S
             *("--workers", "1", "--backend-store-uri", f"sqlite:///{root}/mlflow.db"),
             *("--default-artifact-root", str(root / "artifacts"), *args),
         ],
-        env={k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")} | (env or {}),
+        env={k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+        | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job runner: fewer processes
+        | (env or {}),
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -92,9 +94,12 @@ def stop_server(server: Server) -> None:
 
 
 @contextmanager
-def as_user(name: str, password: str | None = None) -> Iterator[None]:
+def as_user(name: str, password: str | None = None, token: str | None = None) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("MLFLOW_TRACKING_TOKEN", raising=False)
+        if token:
+            mp.setenv("MLFLOW_TRACKING_TOKEN", token)
+        else:
+            mp.delenv("MLFLOW_TRACKING_TOKEN", raising=False)
         mp.setenv("MLFLOW_TRACKING_USERNAME", name)
         mp.setenv("MLFLOW_TRACKING_PASSWORD", password or PASSWORDS[name])
         yield
@@ -129,7 +134,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
         },
     )
     plain = start_server(tmp_path_factory.mktemp("mlflow-plain"))
-    try:
+    with ExitStack() as stop:
+        stop.callback(stop_server, plain)
+        stop.callback(stop_server, auth)
         wait_ready(auth)
         wait_ready(plain)
         from mlflow.server.auth.client import AuthServiceClient
@@ -138,9 +145,6 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
             for name in ("alice", "bob"):
                 AuthServiceClient(auth.uri).create_user(name, PASSWORDS[name])
         yield Servers(auth.uri, plain.uri)
-    finally:
-        stop_server(auth)
-        stop_server(plain)
 
 
 @pytest.fixture
@@ -321,39 +325,67 @@ def test_a_spent_budget_tries_nothing(servers: Servers, experiment: str) -> None
     assert permission_of(servers, "bob", experiment) == "NO_PERMISSIONS"
 
 
-class _OldAuthApp(BaseHTTPRequestHandler):
-    """A permission app from before the per-user grant API: its users API answers."""
+Answer = tuple[int, str, bytes]
 
-    def do_GET(self) -> None:
-        self._answer()
 
-    def do_POST(self) -> None:
-        self._answer()
+@contextmanager
+def fake_server(answer: Callable[[str], Answer]) -> Iterator[str]:
+    """An HTTP server answering each request with ``answer(path)``: (status, type, body)."""
 
-    def _answer(self) -> None:
-        known = self.path.startswith("/api/2.0/mlflow/users/get")
-        self.send_response(401 if known else 404)
-        self.send_header("Content-Type", "text/plain" if known else "text/html")
-        self.end_headers()
-        self.wfile.write(b"You are not authenticated." if known else b"<h1>Not Found</h1>")
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, content_type, body = answer(self.path)
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.end_headers()
+            self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+        do_POST = do_GET
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    with HTTPServer(("127.0.0.1", 0), Handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
 
 
 def test_an_app_older_than_the_grant_api_is_not_taken_for_no_app() -> None:
-    with HTTPServer(("127.0.0.1", 0), _OldAuthApp) as old:
-        threading.Thread(target=old.serve_forever, daemon=True).start()
-        try:
-            report = mirror_grants(
-                f"http://127.0.0.1:{old.server_address[1]}", "1", [Grant("bob", "CAN_VIEW")]
-            )
-        finally:
-            old.shutdown()
+    """An app from before the per-user grant API: 404 there, but its users API answers."""
+
+    def old_app(path: str) -> Answer:
+        if path.startswith("/api/2.0/mlflow/users/get"):
+            return 401, "text/plain", b"You are not authenticated."
+        return 404, "text/html", b"<h1>Not Found</h1>"
+
+    with fake_server(old_app) as uri:
+        report = mirror_grants(uri, "1", [Grant("bob", "CAN_VIEW")])
 
     assert (report.status, report.notice) == ("failed", None)
     assert report.outcomes[0].error == (
         "the server's permission app predates MLflow's per-user permission API"
+    )
+
+
+def test_credentials_echoed_by_the_server_are_masked() -> None:
+    password, token = PASSWORDS["alice"], secrets.token_urlsafe(16)
+    echo = f"bad request from alice:{password} with token {token}; see the log"
+
+    def echoing_app(path: str) -> Answer:
+        body = json.dumps({"error_code": "INVALID_PARAMETER_VALUE", "message": echo})
+        return 400, "application/json", body.encode()
+
+    with fake_server(echoing_app) as uri, as_user("alice", token=token):
+        report = mirror_grants(uri, "1", [Grant("bob", "CAN_VIEW")])
+
+    assert report.status == "app"
+    (failed,) = report.failures
+    assert (
+        failed.error
+        == "INVALID_PARAMETER_VALUE: bad request from alice:*** with token ***; see the log"
     )
 
 
