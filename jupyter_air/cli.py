@@ -27,11 +27,13 @@ from .jobs.permissions import (
     Identity,
     JobAccess,
     Level,
+    check_change,
     merged,
     os_identity,
     parse_grant,
     parse_principal,
 )
+from .jobs.sharing import mirror
 from .jobs.spec import Workload
 from .jobs.store import JOB_ID, Job, JobStore, StoreError, UnknownJob
 from .jobs.views import job_document
@@ -189,8 +191,11 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         spec = load(args.file, args.override)
+        check_change(os_identity().name, spec.grants, ())
     except WorkloadError as err:
         raise CliError(str(err)) from None
+    except BadGrant as err:
+        raise CliError(f"{args.file}: permissions: {err}") from None
     if spec.backend == "local" and not (args.oversubscribe or spec.compute.oversubscribe):
         from .jobs.capacity import TooManyRanks, check_here
 
@@ -227,6 +232,11 @@ def _run(args: argparse.Namespace) -> int:
     run_url = document["attempts"][0]["run_url"] if document["attempts"] else None
     if run_url:
         print(f"  run:  {run_url}")
+    if spec.grants:
+        report = mirror(job, spec.grants)
+        print(f"  shared: {', '.join(map(str, spec.grants))}")
+        for line in report.lines() if report else []:
+            print(f"  {line}")
     from .tracking.ui_links import logs_url
 
     view = logs_url(job.id, absolute=True)
@@ -263,6 +273,7 @@ def _submit(store: JobStore, spec: Any, working_dir: Path) -> Job:
         workload,
         target,
         owner=os_identity().name,
+        grants=spec.grants,
         user=user_name(),
         extra_tags={"air.command": redact(spec.command)},
     ).job
@@ -480,10 +491,14 @@ def _permissions(args: argparse.Namespace) -> int:
             access = store.access(job.id)
     except (BadGrant, Forbidden) as err:
         raise CliError(str(err)) from None
+    report = mirror(job, grants, revoke)
     if args.output == "json":
-        print(json.dumps(access.as_json(me), indent=2))
+        doc = {**access.as_json(me), "mlflow": report.to_json() if report else None}
+        print(json.dumps(doc, indent=2))
         return 0
     _print_access(access, me)
+    for line in report.lines() if report else []:
+        print(f"  {line}")
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -94,6 +95,7 @@ def test_the_owner_grants_and_revokes(store: JobStore, jobs: dict[str, str]) -> 
         "owner": ME.name,
         "grants": [{"kind": "user", "name": "bob", "level": "CAN_VIEW"}],
         "you": {"name": ME.name, "level": "CAN_MANAGE"},
+        "mlflow": None,  # a job without an MLflow experiment
     }
 
 
@@ -119,3 +121,53 @@ def test_refused_changes_say_why_and_change_nothing(
 def test_an_unknown_job_is_still_no_job(store: JobStore) -> None:
     result = air("permissions", "20261201-000000-abcdef")
     assert (result.returncode, result.stderr) == (1, "air: no job '20261201-000000-abcdef'\n")
+
+
+WORKLOAD = """experiment_name: shared-work
+command: {python} -c pass
+permissions:
+  - bob:CAN_VIEW
+  - group:ml-team:CAN_MANAGE_RUN
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, store: JobStore, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))  # no server: no links
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "w.yaml").write_text(WORKLOAD.format(python=sys.executable))
+    return tmp_path
+
+
+def test_a_workload_files_permissions_are_granted_at_submission(
+    workdir: Path, store: JobStore
+) -> None:
+    result = air("run", "-f", "w.yaml")
+    assert result.returncode == 0, result.stderr
+    job = result.stdout.split()[1]
+    assert "  shared: bob:CAN_VIEW, group:ml-team:CAN_MANAGE_RUN" in result.stdout.splitlines()
+    access = store.access(job)
+    assert access.owner == ME.name
+    assert {str(g) for g in access.grants} == {"bob:CAN_VIEW", "group:ml-team:CAN_MANAGE_RUN"}
+
+
+@pytest.mark.parametrize(
+    ("permissions", "message"),
+    [
+        ("[bob]", "permissions (line 3): 'bob' is not a grant: write NAME:LEVEL"),
+        ("[bob:CAN_OWN]", "unknown permission level 'CAN_OWN'"),
+        ("bob:CAN_VIEW", "permissions (line 3): Input should be a valid list"),
+        (f"['{ME.name}:CAN_VIEW']", "owns the job: the owner's CAN_MANAGE cannot be changed"),
+    ],
+)
+def test_bad_permissions_in_a_workload_file_submit_nothing(
+    workdir: Path, store: JobStore, permissions: str, message: str
+) -> None:
+    (workdir / "bad.yaml").write_text(
+        f"experiment_name: e\ncommand: x\npermissions: {permissions}\n"
+    )
+    result = air("run", "-f", "bad.yaml")
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert store.jobs() == []

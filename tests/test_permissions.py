@@ -53,6 +53,7 @@ def test_grants_are_written_name_then_level(text: str, grant: Grant | None) -> N
     ("text", "message"),
     [
         ("bob", "is not a grant: write NAME:LEVEL"),
+        ("group:ml-team", "is not a grant: write NAME:LEVEL or group:NAME:LEVEL"),
         (":CAN_VIEW", "is not a grant"),
         ("bob:CAN_OWN", "unknown permission level 'CAN_OWN': one of CAN_VIEW, CAN_MANAGE_RUN"),
         ("robot:bob:CAN_VIEW", "a grant names a 'user' or a 'group', not 'robot'"),

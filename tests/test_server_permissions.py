@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -412,3 +413,26 @@ class TestASingleUserServer:
         assert [job["id"] for job in answer["jobs"]] == [mine.id]
         doc = json.loads((await jp_fetch("jupyter-air", "jobs", mine.id, "permissions")).body)
         assert doc["you"] == {"name": os_identity().name, "level": "CAN_MANAGE"}
+
+
+async def test_a_grant_holds_when_mlflow_cannot_be_told_and_the_answer_says_why(
+    jp_fetch: Any, store: JobStore
+) -> None:
+    """The job's tracking server is down: the job grant is made, the MLflow side reported."""
+    with socket.socket() as free:  # bound, never listening: connections are refused
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+        workload = Workload(
+            kind="command", tracking_uri=f"http://127.0.0.1:{port}", experiment_id="7"
+        )
+        job = store.create(workload, owner="alice").id
+        change = {"grant": ["bob:CAN_VIEW", "group:ml-team:CAN_VIEW"]}
+        answer = await call(jp_fetch, "owner", "PUT", f"jupyter-air/jobs/{job}/permissions", change)
+        doc = json.loads(answer.body)
+        assert {g["name"] for g in doc["grants"]} == {"bob", "ml-team"}
+        assert doc["mlflow"]["status"] == "failed"
+        bob, team = doc["mlflow"]["outcomes"]
+        assert (bob["grantee"], bob["action"]) == ("bob", "failed")
+        assert "cannot reach the tracking server" in bob["error"]
+        assert (team["grantee"], team["action"]) == ("ml-team", "not-mirrored")
+        assert store.access(job).level_of(Identity("bob")) == Level.CAN_VIEW

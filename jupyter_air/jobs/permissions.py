@@ -134,7 +134,7 @@ def principal(kind: str, name: str) -> Principal:
 def parse_grant(text: str) -> Grant:
     """``bob:CAN_VIEW``, ``user:bob:CAN_VIEW`` or ``group:ml-team:CAN_MANAGE_RUN``."""
     who, sep, level = text.strip().rpartition(":")
-    if not sep or not who:
+    if not sep or not who or who.strip() in KINDS:  # "bob", "group:ml-team": no level
         raise BadGrant(
             f"{text!r} is not a grant: write NAME:LEVEL or group:NAME:LEVEL, e.g. bob:CAN_VIEW"
         )

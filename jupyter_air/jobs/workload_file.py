@@ -2,11 +2,15 @@
 
 pydantic checks the fields (unknown ones refused, types strict); PyYAML's node marks
 give each field's line, so a message reads ``compute.nproc_per_node (line 4): ...``.
+``Submission`` holds the rules every submission obeys: the magic's and the decorator's
+options are checked by it too (``kernel.launch.Options``), named as their flags.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +20,25 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from .permissions import BadGrant, Grant, merged, parse_grant
 from .spec import Backend
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+#: How a workload file names what a rule speaks of; ``Submission.model_validate(...,
+#: context={"names": ...})`` names them otherwise (the magic's flags).
+FILE_NAMES = {
+    "compute.nnodes": "compute.nnodes",
+    "compute.oversubscribe": "compute.oversubscribe",
+    "ray_address": "ray_address",
+    "backend ray": "'backend: ray'",
+    "backend local": "'backend: local'",
+}
 
 
 class WorkloadError(ValueError):
@@ -35,31 +53,68 @@ class Compute(BaseModel):
     oversubscribe: bool = Field(False, description="more ranks than this machine holds")
 
 
-class WorkloadFile(BaseModel):
+class Submission(BaseModel):
+    """What every submission obeys, however it is written."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    experiment_name: str = Field(min_length=1)
-    command: str = Field(min_length=1, description="what each rank runs")
     compute: Compute = Field(
         default_factory=lambda: Compute(nproc_per_node=1, nnodes=1, oversubscribe=False)
     )
-    mlflow_run_name: str | None = None
-    mlflow_artifact_location: str | None = None
     max_retries: int = Field(0, ge=0)
     env: dict[str, str] = Field(default_factory=dict)
-    working_dir: str = "."
     backend: Backend = "local"
     ray_address: str | None = Field(None, min_length=1, description="default: $RAY_ADDRESS")
+    permissions: list[str] = Field(
+        default_factory=list,
+        description="grants at submission: NAME:LEVEL or group:NAME:LEVEL",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not ENV_NAME.fullmatch(key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+        return value
+
+    @field_validator("permissions")
+    @classmethod
+    def _grants(cls, value: list[str]) -> list[str]:
+        for text in value:
+            try:
+                parse_grant(text)
+            except BadGrant as err:
+                raise ValueError(str(err)) from None
+        return value
 
     @model_validator(mode="after")
-    def _nodes_need_ray(self) -> WorkloadFile:
+    def _placement(self, info: ValidationInfo) -> Submission:
+        names: Mapping[str, str] = (info.context or {}).get("names", FILE_NAMES)
         if self.compute.nnodes > 1 and self.backend != "ray":
             raise ValueError(
-                f"compute.nnodes is {self.compute.nnodes}: several nodes need 'backend: ray'"
+                f"{names['compute.nnodes']} {self.compute.nnodes} needs a cluster: add "
+                f"{names['backend ray']} (the local backend runs on this machine only)"
             )
+        if self.ray_address is not None and self.backend != "ray":
+            raise ValueError(f"{names['ray_address']} is for {names['backend ray']}")
         if self.compute.oversubscribe and self.backend != "local":
-            raise ValueError("compute.oversubscribe is for 'backend: local' (this machine)")
+            raise ValueError(
+                f"{names['compute.oversubscribe']} is for {names['backend local']} (this machine)"
+            )
         return self
+
+    @property
+    def grants(self) -> tuple[Grant, ...]:
+        return merged(parse_grant(text) for text in self.permissions)
+
+
+class WorkloadFile(Submission):
+    experiment_name: str = Field(min_length=1)
+    command: str = Field(min_length=1, description="what each rank runs")
+    mlflow_run_name: str | None = None
+    mlflow_artifact_location: str | None = None
+    working_dir: str = "."
 
     @field_validator("command")
     @classmethod
@@ -121,16 +176,24 @@ def _apply(data: dict[str, Any], override: str) -> None:
 
 
 def _describe(path: Path, err: ValidationError, node: yaml.Node | None) -> str:
+    return f"{path}: " + describe(err, lambda loc: _where(loc, node))
+
+
+def describe(err: ValidationError, where: Callable[[tuple[Any, ...]], str]) -> str:
+    """One line of every problem, each field named by ``where(loc)``."""
     problems = []
     for e in err.errors():
+        message = e["msg"].removeprefix("Value error, ")
         if not e["loc"]:  # a rule across fields: its message names them
-            problems.append(e["msg"].removeprefix("Value error, "))
-            continue
-        where = ".".join(str(p) for p in e["loc"])
-        line = _line(node, e["loc"])
-        at = f" (line {line})" if line else ""
-        problems.append(f"{where}{at}: {e['msg']}")
-    return f"{path}: " + "; ".join(problems)
+            problems.append(message)
+        else:
+            problems.append(f"{where(e['loc'])}: {message}")
+    return "; ".join(problems)
+
+
+def _where(loc: tuple[Any, ...], node: yaml.Node | None) -> str:
+    line = _line(node, loc)
+    return ".".join(str(p) for p in loc) + (f" (line {line})" if line else "")
 
 
 def _line(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:

@@ -49,8 +49,8 @@ def distributed(
 ) -> Callable[[Callable[P, R]], DistributedFunction[P, R]]: ...
 def distributed(fn: Callable[P, R] | None = None, **options: Any) -> Any:
     """``@distributed(nproc_per_node=2, experiment=..., max_retries=1, ...)``: the options
-    of ``%%air_distributed`` as keyword arguments (``env`` is a dict, ``out`` is not
-    needed: return what you want back)."""
+    of ``%%air_distributed`` as keyword arguments (``env`` is a dict, ``share`` a list of
+    grants such as ``["bob:CAN_VIEW"]``, ``out`` is not needed: return what you want back)."""
     unknown = set(options) - {f for f in Options.__dataclass_fields__ if f != "out"}
     if unknown:
         raise TypeError(f"distributed() got unknown option(s): {', '.join(sorted(unknown))}")

@@ -8,22 +8,36 @@ from __future__ import annotations
 
 import keyword
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
+from pydantic import ValidationError
 
 from ..jobs import capacity, client
+from ..jobs.permissions import BadGrant, Grant, check_change, kernel_owner
 from ..jobs.spec import Workload
-from ..jobs.store import JobStore, new_job_id
+from ..jobs.store import JobStore
+from ..jobs.workload_file import Submission, describe
 from .capture import Payload
 from .display import OPEN_RUN, JobView
 from .session import notebook_path, user_name
 
-ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: The magic's flags, as the rules of ``Submission`` name what they speak of.
+FLAGS = {
+    "compute.nproc_per_node": "--nproc-per-node",
+    "compute.nnodes": "--nnodes",
+    "compute.oversubscribe": "--oversubscribe",
+    "backend": "--backend",
+    "backend ray": "--backend ray",
+    "backend local": "the local backend",
+    "ray_address": "--ray-address",
+    "max_retries": "--max-retries",
+    "env": "--env",
+    "permissions": "--share",
+}
 #: Seconds an interrupted job gets to stop all its ranks (SIGINT, SIGTERM, SIGKILL).
 CANCEL_WAIT = 20.0
 POLL = 0.1
@@ -51,37 +65,50 @@ class Options:
     out: list[str] = field(default_factory=list)
     #: Start more ranks than this machine holds (see ``jobs.capacity``).
     oversubscribe: bool = False
+    #: Grants at submission: ``bob:CAN_VIEW``, ``group:ml-team:CAN_MANAGE_RUN``.
+    share: list[str] = field(default_factory=list)
 
-    def validate(self) -> None:
-        if self.nproc_per_node is not None and self.nproc_per_node < 1:
-            raise OptionError(f"--nproc-per-node must be >= 1, got {self.nproc_per_node}")
-        if self.nnodes < 1:
-            raise OptionError(f"--nnodes must be >= 1, got {self.nnodes}")
-        if self.backend not in ("local", "ray"):
-            raise OptionError(f"--backend must be local or ray, got {self.backend!r}")
-        if self.nnodes > 1 and self.backend != "ray":
-            raise OptionError(
-                f"--nnodes {self.nnodes} needs a cluster: add --backend ray (the local backend "
-                "runs on this machine only)"
-            )
-        if self.ray_address is not None and self.backend != "ray":
-            raise OptionError("--ray-address is for --backend ray")
-        if self.oversubscribe and self.backend != "local":
-            raise OptionError("--oversubscribe is for the local backend (this machine)")
-        if self.max_retries < 0:
-            raise OptionError(f"--max-retries must be >= 0, got {self.max_retries}")
+    def validate(self) -> tuple[Grant, ...]:
+        """Refuse what cannot run; the grants to make. The rules a workload file obeys
+        are ``Submission``'s, named here as the flags; the rest are the kernel's own."""
+        grants = self._submission().grants
         if self.timeout is not None and not self.timeout > 0:
             raise OptionError(f"--timeout must be a number of seconds > 0, got {self.timeout}")
         if self.output_ranks not in ("all", "0", "none"):
             raise OptionError(f"--output-ranks must be all, 0 or none, got {self.output_ranks!r}")
-        for key in self.env:
-            if not ENV_KEY.fullmatch(key):
-                raise OptionError(f"--env {key!r}: not a valid environment variable name")
         for name in self.out:
             if not name.isidentifier() or keyword.iskeyword(name):
                 raise OptionError(f"--out {name!r}: not a Python name")
         if self.background and self.out:
             raise OptionError("--out cannot bring values back from a --background job")
+        try:
+            check_change(kernel_owner(), grants, ())
+        except BadGrant as err:
+            raise OptionError(f"--share: {err}") from None
+        return grants
+
+    def _submission(self) -> Submission:
+        fields = {
+            "compute": {
+                "nproc_per_node": 1 if self.nproc_per_node is None else self.nproc_per_node,
+                "nnodes": self.nnodes,
+                "oversubscribe": self.oversubscribe,
+            },
+            "backend": self.backend,
+            "ray_address": self.ray_address,
+            "max_retries": self.max_retries,
+            "env": self.env,
+            "permissions": list(self.share),
+        }
+        try:
+            return Submission.model_validate(fields, context={"names": FLAGS})
+        except ValidationError as err:
+            raise OptionError(describe(err, _flag)) from None
+
+
+def _flag(loc: tuple[Any, ...]) -> str:
+    dotted = ".".join(str(part) for part in loc[:2])
+    return FLAGS.get(dotted) or FLAGS.get(str(loc[0])) or dotted
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
@@ -123,7 +150,7 @@ def default_nproc() -> int:
 
 def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any] | None) -> Any:
     """Run a payload as a job and return rank 0's value (None for a background job)."""
-    options.validate()
+    grants = options.validate()
     payload_bytes = payload.dumps()  # refuses unpicklable names before anything exists
     ray_address = None
     if options.backend == "ray":
@@ -139,27 +166,13 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
 
     from mlflow import MlflowClient
 
+    from ..jobs.sharing import mirror
+    from ..jobs.submit import submit
     from ..tracking import runs
-    from ..tracking.stores import register_store
 
     user, notebook = user_name(), notebook_path()
     with runs.quiet_store_setup():
         target = runs.resolve_target(options.experiment, user, notebook)
-    register_store(target.tracking_uri)
-    mlflow_client = MlflowClient(target.tracking_uri)
-    job_id = new_job_id()
-    tags = runs.job_tags(job_id, 1, nproc, options.nnodes, notebook, user)
-    if target.resume_run_id:
-        run_id = target.resume_run_id
-        runs.resume_run(mlflow_client, run_id, tags)
-        os.environ.pop("MLFLOW_RUN_ID", None)  # used once, as mlflow.start_run() does
-    else:
-        run_id = runs.start_run(
-            mlflow_client, target.experiment_id, tags, options.run_name, target.parent_run_id
-        )
-    mlflow_client.log_text(run_id, source, "code/cell.py")
-    run_name = mlflow_client.get_run(run_id).info.run_name
-
     workload = Workload(
         kind="python",
         nproc_per_node=nproc,
@@ -172,16 +185,24 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
         output_ranks=options.output_ranks,  # type: ignore[arg-type]
         background=options.background,
         working_dir=os.getcwd(),
-        tracking_uri=target.tracking_uri,
-        experiment_id=target.experiment_id,
         run_name=options.run_name,
-        parent_run_id=target.parent_run_id,
-        tags={**tags, "air.first_run_id": run_id},
         outputs=list(options.out),
     )
     store = JobStore()
-    watch = None if options.background else os.getpid()
-    job = client.submit(store, workload, payload_bytes, job_id=job_id, watch_pid=watch)
+    submitted = submit(
+        store,
+        workload,
+        target,
+        owner=kernel_owner(),
+        grants=grants,
+        payload=payload_bytes,
+        source=source,
+        notebook=notebook,
+        user=user,
+        watch_pid=None if options.background else os.getpid(),
+    )
+    job, run_id, run_name = submitted.job, submitted.run_id, submitted.run_name
+    mlflow_client = MlflowClient(target.tracking_uri)
 
     view = JobView(
         job.id,
@@ -190,6 +211,10 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
         tracking_uri=None if options.background else target.tracking_uri,
     )
     view.header(run_name, job_links(target.tracking_uri, target.experiment_id, run_id, job.id))
+    if grants:
+        report = mirror(job, grants)  # after the job started: a slow MLflow delays no rank
+        lines = [f"Shared: {', '.join(map(str, grants))}", *(report.lines() if report else [])]
+        print("\n".join(lines))
     max_attempts = options.max_retries + 1
     if options.background:
         view.status("submitted in the background", 1, max_attempts, f"air logs {job.id}")

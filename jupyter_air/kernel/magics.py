@@ -76,6 +76,16 @@ class AirMagics(Magics):
         ),
     )
     @argument(
+        "--share",
+        action="append",
+        default=[],
+        metavar="[group:]NAME:LEVEL",
+        help=(
+            "Grant a Hub user or group a permission on the job (repeatable): CAN_VIEW, "
+            "CAN_MANAGE_RUN or CAN_MANAGE, e.g. bob:CAN_VIEW, group:ml-team:CAN_MANAGE_RUN."
+        ),
+    )
+    @argument(
         "--out",
         action="append",
         default=[],
@@ -102,6 +112,7 @@ class AirMagics(Magics):
                 background=args.background,
                 out=list(args.out),
                 oversubscribe=args.oversubscribe,
+                share=list(args.share),
             )
             options.validate()
             assert self.shell is not None

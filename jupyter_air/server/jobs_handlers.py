@@ -29,6 +29,7 @@ from ..jobs.permissions import (
     merged,
     principal_from_json,
 )
+from ..jobs.sharing import mirror
 from ..jobs.store import JOB_ID, Job, JobStore
 from ..jobs.views import job_document
 from ..logs.query import BadFilter, LogFilter, read_all, read_page, read_tail
@@ -219,7 +220,9 @@ class JobPermissionsHandler(JobsBase):
         access: JobAccess = await in_store_thread(
             self.store.change_access, job.id, who, grants, revoke
         )
-        self.write_json(access.as_json(who))
+        loop = asyncio.get_running_loop()
+        report = await loop.run_in_executor(None, mirror, job, grants, revoke)
+        self.write_json({**access.as_json(who), "mlflow": report.to_json() if report else None})
 
 
 def _change(body: bytes) -> tuple[tuple[Grant, ...], tuple[Principal, ...]]:

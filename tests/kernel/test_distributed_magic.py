@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from jupyter_air.jobs.permissions import os_user
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.procs import alive
 from tests.kernel.conftest import Execution, Kernel, job_processes, running_job
@@ -312,15 +313,18 @@ def test_a_failed_attempt_is_retried_in_the_same_job_with_a_new_run(
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("-n 0", "--nproc-per-node must be >= 1"),
+        ("-n 0", "--nproc-per-node: Input should be greater than or equal to 1"),
         ("--nnodes 2", "needs a cluster: add --backend ray"),
         ("--env FOO", "expected KEY=VALUE"),
         ("--env 1X=2", "not a valid environment variable name"),
-        ("--max-retries -1", "--max-retries must be >= 0"),
+        ("--max-retries -1", "--max-retries: Input should be greater than or equal to 0"),
         ("--timeout 0", "--timeout must be"),
         ("--output-ranks 3", "--output-ranks must be all, 0 or none"),
         ("-n 100000", "or pass --oversubscribe (oversubscribe=True for @distributed)"),
         ("--oversubscribe --backend ray", "--oversubscribe is for the local backend"),
+        ("--share bob", "--share: 'bob' is not a grant: write NAME:LEVEL"),
+        ("--share bob:CAN_OWN", "--share: unknown permission level 'CAN_OWN'"),
+        (f"--share {os_user()}:CAN_VIEW", "owns the job: the owner's CAN_MANAGE cannot be"),
         ("--no-such-option", "unrecognized arguments"),
     ],
 )
@@ -370,4 +374,4 @@ def test_the_decorator_runs_a_function_on_every_rank(kernel: Kernel) -> None:
     assert "[rank 1] rank 1 of 2" in execution.stdout
     bad = kernel.run("distributed(nproc_per_node=0)(print)")
     assert bad.error is not None
-    assert "--nproc-per-node must be >= 1" in bad.error["evalue"]
+    assert "--nproc-per-node: Input should be greater than or equal to 1" in bad.error["evalue"]
