@@ -217,6 +217,14 @@ def test_a_level_change_updates_and_a_revoke_deletes(servers: Servers, experimen
     assert [(o.action, o.error) for o in again.outcomes] == [("absent", None)]
 
 
+def test_the_granting_user_keeps_their_own_permission(servers: Servers, experiment: str) -> None:
+    """A grant naming the MLflow user who makes it would replace their MANAGE: left alone."""
+    report = mirror_as_alice(servers, experiment, Grant("alice", "CAN_VIEW"), Grant("alice", None))
+
+    assert [o.action for o in report.outcomes] == ["own", "own"]
+    assert permission_of(servers, "alice", experiment) == "MANAGE"
+
+
 def test_an_unknown_grantee_is_reported_and_not_created(servers: Servers, experiment: str) -> None:
     from mlflow.exceptions import MlflowException
     from mlflow.server.auth.client import AuthServiceClient
@@ -249,15 +257,18 @@ def test_group_grants_are_reported_as_not_mirrored(servers: Servers, experiment:
     assert only_groups.status == "unasked"
 
 
-def test_a_grantee_cannot_raise_their_own_permission(servers: Servers, experiment: str) -> None:
-    """READ does not let bob use our grants to give himself MANAGE on alice's experiment."""
+def test_a_reader_cannot_change_who_has_the_experiment(servers: Servers, experiment: str) -> None:
+    """READ does not let bob use grants to take alice's MANAGE away or to raise his own."""
     mirror_as_alice(servers, experiment, Grant("bob", "CAN_VIEW"))
 
     with as_user("bob"):
-        report = mirror_grants(servers.auth, experiment, [Grant("bob", "CAN_MANAGE")])
+        report = mirror_grants(servers.auth, experiment, [Grant("alice", None)])
+        raised = mirror_grants(servers.auth, experiment, [Grant("bob", "CAN_MANAGE")])
 
     assert report.status == "failed"
     assert report.outcomes[0].error == f"MANAGE on experiment {experiment} is needed to share it"
+    assert raised.outcomes[0].action == "own"
+    assert permission_of(servers, "alice", experiment) == "MANAGE"
     assert permission_of(servers, "bob", experiment) == "READ"
 
 

@@ -34,7 +34,7 @@ TIMEOUT = 5.0
 BUDGET = 15.0
 
 Status = Literal["local", "unasked", "no-app", "app", "failed"]
-Action = Literal["set", "updated", "removed", "absent", "not-mirrored", "failed"]
+Action = Literal["set", "updated", "removed", "absent", "own", "not-mirrored", "failed"]
 
 
 class Grant(NamedTuple):
@@ -65,6 +65,7 @@ class Outcome:
             "updated": f"{where}: {who} has {self.permission}",
             "removed": f"{where}: {who}'s permission removed",
             "absent": f"{where}: {who} had no permission to remove",
+            "own": f"{where}: {who} makes the grants: their permission is left as it is",
         }.get(self.action, f"{where}: not set for {who}: {self.error}")
 
 
@@ -173,10 +174,12 @@ class _Mirror:
         self.timeout = timeout
         self.deadline = deadline
         self.answered = False
-        self.secrets = _secrets(tracking_uri)
+        self.username, self.secrets = _caller(tracking_uri)
         self.client: Any = None
 
     def apply(self, g: Grant) -> Outcome:
+        if g.grantee == self.username:  # replacing their own MANAGE would lock them out
+            return Outcome(g.grantee, False, g.level, "own")
         if g.level is None:
             return self._revoke(g)
         permission = EXPERIMENT_PERMISSION[g.level]
@@ -283,12 +286,12 @@ def _timed_out(cause: BaseException | None) -> bool:
     return isinstance(reason, Urllib3Timeout) and not isinstance(reason, NewConnectionError)
 
 
-def _secrets(tracking_uri: str) -> list[str]:
-    """The caller's MLflow password and token, to keep them out of any message."""
+def _caller(tracking_uri: str) -> tuple[str | None, list[str]]:
+    """The caller's MLflow username, and the password and token to keep out of messages."""
     from mlflow.utils.credentials import get_default_host_creds
 
     creds = get_default_host_creds(tracking_uri)
-    return [s for s in (creds.password, creds.token) if s]
+    return creds.username, [s for s in (creds.password, creds.token) if s]
 
 
 def _client(tracking_uri: str) -> Any:
