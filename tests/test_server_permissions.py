@@ -22,6 +22,7 @@ from jupyter_server.auth.identity import IdentityProvider, User
 from tornado.httpclient import HTTPClientError
 
 from jupyter_air.gpu.sampler import GpuSampler
+from jupyter_air.jobs.hints import Hint, write_hints
 from jupyter_air.jobs.node_files import write_gpu, write_nodes
 from jupyter_air.jobs.permissions import Identity, Level, os_identity, parse_grant
 from jupyter_air.jobs.spec import Workload
@@ -436,3 +437,16 @@ async def test_a_grant_holds_when_mlflow_cannot_be_told_and_the_answer_says_why(
         assert "cannot reach the tracking server" in bob["error"]
         assert (team["grantee"], team["action"]) == ("ml-team", "not-mirrored")
         assert store.access(job).level_of(Identity("bob")) == Level.CAN_VIEW
+
+
+async def test_the_hints_of_a_job_the_caller_may_not_view_are_not_shown(
+    jp_fetch: Any, job: str, rank_of: Any, store: JobStore, scenario: WriteScenario
+) -> None:
+    store.update(job, status="RUNNING")  # hints are a running job's
+    write_hints(store.attempt_dir(job, 1), [0], [Hint("idle_gpu", "GPU 0 mostly idle", 3.0)], 1.0)
+    scenario(Scenario(gpus=[FakeGpu(processes=[(rank_of.pid, 2 * 1024**3)])]))
+    viewer = json.loads((await call(jp_fetch, "viewer", "POST", "jupyter-air/gpu/sample")).body)
+    assert viewer["state"][0]["processes"][0]["owner"]["hints"] == ["GPU 0 mostly idle"]
+    seen = json.loads((await call(jp_fetch, "stranger", "POST", "jupyter-air/gpu/sample")).body)
+    assert seen["state"][0]["processes"] == [OTHER]
+    assert "mostly idle" not in json.dumps(seen)
