@@ -222,6 +222,7 @@ def test_the_granting_user_keeps_their_own_permission(servers: Servers, experime
     report = mirror_as_alice(servers, experiment, Grant("alice", "CAN_VIEW"), Grant("alice", None))
 
     assert [o.action for o in report.outcomes] == ["own", "own"]
+    assert report.status == "unasked"
     assert permission_of(servers, "alice", experiment) == "MANAGE"
 
 
@@ -398,6 +399,17 @@ def test_credentials_echoed_by_the_server_are_masked() -> None:
         failed.error
         == "INVALID_PARAMETER_VALUE: bad request from alice:*** with token ***; see the log"
     )
+
+
+def test_an_unusable_mlflow_setting_is_reported_not_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_INSECURE_TLS", "maybe")
+
+    report = mirror_grants("http://127.0.0.1:9", "1", [Grant("bob", "CAN_VIEW")])
+
+    assert report.status == "failed"
+    assert "ValueError: MLFLOW_TRACKING_INSECURE_TLS value must be" in str(report.outcomes[0].error)
 
 
 @pytest.mark.parametrize("uri", ["sqlite:////tmp/x/mlflow.db", "file:///tmp/x/mlruns", "mlruns"])

@@ -72,9 +72,9 @@ class Outcome:
 @dataclass(frozen=True)
 class MirrorReport:
     """``status``: ``local`` (not an HTTP tracking server: nothing to do), ``unasked``
-    (only group grants: nothing to ask), ``no-app`` (the server has no permission app),
-    ``app`` (it answered), ``failed`` (it could not be asked). ``notice`` is the
-    one-time line about a server without the app."""
+    (only groups or the caller named: nothing to ask), ``no-app`` (the server has no
+    permission app), ``app`` (it answered), ``failed`` (it could not be asked).
+    ``notice`` is the one-time line about a server without the app."""
 
     status: Status
     experiment_id: str
@@ -138,7 +138,8 @@ def mirror_grants(
     try:
         for g in users:
             outcomes.append(mirror.apply(g))
-    except _Stop as stop:
+    except Exception as e:  # whatever goes wrong here, the job grant stands
+        stop = e if isinstance(e, _Stop) else _Stop(f"{type(e).__name__}: {e}")
         if stop.status == "no-app":
             return MirrorReport("no-app", experiment_id, notice=_no_app_notice(tracking_uri))
         reason = mirror.clean(stop.reason)
@@ -146,7 +147,8 @@ def mirror_grants(
             Outcome(g.grantee, False, g.level, "failed", error=reason)
             for g in users[len(outcomes) :]
         ]
-    status: Status = "app" if mirror.answered else "failed"
+    failed = any(o.error for o in outcomes)
+    status: Status = "app" if mirror.answered else "failed" if failed else "unasked"
     return MirrorReport(status, experiment_id, (*outcomes, *groups))
 
 
@@ -174,10 +176,14 @@ class _Mirror:
         self.timeout = timeout
         self.deadline = deadline
         self.answered = False
-        self.username, self.secrets = _caller(tracking_uri)
+        self.username: str | None = None
+        self.secrets: list[str] = []
         self.client: Any = None
 
     def apply(self, g: Grant) -> Outcome:
+        if self.client is None:
+            self.username, self.secrets = _caller(self.tracking_uri)
+            self.client = _client(self.tracking_uri)
         if g.grantee == self.username:  # replacing their own MANAGE would lock them out
             return Outcome(g.grantee, False, g.level, "own")
         if g.level is None:
@@ -219,8 +225,6 @@ class _Mirror:
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise _Stop("MLflow took too long: the remaining grants were not tried")
-        if self.client is None:
-            self.client = _client(self.tracking_uri)
         self.client.timeout = min(self.timeout, left)
         try:
             getattr(self.client, method)(username, "experiment", self.experiment_id, *permission)
