@@ -1,7 +1,8 @@
 """Job permissions on a real JupyterHub, as alice and bob see them in JupyterLab.
 
-Alice runs two distributed cells on her server and shares the server with bob; she
-grants bob CAN_VIEW on one job ("shared") and nothing on the other ("private"). Bob,
+Alice runs two distributed cells on her server and shares the server with bob; one
+cell grants bob CAN_VIEW on its job (``--share bob:CAN_VIEW``: "shared"), the other
+grants nothing ("private"); later grants go through the permissions route. Bob,
 in a browser of his own on alice's server, is refused the private job's logs with who
 can grant them, reads the shared job's logs, sees the private job's GPU process as
 "another user's job", and cannot cancel the shared job until alice grants
@@ -34,7 +35,7 @@ GIB = 1024**3
 # Both jobs print, then keep their ranks (and their GPU memory, for the fake driver)
 # until the test drops STOP or the job is cancelled.
 JOB_CELL = """\
-%%air_distributed -n 2 --background --run-name {name}
+%%air_distributed -n 2 --background --run-name {name} {share}
 import os, time
 rank = os.environ["RANK"]
 for step in range(3):
@@ -45,8 +46,10 @@ while not os.path.exists({stop!r}):
 
 
 def notebook(stop: Path) -> dict[str, Any]:
-    cells = ["%load_ext jupyter_air"] + [
-        JOB_CELL.format(name=name, stop=str(stop)) for name in ("private", "shared")
+    cells = [
+        "%load_ext jupyter_air",
+        JOB_CELL.format(name="private", share="", stop=str(stop)),
+        JOB_CELL.format(name="shared", share="--share bob:CAN_VIEW", stop=str(stop)),
     ]
     return {
         "cells": [
@@ -108,6 +111,10 @@ def rank_pids(job_id: str) -> list[int]:
         if env.get("AIR_JOB_ID") == job_id and "RANK" in env:
             pids.append(proc.pid)
     return sorted(pids)
+
+
+def get_permissions(hub: Hub, user: str, job: str) -> Any:
+    return hub.as_user(user, "GET", f"user/alice/jupyter-air/jobs/{job}/permissions")
 
 
 def put_permissions(hub: Hub, user: str, job: str, body: dict[str, Any]) -> Any:
@@ -212,15 +219,15 @@ def test_bob_reaches_alice_server_only_after_she_shares_it(alice_server: Hub) ->
     assert me.body["identity"]["username"] == "bob"
 
 
-def test_alice_grants_bob_view_on_one_job(alice_server: Hub, jobs: dict[str, str]) -> None:
+def test_the_cell_grants_bob_view_on_its_job(alice_server: Hub, jobs: dict[str, str]) -> None:
     hub = alice_server
-    granted = put_permissions(
-        hub, "alice", jobs["shared"],
-        {"grant": [{"kind": "user", "name": "bob", "level": "CAN_VIEW"}]},
-    )  # fmt: skip
-    assert granted.status == 200, granted
-    assert granted.body["owner"] == "alice"
-    assert {"kind": "user", "name": "bob", "level": "CAN_VIEW"} in granted.body["grants"]
+    shared = get_permissions(hub, "alice", jobs["shared"])
+    assert shared.status == 200, shared
+    assert shared.body["owner"] == "alice", "the server's Hub user owns its kernels' jobs"
+    assert shared.body["grants"] == [{"kind": "user", "name": "bob", "level": "CAN_VIEW"}]
+    private = get_permissions(hub, "alice", jobs["private"])
+    assert private.body["owner"] == "alice"
+    assert private.body["grants"] == []
     # On alice's server, bob lists only the job he may view.
     listed = hub.as_user("bob", "GET", "user/alice/jupyter-air/jobs")
     assert listed.status == 200, listed
@@ -354,7 +361,7 @@ def test_bob_may_cancel_only_once_granted_manage_run(
         {"grant": [{"kind": "group", "name": "ml-team", "level": "CAN_MANAGE_RUN"}]},
     )  # fmt: skip
     assert granted.status == 200, granted
-    seen = alice_server.as_user("bob", "GET", f"user/alice/jupyter-air/jobs/{shared}/permissions")
+    seen = get_permissions(alice_server, "bob", shared)
     assert seen.body["you"] == {"name": "bob", "level": "CAN_MANAGE_RUN"}
     status, body = cancel_in_browser(bob, shared)
     assert status == 200, body
