@@ -52,6 +52,8 @@ def run_cell(page: Any, index: int, tries: int = 6) -> None:
     prompt shows that it ran or runs."""
     cell = f".jp-Notebook .jp-Cell >> nth={index}"
     for _ in range(tries):
+        dialog = page.query_selector(".jp-Dialog")
+        assert dialog is None, f"a dialog covers the notebook: {dialog.text_content()}"
         page.click(f"{cell} >> .cm-content")
         page.keyboard.press("Shift+Enter")
         try:

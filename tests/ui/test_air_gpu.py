@@ -16,6 +16,7 @@ from tests.ui.test_gpu_panel import two_gpus
 
 VIEW = ".jp-air-GpuView"
 CELL = "%load_ext jupyter_air\nview = %air_gpu --interval 2\nview"
+IDLE_CELL = "idle = %air_gpu --interval 1 --idle-timeout 5\nidle"
 
 
 def metric(index: int, name: str) -> str:
@@ -35,7 +36,7 @@ def server(start_lab: Callable[..., Lab], app: str) -> Lab:
         server_args=["--GpuSampler.interval=3600", "--GpuSampler.idle_timeout=3600"],
         app=app,
     )
-    put_notebook(lab, "gpu.ipynb", [CELL])
+    put_notebook(lab, "gpu.ipynb", [CELL, IDLE_CELL])
     return lab
 
 
@@ -92,3 +93,18 @@ def test_a_range_button_changes_the_charts_range(page: Any) -> None:
     assert page.evaluate(span.replace("s =>", "(s) =>"), plot) == pytest.approx(900_000, abs=5)
     page.click(f'{VIEW} button:has-text("2h")')
     page.wait_for_function(f"s => Math.abs(({span})(s) - 7_200_000) < 5", arg=plot)
+
+
+def test_an_idle_view_pauses_and_hovering_its_chart_resumes_it(page: Any) -> None:
+    run_cell(page, 1)
+    idle = f"{VIEW} >> nth=1"
+    status = f"{idle} >> .jp-air-GpuView-status"
+    page.wait_for_selector(f"{status} >> text=Paused after 5 s without interaction", timeout=60_000)
+    assert page.is_visible(f'{idle} >> button:has-text("Resume")')
+    chart = page.locator(f"{idle} >> .js-plotly-plot .nsewdrag >> nth=0")
+    chart.scroll_into_view_if_needed()
+    box = chart.bounding_box()
+    for dx in (4, 2):  # over the latest samples, at the right end of the 15 min
+        chart.hover(position={"x": box["width"] - dx, "y": box["height"] / 2})
+    page.wait_for_selector(f"{status} >> text=Updated every 1 s", timeout=30_000)
+    assert not page.is_visible(f'{idle} >> button:has-text("Resume")')
