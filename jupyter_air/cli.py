@@ -233,7 +233,7 @@ def _run(args: argparse.Namespace) -> int:
     if run_url:
         print(f"  run:  {run_url}")
     if spec.grants:
-        report = mirror(job, spec.grants)
+        report = mirror(store, job, spec.grants)
         print(f"  shared: {', '.join(map(str, spec.grants))}")
         for line in report.lines() if report else []:
             print(f"  {line}")
@@ -491,7 +491,7 @@ def _permissions(args: argparse.Namespace) -> int:
             access = store.access(job.id)
     except (BadGrant, Forbidden) as err:
         raise CliError(str(err)) from None
-    report = mirror(job, grants, revoke)
+    report = mirror(store, job, grants, revoke)
     if args.output == "json":
         doc = {**access.as_json(me), "mlflow": report.to_json() if report else None}
         print(json.dumps(doc, indent=2))

@@ -450,3 +450,39 @@ async def test_the_hints_of_a_job_the_caller_may_not_view_are_not_shown(
     seen = json.loads((await call(jp_fetch, "stranger", "POST", "jupyter-air/gpu/sample")).body)
     assert seen["state"][0]["processes"] == [OTHER]
     assert "mostly idle" not in json.dumps(seen)
+
+
+async def test_mlflow_gets_the_highest_level_any_job_of_the_experiment_grants(
+    jp_fetch: Any, store: JobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MLflow holds one permission per user and experiment: revoking bob on one job
+    leaves him what another job of the same experiment still grants, and a grant on a
+    job raises him to the highest level any job of the experiment gives."""
+    told: list[list[tuple[str, str | None]]] = []
+
+    def tell_mlflow(uri: str, experiment: str, grants: Any) -> None:  # the network boundary
+        told.append([(g.grantee, g.level) for g in grants])
+
+    monkeypatch.setattr("jupyter_air.tracking.permissions.mirror_grants", tell_mlflow)
+    workload = Workload(kind="command", tracking_uri="http://127.0.0.1:9/", experiment_id="7")
+    elsewhere = Workload(kind="command", tracking_uri="http://127.0.0.1:9/", experiment_id="8")
+    first, second = (store.create(workload, owner="alice").id for _ in range(2))
+    other = store.create(elsewhere, owner="alice").id
+    store.change_access(other, Identity("alice"), (parse_grant("bob:CAN_MANAGE"),))
+    store.change_access(first, Identity("alice"), (parse_grant("bob:CAN_MANAGE_RUN"),))
+
+    await call(
+        jp_fetch,
+        "owner",
+        "PUT",
+        f"jupyter-air/jobs/{second}/permissions",
+        {"grant": ["bob:CAN_VIEW"]},
+    )
+    await call(
+        jp_fetch, "owner", "PUT", f"jupyter-air/jobs/{first}/permissions", {"revoke": ["bob"]}
+    )
+    await call(
+        jp_fetch, "owner", "PUT", f"jupyter-air/jobs/{second}/permissions", {"revoke": ["bob"]}
+    )
+
+    assert told == [[("bob", "CAN_MANAGE_RUN")], [("bob", "CAN_VIEW")], [("bob", None)]]

@@ -11,24 +11,33 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from .permissions import Grant, Principal
-from .store import Job
+from .store import Job, JobStore
 
 if TYPE_CHECKING:
     from ..tracking.permissions import MirrorReport
 
 
 def mirror(
-    job: Job, grants: Iterable[Grant], revoke: Iterable[Principal] = ()
+    store: JobStore, job: Job, grants: Iterable[Grant], revoke: Iterable[Principal] = ()
 ) -> MirrorReport | None:
-    """The grants and revokes set on the job's experiment; None when the job has no
-    MLflow experiment or nothing changed."""
+    """Set on the job's experiment what the changed principals now hold there; None when
+    the job has no MLflow experiment or nothing changed.
+
+    Called after the change is recorded. MLflow keeps one permission per user and
+    experiment, while grants are per job and many jobs share an experiment: a principal
+    gets the highest level any job of the experiment grants them, and loses the
+    permission only when none grants them anything (revoking bob on one job must not
+    take away what another job of the same experiment still gives him).
+    """
     from ..tracking import permissions
 
     w = job.workload
-    changes = [
-        permissions.Grant(g.principal.name, g.level.name, g.principal.kind == "group")
-        for g in grants
-    ] + [permissions.Grant(p.name, None, p.kind == "group") for p in revoke]
-    if not changes or not w.tracking_uri or not w.experiment_id:
+    changed = list(dict.fromkeys([*(g.principal for g in grants), *revoke]))  # in order
+    if not changed or not w.tracking_uri or not w.experiment_id:
         return None
+    levels = store.experiment_levels(w.tracking_uri, w.experiment_id, set(changed))
+    changes = [
+        permissions.Grant(p.name, levels[p].name if p in levels else None, p.kind == "group")
+        for p in changed
+    ]
     return permissions.mirror_grants(w.tracking_uri, w.experiment_id, changes)

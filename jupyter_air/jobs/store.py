@@ -259,6 +259,28 @@ class JobStore:
         with self._connect() as db:
             return _access(db, job_id)
 
+    def experiment_levels(
+        self, tracking_uri: str, experiment_id: str, principals: set[Principal]
+    ) -> dict[Principal, Level]:
+        """The highest level each principal holds on any job tracked in this experiment
+        (absent: none). MLflow keeps one permission per user and experiment, and many
+        jobs share an experiment, so this is what the experiment should give them."""
+        if not principals:
+            return {}
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT g.kind, g.name, g.level FROM grants g JOIN jobs j ON j.id = g.job_id "
+                "WHERE json_extract(j.workload, '$.tracking_uri') = ? "
+                "AND json_extract(j.workload, '$.experiment_id') = ?",
+                (tracking_uri, experiment_id),
+            ).fetchall()
+        levels: dict[Principal, Level] = {}
+        for row in rows:
+            principal, level = Principal(row["kind"], row["name"]), Level[row["level"]]
+            if principal in principals and level > levels.get(principal, 0):
+                levels[principal] = level
+        return levels
+
     def change_access(
         self,
         job_id: str,

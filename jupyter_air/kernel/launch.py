@@ -212,7 +212,7 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
     )
     view.header(run_name, job_links(target.tracking_uri, target.experiment_id, run_id, job.id))
     if grants:
-        report = mirror(job, grants)  # after the job started: a slow MLflow delays no rank
+        report = mirror(store, job, grants)  # after the job started: a slow MLflow delays no rank
         lines = [f"Shared: {', '.join(map(str, grants))}", *(report.lines() if report else [])]
         print("\n".join(lines))
     max_attempts = options.max_retries + 1

@@ -221,7 +221,7 @@ class JobPermissionsHandler(JobsBase):
             self.store.change_access, job.id, who, grants, revoke
         )
         loop = asyncio.get_running_loop()
-        report = await loop.run_in_executor(None, mirror, job, grants, revoke)
+        report = await loop.run_in_executor(None, mirror, self.store, job, grants, revoke)
         self.write_json({**access.as_json(who), "mlflow": report.to_json() if report else None})
 
 
