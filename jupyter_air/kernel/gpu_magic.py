@@ -130,10 +130,15 @@ class GpuView:
         self.render()
 
     def _ipython_display_(self) -> None:
-        """Shown (the cell's value, or ``display(view)``): polling starts."""
+        """Shown (the cell's value, or ``display(view)``): a first poll, then polling
+        on the view's thread. A frontend without widgets shows the text of that poll."""
         from IPython.display import display
 
-        display(self.box)
+        if not self.poller.history.t:
+            self.poller.step()
+        bundle = self.box._repr_mimebundle_()
+        bundle["text/plain"] = _text(self.poller)
+        display(bundle, raw=True)
         self.poller.start()
 
     def close(self) -> None:
@@ -191,6 +196,28 @@ class GpuView:
             if now:
                 ends = [datetime.fromtimestamp(now - seconds), datetime.fromtimestamp(now)]
                 self.figure.update_xaxes(range=ends)
+
+
+def _text(poller: GpuPoller) -> str:
+    """The latest sample as text, for frontends that cannot show widgets."""
+    history = poller.history
+    lines = [f"GPU resources, from {poller.source.description}:"]
+    for i, info in enumerate(history.gpus):
+        gpu = history.gpu[i] if i < len(history.gpu) else {}
+        latest = {name: history.latest(column) for name, column in gpu.items()}
+        figures = [
+            _fmt(latest.get("util"), "{:.0f} %"),
+            _memory(latest.get("mem"), info.get("mem_total_mib")),
+            _fmt(latest.get("temp"), "{:.0f} °C"),
+            _power(latest.get("power"), info.get("power_limit_w")),
+        ]
+        lines.append(f"GPU {i} {info.get('name') or NA}: {', '.join(figures)}")
+    cpu = _fmt(history.latest(history.cpu), "{:.0f} %")
+    mem = _memory(history.latest(history.mem), history.host.get("mem_total_mib"))
+    lines.append(f"host {history.host.get('hostname', '')}: CPU {cpu}, memory {mem}")
+    if poller.error:
+        lines.append(poller.error)
+    return "\n".join(lines)
 
 
 def _status(poller: GpuPoller) -> str:

@@ -51,7 +51,11 @@ def test_without_a_server_the_view_samples_the_gpus_in_the_kernel(kernel: Kernel
     assert view_threads(kernel) == []  # not shown: not polling
     shown = kernel.run("view")
     assert shown.error is None, shown.traceback
-    assert any(WIDGET in d for d in shown.displays)
+    [bundle] = shown.displays
+    assert WIDGET in bundle
+    # Without widgets (nbconvert, a plain terminal), the first poll as text.
+    assert "GPU 0 NVIDIA H100 80GB HBM3: 20 %, 0.0 / 80.0 GiB, 45 °C" in bundle["text/plain"]
+    assert "no Jupyter server found" in bundle["text/plain"]
     kernel.run("import time\nwhile not view.poller.history.t: time.sleep(0.1)")
     assert "no Jupyter server found" in str(value(kernel, "view.poller.source.description"))
     cards = str(value(kernel, "view.cards.value"))
