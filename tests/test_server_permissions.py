@@ -486,3 +486,18 @@ async def test_mlflow_gets_the_highest_level_any_job_of_the_experiment_grants(
     )
 
     assert told == [[("bob", "CAN_MANAGE_RUN")], [("bob", "CAN_VIEW")], [("bob", None)]]
+
+
+async def test_only_the_servers_owner_opens_the_mlflow_ui_of_its_local_stores(
+    jp_fetch: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The UI of a local store shows every run and its logs, past any job grant: on
+    alice's shared server, bob is refused before any store is looked up."""
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice")
+    route = "jupyter-air/mlflow/0123456789abcdef/"
+    code, error = await refusal(jp_fetch, "viewer", "GET", route)
+    assert (code, error["code"]) == (403, "forbidden")
+    assert "only alice can open it" in error["message"]
+    with pytest.raises(HTTPClientError) as err:  # alice gets as far as the unknown store
+        await call(jp_fetch, "owner", "GET", route)
+    assert err.value.code == 404

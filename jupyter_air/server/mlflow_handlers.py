@@ -13,6 +13,7 @@ from collections.abc import Awaitable
 from typing import Any
 from urllib.parse import urlsplit
 
+from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import httputil, iostream, web
 from tornado.httpclient import HTTPClientError, HTTPRequest
@@ -20,6 +21,7 @@ from tornado.httputil import HTTPHeaders
 from tornado.netutil import Resolver
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
+from ..jobs.permissions import kernel_owner
 from ..tracking.ui_server import MlflowUi, UiUnavailable, UnknownStore
 from .base import AirHandler
 
@@ -102,35 +104,56 @@ class MlflowUiHandler(AirHandler):
             return
         super().check_xsrf_cookie()
 
+    def _require_server_owner(self) -> None:
+        """A local store's UI shows every run of the store, the ranks' logs included, and
+        job grants cannot narrow it: only the user whose server this is may open it
+        (on a Hub, not the users it is shared with; they read a job's logs through the
+        logs view, as its grants allow)."""
+        owner = kernel_owner()
+        if self.caller().name != owner:
+            raise web.HTTPError(
+                403,
+                f"the MLflow UI of this server's local tracking stores shows all of {owner}'s "
+                f"runs and logs: only {owner} can open it; a job's logs are in its logs view "
+                "when its owner grants you CAN_VIEW",
+            )
+
     def compute_etag(self) -> str | None:
         """None: the child's own ETag headers pass through untouched."""
         return None
 
     @web.authenticated
+    @authorized
     async def get(self, key: str, path: str | None) -> None:
         await self._relay(key, path)
 
     @web.authenticated
+    @authorized
     async def head(self, key: str, path: str | None) -> None:
         await self._relay(key, path)
 
     @web.authenticated
+    @authorized
     async def post(self, key: str, path: str | None) -> None:
         await self._relay(key, path)
 
     @web.authenticated
+    @authorized
     async def put(self, key: str, path: str | None) -> None:
         await self._relay(key, path)
 
     @web.authenticated
+    @authorized
     async def patch(self, key: str, path: str | None) -> None:
         await self._relay(key, path)
 
     @web.authenticated
+    @authorized
     async def delete(self, key: str, path: str | None) -> None:
         await self._relay(key, path)
 
     async def _relay(self, key: str, path: str | None) -> None:
+        self._require_server_owner()
         if self.mlflow_ui.url:
             raise web.HTTPError(404, f"the MLflow UI is configured at {self.mlflow_ui.url}")
         if not path:
