@@ -1,4 +1,5 @@
-"""The live view of a ``%%air_distributed`` cell, as a user sees it in JupyterLab.
+"""The live view of a ``%%air_distributed`` cell, as a user sees it in JupyterLab and in
+Jupyter Notebook 7.
 
 How it works, for a variant in another frontend: a lab (``start_lab``) runs on two
 mostly idle fake GPUs, with system metrics every second and the idle hint's window
@@ -9,7 +10,8 @@ notebook's second cell runs 2 ranks (one per fake GPU) that log ``train_loss`` e
 test-artifacts/, and checks that the traces grew, that the job's GPUs are drawn, that
 the status shows the idle hint, and that once the job ends the widget view leaves the
 static outputs (header, final status, the plotly figure) that a saved notebook keeps.
-Parametrize ``app`` with "notebook" (see ``notebook_pages``) to run it in Notebook 7.
+``app`` runs it in both frontends (see ``notebook_pages``); Notebook 7's screenshots
+are prefixed with ``notebook7-``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ print("done")
 TRACES = "plot => Object.fromEntries(plot.data.map(t => [t.name, t.x.length]))"
 
 
-@pytest.fixture(scope="module", params=["jupyterlab"])
+@pytest.fixture(scope="module", params=["jupyterlab", "notebook"])
 def app(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -74,6 +76,12 @@ def page(browser: Any, server: Lab, app: str) -> Iterator[Any]:
     page.close()
 
 
+def screenshot(page: Any, artifacts: Path, app: str, name: str) -> None:
+    """Under test-artifacts/, Notebook 7's prefixed with ``notebook7-``."""
+    prefix = "" if app == "jupyterlab" else "notebook7-"
+    page.screenshot(path=str(artifacts / f"{prefix}{name}"))
+
+
 def points(page: Any) -> dict[str, int]:
     return dict(page.eval_on_selector(PLOT, TRACES))
 
@@ -86,12 +94,12 @@ def wait_for(page: Any, check: Callable[[], bool], what: str, timeout: float = 6
 
 
 def test_the_chart_grows_while_the_job_runs_with_the_jobs_gpus_and_the_idle_hint(
-    page: Any, artifacts: Path
+    page: Any, artifacts: Path, app: str
 ) -> None:
     page.wait_for_selector(PLOT, timeout=120_000)
     wait_for(page, lambda: points(page).get("train_loss", 0) >= 2, "no train_loss points")
     first = points(page)
-    page.screenshot(path=str(artifacts / "live-view-1.png"))
+    screenshot(page, artifacts, app, "live-view-1.png")
     wait_for(
         page,
         lambda: points(page)["train_loss"] >= first["train_loss"] + 6,
@@ -99,7 +107,7 @@ def test_the_chart_grows_while_the_job_runs_with_the_jobs_gpus_and_the_idle_hint
     )
     wait_for(page, lambda: "GPU 1 util %" in points(page), "no GPU traces")
     second = points(page)
-    page.screenshot(path=str(artifacts / "live-view-2.png"))
+    screenshot(page, artifacts, app, "live-view-2.png")
     assert second["train_loss"] > first["train_loss"]
     assert {"GPU 0 util %", "GPU 1 util %", "GPU 0 memory %", "CPU %"} <= set(second)
     page.wait_for_selector(".jp-air-JobHint", timeout=60_000)
@@ -116,7 +124,7 @@ def test_the_chart_grows_while_the_job_runs_with_the_jobs_gpus_and_the_idle_hint
 
 
 def test_the_ended_job_leaves_static_outputs_a_saved_notebook_shows(
-    page: Any, artifacts: Path
+    page: Any, artifacts: Path, app: str
 ) -> None:
     status = ".jp-air-JobStatus"
     page.wait_for_selector(f"{status}:has-text('succeeded')", timeout=120_000)
@@ -128,4 +136,4 @@ def test_the_ended_job_leaves_static_outputs_a_saved_notebook_shows(
     assert "train_loss" in names
     assert "GPU 0 util %" in names
     assert "Job " in page.inner_text(".jp-air-JobHeader")
-    page.screenshot(path=str(artifacts / "live-view-final.png"))
+    screenshot(page, artifacts, app, "live-view-final.png")
