@@ -316,3 +316,19 @@ def test_a_stalled_server_costs_the_view_a_bounded_wait(
         source = find_source("auto", environ={}, runtime_dir=tmp_path)  # returns: no hang
         assert isinstance(source, KernelSource)
         assert "did not answer" in source.description
+
+
+def test_the_views_table_names_each_process_its_job_and_the_jobs_hints() -> None:
+    from jupyter_air.kernel.gpu_magic import _cards
+
+    history = GpuHistory()
+    doc = answer([10.0], [3], **FIRST)
+    hint = "GPU 0 averaged 3 % utilization over the last 300 s: likely input-bound"
+    owner = {"kind": "job", "id": "20261201-010203-abcdef", "name": None, "hints": [hint]}
+    doc["state"][0]["processes"] = [{"pid": 42, "name": "python", "mem_mib": 512, "owner": owner}]
+    history.merge(doc)
+    table = _cards(history)
+    assert (
+        f'<td data-metric="processes">python (42) 512 MiB, job 20261201-010203-abcdef ⚠ {hint}</td>'
+    ) in table
+    assert '<td data-metric="util">3 %</td>' in table

@@ -316,5 +316,6 @@ def _processes(processes: list[dict[str, Any]]) -> str:
         whose = owner.get("name") or (f"job {owner['id']}" if owner.get("kind") == "job" else "")
         memory = NA if proc.get("mem_mib") is None else f"{proc['mem_mib']} MiB"
         label = f"{proc.get('name') or NA} ({proc['pid']}) {memory}"
-        out.append(f"{label}, {whose}" if whose else label)
+        hints = "".join(f" ⚠ {hint}" for hint in owner.get("hints") or [])
+        out.append((f"{label}, {whose}" if whose else label) + hints)
     return "; ".join(out) or "none"
