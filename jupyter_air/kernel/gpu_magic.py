@@ -142,10 +142,13 @@ class GpuView:
         self.poller.start()
 
     def close(self) -> None:
-        """Stop polling and remove the widgets."""
+        """Stop polling and close every widget of the view (their comms with them)."""
         self.poller.close()
-        self.status.value = "Closed."
-        self.box.close()
+        pending = [self.box]
+        while pending:
+            widget = pending.pop()
+            pending.extend(getattr(widget, "children", ()))
+            widget.close()
 
     def _on_range(self, change: dict[str, Any]) -> None:
         self.range_key = change["new"]

@@ -68,6 +68,8 @@ def test_without_a_server_the_view_samples_the_gpus_in_the_kernel(kernel: Kernel
     assert view_threads(kernel) == ["jupyter-air-gpu-sampler", "jupyter-air-gpu-view"]
     kernel.run("view.close()")
     assert view_threads(kernel) == []
+    open_comms = "[w for w in (view.box, view.figure, view.refresh, view.cards) if w.comm]"
+    assert value(kernel, open_comms) == []
 
 
 def test_an_idle_view_stops_its_threads_and_an_interaction_resumes_it(kernel: Kernel) -> None:
