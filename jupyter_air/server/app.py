@@ -15,6 +15,7 @@ from ..tracking.ui_server import MlflowUi
 from .gpu_handlers import GpuHandler, GpuSampleHandler, JobGpuHandler
 from .jobs_handlers import JOB, REQUEST_BUSY_TIMEOUT, jobs_handlers
 from .mlflow_handlers import mlflow_ui_handlers
+from .runs_handlers import runs_handlers
 
 
 class AirExtension(ExtensionApp):
@@ -63,6 +64,7 @@ class AirExtension(ExtensionApp):
         )
         self.handlers.extend(mlflow_ui_handlers(self.mlflow_ui))
         self.handlers.extend(jobs_handlers(self.store))
+        self.handlers.extend(runs_handlers(self.store))
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         self.sampler.start()

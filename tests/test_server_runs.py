@@ -1,0 +1,266 @@
+"""The runs routes against a real Jupyter server and a real MLflow sqlite store.
+
+One store for the module (creating one takes seconds): alice's notebook ``train.ipynb``
+made three jobs (one failed; one has a nested child run), a job shared with bob, and a
+run MLflow made outside any job. Every test's job store records those jobs afresh.
+The identity provider is the permissions tests': ``X-Test-User`` says who calls.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+from jupyter_air.jobs.permissions import parse_grant
+from jupyter_air.jobs.spec import Workload
+from jupyter_air.jobs.store import JobStore
+from jupyter_air.tracking.stores import register_store
+from tests.test_server_permissions import HeaderIdentityProvider
+
+NOTEBOOK = "work/train.ipynb"
+#: job id -> (run name, MLflow status, lr, grants)
+JOBS = {
+    "20261130-100000-aaaaaa": ("first", "FINISHED", "0.1", ()),
+    "20261130-100100-bbbbbb": ("second", "FAILED", "0.2", ()),
+    "20261130-100200-cccccc": ("shared", "RUNNING", "0.1", ("bob:CAN_VIEW",)),
+}
+
+
+@dataclass(frozen=True)
+class Tracked:
+    uri: str
+    experiment_id: str
+    other_experiment_id: str
+    runs: dict[str, str]  # run name -> run id
+
+
+@pytest.fixture(scope="module")
+def tracked(tmp_path_factory: pytest.TempPathFactory) -> Tracked:
+    from mlflow import MlflowClient
+
+    root = tmp_path_factory.mktemp("runs-store")
+    uri = f"sqlite:///{root}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("/Users/alice/train")
+    other = client.create_experiment("/Users/alice/other")
+    runs: dict[str, str] = {}
+    for start, (job_id, (name, status, lr, _)) in enumerate(JOBS.items()):
+        tags = {"air.job_id": job_id, "air.attempt": "1", "air.notebook": NOTEBOOK}
+        run = client.create_run(experiment, start_time=1000 * (start + 1), tags=tags, run_name=name)
+        client.log_param(run.info.run_id, "lr", lr)
+        client.log_param(run.info.run_id, "epochs", "3")
+        for step in range(3):
+            client.log_metric(run.info.run_id, "loss", 1.0 / (step + 1 + start), step=step)
+        if status != "RUNNING":
+            client.set_terminated(run.info.run_id, status, end_time=1000 * (start + 1) + 500)
+        runs[name] = run.info.run_id
+    child = client.create_run(
+        experiment,
+        start_time=1500,
+        run_name="child",
+        tags={"mlflow.parentRunId": runs["first"], "air.job_id": "20261130-100000-aaaaaa"},
+    )
+    runs["child"] = child.info.run_id
+    outside = client.create_run(experiment, start_time=5000, run_name="by hand")
+    runs["by hand"] = outside.info.run_id
+    client.create_run(other, run_name="elsewhere")
+    return Tracked(uri, str(experiment), str(other), runs)
+
+
+@pytest.fixture
+def jp_server_config(store: JobStore, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice")  # the server's owner
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return {
+        "ServerApp": {
+            "jpserver_extensions": {"jupyter_air": True},
+            "identity_provider_class": HeaderIdentityProvider,
+        },
+        "GpuSampler": {"interval": 3600.0},
+    }
+
+
+@pytest.fixture
+def key(store: JobStore, tracked: Tracked, jp_root_dir: Path) -> str:
+    """The store registered as a kernel's jobs would have; the jobs recorded."""
+    for job_id, (_, _, _, grants) in JOBS.items():
+        workload = Workload(
+            kind="python",
+            tracking_uri=tracked.uri,
+            experiment_id=tracked.experiment_id,
+            tags={"air.notebook": str(jp_root_dir / NOTEBOOK)},
+        )
+        store.create(workload, job_id, owner="alice", grants=tuple(parse_grant(g) for g in grants))
+    return register_store(tracked.uri)
+
+
+async def get(jp_fetch: Any, route: str, who: str = "alice", **params: Any) -> Any:
+    response = await jp_fetch(
+        "jupyter-air", *route.split("/"), params=params, headers={"X-Test-User": who}
+    )
+    return json.loads(response.body)
+
+
+async def refused(jp_fetch: Any, route: str, who: str = "alice", **params: Any) -> tuple[int, str]:
+    with pytest.raises(HTTPClientError) as err:
+        await get(jp_fetch, route, who, **params)
+    assert err.value.response is not None
+    return err.value.code, json.loads(err.value.response.body)["error"]["message"]
+
+
+async def test_the_notebook_names_the_experiment_its_jobs_used(
+    jp_fetch: Any, key: str, tracked: Tracked
+) -> None:
+    found = await get(jp_fetch, "runs/notebook", path=NOTEBOOK)
+    assert found == {
+        "store": key,
+        "tracking_uri": tracked.uri,
+        "experiment_id": tracked.experiment_id,
+        "source": "job",
+    }
+    other = await get(jp_fetch, "runs/notebook", path="elsewhere.ipynb")
+    assert other["experiment_id"] is None
+
+
+async def test_runs_are_newest_first_with_children_under_their_parent(
+    jp_fetch: Any, key: str, tracked: Tracked
+) -> None:
+    page = await get(jp_fetch, "runs", store=key, experiment=tracked.experiment_id)
+    assert [(r["name"], r["depth"]) for r in page["runs"]] == [
+        ("by hand", 0),
+        ("shared", 0),
+        ("second", 0),
+        ("first", 0),
+        ("child", 1),
+    ]
+    first = page["runs"][3]
+    assert first["status"] == "FINISHED"
+    assert (first["attempt"], first["job_id"], first["duration_ms"]) == (
+        1,
+        "20261130-100000-aaaaaa",
+        500,
+    )
+    assert first["params"] == {"lr": "0.1", "epochs": "3"}
+    assert first["metrics"] == {"loss": 1 / 3}
+    assert first["run_url"].endswith(
+        f"jupyter-air/mlflow/{key}/#/experiments/{tracked.experiment_id}/runs/{first['run_id']}"
+    )
+    assert page["params"] == ["epochs", "lr"]
+    assert page["metrics"] == ["loss"]
+    assert page["next_page_token"] is None
+
+
+async def test_pages_follow_mlflow_page_tokens(jp_fetch: Any, key: str, tracked: Tracked) -> None:
+    seen: list[str] = []
+    token = ""
+    for _ in range(5):
+        page = await get(
+            jp_fetch,
+            "runs",
+            store=key,
+            experiment=tracked.experiment_id,
+            max_results="2",
+            page_token=token,
+        )
+        seen += [r["name"] for r in page["runs"]]
+        token = page["next_page_token"]
+        if not token:
+            break
+    # the child started after its parent: on a page of its own, it stays in time order
+    assert seen == ["by hand", "shared", "second", "child", "first"]
+
+
+async def test_filter_by_status_and_search_as_the_mlflow_ui(
+    jp_fetch: Any, key: str, tracked: Tracked
+) -> None:
+    exp = tracked.experiment_id
+    failed = await get(jp_fetch, "runs", store=key, experiment=exp, status="failed")
+    assert [r["name"] for r in failed["runs"]] == ["second"]
+    named = await get(jp_fetch, "runs", store=key, experiment=exp, search="SEC")
+    assert [r["name"] for r in named["runs"]] == ["second"]
+    filtered = await get(jp_fetch, "runs", store=key, experiment=exp, search="params.lr = '0.1'")
+    assert [r["name"] for r in filtered["runs"]] == ["shared", "first"]
+    both = await get(
+        jp_fetch, "runs", store=key, experiment=exp, search="params.lr = '0.1'", status="RUNNING"
+    )
+    assert [r["name"] for r in both["runs"]] == ["shared"]
+
+
+async def test_compare_gives_curves_and_the_params_that_differ(
+    jp_fetch: Any, key: str, tracked: Tracked
+) -> None:
+    first, second = tracked.runs["first"], tracked.runs["second"]
+    doc = await get(jp_fetch, "runs/compare", store=key, runs=f"{first},{second}")
+    assert doc["params"] == {"lr": {first: "0.1", second: "0.2"}}
+    curves = doc["metrics"]["loss"]
+    assert [p["step"] for p in curves[first]] == [0, 1, 2]
+    assert [p["value"] for p in curves[second]] == [1 / 2, 1 / 3, 1 / 4]
+
+
+async def test_the_experiment_picker_lists_the_store_for_its_owner(
+    jp_fetch: Any, key: str, tracked: Tracked
+) -> None:
+    names = [e["name"] for e in (await get(jp_fetch, "runs/experiments", store=key))["experiments"]]
+    assert names == ["/Users/alice/other", "/Users/alice/train", "Default"]
+
+
+async def test_another_user_sees_only_the_runs_of_jobs_they_may_view(
+    jp_fetch: Any, key: str, tracked: Tracked
+) -> None:
+    exp = tracked.experiment_id
+    page = await get(jp_fetch, "runs", "bob", store=key, experiment=exp)
+    assert [r["name"] for r in page["runs"]] == ["shared"]
+    assert page["params"] == ["epochs", "lr"]
+    picker = await get(jp_fetch, "runs/experiments", "bob", store=key)
+    assert picker["experiments"] == [{"id": exp, "name": "/Users/alice/train"}]
+    code, message = await refused(jp_fetch, "runs", "bob", store=key, experiment="0")
+    assert code == 403
+    assert "no job you may view" in message
+    code, _ = await refused(
+        jp_fetch,
+        "runs/compare",
+        "bob",
+        store=key,
+        runs=f"{tracked.runs['shared']},{tracked.runs['first']}",
+    )
+    assert code == 403
+    code, _ = await refused(jp_fetch, "runs", "mallory", store=key, experiment=exp)
+    assert code == 403
+    notebook = await get(jp_fetch, "runs/notebook", "mallory", path=NOTEBOOK)
+    assert notebook["store"] is None
+
+
+@pytest.mark.parametrize(
+    ("route", "params", "fragment"),
+    [
+        ("runs", {"store": "../../etc", "experiment": "1"}, "store key"),
+        ("runs", {"experiment": "1"}, "store key"),
+        ("runs", {"store": "{key}"}, "experiment id"),
+        ("runs", {"store": "{key}", "experiment": "{exp}", "status": "DONE"}, "status must be"),
+        ("runs", {"store": "{key}", "experiment": "{exp}", "max_results": "0"}, "max_results"),
+        ("runs", {"store": "{key}", "experiment": "{exp}", "max_results": "x"}, "integer"),
+        ("runs", {"store": "{key}", "experiment": "{exp}", "search": "params.lr = = 1"}, ""),
+        ("runs", {"store": "{key}", "experiment": "{exp}", "page_token": "garbage"}, ""),
+        ("runs/compare", {"store": "{key}"}, "compare between"),
+        ("runs/compare", {"store": "{key}", "runs": "x' OR 1"}, "not a run id"),
+        ("runs/compare", {"store": "{key}", "runs": "0" * 32}, "no run"),
+        ("runs/notebook", {}, "path"),
+    ],
+)
+async def test_bad_input_is_a_400(
+    jp_fetch: Any, key: str, tracked: Tracked, route: str, params: dict[str, str], fragment: str
+) -> None:
+    filled = {k: v.format(key=key, exp=tracked.experiment_id) for k, v in params.items()}
+    code, message = await refused(jp_fetch, route, **filled)
+    assert code == 400
+    assert fragment in message
+
+
+async def test_a_store_no_job_registered_is_not_read(jp_fetch: Any, key: str) -> None:
+    code, _ = await refused(jp_fetch, "runs", store="0123456789abcdef", experiment="1")
+    assert code == 404
