@@ -18,7 +18,7 @@ endif
 LAB_URL := http://$(HOST):$(PORT)/lab?token=$(TOKEN)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help setup system demo lab test lint typecheck pytest bench clean
+.PHONY: help setup system demo lab test lint typecheck jstest pytest bench clean
 
 help:
 	@echo "make demo   set everything up and start JupyterLab with jupyter_air"
@@ -67,7 +67,7 @@ demo: setup
 
 lab: demo
 
-test: setup lint typecheck pytest
+test: setup lint typecheck jstest pytest
 
 lint:
 	$(BIN)/ruff check jupyter_air tests bench scripts
@@ -76,6 +76,10 @@ lint:
 
 typecheck:
 	$(BIN)/mypy
+
+# Unit tests of the labextension's models, formatting and buffers (jest, labextension/test).
+jstest: node_modules/.package-lock.json
+	npm test -- --ci
 
 pytest:
 	mkdir -p test-artifacts

@@ -1,32 +1,16 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import { APIError } from './common/api';
+import type { Query, Requester } from './common/api';
+
+export { APIError };
+export type { Query, Requester };
+
 /**
  * The URL namespace of the jupyter_air server extension.
  */
 export const API_NAMESPACE = 'jupyter-air';
-
-/**
- * An error answered by the jupyter_air server API
- * (`{"error": {"code", "message", ...}}` with a 4xx/5xx status).
- */
-export class APIError extends Error {
-  constructor(
-    message: string,
-    readonly code: string,
-    readonly status: number,
-    /** The error's other keys, e.g. `job`, `needed`, `owner` of a refused job permission. */
-    readonly details: Readonly<Record<string, unknown>> = {}
-  ) {
-    super(message);
-    this.name = 'APIError';
-  }
-}
-
-/**
- * Query parameters of a request; `undefined` / `null` values are left out.
- */
-export type Query = Record<string, string | number | null | undefined>;
 
 /**
  * The URL of an API path: `{base_url}jupyter-air/<endPoint>?<query>`.
@@ -104,4 +88,12 @@ export async function requestAPI<T>(
     );
   }
   return data as T;
+}
+
+/** A `Requester` for the server of `settings` (what the plugins give models). */
+export function requester(
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Requester {
+  return <T>(endPoint: string, init: RequestInit = {}, query: Query = {}) =>
+    requestAPI<T>(endPoint, init, query, settings);
 }

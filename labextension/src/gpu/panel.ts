@@ -21,7 +21,7 @@ import {
   warmUp
 } from './charts';
 import { formatClock, formatDuration } from './format';
-import { ActivityMonitor } from './idle';
+import { ActivityMonitor } from '../common/activity';
 import { GpuModel } from './model';
 import type { IGpuResponse, IJobGpuResponse, IJobNode } from './types';
 import { el } from '../dom';
@@ -40,7 +40,10 @@ export const RANGES = {
 export type RangeKey = keyof typeof RANGES;
 
 export function isRangeKey(value: unknown): value is RangeKey {
-  return typeof value === 'string' && value in RANGES;
+  return (
+    typeof value === 'string' &&
+    Object.prototype.hasOwnProperty.call(RANGES, value)
+  );
 }
 
 /** The panel settings (see labextension/schema/gpu.json). */

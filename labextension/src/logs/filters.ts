@@ -2,7 +2,7 @@
  * The filters of the view and the query they make.
  */
 
-import type { Query } from '../request';
+import type { Query } from '../common/api';
 
 /** Minimum levels offered (the API's `level` means "at least"). */
 export const LEVELS = {
@@ -24,11 +24,17 @@ export const RANGES = {
 export type RangeKey = keyof typeof RANGES;
 
 export function isLevelKey(value: unknown): value is LevelKey {
-  return typeof value === 'string' && value in LEVELS;
+  return (
+    typeof value === 'string' &&
+    Object.prototype.hasOwnProperty.call(LEVELS, value)
+  );
 }
 
 export function isRangeKey(value: unknown): value is RangeKey {
-  return typeof value === 'string' && value in RANGES;
+  return (
+    typeof value === 'string' &&
+    Object.prototype.hasOwnProperty.call(RANGES, value)
+  );
 }
 
 /** What the view shows. */
