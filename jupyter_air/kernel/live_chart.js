@@ -75,7 +75,7 @@ function render({ model, el }) {
       picker.append(label);
     }
   };
-  Plotly.newPlot(plot, chart.traces.map(copy), model.get("layout"), {
+  Plotly.newPlot(plot, chart.traces.map(copy), model.get("figure_layout"), {
     displaylogo: false,
     responsive: true,
   });

@@ -307,7 +307,7 @@ def chart_widget(layout: dict[str, Any]) -> Any:
     class ChartWidget(anywidget.AnyWidget):
         _esm = traitlets.Unicode(_chart_module()).tag(sync=True)
         chart_id = traitlets.Unicode().tag(sync=True)
-        layout = traitlets.Dict().tag(sync=True)
+        figure_layout = traitlets.Dict().tag(sync=True)
 
         def push(self, update: Update) -> None:
             """Only what changed crosses the wire."""
@@ -324,7 +324,7 @@ def chart_widget(layout: dict[str, Any]) -> Any:
                     }
                 )
 
-    return ChartWidget(chart_id=uuid.uuid4().hex, layout=layout)
+    return ChartWidget(chart_id=uuid.uuid4().hex, figure_layout=layout)
 
 
 def hints_html(hints: Sequence[Mapping[str, Any]]) -> str:
@@ -407,6 +407,9 @@ class Live:
                 },
                 raw=True,
             )
-            for widget in (self._box, self._chart, self._status):
+            for widget in (*self._box.children, self._box):  # their layouts and styles too
+                for part in (getattr(widget, "layout", None), getattr(widget, "style", None)):
+                    if part is not None:
+                        part.close()
                 widget.close()
             self._box = self._chart = self._status = None

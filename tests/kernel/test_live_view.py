@@ -147,3 +147,67 @@ def test_a_mostly_idle_gpu_raises_the_idle_hint_in_the_status_the_run_and_the_ch
     assert run.data.tags["air.hint.idle_gpu"].startswith("GPU 0 averaged")
     chart = next(d for d in execution.displays if PLOTLY in d)
     assert "GPU 0 util %" in {t["name"] for t in chart[PLOTLY]["data"]}
+
+
+STEPS_CELL = """%%air_distributed -n 1 --run-name widget
+import time
+from jupyter_air import log_metrics
+for step in range(24):
+    log_metrics({"train_loss": 1.0 / (step + 1)}, step=step)
+    time.sleep(0.25)
+"""
+
+
+def test_the_widget_view_sends_each_new_point_once_then_leaves_static_outputs(
+    kernel: Kernel,
+) -> None:
+    """Where widgets are drawn: the chart widget gets traces, then only new points, as
+    custom messages, read every ``c.LiveView.interval``; at the end its display becomes
+    the static header and status and the widgets are closed."""
+    setup = "from jupyter_air.kernel.live_view import live_view_config as c\n"
+    assert kernel.run(setup + "c().mode = 'widget'; c().interval = 0.5").error is None
+    try:
+        msg_id = kernel.start(STEPS_CELL)
+        custom, opened, closed, updates = [], 0, 0, []
+        while True:
+            msg = kernel.client.get_iopub_msg(timeout=240)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "comm_open":
+                opened += 1
+            elif kind == "comm_close":
+                closed += 1
+            elif kind == "comm_msg" and content["data"].get("method") == "custom":
+                custom.append(content["data"]["content"])
+            elif kind == "update_display_data":
+                updates.append(content["data"])
+            elif kind == "error":
+                pytest.fail("\n".join(content["traceback"]))
+            elif kind == "status" and content["execution_state"] == "idle":
+                break
+    finally:
+        kernel.run(setup + "c().mode = 'auto'; c().interval = 2.0")
+    names: list[str] = []
+    steps: dict[str, list[float]] = {}
+    for message in custom:
+        if message["type"] == "add":
+            for trace in message["traces"]:
+                names.append(trace["name"])
+                steps[trace["name"]] = list(trace["x"])
+        else:
+            for index, xs in zip(message["indices"], message["x"], strict=True):
+                steps[names[index]] += xs
+    sent = steps["train_loss"]
+    assert sent == list(range(len(sent))), "every point once, in order"
+    assert len(sent) >= 12, "most points were sent while the job ran"
+    extends = [m for m in custom if m["type"] == "extend"]
+    assert len(extends) >= 2, "points arrive while the job runs, a few at a time"
+    assert opened >= 4  # the view, its header, status and chart
+    assert closed == opened, "the widgets are closed at the end"
+    static = [u for u in updates if "jp-air-JobHeader" in u.get("text/html", "")]
+    assert static, "the widget view's display became the static header"
+    assert "succeeded" in static[-1]["text/plain"]
+    chart = next(u for u in reversed(updates) if PLOTLY in u)  # every point, at the end
+    assert chart[PLOTLY]["data"][0]["name"] == "train_loss"
+    assert chart[PLOTLY]["data"][0]["x"] == list(range(24))
