@@ -5,9 +5,12 @@ import {
 import { ICommandPalette, IThemeManager } from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
-import { GpuPanel, IGpuPanelSettings, isRangeKey } from './gpu/panel';
+import { GpuResourcesModel, IGpuPanelSettings, isRangeKey } from './gpu/model';
+import { GpuPanel } from './gpu/panel';
 import { chipIcon } from './icons';
 import logsPlugin from './logs/plugin';
+import { requester } from './request';
+import runsPlugin from './runs/plugin';
 
 /** Command ids. */
 export namespace CommandIDs {
@@ -57,9 +60,10 @@ const gpuPlugin: JupyterFrontEndPlugin<void> = {
     settingRegistry: ISettingRegistry | null,
     themeManager: IThemeManager | null
   ): void => {
-    const panel = new GpuPanel({
-      serverSettings: app.serviceManager.serverSettings
+    const model = new GpuResourcesModel({
+      request: requester(app.serviceManager.serverSettings)
     });
+    const panel = new GpuPanel({ model });
     panel.title.icon = chipIcon;
     panel.title.caption = 'GPU resources';
     // Not restored with the layout: the panel always starts collapsed and
@@ -93,7 +97,7 @@ const gpuPlugin: JupyterFrontEndPlugin<void> = {
       settingRegistry
         .load(GPU_PLUGIN_ID)
         .then(settings => {
-          const apply = () => panel.updateSettings(readSettings(settings));
+          const apply = () => model.updateSettings(readSettings(settings));
           apply();
           settings.changed.connect(apply);
         })
@@ -107,4 +111,4 @@ const gpuPlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [gpuPlugin, logsPlugin];
+export default [gpuPlugin, logsPlugin, runsPlugin];

@@ -13,7 +13,7 @@ import {
   formatTemperature,
   NA
 } from './format';
-import { GpuModel } from './model';
+import { GpuHistory } from './history';
 import type { IGpuInfo, IGpuProcess } from './types';
 import { el } from '../dom';
 
@@ -76,7 +76,7 @@ export abstract class Card {
 
   /** The rows of the chart, from the model. */
   abstract rows(
-    model: GpuModel,
+    model: GpuHistory,
     window: TimeWindow,
     theme: IChartTheme
   ): IChartRow[];
@@ -136,7 +136,7 @@ export class GpuCard extends Card {
   }
 
   /** Update the texts from the model. */
-  update(model: GpuModel): void {
+  update(model: GpuHistory): void {
     const series = model.gpu[this.position];
     const state = model.state[this.position];
     const info = this.info;
@@ -173,18 +173,18 @@ export class GpuCard extends Card {
       }
     }
 
-    this._util.set(formatPercent(series && GpuModel.latest(series.util)));
+    this._util.set(formatPercent(series && GpuHistory.latest(series.util)));
     this._mem.set(
-      formatMemory(series && GpuModel.latest(series.mem), info.mem_total_mib)
+      formatMemory(series && GpuHistory.latest(series.mem), info.mem_total_mib)
     );
-    this._temp.set(formatTemperature(series && GpuModel.latest(series.temp)));
+    this._temp.set(formatTemperature(series && GpuHistory.latest(series.temp)));
     this._power.set(
-      formatPower(series && GpuModel.latest(series.power), info.power_limit_w)
+      formatPower(series && GpuHistory.latest(series.power), info.power_limit_w)
     );
     this._updateProcesses(state?.processes ?? []);
   }
 
-  rows(model: GpuModel, window: TimeWindow, theme: IChartTheme): IChartRow[] {
+  rows(model: GpuHistory, window: TimeWindow, theme: IChartTheme): IChartRow[] {
     const series = model.gpu[this.position] ?? {
       util: [],
       mem: [],
@@ -296,7 +296,7 @@ export class HostCard extends Card {
     this.node.appendChild(this.chart);
   }
 
-  update(model: GpuModel): void {
+  update(model: GpuHistory): void {
     const host = model.host;
     const parts = ['Host'];
     if (host.hostname) {
@@ -306,13 +306,13 @@ export class HostCard extends Card {
       parts.push(`${host.cpu_count} CPUs`);
     }
     setText(this._title, parts.join(' · '));
-    this._cpu.set(formatPercent(GpuModel.latest(model.cpu)));
+    this._cpu.set(formatPercent(GpuHistory.latest(model.cpu)));
     this._mem.set(
-      formatMemory(GpuModel.latest(model.mem), host.mem_total_mib ?? null)
+      formatMemory(GpuHistory.latest(model.mem), host.mem_total_mib ?? null)
     );
   }
 
-  rows(model: GpuModel, window: TimeWindow, theme: IChartTheme): IChartRow[] {
+  rows(model: GpuHistory, window: TimeWindow, theme: IChartTheme): IChartRow[] {
     const total = model.host.mem_total_mib;
     return [
       {

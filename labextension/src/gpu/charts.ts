@@ -8,8 +8,8 @@
 
 import type * as PlotlyTypes from 'plotly.js-basic-dist-min';
 
-import type { Column } from './model';
-import { lowerBound } from './model';
+import type { Column } from './history';
+import { lowerBound } from './history';
 
 /** The plotly API this module uses. */
 export type PlotlyLib = typeof PlotlyTypes;

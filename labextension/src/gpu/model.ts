@@ -1,285 +1,272 @@
-import type {
-  IGpuInfo,
-  IGpuResponse,
-  IGpuState,
-  IHostInfo,
-  INvmlStatus
-} from './types';
+/**
+ * The state of the "GPU resources" panel: settings, the node shown, the
+ * job nodes offered, the pause, and the history of samples it polls.
+ */
 
-/** A nullable numeric column. */
-export type Column = (number | null)[];
+import { ISignal, Signal } from '@lumino/signaling';
 
-/** The columns kept for one GPU. */
-export interface IGpuSeries {
-  util: Column;
-  mem: Column;
-  temp: Column;
-  power: Column;
+import type { Query, Requester } from '../common/api';
+import { FetchKind, PollingModel, pollFrequency } from '../common/model';
+import { GpuHistory, IMergeResult } from './history';
+import type { IGpuResponse, IJobGpuResponse, IJobNode } from './types';
+
+/** Performance entry names (read by browser tests and bench/). */
+export const UPDATE_MARK = 'jupyter-air:gpu-update-start';
+export const UPDATE_MEASURE = 'jupyter-air:gpu-update';
+
+/** Time ranges of the charts. */
+export const RANGES = {
+  '15m': { label: 'Last 15 minutes', seconds: 15 * 60 },
+  '1h': { label: 'Last hour', seconds: 60 * 60 },
+  '2h': { label: 'Last 2 hours', seconds: 2 * 60 * 60 }
+} as const;
+
+export type RangeKey = keyof typeof RANGES;
+
+export function isRangeKey(value: unknown): value is RangeKey {
+  return (
+    typeof value === 'string' &&
+    Object.prototype.hasOwnProperty.call(RANGES, value)
+  );
 }
 
-/** What one merge changed. */
-export interface IMergeResult {
-  /** The buffer was replaced (first answer, `reset: true`, new inventory). */
-  reset: boolean;
-  /** The GPU list (index, name, totals) differs from the one held before. */
-  inventoryChanged: boolean;
-  /** Number of samples added. */
-  added: number;
+/** The panel settings (see labextension/schema/gpu.json). */
+export interface IGpuPanelSettings {
+  defaultRange: RangeKey;
+  /** Seconds between two polls. */
+  pollInterval: number;
+  /** Seconds without activity after which polling pauses. */
+  idleTimeout: number;
+}
+
+export const DEFAULT_SETTINGS: IGpuPanelSettings = {
+  defaultRange: '15m',
+  pollInterval: 10,
+  idleTimeout: 300
+};
+
+/** The value of a job node in the node selector ('' is this server). */
+export function nodeKey(node: IJobNode | null): string {
+  return node ? `${node.job}/${node.attempt}/${node.node}` : '';
+}
+
+export function hostOf(node: IJobNode): string {
+  return node.hostname ?? node.ip ?? 'unknown host';
 }
 
 /**
- * Convert Unix seconds to the number plotly shows as local wall-clock time.
- *
- * Plotly date axes display numbers as UTC; shifting by the time-zone offset
- * makes them read as the browser's local time.
+ * Polls `jupyter-air/gpu`, or `jupyter-air/jobs/<id>/gpu` for a node of a
+ * running multi-node job, into `history`; `dataChanged` says what a merge
+ * (or a switch of node) changed, `stateChanged` everything else.
  */
-export function toLocalMs(t: number): number {
-  const ms = t * 1000;
-  return ms - new Date(ms).getTimezoneOffset() * 60000;
-}
+export class GpuResourcesModel extends PollingModel {
+  constructor(options: GpuResourcesModel.IOptions) {
+    const settings = { ...DEFAULT_SETTINGS, ...options.settings };
+    super({
+      name: 'jupyter-air:gpu',
+      frequency: pollFrequency(settings.pollInterval),
+      idleTimeout: settings.idleTimeout,
+      document: options.document
+    });
+    this._request = options.request;
+    this._settings = settings;
+    this._range = settings.defaultRange;
+  }
 
-/**
- * Index of the first element of the ascending `values` that is >= `value`
- * (`values.length` when there is none).
- */
-export function lowerBound(values: number[], value: number): number {
-  let lo = 0;
-  let hi = values.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (values[mid] < value) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
+  /** Emitted after the history changed (a merge, or cleared for another node). */
+  get dataChanged(): ISignal<this, IMergeResult> {
+    return this._dataChanged;
+  }
+
+  /** Emitted when the charts' time range changes. */
+  get rangeChanged(): ISignal<this, RangeKey> {
+    return this._rangeChanged;
+  }
+
+  /** The samples of the node shown. */
+  get history(): GpuHistory {
+    return this._history;
+  }
+
+  /** The settings in use. */
+  get settings(): IGpuPanelSettings {
+    return { ...this._settings };
+  }
+
+  /** Apply new settings (from the settings registry); invalid values are ignored. */
+  updateSettings(settings: Partial<IGpuPanelSettings>): void {
+    const previous = this._settings;
+    const next = { ...previous };
+    if (isRangeKey(settings.defaultRange)) {
+      next.defaultRange = settings.defaultRange;
     }
-  }
-  return lo;
-}
-
-function emptySeries(n: number): IGpuSeries {
-  const nulls = (): Column => new Array<number | null>(n).fill(null);
-  return { util: nulls(), mem: nulls(), temp: nulls(), power: nulls() };
-}
-
-function sameInventory(a: IGpuInfo[], b: IGpuInfo[]): boolean {
-  if (a.length !== b.length) {
-    return false;
-  }
-  return a.every((gpu, i) => {
-    const other = b[i];
-    return (
-      gpu.index === other.index &&
-      gpu.name === other.name &&
-      (gpu.uuid ?? null) === (other.uuid ?? null) &&
-      gpu.mem_total_mib === other.mem_total_mib &&
-      gpu.power_limit_w === other.power_limit_w
-    );
-  });
-}
-
-/**
- * The client-side copy of the GPU sampler's history: columnar arrays merged
- * from the increments the server answers, trimmed to the history window.
- */
-export class GpuModel {
-  /** Sample times, Unix seconds, ascending. */
-  t: number[] = [];
-  /** Sample times as plotted (local-time milliseconds), aligned with `t`. */
-  x: number[] = [];
-  /** Host CPU percent. */
-  cpu: Column = [];
-  /** Host memory used, MiB. */
-  mem: Column = [];
-  /** One series per GPU, aligned with `gpus`. */
-  gpu: IGpuSeries[] = [];
-
-  gpus: IGpuInfo[] = [];
-  state: IGpuState[] = [];
-  nvml: INvmlStatus | null = null;
-  host: IHostInfo = {};
-  inventory: string | null = null;
-  /** Server time of the latest answer, Unix seconds. */
-  now = 0;
-  /** Sampling interval of the server, seconds. */
-  interval = 10;
-  /** History window of the server, seconds. */
-  history = 7200;
-  /** The server's sampler had paused for idleness before the latest answer. */
-  serverPaused = false;
-  /** Incremented by every merge. */
-  revision = 0;
-
-  /** Whether an answer was merged yet. */
-  get loaded(): boolean {
-    return this.inventory !== null;
-  }
-
-  /** Number of samples held. */
-  get size(): number {
-    return this.t.length;
-  }
-
-  /** Time of the last sample held, or null. */
-  get lastTime(): number | null {
-    return this.t.length ? this.t[this.t.length - 1] : null;
-  }
-
-  /** The query that asks the server only for what is missing. */
-  query(): { since?: number; inventory?: string } {
-    const query: { since?: number; inventory?: string } = {};
-    const last = this.lastTime;
-    if (this.inventory !== null) {
-      query.inventory = this.inventory;
-      if (last !== null) {
-        query.since = last;
-      }
+    if (
+      typeof settings.pollInterval === 'number' &&
+      settings.pollInterval > 0
+    ) {
+      next.pollInterval = Math.max(1, settings.pollInterval);
     }
-    return query;
+    if (typeof settings.idleTimeout === 'number' && settings.idleTimeout > 0) {
+      next.idleTimeout = Math.max(5, settings.idleTimeout);
+    }
+    this._settings = next;
+    if (next.pollInterval !== previous.pollInterval) {
+      this.frequency = pollFrequency(next.pollInterval);
+    }
+    if (next.idleTimeout !== previous.idleTimeout) {
+      this.idleTimeout = next.idleTimeout;
+    }
+    if (next.defaultRange !== previous.defaultRange) {
+      this.range = next.defaultRange;
+    }
+    this.emitChanged();
   }
 
-  /** Forget everything (the next query asks for the whole history). */
-  clear(): void {
-    this.t = [];
-    this.x = [];
-    this.cpu = [];
-    this.mem = [];
-    this.gpu = [];
-    this.gpus = [];
-    this.state = [];
-    this.nvml = null;
-    this.host = {};
-    this.inventory = null;
-    this.revision++;
+  /** The time range of the charts. */
+  get range(): RangeKey {
+    return this._range;
   }
-
-  /** Merge one server answer. */
-  merge(response: IGpuResponse): IMergeResult {
-    const samples = response.samples ?? { t: [], cpu: [], mem: [], gpu: [] };
-    const reset =
-      response.reset === true ||
-      this.inventory === null ||
-      response.inventory !== this.inventory;
-
-    let inventoryChanged = false;
-    if (response.gpus !== undefined && response.gpus !== null) {
-      inventoryChanged =
-        this.inventory === null || !sameInventory(this.gpus, response.gpus);
-      this.gpus = response.gpus;
-    } else if (reset && this.inventory === null) {
-      inventoryChanged = true;
-      this.gpus = [];
-    }
-    const nGpus = this.gpus.length;
-
-    this.now = response.now;
-    this.interval = response.interval > 0 ? response.interval : this.interval;
-    this.history = response.history > 0 ? response.history : this.history;
-    this.serverPaused = !!response.paused;
-    // nvml, host and gpus come only with a new inventory id (docs/api.md).
-    if (response.nvml !== undefined) {
-      this.nvml = response.nvml;
-    }
-    if (response.host !== undefined) {
-      this.host = response.host;
-    }
-    this.state = response.state ?? [];
-    this.inventory = response.inventory ?? '';
-
-    let added = 0;
-    const times = samples.t ?? [];
-    if (reset) {
-      const n = times.length;
-      this.t = times.slice();
-      this.x = this.t.map(toLocalMs);
-      this.cpu = fit(samples.cpu, n);
-      this.mem = fit(samples.mem, n);
-      this.gpu = [];
-      for (let i = 0; i < nGpus; i++) {
-        const columns = samples.gpu?.[i];
-        this.gpu.push(
-          columns
-            ? {
-                util: fit(columns.util, n),
-                mem: fit(columns.mem, n),
-                temp: fit(columns.temp, n),
-                power: fit(columns.power, n)
-              }
-            : emptySeries(n)
-        );
-      }
-      added = n;
-    } else {
-      // Keep the series aligned with the inventory, whatever happened.
-      while (this.gpu.length < nGpus) {
-        this.gpu.push(emptySeries(this.t.length));
-      }
-      this.gpu.length = nGpus;
-
-      const last = this.lastTime;
-      let start = 0;
-      if (last !== null) {
-        while (start < times.length && times[start] <= last) {
-          start++;
-        }
-      }
-      for (let k = start; k < times.length; k++) {
-        this.t.push(times[k]);
-        this.x.push(toLocalMs(times[k]));
-        this.cpu.push(samples.cpu?.[k] ?? null);
-        this.mem.push(samples.mem?.[k] ?? null);
-        for (let i = 0; i < nGpus; i++) {
-          const columns = samples.gpu?.[i];
-          const series = this.gpu[i];
-          series.util.push(columns?.util?.[k] ?? null);
-          series.mem.push(columns?.mem?.[k] ?? null);
-          series.temp.push(columns?.temp?.[k] ?? null);
-          series.power.push(columns?.power?.[k] ?? null);
-        }
-        added++;
-      }
-    }
-
-    this.trim();
-    this.revision++;
-    return { reset, inventoryChanged, added };
-  }
-
-  /** Drop the samples older than the history window. */
-  trim(): void {
-    if (!this.t.length) {
+  set range(range: RangeKey) {
+    if (!isRangeKey(range) || range === this._range) {
       return;
     }
-    const cutoff = this.now - this.history;
-    const k = lowerBound(this.t, cutoff);
-    if (k <= 0) {
-      return;
-    }
-    this.t.splice(0, k);
-    this.x.splice(0, k);
-    this.cpu.splice(0, k);
-    this.mem.splice(0, k);
-    for (const series of this.gpu) {
-      series.util.splice(0, k);
-      series.mem.splice(0, k);
-      series.temp.splice(0, k);
-      series.power.splice(0, k);
+    this._range = range;
+    this._rangeChanged.emit(range);
+    this.emitChanged();
+  }
+
+  /** The job node shown, or null for this server. */
+  get source(): IJobNode | null {
+    return this._source;
+  }
+
+  /** The nodes of running jobs, from the latest answer of this server. */
+  get nodes(): readonly IJobNode[] {
+    return this._nodes;
+  }
+
+  /** This server's host name, once known. */
+  get localHost(): string | null {
+    return this._localHost;
+  }
+
+  /** Why the panel left a job node, shown until the next pick. */
+  get notice(): string | null {
+    return this._notice;
+  }
+
+  /** Show the GPUs of the node of `key` (see `nodeKey`; '' or unknown: this server). */
+  select(key: string): void {
+    this._show(this._nodes.find(n => nodeKey(n) === key) ?? null);
+    if (this.paused !== null) {
+      this.resume();
+    } else {
+      this.poll();
     }
   }
 
-  /** The latest value of a column, or null. */
-  static latest(column: Column): number | null {
-    return column.length ? (column[column.length - 1] ?? null) : null;
+  protected async fetch(kind: FetchKind): Promise<void> {
+    const answer = await this._ask(kind === 'refresh' ? 'POST' : 'GET');
+    // The update measured (merge, DOM, charts) ends in the view, once drawn.
+    if (typeof performance?.mark === 'function') {
+      performance.mark(UPDATE_MARK);
+    }
+    const result = this._history.merge(answer);
+    this._dataChanged.emit(result);
   }
+
+  /**
+   * Ask the node shown for what the history misses, and this server for the
+   * list of job nodes.
+   */
+  private async _ask(method: 'GET' | 'POST'): Promise<IGpuResponse> {
+    const request = this._request;
+    if (this._source !== null) {
+      // Only the node list is wanted: ask for no more than the last time.
+      this._setNodes(await request<IGpuResponse>('gpu', {}, this._local));
+    }
+    const source = this._source;
+    const shows = this._shows;
+    let answer: IGpuResponse;
+    if (source === null) {
+      answer = await request<IGpuResponse>(
+        method === 'POST' ? 'gpu/sample' : 'gpu',
+        { method },
+        this._history.query()
+      );
+    } else {
+      // A node's sampler runs on its own schedule: refresh only asks again.
+      answer = await request<IJobGpuResponse>(
+        `jobs/${source.job}/gpu`,
+        {},
+        {
+          ...this._history.query(),
+          node: source.node,
+          attempt: source.attempt
+        }
+      );
+    }
+    if (shows !== this._shows) {
+      return this._ask(method); // another node was picked meanwhile
+    }
+    if (source === null) {
+      this._setNodes(answer);
+    }
+    return answer;
+  }
+
+  /** Take the job nodes from an answer of this server; leave a node that ended. */
+  private _setNodes(answer: IGpuResponse): void {
+    const t = answer.samples?.t ?? [];
+    this._local = {
+      inventory: answer.inventory,
+      since: t.length ? t[t.length - 1] : this._local.since
+    };
+    if (answer.host?.hostname) {
+      this._localHost = answer.host.hostname;
+    }
+    this._nodes = answer.nodes ?? [];
+    const source = this._source;
+    if (source && !this._nodes.some(n => nodeKey(n) === nodeKey(source))) {
+      this._show(null, `Job ended: showing this server (job ${source.job})`);
+    }
+    this.emitChanged();
+  }
+
+  /** Show the GPUs of a job node (null: of this server), from a fresh history. */
+  private _show(source: IJobNode | null, notice: string | null = null): void {
+    this._source = source;
+    this._shows++;
+    this._notice = notice;
+    this.clearError();
+    this._history.clear();
+    this._dataChanged.emit({ reset: true, inventoryChanged: true, added: 0 });
+    this.emitChanged();
+  }
+
+  private _request: Requester;
+  private _settings: IGpuPanelSettings;
+  private _range: RangeKey;
+  private _history = new GpuHistory();
+  private _source: IJobNode | null = null;
+  /** Counts the switches of `_source`: an answer asked for before one is stale. */
+  private _shows = 0;
+  private _nodes: IJobNode[] = [];
+  /** What this server last answered up to, to ask for little while a node is shown. */
+  private _local: Query = {};
+  private _localHost: string | null = null;
+  private _notice: string | null = null;
+  private _dataChanged = new Signal<this, IMergeResult>(this);
+  private _rangeChanged = new Signal<this, RangeKey>(this);
 }
 
-/** A copy of `column` with exactly `n` entries (missing ones null). */
-function fit(column: Column | undefined, n: number): Column {
-  if (!column) {
-    return new Array<number | null>(n).fill(null);
+export namespace GpuResourcesModel {
+  export interface IOptions {
+    /** Calls the server API (`requester(serverSettings)`). */
+    request: Requester;
+    /** Initial settings. */
+    settings?: Partial<IGpuPanelSettings>;
+    /** The document whose activity counts (tests pass their own). */
+    document?: Document;
   }
-  const out = column.slice(0, n);
-  while (out.length < n) {
-    out.push(null);
-  }
-  return out;
 }
