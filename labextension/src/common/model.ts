@@ -183,6 +183,11 @@ export abstract class PollingModel implements IDisposable {
     this._error = null;
   }
 
+  /** Record an error of a request made outside `fetch` (e.g. a reload). */
+  protected setError(text: string): void {
+    this._error = text;
+  }
+
   private _run(kind: FetchKind): Promise<void> {
     return this.serialize(async () => {
       this._busy = true;

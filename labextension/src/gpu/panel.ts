@@ -42,6 +42,19 @@ export class GpuPanel extends Panel {
     super.dispose();
   }
 
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    // Attached while shown (e.g. restored open): no after-show comes.
+    if (this.isVisible) {
+      this.model.active = true;
+    }
+  }
+
+  protected onBeforeDetach(msg: Message): void {
+    this.model.active = false;
+    super.onBeforeDetach(msg);
+  }
+
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
     // Start loading plotly while the first answer is on its way.

@@ -3,7 +3,7 @@
  */
 
 import { el } from '../dom';
-import { APIError } from '../request';
+import { APIError } from '../common/api';
 import type { IAccessDenied } from './types';
 
 /** The facts of a job-permission 403, or null for any other error. */

@@ -113,3 +113,10 @@ export function textColumns(text: string): number {
   }
   return columns;
 }
+
+const NUMBER = new Intl.NumberFormat();
+
+/** "1,234 lines", "1 line". */
+export function plural(count: number, word: string): string {
+  return `${NUMBER.format(count)} ${word}${count === 1 ? '' : 's'}`;
+}

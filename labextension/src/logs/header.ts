@@ -1,7 +1,8 @@
 /**
  * The header of the "Job logs" view: the job, its attempts, the search box,
- * filters and actions, and a line of counts and messages. It renders what the
- * view tells it and reports what the user does; it holds no state of its own.
+ * filters and actions, and a line of counts and messages. It renders the
+ * model on every change and calls the model for what the user does; it
+ * holds no state of its own.
  */
 
 import {
@@ -12,19 +13,14 @@ import {
 } from '@jupyterlab/ui-components';
 
 import { el } from '../dom';
-import { ILogFilters, isLevelKey, isRangeKey, LEVELS, RANGES } from './filters';
-import { formatTime } from './format';
+import { isLevelKey, isRangeKey, LEVELS, RANGES } from './filters';
+import { formatTime, plural } from './format';
+import type { JobLogsModel } from './model';
+import { IInfo, infoOf } from './status';
 import type { IJob } from './types';
 
 /** Milliseconds of typing pause before a search is sent. */
 const SEARCH_DELAY = 300;
-
-const NUMBER = new Intl.NumberFormat();
-
-/** "1,234 lines", "1 line". */
-export function plural(count: number, word: string): string {
-  return `${NUMBER.format(count)} ${word}${count === 1 ? '' : 's'}`;
-}
 
 /** `[value, label]` pairs of a select; the value '' is "all". */
 type Options = [string, string][];
@@ -82,36 +78,14 @@ function setText(node: HTMLElement, text: string): void {
   }
 }
 
-/** What the user did in the header. */
-export interface IHeaderActions {
-  /** An attempt was chosen. */
-  attempt(attempt: number): void;
-  /** The node, rank, level or time range changed (read them with `choices`). */
-  filters(): void;
-  /** The search text changed (after a typing pause, or Enter / Escape). */
-  search(text: string): void;
-  /** The follow button was clicked. */
-  follow(): void;
-  /** The copy button was clicked. */
-  copy(): void;
-  /** The download link is about to be followed: bring its URL up to date. */
-  download(): void;
-}
-
-/** The line under the toolbar. */
-export interface IInfo {
-  /** "1,234 lines" (empty while loading). */
-  count: string;
-  /** Truncation and expiry notes. */
-  note: string;
-  message: string;
-  /** Whether the message is an error. */
-  error: boolean;
-}
-
 export class LogsHeader {
-  constructor(jobId: string, actions: IHeaderActions) {
-    this._actions = actions;
+  /** `downloadUrl`: the URL of every line matching the model's filters. */
+  constructor(
+    readonly model: JobLogsModel,
+    downloadUrl: () => string
+  ) {
+    this._downloadUrl = downloadUrl;
+    const jobId = model.jobId;
     const node = el('div', 'jp-air-JobLogs-header');
 
     const titleRow = el('div', 'jp-air-JobLogs-titleRow');
@@ -126,7 +100,7 @@ export class LogsHeader {
     this._attempt.addEventListener('change', () => {
       const attempt = Number(this._attempt.value);
       if (Number.isInteger(attempt) && attempt > 0) {
-        actions.attempt(attempt);
+        model.setAttempt(attempt);
       }
     });
     titleRow.appendChild(Styling.wrapSelect(this._attempt));
@@ -149,22 +123,35 @@ export class LogsHeader {
     node.appendChild(info);
 
     this.node = node;
+    model.stateChanged.connect(this.render, this);
+    this.render();
   }
 
   readonly node: HTMLDivElement;
 
-  /** The node, rank, level and time range chosen. */
-  get choices(): Pick<ILogFilters, 'node' | 'rank' | 'level' | 'range'> {
+  /** Everything from the model (each part writes only what changed). */
+  render(): void {
+    const model = this.model;
+    this.renderJob(model.job, model.filters.attempt);
+    const { nodes, ranks } = model.origins;
+    this.renderOrigins(nodes, ranks);
+    this.renderFollow(model.following, !model.done);
+    this.renderDownload();
+    this.renderInfo(infoOf(model));
+  }
+
+  /** Apply the node, rank, level and time range chosen to the model. */
+  private _applyChoices(): void {
     const number = (select: HTMLSelectElement) =>
       select.value === '' ? null : Number(select.value);
     const level = this._level.value;
     const range = this._range.value;
-    return {
+    this.model.setFilters({
       node: number(this._node),
       rank: number(this._rank),
       level: isLevelKey(level) ? level : '',
       range: isRangeKey(range) ? range : 'all'
-    };
+    });
   }
 
   /** Status, run name and times, the attempts and the chosen one's run link. */
@@ -248,9 +235,13 @@ export class LogsHeader {
         : 'Paused: click (or scroll to the bottom) to follow new lines';
   }
 
-  renderDownload(href: string, filename: string): void {
-    this._download.href = href;
-    this._download.download = filename;
+  /** The download link: every line matching the filters (as of now). */
+  renderDownload(): void {
+    const href = this._downloadUrl();
+    if (this._download.getAttribute('href') !== href) {
+      this._download.href = href;
+    }
+    this._download.download = this.model.filename;
   }
 
   renderInfo(info: IInfo): void {
@@ -262,10 +253,11 @@ export class LogsHeader {
 
   dispose(): void {
     clearTimeout(this._searchTimer);
+    this.model.stateChanged.disconnect(this.render, this);
   }
 
   private _buildToolbar(): HTMLDivElement {
-    const actions = this._actions;
+    const model = this.model;
     const toolbar = el('div', 'jp-air-JobLogs-toolbar');
 
     const search = el('input', 'jp-mod-styled jp-air-JobLogs-search');
@@ -279,11 +271,11 @@ export class LogsHeader {
       clearTimeout(this._searchTimer);
       if (delay) {
         this._searchTimer = window.setTimeout(
-          () => actions.search(search.value),
+          () => model.setFilters({ search: search.value }),
           delay
         );
       } else {
-        actions.search(search.value);
+        model.setFilters({ search: search.value });
       }
     };
     search.addEventListener('input', () => send(SEARCH_DELAY));
@@ -311,7 +303,7 @@ export class LogsHeader {
       Object.entries(RANGES).map(([key, { label }]) => [key, label])
     );
     for (const select of [this._node, this._rank, this._level, this._range]) {
-      select.addEventListener('change', () => actions.filters());
+      select.addEventListener('change', () => this._applyChoices());
       toolbar.appendChild(Styling.wrapSelect(select));
     }
 
@@ -322,7 +314,9 @@ export class LogsHeader {
       'Follow',
       'Show new lines as they arrive'
     );
-    this._follow.addEventListener('click', () => actions.follow());
+    this._follow.addEventListener('click', () =>
+      model.setFollowing(!model.following)
+    );
     toolbar.appendChild(this._follow);
 
     const copy = toolbarButton(
@@ -331,7 +325,7 @@ export class LogsHeader {
       'Copy the loaded lines as text',
       copyIcon
     );
-    copy.addEventListener('click', () => actions.copy());
+    copy.addEventListener('click', () => void model.copy());
     toolbar.appendChild(copy);
 
     const download = el(
@@ -344,13 +338,13 @@ export class LogsHeader {
     );
     download.appendChild(el('span', 'jp-air-JobLogs-buttonLabel', 'Download'));
     // The link is followed after the click handlers: this one can update it.
-    download.addEventListener('click', () => actions.download());
+    download.addEventListener('click', () => this.renderDownload());
     this._download = download;
     toolbar.appendChild(download);
     return toolbar;
   }
 
-  private _actions: IHeaderActions;
+  private _downloadUrl: () => string;
   private _attemptsKey = '';
   private _originsKey = '';
   private _searchTimer = 0;

@@ -3,6 +3,8 @@
  * (and a few around) are in the DOM, whatever the number of lines held.
  */
 
+import { ISignal, Signal } from '@lumino/signaling';
+
 import { el } from '../dom';
 import { LineBuffer } from './buffer';
 import {
@@ -44,10 +46,12 @@ export class LogList {
   readonly node: HTMLDivElement;
 
   /**
-   * Called after a scroll: `atBottom` when the last row is in view, `up` when
-   * the list moved up (the user scrolled towards older lines).
+   * Emitted after a scroll of the user: `atBottom` when the last row is in
+   * view, `up` when the list moved up (towards older lines).
    */
-  onScroll: ((atBottom: boolean, up: boolean) => void) | null = null;
+  get scrolled(): ISignal<this, { atBottom: boolean; up: boolean }> {
+    return this._scrolled;
+  }
 
   /** What matches of the search are highlighted; rows are rendered again. */
   set highlight(pattern: RegExp | null) {
@@ -167,7 +171,7 @@ export class LogList {
       cancelAnimationFrame(this._frame);
     }
     this.node.removeEventListener('scroll', this._onScroll);
-    this.onScroll = null;
+    Signal.clearData(this);
   }
 
   private _createRow(line: ILogLine): HTMLDivElement {
@@ -215,7 +219,7 @@ export class LogList {
       this._ignoreScroll = false;
       return;
     }
-    this.onScroll?.(this.atBottom, up);
+    this._scrolled.emit({ atBottom: this.atBottom, up });
   };
 
   private _buffer: LineBuffer;
@@ -227,4 +231,7 @@ export class LogList {
   private _lastTop = 0;
   private _frame = 0;
   private _ignoreScroll = false;
+  private _scrolled = new Signal<this, { atBottom: boolean; up: boolean }>(
+    this
+  );
 }

@@ -25,7 +25,9 @@ import { PageConfig } from '@jupyterlab/coreutils';
 import { listIcon } from '@jupyterlab/ui-components';
 import type { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
+import { requester } from '../request';
 import { JOB_ID } from './filters';
+import { JobLogsModel } from './model';
 import { pickJob } from './picker';
 import { JobLogsView } from './view';
 
@@ -133,12 +135,17 @@ const logsPlugin: JupyterFrontEndPlugin<void> = {
       const existing = tracker.find(w => w.content.jobId === jobId);
       if (existing) {
         if (attempt !== undefined) {
-          existing.content.setAttempt(attempt);
+          existing.content.model.setAttempt(attempt);
         }
         app.shell.activateById(existing.id);
         return existing;
       }
-      const content = new JobLogsView({ jobId, attempt, serverSettings });
+      const model = new JobLogsModel({
+        jobId,
+        attempt,
+        request: requester(serverSettings)
+      });
+      const content = new JobLogsView({ model, serverSettings });
       content.title.icon = listIcon;
       const widget = new MainAreaWidget({ content });
       widget.id = `jupyter-air-job-logs-${jobId}`;
