@@ -78,12 +78,12 @@ class GpuHandler(AirHandler):
     async def _add_hints(self, processes: list[dict[str, Any]]) -> None:
         """A running job's efficiency hints beside its processes (``owner.hints``: texts,
         present only when there are some)."""
-        jobs = {p["owner"]["id"] for p in processes if p["owner"].get("kind") == "job"}
+        owners = [p["owner"] for p in processes if p["owner"]]  # None: nobody we know
+        jobs = {owner["id"] for owner in owners if owner.get("kind") == "job"}
         if not jobs:
             return
         hints = await in_store_thread(current_hints, self.store, jobs)
-        for proc in processes:
-            owner = proc["owner"]
+        for owner in owners:
             if owner.get("kind") == "job" and hints.get(owner["id"]):
                 owner["hints"] = hints[owner["id"]]
 
