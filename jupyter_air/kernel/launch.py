@@ -23,7 +23,7 @@ from ..jobs.store import JobStore
 from ..jobs.workload_file import Submission, describe
 from .capture import Payload
 from .display import OPEN_RUN, JobView
-from .session import notebook_path, user_name
+from .session import cell_id, notebook_path, user_name
 
 #: The magic's flags, as the rules of ``Submission`` name what they speak of.
 FLAGS = {
@@ -199,6 +199,7 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
         source=source,
         notebook=notebook,
         user=user,
+        extra_tags={"air.cell_id": cell} if (cell := cell_id()) else None,
         watch_pid=None if options.background else os.getpid(),
     )
     job, run_id, run_name = submitted.job, submitted.run_id, submitted.run_name

@@ -1,7 +1,7 @@
 """REST routes of the runs panel (see docs/api.md, "Runs"): translation only.
 
 A request names a tracking store by its key (``store``), never by URI: the server reads
-only stores that a job registered here or the server's own ``$MLFLOW_TRACKING_URI``.
+only stores that a job registered here.
 MLflow is read on threads of its own, never on the event loop.
 
 Who sees what: the server's owner (who owns the stores and sees every run in the MLflow
@@ -48,20 +48,16 @@ async def in_mlflow_thread(fn: Callable[..., T], *args: Any) -> T:
 
 
 def env_store() -> str | None:
-    """The server's own ``$MLFLOW_TRACKING_URI``, spelled as jobs record it."""
+    """The server's own ``$MLFLOW_TRACKING_URI``, spelled as jobs record it, once a job
+    registered it: the server never opens a store first, since opening a new sqlite
+    store creates and migrates it, which a kernel doing the same at once would fail."""
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
         return None
     from ..tracking.runs import absolute_tracking_uri
 
-    return absolute_tracking_uri(uri)
-
-
-def known_store(key: str) -> str | None:
-    env = env_store()
-    if env is not None and store_key(env) == key:
-        return env
-    return lookup_store(key)
+    uri = absolute_tracking_uri(uri)
+    return uri if lookup_store(store_key(uri)) == uri else None
 
 
 class RunsBase(JobsBase):
@@ -75,7 +71,7 @@ class RunsBase(JobsBase):
         key = self.get_query_argument("store", "")
         if not KEY.fullmatch(key):
             raise web.HTTPError(400, f"'store' must be a store key, got {key!r}")
-        uri = known_store(key)
+        uri = lookup_store(key)
         if uri is None:
             raise web.HTTPError(404, f"no tracking store {key!r} on this server")
         return uri

@@ -1,2 +1,3 @@
 import './base.css';
 import './logs.css';
+import './runs.css';

@@ -1,0 +1,163 @@
+/**
+ * The chrome of the runs panel (experiment picker, search, status filter,
+ * refresh, pager, status line), drawn with React from the model on every
+ * state change.
+ */
+
+import {
+  Button,
+  HTMLSelect,
+  ReactWidget,
+  refreshIcon,
+  ToolbarButtonComponent,
+  UseSignal
+} from '@jupyterlab/ui-components';
+import * as React from 'react';
+
+import { RunsModel } from './model';
+import { RunStatus, STATUSES } from './types';
+
+const STATUS_OPTIONS = [
+  { value: '', label: 'All statuses' },
+  ...STATUSES.map(s => ({ value: s, label: s.toLowerCase() }))
+];
+
+/** The status line: what the panel is doing or why it shows nothing. */
+export function statusText(model: RunsModel): string {
+  if (model.notebookPath === null) {
+    return 'Open a notebook to see the runs of its experiment.';
+  }
+  if (model.error !== null) {
+    return `Update failed: ${model.error}`;
+  }
+  if (model.paused !== null) {
+    return 'Paused: click Resume to continue.';
+  }
+  if (!model.resolved || (model.page === null && model.experimentId)) {
+    return 'Loading…';
+  }
+  if (!model.experimentId) {
+    return 'No runs yet: this notebook has no MLflow experiment.';
+  }
+  const count = model.page?.runs.length ?? 0;
+  return `${count} run${count === 1 ? '' : 's'} · page ${model.pageNumber}`;
+}
+
+function Search(props: { model: RunsModel }): JSX.Element {
+  const [text, setText] = React.useState(props.model.search);
+  return (
+    <input
+      className="jp-air-RunsPanel-search jp-mod-styled"
+      type="search"
+      placeholder="Search runs (name, or params.lr = '0.1')"
+      aria-label="Search runs"
+      value={text}
+      onChange={event => setText(event.target.value)}
+      onKeyDown={event => {
+        if (event.key === 'Enter') {
+          props.model.setSearch(text.trim());
+        }
+      }}
+      onBlur={() => props.model.setSearch(text.trim())}
+    />
+  );
+}
+
+function Header(props: { model: RunsModel }): JSX.Element {
+  const { model } = props;
+  const experiments = model.experiments.map(e => ({
+    value: e.id,
+    label: e.name
+  }));
+  if (model.experimentId === null && experiments.length > 0) {
+    experiments.unshift({ value: '', label: 'Pick an experiment' });
+  }
+  return (
+    <div className="jp-air-RunsPanel-header">
+      <h2 className="jp-air-RunsPanel-title">Experiment runs</h2>
+      {experiments.length > 0 && (
+        <HTMLSelect
+          className="jp-air-RunsPanel-experiment"
+          title="The experiment whose runs are shown"
+          aria-label="Experiment"
+          options={experiments}
+          value={model.experimentId ?? ''}
+          onChange={event => model.setExperiment(event.target.value)}
+        />
+      )}
+      <div className="jp-air-RunsPanel-toolbar">
+        <Search model={model} />
+        <HTMLSelect
+          className="jp-air-RunsPanel-statusFilter"
+          aria-label="Status"
+          options={STATUS_OPTIONS}
+          value={model.status ?? ''}
+          onChange={event =>
+            model.setStatus((event.target.value || null) as RunStatus | null)
+          }
+        />
+        <ToolbarButtonComponent
+          className="jp-air-RunsPanel-refresh"
+          icon={refreshIcon}
+          tooltip="Refresh the runs"
+          onClick={() => {
+            model.refresh().catch(error => {
+              console.warn('jupyter-air: runs refresh failed', error);
+            });
+          }}
+        />
+      </div>
+      <div
+        className={
+          'jp-air-RunsPanel-status' +
+          (model.error !== null ? ' jp-mod-error' : '')
+        }
+        aria-live="polite"
+      >
+        {statusText(model)}
+        {model.paused !== null && (
+          <Button
+            className="jp-mod-styled jp-mod-accept jp-air-RunsPanel-resume"
+            onClick={() => model.resume()}
+          >
+            Resume
+          </Button>
+        )}
+      </div>
+      {(model.pageNumber > 1 || model.hasNextPage) && (
+        <div className="jp-air-RunsPanel-pager">
+          <Button
+            className="jp-mod-styled jp-air-RunsPanel-previous"
+            disabled={model.pageNumber <= 1}
+            onClick={() => model.previousPage()}
+          >
+            Newer
+          </Button>
+          <Button
+            className="jp-mod-styled jp-air-RunsPanel-next"
+            disabled={!model.hasNextPage}
+            onClick={() => model.nextPage()}
+          >
+            Older
+          </Button>
+        </div>
+      )}
+    </div>
+  );
+}
+
+/** The chrome above the table; re-rendered on `model.stateChanged`. */
+export class RunsHeader extends ReactWidget {
+  constructor(readonly model: RunsModel) {
+    super();
+    this.addClass('jp-air-RunsPanel-chrome');
+  }
+
+  protected render(): JSX.Element {
+    return (
+      <UseSignal signal={this.model.stateChanged}>
+        {() => <Header model={this.model} />}
+      </UseSignal>
+    );
+  }
+}

@@ -1,0 +1,292 @@
+/**
+ * The state of the runs panel: the notebook in focus, its experiment, one
+ * page of runs, the filters, the selection and its comparison. Polls while
+ * a view is shown, so that running runs' statuses stay live.
+ */
+
+import type { Requester } from '../common/api';
+import { FetchKind, PollingModel, pollFrequency } from '../common/model';
+import type {
+  ICompare,
+  IExperiment,
+  INotebookExperiment,
+  IRun,
+  IRunsPage,
+  RunStatus
+} from './types';
+
+/** What the x axis of the comparison shows. */
+export type XAxis = 'step' | 'time';
+
+/** Runs per page: the routes allow up to 1000. */
+export const PAGE_SIZE = 100;
+
+export class RunsModel extends PollingModel {
+  constructor(options: RunsModel.IOptions) {
+    super({
+      name: 'jupyter-air:runs',
+      frequency: pollFrequency(options.interval ?? 5),
+      idleTimeout: options.idleTimeout ?? 300,
+      document: options.document
+    });
+    this._request = options.request;
+    this._pageSize = options.pageSize ?? PAGE_SIZE;
+  }
+
+  /** The path of the notebook in focus (relative to the server's root). */
+  get notebookPath(): string | null {
+    return this._path;
+  }
+  set notebookPath(path: string | null) {
+    if (path === this._path) {
+      return;
+    }
+    this._path = path;
+    this._store = null;
+    this._experimentId = null;
+    this._experiments = [];
+    this._resolved = false;
+    this._reset();
+    this.poll();
+  }
+
+  /** The notebook's tracking store key, once known. */
+  get store(): string | null {
+    return this._store;
+  }
+  get experimentId(): string | null {
+    return this._experimentId;
+  }
+  /** What the experiment picker offers. */
+  get experiments(): readonly IExperiment[] {
+    return this._experiments;
+  }
+  /** Whether the notebook's experiment is known (it may have none yet). */
+  get resolved(): boolean {
+    return this._resolved;
+  }
+  get page(): IRunsPage | null {
+    return this._page;
+  }
+  get search(): string {
+    return this._search;
+  }
+  get status(): RunStatus | null {
+    return this._status;
+  }
+  /** The number of the page shown, from 1. */
+  get pageNumber(): number {
+    return this._tokens.length + 1;
+  }
+  get hasNextPage(): boolean {
+    return !!this._page?.next_page_token;
+  }
+  /** Runs picked for comparison, in the order picked. */
+  get selected(): readonly string[] {
+    return this._selected;
+  }
+  get comparison(): ICompare | null {
+    return this._compare;
+  }
+  get compareMetric(): string | null {
+    const metrics = Object.keys(this._compare?.metrics ?? {});
+    return this._metric !== null && metrics.includes(this._metric)
+      ? this._metric
+      : (metrics[0] ?? null);
+  }
+  get xAxis(): XAxis {
+    return this._xAxis;
+  }
+
+  /** Switch to another experiment of the store. */
+  setExperiment(id: string): void {
+    if (id !== this._experimentId) {
+      this._experimentId = id;
+      this._reset();
+      void this.refresh().catch(() => undefined);
+    }
+  }
+
+  /** Words of the run name, or an MLflow filter string (as the MLflow UI's search box). */
+  setSearch(search: string): void {
+    if (search !== this._search) {
+      this._search = search;
+      this._firstPage();
+    }
+  }
+
+  setStatus(status: RunStatus | null): void {
+    if (status !== this._status) {
+      this._status = status;
+      this._firstPage();
+    }
+  }
+
+  nextPage(): void {
+    const token = this._page?.next_page_token;
+    if (token) {
+      this._tokens.push(this._token ?? '');
+      this._token = token;
+      void this.refresh().catch(() => undefined);
+    }
+  }
+
+  previousPage(): void {
+    if (this._tokens.length > 0) {
+      this._token = this._tokens.pop() || null;
+      void this.refresh().catch(() => undefined);
+    }
+  }
+
+  isSelected(runId: string): boolean {
+    return this._selected.includes(runId);
+  }
+
+  /** Pick or unpick a run; two or more picked are compared. */
+  toggleSelected(runId: string): void {
+    this._selected = this.isSelected(runId)
+      ? this._selected.filter(id => id !== runId)
+      : [...this._selected, runId];
+    this._compare = null;
+    this._compareDue = this._selected.length >= 2;
+    this.emitChanged();
+    if (this._compareDue) {
+      void this.refresh().catch(() => undefined);
+    }
+  }
+
+  setCompareMetric(metric: string): void {
+    this._metric = metric;
+    this.emitChanged();
+  }
+
+  setXAxis(axis: XAxis): void {
+    this._xAxis = axis;
+    this.emitChanged();
+  }
+
+  /** The run of the page with this id, if shown. */
+  run(runId: string): IRun | undefined {
+    return this._page?.runs.find(run => run.run_id === runId);
+  }
+
+  protected standby(): boolean {
+    return super.standby() || this._path === null;
+  }
+
+  protected async fetch(_kind: FetchKind): Promise<void> {
+    const path = this._path;
+    if (path === null) {
+      return;
+    }
+    if (!this._resolved || this._experimentId === null) {
+      // Until the notebook's first call makes its experiment, ask again.
+      await this._resolve(path);
+    }
+    const store = this._store;
+    const experiment = this._experimentId;
+    if (!store || !experiment || path !== this._path) {
+      return;
+    }
+    const page = await this._request<IRunsPage>('runs', undefined, {
+      store,
+      experiment,
+      search: this._search || undefined,
+      status: this._status ?? undefined,
+      max_results: this._pageSize,
+      page_token: this._token ?? undefined
+    });
+    if (path !== this._path || experiment !== this._experimentId) {
+      return; // the panel moved on meanwhile
+    }
+    this._page = page;
+    if (this._selected.length >= 2 && (this._compareDue || this._live())) {
+      this._compareDue = false;
+      this._compare = await this._request<ICompare>('runs/compare', undefined, {
+        store,
+        runs: this._selected.join(',')
+      });
+    }
+  }
+
+  /** Whether a compared run is still running (its curves grow). */
+  private _live(): boolean {
+    return (this._compare?.runs ?? []).some(run => run.status === 'RUNNING');
+  }
+
+  private async _resolve(path: string): Promise<void> {
+    const found = await this._request<INotebookExperiment>(
+      'runs/notebook',
+      undefined,
+      { path }
+    );
+    if (path !== this._path) {
+      return;
+    }
+    let experiments: IExperiment[] = [];
+    if (found.store) {
+      experiments = (
+        await this._request<{ experiments: IExperiment[] }>(
+          'runs/experiments',
+          undefined,
+          { store: found.store }
+        )
+      ).experiments;
+    }
+    if (path !== this._path) {
+      return;
+    }
+    this._store = found.store;
+    this._experimentId = found.experiment_id;
+    this._experiments = experiments;
+    this._resolved = true;
+  }
+
+  private _firstPage(): void {
+    this._tokens = [];
+    this._token = null;
+    this.emitChanged();
+    void this.refresh().catch(() => undefined);
+  }
+
+  private _reset(): void {
+    this._page = null;
+    this._tokens = [];
+    this._token = null;
+    this._selected = [];
+    this._compare = null;
+    this._compareDue = false;
+    this.clearError();
+    this.emitChanged();
+  }
+
+  private _request: Requester;
+  private _pageSize: number;
+  private _path: string | null = null;
+  private _resolved = false;
+  private _store: string | null = null;
+  private _experimentId: string | null = null;
+  private _experiments: IExperiment[] = [];
+  private _page: IRunsPage | null = null;
+  private _search = '';
+  private _status: RunStatus | null = null;
+  private _token: string | null = null;
+  private _tokens: string[] = [];
+  private _selected: string[] = [];
+  private _compare: ICompare | null = null;
+  private _compareDue = false;
+  private _metric: string | null = null;
+  private _xAxis: XAxis = 'step';
+}
+
+export namespace RunsModel {
+  export interface IOptions {
+    request: Requester;
+    /** Seconds between two polls (default 5: running runs' statuses stay live). */
+    interval?: number;
+    /** Seconds without activity before polling pauses (default 300). */
+    idleTimeout?: number;
+    pageSize?: number;
+    document?: Document;
+  }
+}

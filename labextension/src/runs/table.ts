@@ -1,0 +1,149 @@
+/**
+ * The runs table: plain DOM (a page holds up to 1000 rows of a few dozen
+ * cells), rebuilt only when the page or the selection changes.
+ */
+
+import { Widget } from '@lumino/widgets';
+
+import { formatMetric, formatRunDuration, formatStart } from './format';
+import { RunsModel } from './model';
+import type { IRun, IRunsPage } from './types';
+
+/** What a row's buttons open; the plugin knows the shell and the notebook. */
+export interface IRunActions {
+  openLogs(jobId: string): void;
+  /** Whether the notebook in focus holds this cell. */
+  hasCell(cellId: string): boolean;
+  openCell(cellId: string): void;
+}
+
+const FIXED = ['', 'Status', 'Run', 'Start', 'Duration', 'Attempt', 'Job'];
+
+export class RunsTable extends Widget {
+  constructor(
+    readonly model: RunsModel,
+    private readonly _actions: IRunActions
+  ) {
+    super();
+    this.addClass('jp-air-RunsPanel-tableWrap');
+    model.stateChanged.connect(this._update, this);
+  }
+
+  dispose(): void {
+    this.model.stateChanged.disconnect(this._update, this);
+    super.dispose();
+  }
+
+  private _update(): void {
+    const page = this.model.page;
+    const selected = this.model.selected;
+    if (page === this._page && selected === this._selected) {
+      return;
+    }
+    this._page = page;
+    this._selected = selected;
+    this.node.replaceChildren();
+    if (page && page.runs.length > 0) {
+      this.node.appendChild(this._table(page));
+    }
+  }
+
+  private _table(page: IRunsPage): HTMLTableElement {
+    const table = document.createElement('table');
+    table.className = 'jp-air-RunsPanel-table';
+    const head = table.createTHead().insertRow();
+    const titles = [
+      ...FIXED,
+      ...page.params.map(p => `param ${p}`),
+      ...page.metrics
+    ];
+    for (const title of titles) {
+      const th = document.createElement('th');
+      th.textContent = title;
+      head.appendChild(th);
+    }
+    const body = table.createTBody();
+    for (const run of page.runs) {
+      body.appendChild(this._row(run, page));
+    }
+    return table;
+  }
+
+  private _row(run: IRun, page: IRunsPage): HTMLTableRowElement {
+    const tr = document.createElement('tr');
+    tr.className = 'jp-air-RunsPanel-run';
+    tr.dataset.runId = run.run_id;
+    tr.dataset.status = run.status;
+
+    const pick = document.createElement('input');
+    pick.type = 'checkbox';
+    pick.className = 'jp-air-RunsPanel-pick';
+    pick.title = 'Compare this run';
+    pick.checked = this.model.isSelected(run.run_id);
+    pick.addEventListener('change', () =>
+      this.model.toggleSelected(run.run_id)
+    );
+    tr.insertCell().appendChild(pick);
+
+    const status = tr.insertCell();
+    status.className = `jp-air-RunsPanel-runStatus jp-mod-${run.status.toLowerCase()}`;
+    status.textContent = run.status.toLowerCase();
+
+    const name = tr.insertCell();
+    name.className = 'jp-air-RunsPanel-name';
+    name.style.paddingLeft = `${4 + 12 * run.depth}px`;
+    const label = run.name ?? run.run_id;
+    if (run.run_url) {
+      const a = document.createElement('a');
+      a.href = run.run_url;
+      a.target = '_blank';
+      a.rel = 'noopener';
+      a.title = 'Open the run in MLflow';
+      a.textContent = label;
+      name.appendChild(a);
+    } else {
+      name.textContent = label;
+    }
+    if (run.cell_id && this._actions.hasCell(run.cell_id)) {
+      const cell = this._button('cell', 'Go to the cell that made this run');
+      cell.classList.add('jp-air-RunsPanel-cell');
+      cell.addEventListener('click', () =>
+        this._actions.openCell(run.cell_id!)
+      );
+      name.append(' ', cell);
+    }
+
+    tr.insertCell().textContent = formatStart(run.start_time);
+    tr.insertCell().textContent = formatRunDuration(run.duration_ms);
+    tr.insertCell().textContent =
+      run.attempt === null ? '' : String(run.attempt);
+    const job = tr.insertCell();
+    if (run.job_id) {
+      const logs = this._button(run.job_id, "Open the job's logs");
+      logs.classList.add('jp-air-RunsPanel-logs');
+      logs.addEventListener('click', () => this._actions.openLogs(run.job_id!));
+      job.appendChild(logs);
+    }
+    for (const key of page.params) {
+      tr.insertCell().textContent = run.params[key] ?? '';
+    }
+    for (const key of page.metrics) {
+      const cell = tr.insertCell();
+      cell.className = 'jp-air-RunsPanel-metric';
+      cell.textContent = formatMetric(run.metrics[key]);
+    }
+    return tr;
+  }
+
+  private _button(text: string, title: string): HTMLButtonElement {
+    const button = document.createElement('button');
+    button.className = 'jp-air-RunsPanel-link';
+    button.type = 'button';
+    button.textContent = text;
+    button.title = title;
+    return button;
+  }
+
+  private _page: IRunsPage | null = null;
+  private _selected: readonly string[] = [];
+}

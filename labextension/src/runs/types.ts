@@ -1,0 +1,68 @@
+/**
+ * The JSON of the runs routes (docs/api.md, "Runs").
+ */
+
+/** MLflow's run statuses (`attributes.status`). */
+export const STATUSES = [
+  'RUNNING',
+  'SCHEDULED',
+  'FINISHED',
+  'FAILED',
+  'KILLED'
+] as const;
+export type RunStatus = (typeof STATUSES)[number];
+
+/** `GET jupyter-air/runs/notebook?path=`: the notebook's experiment. */
+export interface INotebookExperiment {
+  store: string | null;
+  tracking_uri: string | null;
+  experiment_id: string | null;
+  source: 'job' | 'default' | 'none';
+}
+
+export interface IExperiment {
+  id: string;
+  name: string;
+}
+
+/** One run, as a row of the table. */
+export interface IRun {
+  run_id: string;
+  name: string | null;
+  status: RunStatus;
+  start_time: number | null;
+  end_time: number | null;
+  duration_ms: number | null;
+  attempt: number | null;
+  job_id: string | null;
+  cell_id: string | null;
+  notebook: string | null;
+  parent_run_id: string | null;
+  experiment_id: string;
+  params: Record<string, string>;
+  metrics: Record<string, number | null>;
+  /** 0 for a top-level run, 1 for its children, ... */
+  depth: number;
+  run_url: string | null;
+}
+
+/** `GET jupyter-air/runs`: one page, newest first. */
+export interface IRunsPage {
+  runs: IRun[];
+  next_page_token: string | null;
+  params: string[];
+  metrics: string[];
+}
+
+export interface IMetricPoint {
+  step: number;
+  timestamp: number;
+  value: number | null;
+}
+
+/** `GET jupyter-air/runs/compare`: curves and the params that differ. */
+export interface ICompare {
+  runs: { run_id: string; name: string | null; status: RunStatus }[];
+  params: Record<string, Record<string, string | null>>;
+  metrics: Record<string, Record<string, IMetricPoint[]>>;
+}

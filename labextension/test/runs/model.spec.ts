@@ -1,0 +1,215 @@
+import type { Query } from '../../src/common/api';
+import { RunsModel } from '../../src/runs/model';
+import type { IRun, IRunsPage } from '../../src/runs/types';
+import { formatMetric, formatRunDuration } from '../../src/runs/format';
+
+const last = <T>(items: T[]): T => items[items.length - 1];
+
+const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
+async function until(condition: () => boolean): Promise<void> {
+  for (let waited = 0; !condition(); waited += 10) {
+    if (waited > 5000) {
+      throw new Error(`still false: ${condition}`);
+    }
+    await sleep(10);
+  }
+}
+
+function run(
+  id: string,
+  name: string,
+  status: IRun['status'] = 'FINISHED'
+): IRun {
+  return {
+    run_id: id,
+    name,
+    status,
+    start_time: 1000,
+    end_time: 2000,
+    duration_ms: 1000,
+    attempt: 1,
+    job_id: `job-${id}`,
+    cell_id: null,
+    notebook: null,
+    parent_run_id: null,
+    experiment_id: '1',
+    params: { lr: id === 'a' ? '0.1' : '0.2' },
+    metrics: { loss: 0.5 },
+    depth: 0,
+    run_url: null
+  };
+}
+
+/** Answers like the runs routes: two pages of one run each for train.ipynb. */
+class FakeServer {
+  calls: [string, Query][] = [];
+
+  request = async <T>(
+    endPoint: string,
+    _init?: RequestInit,
+    query: Query = {}
+  ): Promise<T> => {
+    this.calls.push([endPoint, query]);
+    switch (endPoint) {
+      case 'runs/notebook':
+        return (
+          query.path === 'train.ipynb'
+            ? {
+                store: 'k',
+                tracking_uri: 'sqlite:///x',
+                experiment_id: '1',
+                source: 'job'
+              }
+            : {
+                store: null,
+                tracking_uri: null,
+                experiment_id: null,
+                source: 'none'
+              }
+        ) as T;
+      case 'runs/experiments':
+        return { experiments: [{ id: '1', name: '/Users/ada/train' }] } as T;
+      case 'runs': {
+        const second = query.page_token === 'p2';
+        const page: IRunsPage = {
+          runs: [second ? run('b', 'second', 'FAILED') : run('a', 'first')],
+          next_page_token: second ? null : 'p2',
+          params: ['lr'],
+          metrics: ['loss']
+        };
+        return page as T;
+      }
+      case 'runs/compare':
+        return {
+          runs: [
+            { run_id: 'a', name: 'first', status: 'FINISHED' },
+            { run_id: 'b', name: 'second', status: 'FAILED' }
+          ],
+          params: { lr: { a: '0.1', b: '0.2' } },
+          metrics: { acc: {}, loss: { a: [], b: [] } }
+        } as T;
+    }
+    throw new Error(`unexpected ${endPoint}`);
+  };
+
+  queries(endPoint: string): Query[] {
+    return this.calls.filter(([e]) => e === endPoint).map(([, q]) => q);
+  }
+}
+
+describe('RunsModel', () => {
+  let server: FakeServer;
+  let model: RunsModel;
+  beforeEach(() => {
+    server = new FakeServer();
+    model = new RunsModel({ request: server.request, interval: 3600 });
+  });
+  afterEach(() => model.dispose());
+
+  it("asks nothing until shown, then shows the notebook's experiment and its first page", async () => {
+    model.notebookPath = 'train.ipynb';
+    await sleep(50);
+    expect(server.calls).toEqual([]);
+    model.active = true;
+    await until(() => model.page !== null);
+    expect(server.queries('runs/notebook')).toEqual([{ path: 'train.ipynb' }]);
+    expect(model.experiments).toEqual([{ id: '1', name: '/Users/ada/train' }]);
+    expect(model.page!.runs.map(r => r.name)).toEqual(['first']);
+    expect(server.queries('runs')[0]).toMatchObject({
+      store: 'k',
+      experiment: '1',
+      max_results: 100
+    });
+  });
+
+  it('a notebook without an experiment shows no page and asks for no runs', async () => {
+    model.notebookPath = 'other.ipynb';
+    model.active = true;
+    await until(() => model.resolved);
+    expect(model.experimentId).toBeNull();
+    expect(server.queries('runs')).toEqual([]);
+  });
+
+  it('pages forward and back with the page tokens', async () => {
+    model.notebookPath = 'train.ipynb';
+    model.active = true;
+    await until(() => model.page !== null);
+    expect(model.hasNextPage).toBe(true);
+    model.nextPage();
+    await until(() => model.page!.runs[0].name === 'second');
+    expect(model.pageNumber).toBe(2);
+    expect(model.hasNextPage).toBe(false);
+    model.previousPage();
+    await until(() => model.page!.runs[0].name === 'first');
+    expect(model.pageNumber).toBe(1);
+    expect(last(server.queries('runs')).page_token).toBeUndefined();
+  });
+
+  it('search and status filter go to the server and restart at the first page', async () => {
+    model.notebookPath = 'train.ipynb';
+    model.active = true;
+    await until(() => model.page !== null);
+    model.nextPage();
+    await until(
+      () => model.pageNumber === 2 && model.page!.runs[0].name === 'second'
+    );
+    model.setStatus('FAILED');
+    model.setSearch("params.lr = '0.2'");
+    await until(() => last(server.queries('runs')).search !== undefined);
+    expect(last(server.queries('runs'))).toMatchObject({
+      status: 'FAILED',
+      search: "params.lr = '0.2'",
+      page_token: undefined
+    });
+    expect(model.pageNumber).toBe(1);
+  });
+
+  it('two picked runs are compared; the first metric is shown until another is picked', async () => {
+    model.notebookPath = 'train.ipynb';
+    model.active = true;
+    await until(() => model.page !== null);
+    model.toggleSelected('a');
+    await sleep(20);
+    expect(server.queries('runs/compare')).toEqual([]);
+    model.toggleSelected('b');
+    await until(() => model.comparison !== null);
+    expect(server.queries('runs/compare')).toEqual([
+      { store: 'k', runs: 'a,b' }
+    ]);
+    expect(model.comparison!.params).toEqual({ lr: { a: '0.1', b: '0.2' } });
+    expect(model.compareMetric).toBe('acc');
+    model.setCompareMetric('loss');
+    expect(model.compareMetric).toBe('loss');
+    model.toggleSelected('a');
+    expect(model.comparison).toBeNull();
+  });
+
+  it('another notebook in focus forgets the experiment, the page and the selection', async () => {
+    model.notebookPath = 'train.ipynb';
+    model.active = true;
+    await until(() => model.page !== null);
+    model.toggleSelected('a');
+    model.notebookPath = 'other.ipynb';
+    expect(model.page).toBeNull();
+    expect(model.selected).toEqual([]);
+    await until(() => model.resolved);
+    expect(model.experimentId).toBeNull();
+  });
+});
+
+describe('runs formatting', () => {
+  it('words durations as the MLflow UI does', () => {
+    expect(formatRunDuration(null)).toBe('');
+    expect(formatRunDuration(850)).toBe('850ms');
+    expect(formatRunDuration(12_340)).toBe('12.3s');
+    expect(formatRunDuration(270_000)).toBe('4.5min');
+    expect(formatRunDuration(7_200_000)).toBe('2.0h');
+  });
+
+  it('shows metrics in 4 significant digits and a diverged one as NaN', () => {
+    expect(formatMetric(0.123456)).toBe('0.1235');
+    expect(formatMetric(null)).toBe('NaN');
+    expect(formatMetric(undefined)).toBe('');
+  });
+});

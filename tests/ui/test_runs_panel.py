@@ -1,0 +1,148 @@
+"""The "Experiment runs" panel as a user sees it, in headless chromium against a real lab.
+
+One notebook makes three distributed calls (real jobs, each a rank logging a param and a
+loss curve to its MLflow run); the last one fails. The panel beside the notebook lists
+the three runs with their statuses, each with its job and its cell; comparing the two
+that finished overlays both loss curves and shows the param that differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fake_nvml import Scenario
+from tests.ui.conftest import Lab
+from tests.ui.notebook_pages import open_notebook, put_notebook, run_cell
+
+PANEL = ".jp-air-RunsPanel"
+ROWS = f"{PANEL} .jp-air-RunsPanel-run"
+TAB = '.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="jupyter-air-runs"]'
+CHART = f"{PANEL} .jp-air-RunsPanel-chart.js-plotly-plot"
+
+
+def call(name: str, lr: str, fail: bool = False) -> str:
+    ending = 'raise RuntimeError("diverged")' if fail else 'print("done")'
+    return f"""%%air_distributed -n 1 --run-name {name}
+import os
+from mlflow import MlflowClient
+from jupyter_air import log_metrics
+MlflowClient().log_param(os.environ["MLFLOW_RUN_ID"], "lr", "{lr}")
+for step in range(4):
+    log_metrics({{"loss": {lr} / (step + 1)}}, step=step)
+{ending}
+"""
+
+
+#: Run name -> status the panel shows.
+EXPECTED = {"lr-small": "finished", "lr-bad": "failed", "lr-big": "finished"}
+
+
+@pytest.fixture(scope="module")
+def server(start_lab: Callable[..., Lab], tmp_path_factory: pytest.TempPathFactory) -> Lab:
+    air_home = tmp_path_factory.mktemp("air")
+    lab = start_lab(
+        Scenario(gpus=[]),
+        env={
+            "AIR_HOME": str(air_home),
+            "MLFLOW_TRACKING_URI": f"sqlite:///{air_home}/mlflow.db",
+            "CUDA_VISIBLE_DEVICES": "",
+        },
+    )
+    put_notebook(
+        lab,
+        "train.ipynb",
+        [
+            "%load_ext jupyter_air",
+            call("lr-small", "0.1"),
+            call("lr-big", "0.2"),
+            # last: after an error the kernel drops the cells queued behind it
+            call("lr-bad", "0.5", fail=True),
+        ],
+    )
+    return lab
+
+
+@pytest.fixture(scope="module")
+def page(browser: Any, server: Lab) -> Iterator[Any]:
+    page = open_notebook(browser, server, "train.ipynb", "jupyterlab")
+    for index in range(4):
+        run_cell(page, index)
+    yield page
+    page.close()
+
+
+def statuses(page: Any) -> dict[str, str]:
+    return dict(
+        page.eval_on_selector_all(
+            ROWS,
+            "rows => rows.map(r => [r.querySelector('.jp-air-RunsPanel-name a').textContent,"
+            " r.querySelector('.jp-air-RunsPanel-runStatus').textContent])",
+        )
+    )
+
+
+def test_the_three_calls_appear_with_their_statuses_jobs_and_cells(
+    page: Any, artifacts: Path
+) -> None:
+    page.click(TAB)
+    page.wait_for_selector(PANEL, state="visible")
+    deadline = 240_000
+    page.wait_for_function(
+        "n => document.querySelectorAll("
+        "'.jp-air-RunsPanel-run .jp-air-RunsPanel-runStatus.jp-mod-finished,"
+        " .jp-air-RunsPanel-run .jp-air-RunsPanel-runStatus.jp-mod-failed').length >= n",
+        arg=3,
+        timeout=deadline,
+    )
+    assert statuses(page) == EXPECTED
+    names = page.eval_on_selector_all(ROWS, "rows => rows.map(r => r.dataset.status)")
+    assert names == ["FAILED", "FINISHED", "FINISHED"]  # newest first: lr-bad, lr-big, lr-small
+    assert page.locator(f"{ROWS} .jp-air-RunsPanel-logs").count() == 3
+    # Each run was tagged with its cell's id: the notebook holds all three.
+    assert page.locator(f"{ROWS} .jp-air-RunsPanel-cell").count() == 3
+    link = page.get_attribute(f"{ROWS} >> nth=0 >> .jp-air-RunsPanel-name a", "href")
+    assert "/jupyter-air/mlflow/" in link
+    assert "/runs/" in link
+    page.screenshot(path=str(artifacts / "runs-panel.png"))
+    # the failed run's cell: the notebook's last cell becomes the active one
+    page.click(f"{ROWS} >> nth=0 >> .jp-air-RunsPanel-cell")
+    page.wait_for_function(
+        "() => document.querySelectorAll('.jp-Notebook .jp-Cell')[3]"
+        ".classList.contains('jp-mod-active')",
+        timeout=10_000,
+    )
+
+
+def test_comparing_two_runs_overlays_both_curves_and_shows_the_param_that_differs(
+    page: Any, artifacts: Path
+) -> None:
+    for name in ("lr-small", "lr-big"):
+        row = page.locator(ROWS).filter(has_text=name)
+        row.locator(".jp-air-RunsPanel-pick").check()
+    page.wait_for_selector(CHART, timeout=60_000)
+    page.wait_for_function(
+        "sel => (document.querySelector(sel)?.data ?? []).length === 2", arg=CHART
+    )
+    curves = page.eval_on_selector(
+        CHART, "plot => Object.fromEntries(plot.data.map(t => [t.name, t.y]))"
+    )
+    assert curves == {
+        "lr-small": pytest.approx([0.1, 0.05, 0.1 / 3, 0.025]),
+        "lr-big": pytest.approx([0.2, 0.1, 0.2 / 3, 0.05]),
+    }
+    params = page.inner_text(f"{PANEL} .jp-air-RunsPanel-paramsTable")
+    assert params.split() == ["Param", "that", "differs", "lr-small", "lr-big", "lr", "0.1", "0.2"]
+    page.locator(f"{PANEL} .jp-air-RunsPanel-compare").scroll_into_view_if_needed()
+    page.screenshot(path=str(artifacts / "runs-compare.png"))
+
+
+def test_the_status_filter_shows_only_the_failed_run(page: Any) -> None:
+    page.select_option(f"{PANEL} .jp-air-RunsPanel-statusFilter select", "FAILED")
+    page.wait_for_function(
+        "() => document.querySelectorAll('.jp-air-RunsPanel-run').length === 1", timeout=30_000
+    )
+    assert statuses(page) == {"lr-bad": "failed"}
