@@ -40,8 +40,8 @@ export class GpuBody extends Widget {
     this._buildDom();
     model.dataChanged.connect(this._onData, this);
     model.rangeChanged.connect(this._invalidateCharts, this);
-    model.stateChanged.connect(this._renderState, this);
-    this._renderState();
+    model.stateChanged.connect(this._renderLoading, this);
+    this._renderLoading();
   }
 
   /** Read the chart theme again from the CSS variables and redraw. */
@@ -98,8 +98,40 @@ export class GpuBody extends Widget {
     this._scheduleDraw();
   }
 
+  /** Queue the update of a merge; merges that come during one are taken together. */
   private _onData(_: GpuResourcesModel, result: IMergeResult): void {
-    void this._update(result);
+    const pending = this._pending;
+    this._pending = pending
+      ? {
+          reset: pending.reset || result.reset,
+          inventoryChanged: pending.inventoryChanged || result.inventoryChanged,
+          added: pending.added + result.added
+        }
+      : result;
+    if (!this._updating) {
+      void this._flush();
+    }
+  }
+
+  private async _flush(): Promise<void> {
+    this._updating = true;
+    try {
+      if (!this._plotly) {
+        // Loading plotly is no part of an update: measure from when it is there.
+        this._plotly = await this.loadCharts();
+        if (hasMark()) {
+          performance.clearMarks(UPDATE_MARK);
+          performance.mark(UPDATE_MARK);
+        }
+      }
+      while (this._pending) {
+        const result = this._pending;
+        this._pending = null;
+        await this._update(result);
+      }
+    } finally {
+      this._updating = false;
+    }
   }
 
   /** One whole update after a merge: DOM and charts (measured from the model's mark). */
@@ -114,18 +146,14 @@ export class GpuBody extends Widget {
         card.dirty = true;
       }
     }
-    const perf = typeof performance !== 'undefined' ? performance : null;
     try {
-      if (!this._plotly) {
-        this._plotly = await this.loadCharts();
-      }
       await this._drawVisibleCharts();
     } finally {
-      if (perf && perf.getEntriesByName(UPDATE_MARK).length) {
-        perf.measure(UPDATE_MEASURE, UPDATE_MARK);
-        perf.clearMarks(UPDATE_MARK);
+      if (hasMark()) {
+        performance.measure(UPDATE_MEASURE, UPDATE_MARK);
+        performance.clearMarks(UPDATE_MARK);
         if (++this._measures > MAX_MEASURES) {
-          perf.clearMeasures(UPDATE_MEASURE);
+          performance.clearMeasures(UPDATE_MEASURE);
           this._measures = 0;
         }
       }
@@ -159,14 +187,20 @@ export class GpuBody extends Widget {
     if (history.loaded) {
       this._hostCard.update(history);
     }
-    this._renderState();
+    this._renderNotes();
+    this._renderLoading();
   }
 
-  /** Loading, the no-GPU notice and the driver line. */
-  private _renderState(): void {
+  /** "Loading…" until the cards show an answer, unless the request failed. */
+  private _renderLoading(): void {
+    this._loading.hidden =
+      !this._hostCard.node.hidden || this.model.error !== null;
+  }
+
+  /** The no-GPU notice and the driver line (drawn with the cards). */
+  private _renderNotes(): void {
     const history = this.model.history;
     const loaded = history.loaded;
-    this._loading.hidden = loaded || this.model.error !== null;
     const nvml = history.nvml;
     const noGpu = loaded && (!nvml?.available || history.gpus.length === 0);
     this._noGpu.hidden = !noGpu;
@@ -322,6 +356,9 @@ export class GpuBody extends Widget {
   }
 
   private _plotly: PlotlyLib | null = null;
+  /** What the merges not yet shown changed (see `_onData`). */
+  private _pending: IMergeResult | null = null;
+  private _updating = false;
   private _theme: IChartTheme | null = null;
   private _frame = 0;
   private _measures = 0;
@@ -334,6 +371,14 @@ export class GpuBody extends Widget {
   private _noGpuReason!: HTMLDivElement;
   private _gpuList!: HTMLDivElement;
   private _driver!: HTMLDivElement;
+}
+
+/** Whether the model marked the start of an update (browsers only). */
+function hasMark(): boolean {
+  return (
+    typeof performance?.getEntriesByName === 'function' &&
+    performance.getEntriesByName(UPDATE_MARK).length > 0
+  );
 }
 
 /** Write a text (and title) only when it changed: no DOM write per poll. */
