@@ -1,5 +1,6 @@
 import { APIError } from '../../src/common/api';
 import { FetchKind, PollingModel } from '../../src/common/model';
+import { sleep, until } from '../helpers';
 
 /** A model whose requests answer with what the test queues. */
 class Model extends PollingModel {
@@ -18,18 +19,6 @@ class Model extends PollingModel {
     if (this.fail) {
       throw this.fail;
     }
-  }
-}
-
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
-
-/** Wait until `condition` holds (a busy machine may be slow), else fail. */
-async function until(condition: () => boolean): Promise<void> {
-  for (let waited = 0; !condition(); waited += 10) {
-    if (waited > 5000) {
-      throw new Error(`still false: ${condition}`);
-    }
-    await sleep(10);
   }
 }
 
