@@ -50,6 +50,22 @@ export class RunsModel extends PollingModel {
     this.poll();
   }
 
+  /** Runs per page (the routes allow 1 to 1000). */
+  get pageSize(): number {
+    return this._pageSize;
+  }
+  set pageSize(size: number) {
+    if (size !== this._pageSize && size >= 1 && size <= 1000) {
+      this._pageSize = size;
+      this._firstPage();
+    }
+  }
+
+  /** Seconds between two polls while shown. */
+  set pollInterval(seconds: number) {
+    this.frequency = pollFrequency(seconds);
+  }
+
   /** The notebook's tracking store key, once known. */
   get store(): string | null {
     return this._store;

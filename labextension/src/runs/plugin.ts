@@ -14,6 +14,7 @@ import type {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { ICommandPalette } from '@jupyterlab/apputils';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { historyIcon as runsIcon } from '@jupyterlab/ui-components';
 import type { Widget } from '@lumino/widgets';
 
@@ -26,6 +27,7 @@ export namespace CommandIDs {
   export const openRuns = 'jupyter-air:open-runs';
 }
 
+/** Plugin id; also the settings schema file name (labextension/schema/runs.json). */
 const PLUGIN_ID = 'jupyter-air:runs';
 /** Under the GPU panel (900) in the right sidebar. */
 const SIDEBAR_RANK = 910;
@@ -55,8 +57,12 @@ const runsPlugin: JupyterFrontEndPlugin<void> = {
   description:
     "The runs of the notebook's MLflow experiment, and their comparison.",
   autoStart: true,
-  optional: [ICommandPalette],
-  activate: (app: JupyterFrontEnd, palette: ICommandPalette | null): void => {
+  optional: [ICommandPalette, ISettingRegistry],
+  activate: (
+    app: JupyterFrontEnd,
+    palette: ICommandPalette | null,
+    settingRegistry: ISettingRegistry | null
+  ): void => {
     const model = new RunsModel({
       request: requester(app.serviceManager.serverSettings)
     });
@@ -97,6 +103,29 @@ const runsPlugin: JupyterFrontEndPlugin<void> = {
       icon: args => (args['isPalette'] ? undefined : runsIcon),
       execute: () => app.shell.activateById(panel.id)
     });
+    settingRegistry
+      ?.load(PLUGIN_ID)
+      .then(settings => {
+        const apply = () => {
+          const size = settings.get('pageSize').composite;
+          if (typeof size === 'number') {
+            model.pageSize = size;
+          }
+          const interval = settings.get('pollInterval').composite;
+          if (typeof interval === 'number' && interval >= 1) {
+            model.pollInterval = interval;
+          }
+        };
+        apply();
+        settings.changed.connect(apply);
+      })
+      .catch(reason =>
+        console.error(
+          `jupyter-air: failed to load ${PLUGIN_ID} settings`,
+          reason
+        )
+      );
+
     palette?.addItem({
       command: CommandIDs.openRuns,
       category: 'MLflow',

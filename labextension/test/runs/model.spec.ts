@@ -123,6 +123,16 @@ describe('RunsModel', () => {
     });
   });
 
+  it('asks for pages of the size the settings give', async () => {
+    model.notebookPath = 'train.ipynb';
+    model.active = true;
+    await until(() => model.page !== null);
+    model.pageSize = 1000;
+    await until(() => last(server.queries('runs')).max_results === 1000);
+    model.pageSize = 5000; // beyond what the route serves: ignored
+    expect(model.pageSize).toBe(1000);
+  });
+
   it('a notebook without an experiment shows no page and asks for no runs', async () => {
     model.notebookPath = 'other.ipynb';
     model.active = true;
