@@ -1,20 +1,10 @@
 import type { Query } from '../../src/common/api';
 import { RunsModel } from '../../src/runs/model';
+import { sleep, until } from '../helpers';
 import type { IRun, IRunsPage } from '../../src/runs/types';
 import { formatMetric, formatRunDuration } from '../../src/runs/format';
 
 const last = <T>(items: T[]): T => items[items.length - 1];
-
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
-
-async function until(condition: () => boolean): Promise<void> {
-  for (let waited = 0; !condition(); waited += 10) {
-    if (waited > 5000) {
-      throw new Error(`still false: ${condition}`);
-    }
-    await sleep(10);
-  }
-}
 
 function run(
   id: string,
