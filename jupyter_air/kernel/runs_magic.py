@@ -81,7 +81,7 @@ class AirRunsMagics(Magics):
             page = er.search_page(client, query)
         except er.BadQuery as err:
             raise UsageError(f"--search: {err}") from None
-        return RunsView(client, experiment, page)
+        return RunsView(client, experiment, query, page)
 
 
 def _unquoted(text: str) -> str:
@@ -122,9 +122,16 @@ class RunsView:
     """The page of runs as a table, a run picker, and the comparison of the picked runs
     (metric curves overlaid by step or time, the params that differ)."""
 
-    def __init__(self, client: MlflowClient, experiment: dict[str, str], page: er.RunsPage):
+    def __init__(
+        self,
+        client: MlflowClient,
+        experiment: dict[str, str],
+        query: er.RunQuery,
+        page: er.RunsPage,
+    ) -> None:
         self.client = client
         self.experiment = experiment
+        self.query = query
         self.page = page
         self.compared: dict[str, Any] | None = None
         self._box: Any = None
@@ -135,6 +142,12 @@ class RunsView:
         rows = {row["run_id"]: row for row in self.page.runs}
         self.compared = er.compare(self.client, [rows[i] for i in run_ids if i in rows], [])
         return self.compared
+
+    def refresh(self) -> er.RunsPage:
+        """Read the page again (statuses of running runs, new runs); the widget's
+        Refresh button does this."""
+        self.page = er.search_page(self.client, self.query)
+        return self.page
 
     def text(self) -> str:
         """The table as text, for frontends without widgets."""
@@ -190,7 +203,20 @@ class RunsView:
             control.observe(redraw, names="value")
         redraw()
         table = w.HTML(_html_table(self.experiment, self.page))
-        return w.VBox([table, picker, w.HBox([metric, axis]), chart, differing])
+        reload = w.Button(description="Refresh", tooltip="Read the runs again")
+
+        def refreshed(_: Any) -> None:
+            page = self.refresh()
+            table.value = _html_table(self.experiment, page)
+            kept = [
+                run_id for run_id in picker.value if any(r["run_id"] == run_id for r in page.runs)
+            ]
+            picker.options = [(_label(row), row["run_id"]) for row in page.runs]
+            picker.value = tuple(kept)
+            metric.options = page.metrics
+
+        reload.on_click(refreshed)
+        return w.VBox([table, picker, w.HBox([metric, axis, reload]), chart, differing])
 
 
 def _cells(row: dict[str, Any], page: er.RunsPage) -> list[str]:

@@ -103,6 +103,22 @@ def test_comparing_two_runs_gives_both_curves_and_the_differing_param(
     assert "lr" in str(value(kernel, "view._box.children[4].value"))
 
 
+def test_refresh_reads_the_runs_again(
+    kernel: Kernel, runs: dict[str, str], kernel_env: dict[str, str]
+) -> None:
+    kernel.run("view = %air_runs")
+    from mlflow import MlflowClient
+
+    client = MlflowClient(kernel_env["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name("/Users/ada/train")
+    assert experiment is not None
+    newer = client.create_run(experiment.experiment_id, start_time=9000, run_name="d")
+    try:
+        assert value(kernel, "[r['name'] for r in view.refresh().runs]") == ["d", "c", "b", "a"]
+    finally:
+        client.delete_run(newer.info.run_id)  # the other tests see the three calls
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
