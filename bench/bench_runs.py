@@ -88,6 +88,15 @@ def start_server(work: Path, app: str) -> tuple[subprocess.Popen[bytes], str, st
     settings = work / "settings" / "jupyter-air" / "runs.jupyterlab-settings"
     settings.parent.mkdir(parents=True, exist_ok=True)
     settings.write_text(json.dumps({"pageSize": RUNS}))  # the whole page at once
+    news = (
+        work
+        / "settings"
+        / "@jupyterlab"
+        / "apputils-extension"
+        / "notification.jupyterlab-settings"
+    )
+    news.parent.mkdir(parents=True, exist_ok=True)
+    news.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 60
     while True:
@@ -203,7 +212,14 @@ def main() -> None:
     register_store(uri)
     notebook = work / "root" / "bench.ipynb"
     notebook.write_text(
-        json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+        json.dumps(
+            {
+                "cells": [],
+                "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+                "nbformat": 4,
+                "nbformat_minor": 5,
+            }
+        )
     )
     JobStore().create(
         Workload(
@@ -218,6 +234,7 @@ def main() -> None:
     server, url, token = start_server(work, "jupyterlab")
     try:
         results["route"] = bench_route(url, token, uri, experiment, args.rounds)
+        print(json.dumps(results["route"]), file=sys.stderr)
         if not args.no_browser:
             results["panel"] = bench_panel(url, token, args.rounds)
     finally:

@@ -146,3 +146,36 @@ def test_the_status_filter_shows_only_the_failed_run(page: Any) -> None:
         "() => document.querySelectorAll('.jp-air-RunsPanel-run').length === 1", timeout=30_000
     )
     assert statuses(page) == {"lr-bad": "failed"}
+
+
+def open_from_view_menu(page: Any, *labels: str, tries: int = 3) -> None:
+    """View > ... > item; the menu is rebuilt while the page's plugins still add to it,
+    which detaches an item under the pointer: then close the menu and go again."""
+    for attempt in range(tries):
+        try:
+            page.click('.lm-MenuBar-itemLabel:text-is("View")')
+            for label in labels:
+                page.click(f'.lm-Menu-itemLabel:text-is("{label}")', timeout=10_000)
+            return
+        except Exception:  # playwright's TimeoutError
+            if attempt == tries - 1:
+                raise
+            page.keyboard.press("Escape")
+
+
+def test_notebook7_shows_the_same_runs_beside_its_notebook(
+    browser: Any, server: Lab, page: Any, artifacts: Path
+) -> None:
+    """The same server's Notebook 7 page: View > Right Sidebar opens the panel, which
+    follows the page's notebook."""
+    nb7 = open_notebook(browser, server, "train.ipynb", "notebook")
+    try:
+        open_from_view_menu(nb7, "Right Sidebar", "Show Experiment runs")
+        nb7.wait_for_function(
+            "() => document.querySelectorAll('#jp-right-stack .jp-air-RunsPanel-run').length === 3",
+            timeout=60_000,
+        )
+        assert statuses(nb7) == EXPECTED
+        nb7.screenshot(path=str(artifacts / "notebook7-runs-panel.png"))
+    finally:
+        nb7.close()
