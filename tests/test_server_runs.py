@@ -183,6 +183,8 @@ async def test_filter_by_status_and_search_as_the_mlflow_ui(
     assert [r["name"] for r in failed["runs"]] == ["second"]
     named = await get(jp_fetch, "runs", store=key, experiment=exp, search="SEC")
     assert [r["name"] for r in named["runs"]] == ["second"]
+    quoted = await get(jp_fetch, "runs", store=key, experiment=exp, search="second's")
+    assert quoted["runs"] == []  # words with a quote are still words, not a broken filter
     filtered = await get(jp_fetch, "runs", store=key, experiment=exp, search="params.lr = '0.1'")
     assert [r["name"] for r in filtered["runs"]] == ["shared", "first"]
     both = await get(

@@ -187,7 +187,7 @@ class RunsView:
         differing = w.HTML()
 
         def redraw(_: Any = None) -> None:
-            chosen = list(picker.value)
+            chosen = list(picker.value)[: er.MAX_COMPARED]
             doc = self.compare(chosen) if len(chosen) >= 2 else None
             with chart.batch_update():
                 chart.data = []

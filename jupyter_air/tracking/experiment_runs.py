@@ -55,8 +55,10 @@ class RunQuery:
         if text and _FILTER_SYNTAX.search(text):
             parts.append(f"({text})" if " or " in text.lower() else text)
         elif text:
-            escaped = text.replace("\\", "\\\\").replace("'", "\\'")
-            parts.append(f"attributes.run_name ILIKE '%{escaped}%'")
+            # MLflow's filter strings have no escapes: quote with the kind the words lack
+            quote = "'" if "'" not in text else '"'
+            words = text.replace(quote, "")
+            parts.append(f"attributes.run_name ILIKE {quote}%{words}%{quote}")
         if self.status:
             if self.status not in STATUSES:
                 raise BadQuery(f"status must be one of {', '.join(STATUSES)}, got {self.status!r}")

@@ -1,0 +1,84 @@
+"""The runs panel's domain rules, without a server or a store: the filter string a
+search makes, nesting, and which params differ."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jupyter_air.tracking.experiment_runs import (
+    BadQuery,
+    RunQuery,
+    check_compared,
+    differing_params,
+    nest,
+)
+
+
+def row(run_id: str, parent: str | None = None, **params: str) -> dict[str, Any]:
+    return {"run_id": run_id, "parent_run_id": parent, "params": params, "depth": 0}
+
+
+@pytest.mark.parametrize(
+    ("search", "status", "expected"),
+    [
+        ("", None, ""),
+        ("lr", None, "attributes.run_name ILIKE '%lr%'"),
+        ("it's", None, 'attributes.run_name ILIKE "%it\'s%"'),
+        ('it\'s "x"', None, 'attributes.run_name ILIKE "%it\'s x%"'),
+        ("params.lr = '0.1'", "FAILED", "params.lr = '0.1' AND attributes.status = 'FAILED'"),
+        ("metrics.a < 1 or metrics.b > 2", None, "(metrics.a < 1 or metrics.b > 2)"),
+        ("tags.x LIKE 'a%'", None, "tags.x LIKE 'a%'"),
+        ("", "RUNNING", "attributes.status = 'RUNNING'"),
+    ],
+)
+def test_a_search_is_a_name_search_or_an_mlflow_filter(
+    search: str, status: str | None, expected: str
+) -> None:
+    assert RunQuery("1", search, status).filter_string() == expected
+
+
+def test_an_unknown_status_is_refused() -> None:
+    with pytest.raises(BadQuery, match="status must be one of"):
+        RunQuery("1", status="DONE").filter_string()
+
+
+def test_children_follow_their_parent_and_orphans_stay_in_place() -> None:
+    rows = [row("c2", "p"), row("p"), row("c1", "p"), row("g", "c1"), row("o", "elsewhere")]
+    assert [(r["run_id"], r["depth"]) for r in nest(rows)] == [
+        ("p", 0),
+        ("c2", 1),
+        ("c1", 1),
+        ("g", 2),
+        ("o", 0),
+    ]
+
+
+def test_a_cycle_of_parent_tags_shows_each_run_once() -> None:
+    assert sorted(r["run_id"] for r in nest([row("a", "b"), row("b", "a")])) == ["a", "b"]
+
+
+def test_params_differ_when_a_value_or_its_presence_differs() -> None:
+    rows = [row("a", lr="0.1", bs="32"), row("b", lr="0.2", bs="32"), row("c", lr="0.1")]
+    assert differing_params(rows) == {
+        "bs": {"a": "32", "b": "32", "c": None},
+        "lr": {"a": "0.1", "b": "0.2", "c": "0.1"},
+    }
+    assert differing_params([row("a", lr="1"), row("b", lr="1")]) == {}
+
+
+@pytest.mark.parametrize(
+    ("runs", "metrics", "message"),
+    [
+        ([], [], "compare between 1 and 10"),
+        (["0" * 32] * 11, [], "compare between 1 and 10"),
+        (["../etc"], [], "not a run id"),
+        (["0" * 32], ["loss'); DROP"], "not a metric name"),
+    ],
+)
+def test_compared_runs_and_metrics_are_checked(
+    runs: list[str], metrics: list[str], message: str
+) -> None:
+    with pytest.raises(BadQuery, match=message):
+        check_compared(runs, metrics)
