@@ -209,7 +209,7 @@ def count(page: Any) -> int:
 
 
 def select(page: Any, name: str, value: str) -> None:
-    page.select_option(f".jp-air-JobLogs-{name}", value)
+    page.select_option(f".jp-air-JobLogs-{name} select", value)
 
 
 def test_the_url_opens_the_view_of_the_running_job(
@@ -221,14 +221,15 @@ def test_the_url_opens_the_view_of_the_running_job(
     assert f"Job logs — {job}" in tab
     assert page.text_content(".jp-air-JobLogs-status") == "RUNNING"
     assert "air-job" not in page.url, "the route is taken out of the address bar"
-    assert page.input_value(".jp-air-JobLogs-attempt") == "1"
+    assert page.input_value(".jp-air-JobLogs-attempt select") == "1"
     assert sorted(texts(page)) == ["hello from rank 0 attempt 1", "hello from rank 1 attempt 1"]
     assert page.get_attribute(".jp-air-JobLogs-follow", "aria-pressed") == "true"
 
     # The first attempt fails: the view moves on to the second by itself.
     (control / "fail").touch()
     page.wait_for_function(
-        "() => document.querySelector('.jp-air-JobLogs-attempt').value === '2'", timeout=60_000
+        "() => document.querySelector('.jp-air-JobLogs-attempt select').value === '2'",
+        timeout=60_000,
     )
     page.wait_for_function(
         "() => [...document.querySelectorAll('.jp-air-JobLogs-text')]"
@@ -259,7 +260,7 @@ def test_search_shows_only_matching_lines_with_the_matches_highlighted(
     page: Any, artifacts: Path
 ) -> None:
     with page.expect_request(lambda r: "/logs?" in r.url and "search=HELLO+FROM" in r.url):
-        page.fill(".jp-air-JobLogs-search", "HELLO FROM")
+        page.fill(".jp-air-JobLogs-search input", "HELLO FROM")
     wait_rows(page, "row.textContent.includes('hello from')")
     shown = rows(page)
     assert sorted(row["text"] for row in shown) == [
@@ -271,14 +272,14 @@ def test_search_shows_only_matching_lines_with_the_matches_highlighted(
     page.screenshot(path=str(artifacts / "job-logs-search.png"))
 
     # The text is never parsed as HTML.
-    page.fill(".jp-air-JobLogs-search", "<b>&amp;")
+    page.fill(".jp-air-JobLogs-search input", "<b>&amp;")
     wait_rows(page, "row.textContent.includes('ValueError')")
     (row,) = rows(page)
     assert row["text"] == "ValueError: bad batch <b>&amp;</b>"
     assert row["marks"] == ["<b>&amp;"]
     assert page.query_selector(f"{ROWS} .jp-air-JobLogs-text b") is None
 
-    page.fill(".jp-air-JobLogs-search", "")
+    page.fill(".jp-air-JobLogs-search input", "")
     page.wait_for_function(f"() => document.querySelectorAll('{ROWS} mark').length === 0")
     wait_rows(page, "true")
 
@@ -408,7 +409,7 @@ def test_the_end_of_the_job_shows_its_last_lines_and_status(
         ".filter(n => n.textContent.startsWith('done rank')).length === 2",
         timeout=15_000,
     )
-    assert page.is_disabled(".jp-air-JobLogs-follow")
+    assert page.is_disabled(".jp-air-JobLogs-follow button")
     page.wait_for_selector(".jp-air-JobLogs-message:has-text('the job has ended')")
     page.screenshot(path=str(artifacts / "job-logs-ended.png"))
 
@@ -436,7 +437,7 @@ def test_the_attempt_selector_shows_the_failed_first_attempt(page: Any) -> None:
     assert shown[-1]["text"] == "giving up on the first attempt"
     assert shown[-1]["rank"] == "1"
     assert shown[-1]["stream"] == "err"
-    assert page.is_disabled(".jp-air-JobLogs-follow"), "a failed attempt has ended"
+    assert page.is_disabled(".jp-air-JobLogs-follow button"), "a failed attempt has ended"
     href = page.get_attribute(".jp-air-JobLogs-download", "href")
     assert "attempt=1" in href
 
@@ -471,7 +472,7 @@ def test_a_link_to_the_view_in_a_cell_output_opens_it_in_this_lab(
     click_link(page, f"/lab?air-job={job}&air-attempt=1")
     page.wait_for_selector(f'{VIEW}[data-job-id="{job}"] .jp-air-JobLogs-line')
     assert page.evaluate("() => window.notReloaded === true")
-    assert page.input_value(".jp-air-JobLogs-attempt") == "1"
+    assert page.input_value(".jp-air-JobLogs-attempt select") == "1"
     assert len(page.context.pages) == 1
     page.context.close()
 

@@ -2,6 +2,9 @@
  * Copy text to the system clipboard.
  */
 
+import { lineAsText, plural } from './format';
+import type { ILogLine } from './types';
+
 /**
  * `navigator.clipboard` where the page may use it, else a hidden textarea and
  * `execCommand('copy')` (older browsers, insecure origins, denied permission).
@@ -34,4 +37,16 @@ export async function copyText(text: string): Promise<boolean> {
     area.remove();
     active?.focus?.();
   }
+}
+
+/** Copy `lines` as text; resolves to whether they were copied, and what to say. */
+export async function copyLines(
+  lines: readonly ILogLine[]
+): Promise<[boolean, string]> {
+  if (!lines.length) {
+    return [false, 'Nothing to copy'];
+  }
+  return (await copyText(lines.map(lineAsText).join('\n')))
+    ? [true, `Copied ${plural(lines.length, 'line')}`]
+    : [false, 'Could not copy to the clipboard'];
 }

@@ -76,3 +76,14 @@ export function filterQuery(filters: ILogFilters, end: number): Query {
 
 /** Job ids as the server gives them (a looser form of docs/api.md's). */
 export const JOB_ID = /^[A-Za-z0-9][A-Za-z0-9-]{2,63}$/;
+
+/** Whether a filter other than the attempt narrows the lines. */
+export function narrows(filters: ILogFilters): boolean {
+  return (
+    filters.node !== null ||
+    filters.rank !== null ||
+    filters.level !== '' ||
+    filters.range !== 'all' ||
+    filters.search !== ''
+  );
+}

@@ -9,9 +9,10 @@ import type { Query, Requester } from '../common/api';
 import { describeError, PollingModel } from '../common/model';
 import { accessDenied } from './access';
 import { LineBuffer, MAX_LINES } from './buffer';
-import { copyText } from './clipboard';
-import { filterQuery, ILogFilters, NO_FILTERS } from './filters';
-import { lineAsText, plural } from './format';
+import { copyLines } from './clipboard';
+import { filterQuery, ILogFilters, narrows, NO_FILTERS } from './filters';
+import { Flash } from './flash';
+import { Origins } from './origins';
 import type { IAccessDenied, IJob, ILogsResponse } from './types';
 
 /** Lines asked for when the view (re)loads: the end of the log. */
@@ -22,8 +23,6 @@ export const PAGE = 1000;
 const CATCH_UP_PAGES = 10;
 /** Milliseconds between two follow requests. */
 const FOLLOW_INTERVAL = 1000;
-/** Milliseconds a short-lived message (copy) stays. */
-const FLASH_MS = 3000;
 
 /** What changed in the lines held: `cleared`, or lines appended (and old ones dropped). */
 export interface ILinesChange {
@@ -106,7 +105,7 @@ export class JobLogsModel extends PollingModel {
 
   /** A short-lived message (copy), or null. */
   get flash(): string | null {
-    return this._flashText;
+    return this._flash.text;
   }
 
   /** Why the server refused this job's logs to the caller, or null. */
@@ -116,32 +115,12 @@ export class JobLogsModel extends PollingModel {
 
   /** Whether a filter other than the attempt narrows the lines. */
   get filtered(): boolean {
-    const f = this._filters;
-    return (
-      f.node !== null ||
-      f.rank !== null ||
-      f.level !== '' ||
-      f.range !== 'all' ||
-      f.search !== ''
-    );
+    return narrows(this._filters);
   }
 
   /** The nodes and ranks to offer: the job's, and any seen in a line (sorted). */
   get origins(): { nodes: number[]; ranks: number[] } {
-    const job = this._job;
-    const nodes = new Set(this._seenNodes);
-    const ranks = new Set(this._seenRanks);
-    if (job) {
-      for (let n = 0; n < job.nnodes; n++) {
-        nodes.add(n);
-      }
-      for (let r = 0; r < job.nnodes * job.nproc_per_node; r++) {
-        ranks.add(r);
-      }
-    }
-    const sorted = (values: Set<number>) =>
-      Array.from(values).sort((a, b) => a - b);
-    return { nodes: sorted(nodes), ranks: sorted(ranks) };
+    return this._origins.of(this._job);
   }
 
   /** The query of every line matching the filters (the download's). */
@@ -198,16 +177,8 @@ export class JobLogsModel extends PollingModel {
 
   /** Copy the loaded lines as text; resolves to whether they were copied. */
   async copy(): Promise<boolean> {
-    const lines = this._buffer.lines;
-    const text = lines.map(lineAsText).join('\n');
-    const copied = lines.length > 0 && (await copyText(text));
-    this._flash(
-      copied
-        ? `Copied ${plural(lines.length, 'line')}`
-        : lines.length
-          ? 'Could not copy to the clipboard'
-          : 'Nothing to copy'
-    );
+    const [copied, message] = await copyLines(this._buffer.lines);
+    this._flash.show(message);
     return copied;
   }
 
@@ -262,7 +233,7 @@ export class JobLogsModel extends PollingModel {
   }
 
   dispose(): void {
-    clearTimeout(this._flashTimer);
+    this._flash.dispose();
     super.dispose();
   }
 
@@ -371,10 +342,7 @@ export class JobLogsModel extends PollingModel {
     }
     if (answer.lines.length) {
       const dropped = this._buffer.append(answer.lines);
-      for (const line of answer.lines) {
-        this._seenNodes.add(line.node);
-        this._seenRanks.add(line.rank);
-      }
+      this._origins.add(answer.lines);
       if (!this._following) {
         this._newLines += answer.lines.length;
       }
@@ -395,17 +363,6 @@ export class JobLogsModel extends PollingModel {
     this.emitChanged();
   }
 
-  /** Show a short-lived message (copy). */
-  private _flash(text: string): void {
-    clearTimeout(this._flashTimer);
-    this._flashText = text;
-    this.emitChanged();
-    this._flashTimer = setTimeout(() => {
-      this._flashText = null;
-      this.emitChanged();
-    }, FLASH_MS);
-  }
-
   private _request: Requester;
   private _filters: ILogFilters;
   private _attemptPinned: boolean;
@@ -422,10 +379,8 @@ export class JobLogsModel extends PollingModel {
   private _denied: IAccessDenied | null = null;
   private _following = true;
   private _newLines = 0;
-  private _flashText: string | null = null;
-  private _flashTimer: ReturnType<typeof setTimeout> | undefined;
-  private _seenNodes = new Set<number>();
-  private _seenRanks = new Set<number>();
+  private _flash = new Flash(() => this.emitChanged());
+  private _origins = new Origins();
   private _linesChanged = new Signal<this, ILinesChange>(this);
 }
 

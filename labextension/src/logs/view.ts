@@ -44,8 +44,8 @@ export class JobLogsView extends Widget {
         serverSettings
       )
     );
-    this.node.appendChild(this._header.node);
     const body = el('div', 'jp-air-JobLogs-body');
+    this._body = body;
     body.appendChild(this._list.node);
     this._empty = el('div', 'jp-air-JobLogs-empty');
     body.appendChild(this._empty);
@@ -75,6 +75,10 @@ export class JobLogsView extends Widget {
 
   protected onAfterAttach(msg: Message): void {
     super.onAfterAttach(msg);
+    // The header is a React widget outside any layout: attached with the view.
+    if (!this._header.isAttached) {
+      Widget.attach(this._header, this.node, this._body);
+    }
     if (typeof ResizeObserver !== 'undefined') {
       this._resizeObserver = new ResizeObserver(() => this._onResize());
       this._resizeObserver.observe(this._list.node);
@@ -87,6 +91,9 @@ export class JobLogsView extends Widget {
     this._resizeObserver?.disconnect();
     this._resizeObserver = null;
     this.model.active = false;
+    if (this._header.isAttached) {
+      Widget.detach(this._header);
+    }
     super.onBeforeDetach(msg);
   }
 
@@ -172,6 +179,7 @@ export class JobLogsView extends Widget {
 
   private _list: LogList;
   private _header: LogsHeader;
+  private _body: HTMLDivElement;
   private _empty: HTMLDivElement;
   private _resizeObserver: ResizeObserver | null = null;
   private _deniedNode: HTMLElement | null = null;

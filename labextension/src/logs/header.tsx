@@ -1,0 +1,310 @@
+/**
+ * The header of the "Job logs" view: the job, its attempts, the search box,
+ * filters and actions, and a line of counts and messages. Drawn with React
+ * from the model on every state change; what the user does calls the model.
+ */
+
+import {
+  circleEmptyIcon,
+  circleIcon,
+  copyIcon,
+  downloadIcon,
+  HTMLSelect,
+  InputGroup,
+  ReactWidget,
+  searchIcon,
+  ToolbarButtonComponent,
+  UseSignal
+} from '@jupyterlab/ui-components';
+import * as React from 'react';
+
+import { isLevelKey, isRangeKey, LEVELS, RANGES } from './filters';
+import { formatTime, plural } from './format';
+import type { JobLogsModel } from './model';
+import { infoOf } from './status';
+import type { IJob } from './types';
+
+/** Milliseconds of typing pause before a search is sent. */
+const SEARCH_DELAY = 300;
+
+const LEVEL_OPTIONS = Object.entries(LEVELS).map(([value, label]) => ({
+  value,
+  label
+}));
+
+const RANGE_OPTIONS = Object.entries(RANGES).map(([value, { label }]) => ({
+  value,
+  label
+}));
+
+/** `''` ("all") or the number chosen. */
+function numberOrNull(value: string): number | null {
+  return value === '' ? null : Number(value);
+}
+
+/** Run name, owner, size and times of the job. */
+function metaOf(job: IJob | null): string {
+  if (!job) {
+    return '';
+  }
+  const meta: string[] = [];
+  if (job.run_name) {
+    meta.push(job.run_name);
+  }
+  meta.push(job.owner);
+  meta.push(
+    job.nnodes > 1
+      ? `${job.nnodes} nodes × ${plural(job.nproc_per_node, 'rank')}`
+      : plural(job.nproc_per_node, 'rank')
+  );
+  if (job.started) {
+    meta.push(`started ${formatTime(job.started).slice(0, 8)}`);
+  }
+  if (job.ended) {
+    meta.push(`ended ${formatTime(job.ended).slice(0, 8)}`);
+  }
+  return meta.join(' · ');
+}
+
+/** Status, run name and times, the attempts and the chosen one's run link. */
+function TitleRow(props: { model: JobLogsModel }): JSX.Element {
+  const { model } = props;
+  const job = model.job;
+  const attempt = model.filters.attempt;
+  const attempts = job?.attempts ?? [];
+  const shown = attempts.find(a => a.attempt === attempt);
+  const url = shown?.run_url ?? null;
+  return (
+    <div className="jp-air-JobLogs-titleRow">
+      <span className="jp-air-JobLogs-jobId">{model.jobId}</span>
+      <span
+        className="jp-air-JobLogs-status"
+        aria-label="Job status"
+        data-status={job?.status.toLowerCase() ?? ''}
+      >
+        {job?.status ?? '…'}
+      </span>
+      <span className="jp-air-JobLogs-meta">{metaOf(job)}</span>
+      <HTMLSelect
+        className="jp-air-JobLogs-attempt"
+        title="Attempt"
+        aria-label="Attempt"
+        disabled={attempts.length < 2}
+        options={attempts.map(a => ({
+          value: String(a.attempt),
+          label: `Attempt ${a.attempt} · ${a.status}`
+        }))}
+        value={attempt === null ? '' : String(attempt)}
+        onChange={event => {
+          const chosen = Number(event.target.value);
+          if (Number.isInteger(chosen) && chosen > 0) {
+            model.setAttempt(chosen);
+          }
+        }}
+      />
+      {url && (
+        <a
+          className="jp-air-JobLogs-runLink"
+          href={url}
+          target="_blank"
+          rel="noopener noreferrer"
+          title={`MLflow run ${shown?.run_id ?? ''}`.trim()}
+        >
+          MLflow run ↗
+        </a>
+      )}
+    </div>
+  );
+}
+
+/**
+ * The search box: sent after a typing pause, at once on Enter; Escape clears
+ * it. The text typed is the input's own until it is sent.
+ */
+function SearchBox(props: { model: JobLogsModel }): JSX.Element {
+  const { model } = props;
+  const timer = React.useRef<number | undefined>(undefined);
+  React.useEffect(() => () => window.clearTimeout(timer.current), []);
+  const send = (value: string, delay: number) => {
+    window.clearTimeout(timer.current);
+    const apply = () => model.setFilters({ search: value });
+    if (delay) {
+      timer.current = window.setTimeout(apply, delay);
+    } else {
+      apply();
+    }
+  };
+  return (
+    <InputGroup
+      className="jp-air-JobLogs-search"
+      type="search"
+      placeholder="Search"
+      title="Show only the lines that contain this text (case-insensitive)"
+      aria-label="Search the lines"
+      spellCheck={false}
+      rightIcon={searchIcon}
+      defaultValue={model.filters.search}
+      onChange={event => send(event.currentTarget.value, SEARCH_DELAY)}
+      onKeyDown={event => {
+        const input = event.currentTarget;
+        if (event.key === 'Enter') {
+          send(input.value, 0);
+        } else if (event.key === 'Escape' && input.value) {
+          event.stopPropagation();
+          input.value = '';
+          send('', 0);
+        }
+      }}
+    />
+  );
+}
+
+/** The node or rank picker: all, or one of `choices`. */
+function OriginSelect(props: {
+  model: JobLogsModel;
+  kind: 'node' | 'rank';
+  choices: number[];
+}): JSX.Element {
+  const { model, kind, choices } = props;
+  const name = kind === 'node' ? 'Node' : 'Rank';
+  const chosen = model.filters[kind];
+  return (
+    <HTMLSelect
+      className={`jp-air-JobLogs-${kind}`}
+      title={name}
+      aria-label={name}
+      options={[
+        { value: '', label: `All ${kind}s` },
+        ...choices.map(c => ({ value: String(c), label: `${name} ${c}` }))
+      ]}
+      value={chosen === null ? '' : String(chosen)}
+      onChange={event =>
+        model.setFilters({ [kind]: numberOrNull(event.target.value) })
+      }
+    />
+  );
+}
+
+/** Node, rank, level and range pickers, and Follow, Copy and Download. */
+function Toolbar(props: {
+  model: JobLogsModel;
+  downloadUrl: () => string;
+}): JSX.Element {
+  const { model, downloadUrl } = props;
+  const filters = model.filters;
+  const { nodes, ranks } = model.origins;
+  const active = !model.done;
+  const following = model.following && active;
+  return (
+    <div className="jp-air-JobLogs-toolbar">
+      <SearchBox model={model} />
+      <OriginSelect model={model} kind="node" choices={nodes} />
+      <OriginSelect model={model} kind="rank" choices={ranks} />
+      <HTMLSelect
+        className="jp-air-JobLogs-level"
+        title="Level"
+        aria-label="Level"
+        options={LEVEL_OPTIONS}
+        value={filters.level}
+        onChange={event => {
+          const level = event.target.value;
+          model.setFilters({ level: isLevelKey(level) ? level : '' });
+        }}
+      />
+      <HTMLSelect
+        className="jp-air-JobLogs-range"
+        title="Time range"
+        aria-label="Time range"
+        options={RANGE_OPTIONS}
+        value={filters.range}
+        onChange={event => {
+          const range = event.target.value;
+          model.setFilters({ range: isRangeKey(range) ? range : 'all' });
+        }}
+      />
+      <span className="jp-air-JobLogs-spacer" />
+      <ToolbarButtonComponent
+        className="jp-air-JobLogs-follow"
+        label="Follow"
+        icon={circleEmptyIcon}
+        pressedIcon={circleIcon}
+        pressed={following}
+        enabled={active}
+        tooltip="Paused: click (or scroll to the bottom) to follow new lines"
+        pressedTooltip="Following new lines: click (or scroll up) to pause"
+        disabledTooltip="The job has ended: nothing more to follow"
+        onClick={() => model.setFollowing(!model.following)}
+      />
+      <ToolbarButtonComponent
+        className="jp-air-JobLogs-copy"
+        label="Copy"
+        icon={copyIcon}
+        tooltip="Copy the loaded lines as text"
+        onClick={() => void model.copy()}
+      />
+      {/* A link, so that the browser downloads it under `download`'s name. */}
+      <a
+        className="jp-air-JobLogs-button jp-air-JobLogs-download"
+        href={downloadUrl()}
+        download={model.filename}
+        title="Download every line that matches the filters"
+        // The link is followed after this handler: the time range ends now.
+        onClick={event => {
+          event.currentTarget.href = downloadUrl();
+        }}
+      >
+        <downloadIcon.react tag="span" stylesheet="toolbarButton" />
+        <span className="jp-air-JobLogs-buttonLabel">Download</span>
+      </a>
+    </div>
+  );
+}
+
+/** Counts, notes and messages (copy, errors). */
+function InfoRow(props: { model: JobLogsModel }): JSX.Element {
+  const info = infoOf(props.model);
+  return (
+    <div className="jp-air-JobLogs-info">
+      <span className="jp-air-JobLogs-count">{info.count}</span>
+      <span className="jp-air-JobLogs-note">{info.note}</span>
+      <span
+        className={
+          'jp-air-JobLogs-message' + (info.error ? ' jp-mod-error' : '')
+        }
+        aria-live="polite"
+      >
+        {info.message}
+      </span>
+    </div>
+  );
+}
+
+/** The chrome above the lines; re-rendered on `model.stateChanged`. */
+export class LogsHeader extends ReactWidget {
+  /** `downloadUrl`: the URL of every line matching the model's filters. */
+  constructor(
+    readonly model: JobLogsModel,
+    downloadUrl: () => string
+  ) {
+    super();
+    this._downloadUrl = downloadUrl;
+    this.addClass('jp-air-JobLogs-header');
+  }
+
+  protected render(): JSX.Element {
+    const model = this.model;
+    return (
+      <UseSignal signal={model.stateChanged}>
+        {() => (
+          <>
+            <TitleRow model={model} />
+            <Toolbar model={model} downloadUrl={this._downloadUrl} />
+            <InfoRow model={model} />
+          </>
+        )}
+      </UseSignal>
+    );
+  }
+
+  private _downloadUrl: () => string;
+}
