@@ -46,12 +46,23 @@ def open_notebook(browser: Any, lab: Lab, name: str, app: str) -> Any:
     return page
 
 
+def accept_kernel_choice(page: Any) -> None:
+    """JupyterLab at times asks which kernel to start (its "Select Kernel" dialog, with
+    the notebook's own kernel chosen) when it opens a notebook on a loaded machine before
+    it has the kernel specs: take that kernel, as a user would."""
+    dialog = page.query_selector(".jp-Dialog")
+    if dialog is not None and "Select kernel" in (dialog.text_content() or ""):
+        page.click(".jp-Dialog .jp-mod-accept")
+        page.wait_for_selector(".jp-Dialog", state="detached", timeout=10_000)
+
+
 def run_cell(page: Any, index: int, tries: int = 6) -> None:
     """Run cell ``index`` as a user does: click into it, Shift+Enter. A frontend that has
     not connected to its kernel yet drops the request, so it is repeated until the cell's
     prompt shows that it ran or runs."""
     cell = f".jp-Notebook .jp-Cell >> nth={index}"
     for _ in range(tries):
+        accept_kernel_choice(page)
         dialog = page.query_selector(".jp-Dialog")
         assert dialog is None, f"a dialog covers the notebook: {dialog.text_content()}"
         page.click(f"{cell} >> .cm-content")
