@@ -90,6 +90,10 @@ bench: setup
 	$(PY) bench/bench_magic.py
 	$(PY) bench/bench_logs.py
 	$(PY) bench/bench_ray.py
+	$(PY) bench/bench_permissions.py
+	$(PY) bench/bench_live_view.py
+	$(PY) bench/bench_runs.py
+	$(PY) bench/bench_panel_update.py
 
 clean:
 	rm -rf lib jupyter_air/labextension tsconfig.tsbuildinfo tests/fake_nvml/.build test-artifacts
