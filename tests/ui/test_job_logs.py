@@ -409,7 +409,7 @@ def test_the_end_of_the_job_shows_its_last_lines_and_status(
         ".filter(n => n.textContent.startsWith('done rank')).length === 2",
         timeout=15_000,
     )
-    assert page.is_disabled(".jp-air-JobLogs-follow button")
+    assert follow_disabled(page), "an ended job has nothing to follow"
     page.wait_for_selector(".jp-air-JobLogs-message:has-text('the job has ended')")
     page.screenshot(path=str(artifacts / "job-logs-ended.png"))
 
@@ -420,6 +420,16 @@ def test_the_end_of_the_job_shows_its_last_lines_and_status(
     assert sum("hello from rank" in line for line in lines) == 2
     assert sum("done rank" in line for line in lines) == 2
     assert len(lines) == count(page)
+
+
+def follow_disabled(page: Any) -> bool:
+    """Whether Follow turns disabled: the header re-renders (React) after the lines it
+    follows show, so it is given a moment rather than read at once."""
+    try:
+        page.wait_for_selector(".jp-air-JobLogs-follow button:disabled", timeout=10_000)
+    except Exception:  # playwright's TimeoutError: it stayed enabled
+        return False
+    return True
 
 
 def test_the_attempt_selector_shows_the_failed_first_attempt(page: Any) -> None:
@@ -437,7 +447,7 @@ def test_the_attempt_selector_shows_the_failed_first_attempt(page: Any) -> None:
     assert shown[-1]["text"] == "giving up on the first attempt"
     assert shown[-1]["rank"] == "1"
     assert shown[-1]["stream"] == "err"
-    assert page.is_disabled(".jp-air-JobLogs-follow button"), "a failed attempt has ended"
+    assert follow_disabled(page), "a failed attempt has ended"
     href = page.get_attribute(".jp-air-JobLogs-download", "href")
     assert "attempt=1" in href
 
