@@ -198,6 +198,8 @@ async def test_compare_gives_curves_and_the_params_that_differ(
 ) -> None:
     first, second = tracked.runs["first"], tracked.runs["second"]
     doc = await get(jp_fetch, "runs/compare", store=key, runs=f"{first},{second}")
+    # Each run's start (MLflow ms): the panel plots "by time" from it.
+    assert all(isinstance(run["start_time"], int) for run in doc["runs"])
     assert doc["params"] == {"lr": {first: "0.1", second: "0.2"}}
     curves = doc["metrics"]["loss"]
     assert [p["step"] for p in curves[first]] == [0, 1, 2]

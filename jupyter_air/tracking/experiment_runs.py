@@ -259,7 +259,7 @@ def compare(
     params that differ between them."""
     keys = list(metric_keys) or sorted({key for row in rows for key in row["metrics"]})
     return {
-        "runs": [{k: row[k] for k in ("run_id", "name", "status")} for row in rows],
+        "runs": [{k: row[k] for k in ("run_id", "name", "status", "start_time")} for row in rows],
         "params": differing_params(rows),
         "metrics": {
             key: {row["run_id"]: metric_history(client, row["run_id"], key) for row in rows}
