@@ -13,6 +13,7 @@ command of the CLI), so that no request waits for the write lock.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -27,6 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..job_dir import JobDir
 from ..paths import air_home, make_private, on_network_filesystem, private_dir, tighten
 from ..procs import alive
 from .permissions import Grant, Identity, JobAccess, Level, Principal, check_change, os_user
@@ -175,13 +177,18 @@ class JobStore:
         finally:
             db.close()
 
+    def connect(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A connection to this store's database, for modules that keep tables of their
+        own in it (schedules): the same file, modes, journal and lock waits."""
+        return self._connect()
+
     def job_dir(self, job_id: str) -> Path:
         if not JOB_ID.fullmatch(job_id):
             raise UnknownJob(job_id)
-        return self.home / "jobs" / job_id
+        return JobDir.under(self.home, job_id).path
 
     def attempt_dir(self, job_id: str, attempt: int) -> Path:
-        return self.job_dir(job_id) / f"attempt_{attempt}"
+        return JobDir(self.job_dir(job_id)).attempt(attempt).path
 
     # -- jobs ------------------------------------------------------------------------
 
@@ -353,6 +360,14 @@ class JobStore:
         columns = ", ".join(f"{name} = ?" for name in fields)
         with self._connect() as db:
             db.execute(f"UPDATE jobs SET {columns} WHERE id = ?", (*fields.values(), job_id))
+
+    def set_experiment(self, job_id: str, experiment_id: str) -> None:
+        """The MLflow experiment a job submitted by name only was given (by its supervisor)."""
+        with self._connect() as db:
+            db.execute(
+                "UPDATE jobs SET workload = json_set(workload, '$.experiment_id', ?) WHERE id = ?",
+                (experiment_id, job_id),
+            )
 
     # -- attempts --------------------------------------------------------------------
 
