@@ -5,16 +5,16 @@
 /** Whether a schedule fires. */
 export type PauseStatus = 'PAUSED' | 'UNPAUSED';
 
-/** What a schedule run, or one task of it, came to (or is doing). */
-export const RUN_STATUSES = [
-  'PENDING',
-  'RUNNING',
-  'SUCCEEDED',
-  'FAILED',
-  'CANCELLED',
-  'SKIPPED'
-] as const;
-export type RunStatus = (typeof RUN_STATUSES)[number];
+/** A schedule run: RUNNING while a task is pending or running, then its outcome. */
+export type RunStatus =
+  'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'SKIPPED';
+
+/**
+ * A task of a run: PENDING until the tasks it depends on end, SUBMITTING while
+ * a scheduler holds it, RUNNING once its job exists, then its job's outcome,
+ * or SKIPPED (its `run_if` did not hold).
+ */
+export type TaskStatus = 'PENDING' | 'SUBMITTING' | RunStatus;
 
 /** The caller's permission on a schedule (the jobs' levels). */
 export type Level = 'CAN_VIEW' | 'CAN_MANAGE_RUN' | 'CAN_MANAGE';
@@ -32,21 +32,25 @@ export interface ITask {
 /** One task of one schedule run: its job, once submitted. */
 export interface ITaskRun {
   task_key: string;
-  status: RunStatus;
+  status: TaskStatus;
   job_id: string | null;
+  /** Why it was skipped or failed, in words. */
+  message: string | null;
   /** The MLflow page of the job's latest attempt. */
   run_url: string | null;
 }
 
 export interface IScheduleRun {
-  id: string;
+  id: number;
   schedule_id: string;
   /** ISO 8601 with the schedule's offset. */
   scheduled_time: string;
+  /** CRON: the schedule fired; RUN_NOW: someone asked. */
+  trigger: 'CRON' | 'RUN_NOW';
   status: RunStatus;
   /** Why it was SKIPPED or FAILED, in words. */
-  reason: string | null;
-  started: number | null;
+  message: string | null;
+  created: number;
   ended: number | null;
   tasks: ITaskRun[];
 }

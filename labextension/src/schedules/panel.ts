@@ -1,0 +1,51 @@
+/**
+ * The Schedules view: header, the "Schedule this notebook" form when open,
+ * and the schedules; polls while shown.
+ */
+
+import type { Message } from '@lumino/messaging';
+import { Panel } from '@lumino/widgets';
+
+import { ScheduleForm } from './form';
+import { ScheduleFormView } from './formView';
+import { SchedulesHeader } from './header';
+import { IScheduleActions, SchedulesList } from './list';
+import { SchedulesModel } from './model';
+
+export class SchedulesPanel extends Panel {
+  constructor(options: { model: SchedulesModel; actions: IScheduleActions }) {
+    super();
+    this.model = options.model;
+    this.id = 'jupyter-air-schedules';
+    this.addClass('jp-air-Schedules');
+    this._form = new ScheduleFormView(schedule => this.model.added(schedule));
+    this.addWidget(new SchedulesHeader(this.model));
+    this.addWidget(this._form);
+    this.addWidget(new SchedulesList(this.model, options.actions));
+  }
+
+  readonly model: SchedulesModel;
+
+  /** The open form, if any. */
+  get form(): ScheduleForm | null {
+    return this._form.form;
+  }
+
+  /** Open the form for `form`'s notebook, above the schedules. */
+  openForm(form: ScheduleForm): void {
+    this._form.open(form);
+    this.node.scrollTop = 0;
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this.model.active = true;
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this.model.active = false;
+  }
+
+  private _form: ScheduleFormView;
+}
