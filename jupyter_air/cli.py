@@ -438,11 +438,12 @@ def _follow(
 
 
 def _download(directory: Path, flt: LogFilter, target: Path, attempt: int) -> int:
+    from .job_dir import JobDir
     from .logs.query import log_files
 
     written = []
     for f in log_files(directory, flt):
-        path = target / f"attempt_{attempt}" / f"node_{f.node}" / f"rank_{f.rank}.log"
+        path = JobDir(target).attempt(attempt).rank_log(f.node, f.rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         one = LogFilter(**{**flt.__dict__, "node": f.node, "rank": f.rank})
         count = 0

@@ -16,7 +16,8 @@ import psutil
 import pytest
 
 from jupyter_air import cli, paths
-from jupyter_air.jobs import client, node_files, rank_main
+from jupyter_air.job_dir import AttemptDir
+from jupyter_air.jobs import client, rank_main
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore, StoreError
 from jupyter_air.logs.capture import RankLog
@@ -70,8 +71,8 @@ def test_what_a_job_writes_is_private(
     attempt = store.attempt_dir(job.id, 1)
     RankLog(attempt / "logs" / "node_0" / "rank_0.log").close()
     rank_main._write_result(attempt, {"weights": [1, 2]}, {})
-    node_files.write_nodes(attempt, [{"node": 0}])
-    node_files.write_gpu(attempt, 0, {"samples": {}})
+    AttemptDir(attempt).write_nodes([{"node": 0}])
+    AttemptDir(attempt).write_gpu(0, {"samples": {}})
     written = [
         store.job_dir(job.id) / "payload.pkl",
         store.job_dir(job.id) / "supervisor.log",

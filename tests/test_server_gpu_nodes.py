@@ -14,7 +14,7 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from jupyter_air.gpu.sampler import GpuSampler
-from jupyter_air.jobs.node_files import write_gpu, write_nodes
+from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from tests.conftest import WriteScenario
@@ -47,9 +47,9 @@ def job(store: JobStore, scenario: WriteScenario) -> str:
     store.update(job.id, status="RUNNING")
     store.start_attempt(job.id, 1, None)
     attempt_dir = store.attempt_dir(job.id, 1)
-    write_nodes(attempt_dir, NODES)
+    AttemptDir(attempt_dir).write_nodes(NODES)
     for node, gpus in enumerate(NODE_GPUS):
-        write_gpu(attempt_dir, node, node_snapshot(scenario, gpus))
+        AttemptDir(attempt_dir).write_gpu(node, node_snapshot(scenario, gpus))
     scenario(Scenario(gpus=[FakeGpu(name="This server's GPU")]))
     return job.id
 
@@ -87,7 +87,7 @@ async def test_only_the_latest_attempt_of_a_running_job_is_listed(
     store.start_attempt(job, 2, None)
     assert (await get_json(jp_fetch, "jupyter-air", "gpu"))["nodes"] == []
 
-    write_nodes(store.attempt_dir(job, 2), NODES[1:])
+    AttemptDir(store.attempt_dir(job, 2)).write_nodes(NODES[1:])
     (node,) = (await get_json(jp_fetch, "jupyter-air", "gpu"))["nodes"]
     assert (node["attempt"], node["node"], node["hostname"]) == (2, 1, "gpu-b")
 

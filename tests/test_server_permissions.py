@@ -22,8 +22,8 @@ from jupyter_server.auth.identity import IdentityProvider, User
 from tornado.httpclient import HTTPClientError
 
 from jupyter_air.gpu.sampler import GpuSampler
+from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.hints import Hint, write_hints
-from jupyter_air.jobs.node_files import write_gpu, write_nodes
 from jupyter_air.jobs.permissions import Identity, Level, os_identity, parse_grant
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
@@ -99,7 +99,7 @@ def job(store: JobStore, scenario: WriteScenario) -> str:
     job = store.create(Workload(kind="command", command=["true"]), owner="alice", grants=grants)
     store.start_attempt(job.id, 1, None)
     scenario(Scenario(gpus=[FakeGpu()]))
-    write_gpu(store.attempt_dir(job.id, 1), 0, GpuSampler(interval=3600.0).snapshot())
+    AttemptDir(store.attempt_dir(job.id, 1)).write_gpu(0, GpuSampler(interval=3600.0).snapshot())
     store.end_attempt(job.id, 1, "SUCCEEDED", [0])
     store.update(job.id, status="SUCCEEDED", ended=1.0)
     return job.id
@@ -332,7 +332,7 @@ async def test_a_nodes_gpu_process_of_another_users_job_is_hidden_from_a_viewer(
         {"pid": 77, "name": "python", "mem_mib": 2048, "owner": {"kind": "job", "id": private.id}},
         {"pid": 78, "name": "python", "mem_mib": 1, "owner": {"kind": "job", "id": job}},
     ]
-    write_gpu(snapshot_path, 0, stored)
+    AttemptDir(snapshot_path).write_gpu(0, stored)
     doc = json.loads(
         (await call(jp_fetch, "viewer", "GET", f"jupyter-air/jobs/{job}/gpu?node=0")).body
     )
@@ -353,7 +353,7 @@ async def test_the_gpu_answer_lists_only_the_nodes_of_jobs_the_caller_may_view(
     for made in (shared, private):
         store.update(made.id, status="RUNNING")
         store.start_attempt(made.id, 1, None)
-        write_nodes(store.attempt_dir(made.id, 1), [{"node": 1, "hostname": "gpu-b"}])
+        AttemptDir(store.attempt_dir(made.id, 1)).write_nodes([{"node": 1, "hostname": "gpu-b"}])
     nodes = json.loads((await call(jp_fetch, "viewer", "GET", "jupyter-air/gpu")).body)["nodes"]
     assert [node["job"] for node in nodes] == [shared.id]
     owner = json.loads((await call(jp_fetch, "owner", "GET", "jupyter-air/gpu")).body)["nodes"]

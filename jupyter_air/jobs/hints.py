@@ -7,7 +7,7 @@ for a long time while its GPU is idle (likely a hang, e.g. a collective waiting 
 peer). Each hint carries the figure behind it.
 
 The supervisor feeds the NVML samples its system metrics take and the ranks' last
-output times; it writes the current hints to ``attempt_K/hints.json`` (private, replaced
+output times; it writes the current hints to the attempt's hints file (private, replaced
 whole), where the kernel's live view and the server's GPU panel read them, and tags the
 run with each hint raised (``air.hint.<kind>``). Thresholds come from the environment
 the supervisor inherits (see ``Thresholds.from_env``).
@@ -15,7 +15,6 @@ the supervisor inherits (see ``Thresholds.from_env``).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import deque
@@ -24,12 +23,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..paths import write_private
+from ..job_dir import AttemptDir, read_json, replace_json
 
 if TYPE_CHECKING:  # pynvml stays out of the kernel, which reads hints files only
     from ..gpu.nvml import GpuInfo, GpuReading
 
-HINTS_FILE = "hints.json"
 TAG_PREFIX = "air.hint."
 
 ENV = {
@@ -182,18 +180,12 @@ def rank_gpus(cuda_visible: Sequence[str | None]) -> dict[int, int]:
 def write_hints(attempt_dir: Path, gpus: Sequence[int], hints: Sequence[Hint], t: float) -> None:
     """Replace the attempt's hints file: the job's GPUs and the hints now raised."""
     doc = {"t": t, "gpus": list(gpus), "hints": [asdict(h) for h in hints]}
-    path = attempt_dir / HINTS_FILE
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write_private(tmp, json.dumps(doc, separators=(",", ":")))
-    tmp.replace(path)
+    replace_json(AttemptDir(attempt_dir).hints, doc)
 
 
 def read_hints(attempt_dir: Path) -> dict[str, Any]:
     """The attempt's hints file, or an empty one (none yet, or not a job with hints)."""
-    try:
-        doc = json.loads((attempt_dir / HINTS_FILE).read_text())
-    except (OSError, ValueError):
-        return {"gpus": [], "hints": []}
+    doc = read_json(AttemptDir(attempt_dir).hints)
     if not isinstance(doc, dict):
         return {"gpus": [], "hints": []}
     gpus = [g for g in doc.get("gpus") or [] if isinstance(g, int)]

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..job_dir import AttemptDir
 from ..logs.capture import LINE, RankLog, StreamSplitter
 from ..logs.levels import ERROR
 from .env import RankPlace, rank_env
@@ -301,7 +302,9 @@ def node_specs(
             extra=extra,
         )
         env.pop("MLFLOW_EXPERIMENT_NAME", None)  # MLFLOW_EXPERIMENT_ID names the experiment
-        specs.append(RankSpec(place.rank, argv, env, log_dir / f"rank_{place.rank}.log", cwd))
+        specs.append(
+            RankSpec(place.rank, argv, env, log_dir / AttemptDir.rank_log_name(place.rank), cwd)
+        )
     return specs
 
 

@@ -26,6 +26,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import cloudpickle
 
+from ..job_dir import AttemptDir
 from ..paths import write_private
 
 CELL_FILE = "<air-cell>"
@@ -142,7 +143,7 @@ def main(argv: list[str]) -> int:
         else:
             text = traceback.format_exc()
             sys.stderr.write(text)
-            write_private(attempt_dir / f"error_rank_{rank}.txt", text)
+            write_private(AttemptDir(attempt_dir).error(rank), text)
             return err.code if isinstance(err, SystemExit) and isinstance(err.code, int) else 1
     if rank == 0:
         _write_result(
@@ -163,9 +164,9 @@ def _write_result(attempt_dir: Path, value: Any, outputs: dict[str, Any]) -> Non
         data = cloudpickle.dumps(
             {"value": None, "outputs": {}, "unpicklable": reprs, "why": str(err)}
         )
-    tmp = attempt_dir / "result.pkl.tmp"
-    write_private(tmp, data)
-    tmp.replace(attempt_dir / "result.pkl")
+    files = AttemptDir(attempt_dir)
+    write_private(files.result_partial, data)
+    files.result_partial.replace(files.result)
 
 
 def exit_now(code: int) -> None:

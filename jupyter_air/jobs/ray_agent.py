@@ -27,13 +27,13 @@ from typing import Any
 from .. import __version__
 from ..gpu.owners import job_of
 from ..gpu.sampler import GpuSampler
+from ..job_dir import AttemptDir, JobDir
+from ..paths import write_private
 from .env import free_port, gpu_count, inherited_env, visible_gpus
 from .local import LocalRanks, Outcome, node_specs
 
 #: Bytes of one rank's log sent in one poll at most.
 MAX_POLL_BYTES = 8 << 20
-#: Files a rank leaves in its attempt directory for the kernel: rank 0's value, tracebacks.
-RESULT_FILES = ("result.pkl", "error_rank_*.txt")
 
 
 @dataclass
@@ -62,6 +62,7 @@ class NodeAgent:
     def __init__(self, metrics_interval: float, gpu_interval: float = 10.0) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix="air-node-"))
         self._ranks: LocalRanks | None = None
+        self._attempt: AttemptDir | None = None
         self._outcome: Outcome | None = None
         self._offsets: dict[int, int] = {}
         self._logs: dict[int, Path] = {}
@@ -88,13 +89,12 @@ class NodeAgent:
         return time.time()
 
     def start(self, launch: NodeLaunch) -> None:
-        attempt_dir = self._dir / "attempt"
-        attempt_dir.mkdir()
+        files = JobDir(self._dir)
+        attempt_dir = self._attempt = files.attempt(launch.attempt).make()
         if launch.payload is not None:
-            payload = self._dir / "payload.pkl"
-            payload.write_bytes(launch.payload)
+            write_private(files.payload, launch.payload)
             argv = [sys.executable, "-u", "-m", "jupyter_air.jobs.rank_main"]
-            argv += [str(payload), str(attempt_dir)]
+            argv += [str(files.payload), str(attempt_dir.path)]
         else:
             argv = list(launch.command)
         cwd = launch.working_dir
@@ -117,7 +117,7 @@ class NodeAgent:
             max_restarts=launch.max_restarts,
             gpus=visible_gpus(os.environ, gpu_count()),
             extra=launch.env,
-            log_dir=self._dir / "logs",
+            log_dir=attempt_dir.node_logs(launch.node_rank),
             cwd=cwd,
         )
         self._logs = {spec.rank: spec.log_path for spec in specs}
@@ -183,12 +183,9 @@ class NodeAgent:
 
     def result_files(self) -> dict[str, bytes]:
         """What the ranks left for the kernel: rank 0's value and any traceback."""
-        attempt_dir = self._dir / "attempt"
-        return {
-            path.name: path.read_bytes()
-            for pattern in RESULT_FILES
-            for path in attempt_dir.glob(pattern)
-        }
+        if self._attempt is None:
+            return {}
+        return {path.name: path.read_bytes() for path in self._attempt.result_files()}
 
     def finish(self) -> list[Any]:
         """Clean up (the payload holds the notebook's data), then the last metrics

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..job_dir import AttemptDir
 from ..paths import private_opener, write_private
-from . import node_files
 from .local import Outcome
 from .ray_agent import NodeAgent, NodeLaunch
 from .ray_cluster import (
@@ -67,7 +67,7 @@ class RayNodes:
         self._workload = workload
         self._job_id = job_id
         self._attempt = attempt
-        self._dir = attempt_dir
+        self._dir = AttemptDir(attempt_dir)
         self._payload = payload
         self._extra_env = extra_env
         self._on_metrics = on_metrics
@@ -143,7 +143,7 @@ class RayNodes:
             info["clock_offset"] = clock - (sent + received) / 2
         self._nodes = [{"node": i, **info} for i, info in enumerate(infos)]
         shown = ("node", "node_id", "ip", "hostname")
-        node_files.write_nodes(self._dir, [{k: n[k] for k in shown} for n in self._nodes])
+        self._dir.write_nodes([{k: n[k] for k in shown} for n in self._nodes])
 
     def _start_all(self) -> None:
 
@@ -261,13 +261,13 @@ class RayNodes:
         for rank, data in report["logs"].items():
             key = (node, rank)
             if key not in self._logs:
-                path = self._dir / "logs" / f"node_{node}" / f"rank_{rank}.log"
+                path = self._dir.rank_log(node, rank)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 self._logs[key] = open(path, "ab", opener=private_opener)  # noqa: SIM115
             self._logs[key].write(data)
             self._logs[key].flush()
         if report["gpu"] is not None:
-            node_files.write_gpu(self._dir, node, report["gpu"])
+            self._dir.write_gpu(node, report["gpu"])
         if report["metrics"]:
             self._on_metrics(node, report["metrics"])
 
@@ -329,7 +329,7 @@ class RayNodes:
                 log.warning("no result files from node %d: %s", node, _reason(err))
                 continue
             for name, data in files.items():
-                write_private(self._dir / name, data)
+                write_private(self._dir.path / name, data)
 
     def close(self) -> None:
         """The nodes' last metrics, then the agents and the placement group go."""

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
+from ..job_dir import AttemptDir, JobDir
 from ..logs.capture import plain_lines
 from ..procs import alive
 from ..tracking.guard import RunGuard
@@ -157,16 +158,17 @@ class Tracking:
         """Each rank's output as plain text artifacts ``logs/node_N/rank_R.log``, so
         MLflow's own UI shows them; line by line, so a log of any size costs no memory."""
         client, _, _ = self._mlflow()
-        logs = attempt_dir / "logs"
+        files = AttemptDir(attempt_dir)
         with tempfile.TemporaryDirectory() as tmp:
-            for record_file in sorted(logs.glob("node_*/rank_*.log")):
-                target = Path(tmp) / record_file.relative_to(logs)
+            for log_file in files.rank_logs():
+                record_file = log_file.path
+                target = Path(tmp) / record_file.relative_to(files.logs)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with target.open("w", encoding="utf-8") as out:
                     for text in plain_lines(record_file):
                         out.write(f"{text}\n")
             if any(Path(tmp).iterdir()):
-                client.log_artifacts(run_id, tmp, artifact_path="logs")
+                client.log_artifacts(run_id, tmp, artifact_path=files.logs.name)
 
 
 class Ranks(Protocol):
@@ -217,7 +219,7 @@ class Supervisor:
         prune_in_background(self.store, retention_days())
         reaper = Reaper({"AIR_JOB_ID": self.job.id})
         if self.job.workload.kind == "python":
-            reaper.remove(self.store.job_dir(self.job.id) / "payload.pkl")
+            reaper.remove(JobDir(self.store.job_dir(self.job.id)).payload)
         try:
             return self._run(reaper)
         finally:
@@ -243,7 +245,7 @@ class Supervisor:
                 else tracking.new_run(job.id, attempt, _run_tags(workload))
             )
             self.store.start_attempt(job.id, attempt, run_id)
-            result = self.store.attempt_dir(job.id, attempt) / "result.pkl"
+            result = AttemptDir(self.store.attempt_dir(job.id, attempt)).result
             if workload.background:
                 reaper.remove(result)  # nobody reads a background job's value
             guard = RunGuard()
@@ -356,7 +358,7 @@ class Supervisor:
                 max_restarts=workload.max_retries,
                 gpus=visible_gpus(os.environ, gpu_count()),
                 extra=extra,
-                log_dir=attempt_dir / "logs" / "node_0",
+                log_dir=AttemptDir(attempt_dir).node_logs(0),
                 cwd=workload.working_dir,
             )
             ranks = self._ranks = LocalRanks(specs)
@@ -384,13 +386,13 @@ def _mlflow_env(workload: Workload, run_id: str) -> dict[str, str]:
 
 def _payload(workload: Workload, job_dir: Path) -> bytes | None:
     """The pickled cell or function, sent to the nodes (they may not see this disk)."""
-    return (job_dir / "payload.pkl").read_bytes() if workload.kind == "python" else None
+    return JobDir(job_dir).payload.read_bytes() if workload.kind == "python" else None
 
 
 def _argv(workload: Workload, job_dir: Path, attempt_dir: Path) -> list[str]:
     if workload.kind == "command":
         return list(workload.command)
-    payload = job_dir / "payload.pkl"
+    payload = JobDir(job_dir).payload
     return [
         sys.executable,
         "-u",

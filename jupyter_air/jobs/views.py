@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..job_dir import AttemptDir
 from ..redact import redact, without_userinfo
-from .node_files import read_nodes
 from .store import Job, JobStore
 
 #: (tracking URI, experiment id, run id) -> the run's page in an MLflow UI, or None.
@@ -36,7 +36,7 @@ def job_document(store: JobStore, job: Job, run_link: RunLink | None = None) -> 
                 "failed_rank": a.failed_rank,
                 "message": _shown(a.message),
                 "run_url": url,
-                "nodes": read_nodes(store.attempt_dir(job.id, a.attempt)),
+                "nodes": AttemptDir(store.attempt_dir(job.id, a.attempt)).read_nodes(),
             }
         )
     return {

@@ -16,6 +16,7 @@ from typing import Any
 import cloudpickle
 from pydantic import ValidationError
 
+from ..job_dir import AttemptDir
 from ..jobs import capacity, client
 from ..jobs.permissions import BadGrant, Grant, check_change, kernel_owner
 from ..jobs.spec import Workload
@@ -348,7 +349,7 @@ def _failure(store: JobStore, job_id: str, status: str, last: Any) -> JobFailed:
         return JobFailed(f"job {job_id} {status.lower()} before any rank started")
     where = f"attempt {last.attempt}"
     if last.failed_rank is not None:
-        error = store.attempt_dir(job_id, last.attempt) / f"error_rank_{last.failed_rank}.txt"
+        error = AttemptDir(store.attempt_dir(job_id, last.attempt)).error(last.failed_rank)
         text = error.read_text() if error.exists() else None
         return JobFailed(f"job {job_id}: {last.message} ({where})", text)
     return JobFailed(
@@ -360,7 +361,7 @@ def _take_result(store: JobStore, job_id: str, load: bool = True) -> dict[str, A
     """Rank 0's values from the last attempt, read once: the file holds the notebook's
     data, so it goes as soon as it is read (the supervisor removes those nobody reads)."""
     attempts = store.attempts(job_id)
-    path = store.attempt_dir(job_id, attempts[-1].attempt if attempts else 1) / "result.pkl"
+    path = AttemptDir(store.attempt_dir(job_id, attempts[-1].attempt if attempts else 1)).result
     try:
         data = path.read_bytes()
     except FileNotFoundError:

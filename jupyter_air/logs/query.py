@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 
 import re2  # type: ignore[import-untyped]
 
+from ..job_dir import AttemptDir
 from .capture import char_boundary
 from .levels import AT_LEAST, NAMES
 
@@ -128,14 +129,11 @@ class LogFile:
 
 def log_files(attempt_dir: Path, flt: LogFilter) -> list[LogFile]:
     """The rank logs of an attempt that the node and rank filters keep, in a fixed order."""
-    found = []
-    for path in (attempt_dir / "logs").glob("node_*/rank_*.log"):
-        node, rank = _number(path.parent.name), _number(path.stem)
-        if node is None or rank is None:
-            continue
-        if (flt.node is None or flt.node == node) and (flt.rank is None or flt.rank == rank):
-            found.append(LogFile(node, rank, path))
-    return sorted(found, key=lambda f: (f.node, f.rank))
+    return [
+        LogFile(f.node, f.rank, f.path)
+        for f in AttemptDir(attempt_dir).rank_logs()
+        if (flt.node is None or flt.node == f.node) and (flt.rank is None or flt.rank == f.rank)
+    ]
 
 
 #: (time, file index, end offset, line): tuples that merge in time, then file, order.
@@ -315,11 +313,6 @@ def _matches(
                 ts, node, rank, _STREAMS[stream], _LEVELS[level], text.decode("utf-8", "replace")
             )
             yield ts, index, base + m.end() + 1, line
-
-
-def _number(name: str) -> int | None:
-    _, _, digits = name.rpartition("_")
-    return int(digits) if digits.isdigit() else None
 
 
 def _encode_cursor(offsets: dict[str, int]) -> str:

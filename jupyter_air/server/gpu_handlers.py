@@ -12,8 +12,8 @@ from tornado import web
 
 from ..gpu.owners import job_of, owner_of
 from ..gpu.sampler import GpuSampler
+from ..job_dir import AttemptDir
 from ..jobs.hints import read_hints
-from ..jobs.node_files import read_gpu, read_nodes
 from ..jobs.store import JobStore, UnknownJob
 from .base import AirHandler
 from .jobs_handlers import JobsBase, in_store_thread
@@ -112,7 +112,9 @@ class JobGpuHandler(JobsBase):
         inventory = _inventory_argument(self)
         job = await self.job(job_id)
         attempt, attempts = await self.attempt_of(job)
-        stored = await in_store_thread(read_gpu, self.store.attempt_dir(job.id, attempt), node)
+        stored = await in_store_thread(
+            AttemptDir(self.store.attempt_dir(job.id, attempt)).read_gpu, node
+        )
         if stored is None:
             raise web.HTTPError(404, f"no GPU samples of node {node} in attempt {attempt}")
         running = job.status == "RUNNING" and attempt == attempts
@@ -175,7 +177,7 @@ def running_nodes(store: JobStore) -> list[dict[str, Any]]:
         if not attempts:
             continue  # pending, or between the job's start and its first attempt
         attempt = attempts[-1].attempt
-        for node in read_nodes(store.attempt_dir(job.id, attempt)):
+        for node in AttemptDir(store.attempt_dir(job.id, attempt)).read_nodes():
             nodes.append(
                 {
                     "job": job.id,

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_air.jobs import node_files
+from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import FakeGpu, Scenario, env_for
 from tests.kernel.conftest import Kernel, execute_notebook, job_processes, running_job
@@ -147,11 +147,11 @@ def test_ddp_across_two_nodes_agrees_and_logs_per_node(kernel: Kernel, air_home:
     attempt_dir = store.attempt_dir(job_id, 1)
     assert (attempt_dir / "logs/node_0/rank_0.log").exists()
     assert (attempt_dir / "logs/node_1/rank_1.log").exists()
-    nodes = node_files.read_nodes(attempt_dir)
+    nodes = AttemptDir(attempt_dir).read_nodes()
     assert [n["node"] for n in nodes] == [0, 1]
     assert nodes[0]["node_id"] != nodes[1]["node_id"], "nodes told apart by Ray's node id"
     for node in (0, 1):
-        snapshot = node_files.read_gpu(attempt_dir, node)
+        snapshot = AttemptDir(attempt_dir).read_gpu(node)
         assert snapshot is not None, f"node {node}: no GPU sample"
         assert snapshot["gpus"][0]["name"]
 
@@ -365,7 +365,7 @@ def test_a_node_that_dies_fails_the_attempt_naming_the_node(
     store = JobStore(air_home)
     job_id = running_job(air_home, 2, timeout=120)
     (worker,) = [n for n in cluster.list_all_nodes() if n is not cluster.head_node]
-    nodes = node_files.read_nodes(store.attempt_dir(job_id, 1))
+    nodes = AttemptDir(store.attempt_dir(job_id, 1)).read_nodes()
     (lost,) = [n["node"] for n in nodes if n["node_id"] == worker.node_id]
     cluster.remove_node(worker)
     execution = kernel.collect(msg_id)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_air.jobs.node_files import write_gpu, write_nodes
+from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import FakeGpu, Scenario
@@ -96,10 +96,11 @@ def job(store: JobStore) -> str:
     store.update(job.id, status="RUNNING")
     store.start_attempt(job.id, 1, None)
     attempt_dir = store.attempt_dir(job.id, 1)
-    write_nodes(attempt_dir, NODES)
-    write_gpu(attempt_dir, 0, node_snapshot("gpu-a", ["NVIDIA A100-SXM4-80GB"], [[42, 42, 42]]))
-    write_gpu(
-        attempt_dir,
+    AttemptDir(attempt_dir).write_nodes(NODES)
+    AttemptDir(attempt_dir).write_gpu(
+        0, node_snapshot("gpu-a", ["NVIDIA A100-SXM4-80GB"], [[42, 42, 42]])
+    )
+    AttemptDir(attempt_dir).write_gpu(
         1,
         node_snapshot("gpu-b", ["NVIDIA H100 80GB HBM3"] * 2, [[88, 90, 91], [15, 16, 17]]),
     )
@@ -169,8 +170,7 @@ def test_selecting_a_node_shows_its_gpus_under_its_name(
 
 def test_new_samples_of_the_node_arrive_as_increments(page: Any, store: JobStore, job: str) -> None:
     requests = requests_to(page, f"/jupyter-air/jobs/{job}/gpu?")
-    write_gpu(
-        store.attempt_dir(job, 1),
+    AttemptDir(store.attempt_dir(job, 1)).write_gpu(
         1,
         node_snapshot("gpu-b", ["NVIDIA H100 80GB HBM3"] * 2, [[88, 90, 91, 55], [15, 16, 17, 18]]),
     )

@@ -1,0 +1,185 @@
+"""A job's directory, ``AIR_HOME/jobs/<id>/``: the one module that names its files.
+
+::
+
+    jobs/<id>/payload.pkl                 the pickled cell or function (python jobs)
+    jobs/<id>/supervisor.log              the supervisor's own log
+    jobs/<id>/attempt_K/result.pkl        rank 0's value (written whole: .tmp, then renamed)
+    jobs/<id>/attempt_K/error_rank_R.txt  a failing rank's traceback
+    jobs/<id>/attempt_K/hints.json        the efficiency hints now raised
+    jobs/<id>/attempt_K/nodes.json        the nodes of a multi-node attempt
+    jobs/<id>/attempt_K/gpu/node_N.json   node N's GPU sampler snapshot (multi-node)
+    jobs/<id>/attempt_K/logs/node_N/rank_R.log   rank R's records
+
+A Ray node agent lays out its node's scratch directory the same way. The JSON files
+are replaced whole (written beside, then renamed), so readers never see half of one;
+a missing or unreadable file reads as "nothing yet".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .paths import write_private
+
+PAYLOAD = "payload.pkl"
+SUPERVISOR_LOG = "supervisor.log"
+RESULT = "result.pkl"
+HINTS = "hints.json"
+NODES = "nodes.json"
+LOGS = "logs"
+GPU = "gpu"
+
+_ATTEMPT = re.compile(r"attempt_(\d+)")
+_NODE = re.compile(r"node_(\d+)")
+_RANK_LOG = re.compile(r"rank_(\d+)\.log")
+_ERROR = re.compile(r"error_rank_(\d+)\.txt")
+
+
+@dataclass(frozen=True)
+class RankLogFile:
+    """One rank's log file of an attempt."""
+
+    node: int
+    rank: int
+    path: Path
+
+
+class AttemptDir:
+    """``attempt_K/``: one attempt's logs, result, tracebacks, hints and nodes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"AttemptDir({str(self.path)!r})"
+
+    @property
+    def number(self) -> int:
+        match = _ATTEMPT.fullmatch(self.path.name)
+        return int(match[1]) if match else 0
+
+    def make(self) -> AttemptDir:
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return self
+
+    @property
+    def result(self) -> Path:
+        return self.path / RESULT
+
+    @property
+    def result_partial(self) -> Path:
+        """Where rank 0 writes its value before renaming it to ``result``."""
+        return self.path / f"{RESULT}.tmp"
+
+    def error(self, rank: int) -> Path:
+        return self.path / f"error_rank_{rank}.txt"
+
+    def result_files(self) -> list[Path]:
+        """What the ranks leave for the kernel: rank 0's value and any traceback."""
+        found = [p for p in self.path.glob("error_rank_*.txt") if _ERROR.fullmatch(p.name)]
+        return ([self.result] if self.result.is_file() else []) + sorted(found)
+
+    @property
+    def hints(self) -> Path:
+        return self.path / HINTS
+
+    @property
+    def logs(self) -> Path:
+        return self.path / LOGS
+
+    def node_logs(self, node: int) -> Path:
+        return self.logs / f"node_{node}"
+
+    def rank_log(self, node: int, rank: int) -> Path:
+        return self.node_logs(node) / self.rank_log_name(rank)
+
+    @staticmethod
+    def rank_log_name(rank: int) -> str:
+        return f"rank_{rank}.log"
+
+    def rank_logs(self) -> list[RankLogFile]:
+        """Every rank log of the attempt, by node, then rank."""
+        found = []
+        for path in self.logs.glob("node_*/rank_*.log"):
+            node, rank = _NODE.fullmatch(path.parent.name), _RANK_LOG.fullmatch(path.name)
+            if node and rank:
+                found.append(RankLogFile(int(node[1]), int(rank[1]), path))
+        return sorted(found, key=lambda f: (f.node, f.rank))
+
+    def gpu(self, node: int) -> Path:
+        return self.path / GPU / f"node_{node}.json"
+
+    @property
+    def nodes(self) -> Path:
+        return self.path / NODES
+
+    # -- the JSON files --------------------------------------------------------------
+
+    def write_nodes(self, nodes: list[dict[str, Any]]) -> None:
+        replace_json(self.nodes, nodes)
+
+    def read_nodes(self) -> list[dict[str, Any]]:
+        """The attempt's nodes, ``[]`` for a single-machine attempt (no file)."""
+        nodes = read_json(self.nodes)
+        return nodes if isinstance(nodes, list) else []
+
+    def write_gpu(self, node: int, snapshot: dict[str, Any]) -> None:
+        replace_json(self.gpu(node), snapshot)
+
+    def read_gpu(self, node: int) -> dict[str, Any] | None:
+        """Node ``node``'s last GPU snapshot, or None if it never sent one."""
+        doc = read_json(self.gpu(node))
+        return doc if isinstance(doc, dict) else None
+
+
+class JobDir:
+    """``jobs/<id>/``: the payload, the supervisor's log and the attempts."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def under(cls, home: Path, job_id: str) -> JobDir:
+        """The directory of job ``job_id`` in the store at ``home`` (an id already checked)."""
+        return cls(home / "jobs" / job_id)
+
+    def __repr__(self) -> str:
+        return f"JobDir({str(self.path)!r})"
+
+    @property
+    def payload(self) -> Path:
+        return self.path / PAYLOAD
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.path / SUPERVISOR_LOG
+
+    def attempt(self, number: int) -> AttemptDir:
+        return AttemptDir(self.path / f"attempt_{number}")
+
+    def attempts(self) -> list[AttemptDir]:
+        """The attempts that have a directory, in order."""
+        found = [AttemptDir(p) for p in self.path.glob("attempt_*") if _ATTEMPT.fullmatch(p.name)]
+        return sorted(found, key=lambda a: a.number)
+
+
+def replace_json(path: Path, value: Any) -> None:
+    """Write ``value`` private and whole: beside the file, then renamed over it."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write_private(tmp, json.dumps(value, separators=(",", ":")))
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> Any:
+    """The file's document, or None if it is missing or not JSON."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
