@@ -97,6 +97,11 @@ export abstract class PollingModel implements IDisposable {
     return this._error;
   }
 
+  /** When the last request succeeded (Unix ms), or null before the first. */
+  get updatedAt(): number | null {
+    return this._updatedAt;
+  }
+
   /** Whether a request is on its way. */
   get busy(): boolean {
     return this._busy;
@@ -195,6 +200,7 @@ export abstract class PollingModel implements IDisposable {
       try {
         await this.fetch(kind);
         this._error = null;
+        this._updatedAt = Date.now();
       } catch (error) {
         this._error = describeError(error);
         throw error; // the poll backs off
@@ -244,6 +250,7 @@ export abstract class PollingModel implements IDisposable {
   private _active = false;
   private _paused: PauseReason | null = null;
   private _error: string | null = null;
+  private _updatedAt: number | null = null;
   private _busy = false;
   private _queue: Promise<unknown> = Promise.resolve();
   private _isDisposed = false;

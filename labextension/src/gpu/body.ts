@@ -6,14 +6,12 @@
 import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
+import { loadPlotly, PlotlyLib, purgeChart } from '../common/plotly';
 import { el } from '../dom';
 import { Card, GpuCard, HostCard } from './cards';
 import {
   drawChart,
   IChartTheme,
-  loadPlotly,
-  PlotlyLib,
-  purgeChart,
   readTheme,
   TimeWindow,
   warmUp

@@ -1,36 +1,14 @@
 /**
  * Small, static plotly line charts: one figure per card, one row per metric,
  * all rows sharing the time axis.
- *
- * plotly.js is loaded on demand (its own chunk), the first time a panel needs
- * it, so that it does not weigh on JupyterLab's start.
  */
 
 import type * as PlotlyTypes from 'plotly.js-basic-dist-min';
 
+import type { PlotlyLib } from '../common/plotly';
+import { formatClock } from '../common/time';
 import type { Column } from './history';
 import { lowerBound } from './history';
-
-/** The plotly API this module uses. */
-export type PlotlyLib = typeof PlotlyTypes;
-
-let plotlyPromise: Promise<PlotlyLib> | null = null;
-
-/** Load plotly.js (once). */
-export function loadPlotly(): Promise<PlotlyLib> {
-  if (!plotlyPromise) {
-    plotlyPromise = import('plotly.js-basic-dist-min').then(
-      module =>
-        ((module as unknown as { default?: PlotlyLib }).default ??
-          module) as PlotlyLib
-    );
-    plotlyPromise.catch(() => {
-      // Allow a later retry (e.g. the chunk could not be fetched).
-      plotlyPromise = null;
-    });
-  }
-  return plotlyPromise;
-}
 
 /** Colours and font of the charts, read from JupyterLab's CSS variables. */
 export interface IChartTheme {
@@ -114,9 +92,8 @@ export class TimeWindow {
     const labels: string[] = [];
     for (let v = Math.ceil(start / step) * step; v <= end; v += step) {
       // `v` is local wall-clock time encoded as UTC (see toLocalMs).
-      const d = new Date(v);
       values.push(v);
-      labels.push(`${pad2(d.getUTCHours())}:${pad2(d.getUTCMinutes())}`);
+      labels.push(formatClock(v, 'minutes', true));
     }
     return { values, labels };
   }
@@ -139,10 +116,6 @@ export class TimeWindow {
 
   private _start: number;
   private _gaps: number[];
-}
-
-function pad2(n: number): string {
-  return n < 10 ? `0${n}` : String(n);
 }
 
 /** One row (one metric) of a chart. */
@@ -295,11 +268,4 @@ export function warmUp(plotly: PlotlyLib, theme: IChartTheme): Promise<void> {
       });
   }
   return warmedUp;
-}
-
-/** Release what plotly attached to `node`. */
-export function purgeChart(plotly: PlotlyLib | null, node: HTMLElement): void {
-  if (plotly) {
-    plotly.purge(node);
-  }
 }

@@ -80,27 +80,3 @@ export function formatOwner(process: IGpuProcess): string {
   }
   return owner.name || [owner.kind, id].filter(Boolean).join(' ') || '—';
 }
-
-/** "5 minutes", "1 minute", "30 seconds", "1.5 minutes". */
-export function formatDuration(seconds: number): string {
-  if (seconds < 60) {
-    const s = Math.round(seconds);
-    return `${s} second${s === 1 ? '' : 's'}`;
-  }
-  const minutes = Math.round((seconds / 60) * 10) / 10;
-  return `${minutes} minute${minutes === 1 ? '' : 's'}`;
-}
-
-let clockFormat: Intl.DateTimeFormat | null = null;
-
-/** Local wall-clock time of Unix seconds: "14:03:07". */
-export function formatClock(t: number): string {
-  if (!clockFormat) {
-    clockFormat = new Intl.DateTimeFormat(undefined, {
-      hour: '2-digit',
-      minute: '2-digit',
-      second: '2-digit'
-    });
-  }
-  return clockFormat.format(new Date(t * 1000));
-}

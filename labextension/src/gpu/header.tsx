@@ -5,17 +5,12 @@
  * in step more simply than hand-written DOM diffs.
  */
 
-import {
-  Button,
-  HTMLSelect,
-  ReactWidget,
-  refreshIcon,
-  ToolbarButtonComponent,
-  UseSignal
-} from '@jupyterlab/ui-components';
+import { HTMLSelect, ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
-import { formatClock, formatDuration } from './format';
+import { PauseNotice, RefreshButton, StatusLine } from '../common/chrome';
+import { IStatus, statusOf } from '../common/status';
+import { formatClock, formatDuration } from '../common/time';
 import {
   GpuResourcesModel,
   hostOf,
@@ -24,46 +19,34 @@ import {
   RANGES
 } from './model';
 
+const PREFIX = 'jp-air-GpuPanel';
+
 const RANGE_OPTIONS = Object.entries(RANGES).map(([value, { label }]) => ({
   value,
   label
 }));
 
-/** The status line: last update, error, or pause, and its tooltip. */
-export function statusText(model: GpuResourcesModel): [string, string] {
-  const history = model.history;
-  let text: string;
-  let title = '';
-  if (model.paused !== null) {
-    text = 'Paused';
-    if (history.loaded) {
-      title = `Last update ${formatClock(history.now)}`;
-    }
-  } else if (model.error !== null) {
-    text = `Update failed: ${model.error}`;
-    title = text;
-  } else if (!history.loaded) {
-    text = model.busy ? 'Loading…' : 'Waiting for data…';
-  } else {
-    text = `Updated ${formatClock(history.now)}`;
-    title =
-      `Polling every ${formatDuration(model.settings.pollInterval)}; ` +
-      `server samples every ${formatDuration(history.interval)}`;
-  }
-  const notice = model.notice;
-  if (notice !== null && model.error === null) {
-    text = `${notice} · ${text}`;
-    title = title ? `${notice}\n${title}` : notice;
-  }
-  return [text, title];
-}
-
-/** Why the panel is paused, in words. */
-export function pausedText(model: GpuResourcesModel): string {
-  return model.paused === 'idle'
-    ? `Paused after ${formatDuration(model.settings.idleTimeout)} ` +
-        'without activity. Reopen the panel or click Resume to continue.'
-    : 'Paused while this browser tab is hidden.';
+/** The status line: an error, a pause, or the time of the last sample. */
+export function statusText(model: GpuResourcesModel): IStatus {
+  return statusOf(
+    model,
+    () => {
+      const history = model.history;
+      if (!history.loaded) {
+        return {
+          text: model.busy ? 'Loading…' : 'Waiting for data…',
+          title: ''
+        };
+      }
+      return {
+        text: `Updated ${formatClock(history.now * 1000)}`,
+        title:
+          `Polling every ${formatDuration(model.settings.pollInterval)}; ` +
+          `server samples every ${formatDuration(history.interval)}`
+      };
+    },
+    model.notice
+  );
 }
 
 /** The name of this server in the node picker and the heading. */
@@ -79,7 +62,6 @@ function Header(props: { model: GpuResourcesModel }): JSX.Element {
   const heading = source
     ? `Node ${source.node} (${hostOf(source)}) of job ${source.job}`
     : here(model);
-  const [status, statusTitle] = statusText(model);
   const nodeOptions = [
     { value: '', label: here(model) },
     ...model.nodes.map(n => ({
@@ -114,50 +96,20 @@ function Header(props: { model: GpuResourcesModel }): JSX.Element {
               }
             }}
           />
-          <ToolbarButtonComponent
-            className="jp-air-GpuPanel-refresh"
-            icon={refreshIcon}
+          <RefreshButton
+            model={model}
+            prefix={PREFIX}
             tooltip={
               // A job node samples on its own: refresh fetches its latest sample.
               source === null
                 ? 'Take a sample now'
                 : "Fetch the node's latest sample"
             }
-            onClick={() => {
-              model.refresh().catch(error => {
-                console.warn('jupyter-air: GPU refresh failed', error);
-              });
-            }}
           />
         </div>
-        <div
-          className={
-            'jp-air-GpuPanel-status' +
-            (model.error !== null ? ' jp-mod-error' : '')
-          }
-          title={statusTitle}
-          aria-live="polite"
-        >
-          {status}
-        </div>
+        <StatusLine status={statusText(model)} prefix={PREFIX} />
       </div>
-      {model.paused !== null && (
-        <div
-          className="jp-air-GpuPanel-paused"
-          role="status"
-          data-reason={model.paused}
-        >
-          <span className="jp-air-GpuPanel-pausedText">
-            {pausedText(model)}
-          </span>
-          <Button
-            className="jp-mod-styled jp-mod-accept jp-air-GpuPanel-resume"
-            onClick={() => model.resume()}
-          >
-            Resume
-          </Button>
-        </div>
-      )}
+      <PauseNotice model={model} prefix={PREFIX} />
       {showNodes && (
         <div className="jp-air-GpuPanel-source" title={heading}>
           {heading}

@@ -5,6 +5,7 @@
 import type { Message } from '@lumino/messaging';
 import { Panel } from '@lumino/widgets';
 
+import { activateWhileShown } from '../common/activation';
 import { GpuBody } from './body';
 import { GpuHeader } from './header';
 import { GpuResourcesModel } from './model';
@@ -25,6 +26,7 @@ export class GpuPanel extends Panel {
     this.addWidget(new GpuHeader(this.model));
     this.addWidget(this._body);
     this.model.stateChanged.connect(this._onState, this);
+    activateWhileShown(this, this.model);
   }
 
   readonly model: GpuResourcesModel;
@@ -42,30 +44,10 @@ export class GpuPanel extends Panel {
     super.dispose();
   }
 
-  protected onAfterAttach(msg: Message): void {
-    super.onAfterAttach(msg);
-    // Attached while shown (e.g. restored open): no after-show comes.
-    if (this.isVisible) {
-      this.model.active = true;
-    }
-  }
-
-  protected onBeforeDetach(msg: Message): void {
-    this.model.active = false;
-    super.onBeforeDetach(msg);
-  }
-
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
     // Start loading plotly while the first answer is on its way.
     void this._body.loadCharts();
-    // Reopening the panel resumes a pause, and fetches now.
-    this.model.active = true;
-  }
-
-  protected onAfterHide(msg: Message): void {
-    super.onAfterHide(msg);
-    this.model.active = false;
   }
 
   private _onState(): void {

@@ -2,6 +2,7 @@
  * How one log line reads: in a row of the view, and as text (copy).
  */
 
+import { formatClock } from '../common/time';
 import type { ILogLine, Level } from './types';
 
 /** The badge of each level. */
@@ -11,22 +12,14 @@ export const LEVEL_LABELS: Record<Level, string> = {
   error: 'ERROR'
 };
 
-function pad(value: number, width: number): string {
-  return String(value).padStart(width, '0');
-}
-
 /** Unix seconds to whole milliseconds (the server rounds to 1 ms). */
 function millis(t: number): number {
   return Math.round(t * 1000);
 }
 
-/** "08:30:13.250", local time. */
+/** "08:30:13.250", local time (24-hour, as every time: see common/time). */
 export function formatTime(t: number): string {
-  const d = new Date(millis(t));
-  return (
-    `${pad(d.getHours(), 2)}:${pad(d.getMinutes(), 2)}:` +
-    `${pad(d.getSeconds(), 2)}.${pad(d.getMilliseconds(), 3)}`
-  );
+  return formatClock(millis(t), 'milliseconds');
 }
 
 /** "2026-11-29T08:30:13.250Z" (UTC). */

@@ -19,7 +19,8 @@ import {
 import * as React from 'react';
 
 import { isLevelKey, isRangeKey, LEVELS, RANGES } from './filters';
-import { formatTime, plural } from './format';
+import { formatClock } from '../common/time';
+import { plural } from './format';
 import type { JobLogsModel } from './model';
 import { infoOf } from './status';
 import type { IJob } from './types';
@@ -58,10 +59,10 @@ function metaOf(job: IJob | null): string {
       : plural(job.nproc_per_node, 'rank')
   );
   if (job.started) {
-    meta.push(`started ${formatTime(job.started).slice(0, 8)}`);
+    meta.push(`started ${formatClock(job.started * 1000)}`);
   }
   if (job.ended) {
-    meta.push(`ended ${formatTime(job.ended).slice(0, 8)}`);
+    meta.push(`ended ${formatClock(job.ended * 1000)}`);
   }
   return meta.join(' · ');
 }

@@ -3,6 +3,7 @@
  * the note in place of lines.
  */
 
+import { failureText } from '../common/status';
 import { plural } from './format';
 import { JobLogsModel, TAIL } from './model';
 
@@ -47,7 +48,7 @@ export function infoOf(model: JobLogsModel): IInfo {
     message = 'No access.';
     error = true;
   } else if (model.error !== null) {
-    message = `Update failed: ${model.error}`;
+    message = failureText(model.error);
     error = true;
   } else if (model.loading) {
     message = 'Loading…';

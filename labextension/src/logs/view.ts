@@ -6,6 +6,7 @@ import { ServerConnection } from '@jupyterlab/services';
 import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
+import { activateWhileShown } from '../common/activation';
 import { el } from '../dom';
 import { apiUrl } from '../request';
 import { renderAccessDenied } from './access';
@@ -53,6 +54,7 @@ export class JobLogsView extends Widget {
 
     model.linesChanged.connect(this._onLines, this);
     model.stateChanged.connect(this._render, this);
+    activateWhileShown(this, model);
     this._render();
   }
 
@@ -83,14 +85,11 @@ export class JobLogsView extends Widget {
       this._resizeObserver = new ResizeObserver(() => this._onResize());
       this._resizeObserver.observe(this._list.node);
     }
-    // A view opened in the main area is attached shown (no after-show).
-    this.model.active = this.isVisible;
   }
 
   protected onBeforeDetach(msg: Message): void {
     this._resizeObserver?.disconnect();
     this._resizeObserver = null;
-    this.model.active = false;
     if (this._header.isAttached) {
       Widget.detach(this._header);
     }
@@ -100,12 +99,6 @@ export class JobLogsView extends Widget {
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
     this._onResize();
-    this.model.active = true;
-  }
-
-  protected onAfterHide(msg: Message): void {
-    super.onAfterHide(msg);
-    this.model.active = false;
   }
 
   protected onResize(msg: Widget.ResizeMessage): void {

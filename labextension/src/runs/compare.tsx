@@ -8,25 +8,46 @@ import { HTMLSelect, ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import { Panel, Widget } from '@lumino/widgets';
 import * as React from 'react';
 
-import { loadPlotly, PlotlyLib, purgeChart } from '../gpu/charts';
-import { RunsModel, XAxis } from './model';
+import { loadPlotly, PlotlyLib, purgeChart } from '../common/plotly';
+import { curves, legendNames, XAxis } from './curves';
+import { splitMetrics } from './metrics';
+import { RunsModel } from './model';
 import type { ICompare } from './types';
 
-/** Plotly traces of `metric` for each compared run. */
-export function curves(
-  compare: ICompare,
-  metric: string | null,
-  axis: XAxis
-): { x: (number | Date)[]; y: (number | null)[]; name: string }[] {
-  const series = metric === null ? {} : (compare.metrics[metric] ?? {});
-  return compare.runs.map(run => {
-    const points = series[run.run_id] ?? [];
-    return {
-      x: points.map(p => (axis === 'step' ? p.step : new Date(p.timestamp))),
-      y: points.map(p => p.value),
-      name: run.name ?? run.run_id
-    };
-  });
+const AXIS_OPTIONS = [
+  { value: XAxis.Step, label: 'by step' },
+  { value: XAxis.Time, label: 'by time since start' }
+];
+
+function isXAxis(value: string): value is XAxis {
+  return value === XAxis.Step || value === XAxis.Time;
+}
+
+/** The metric picker: the user's metrics, then the system ones in their own group. */
+function MetricSelect(props: {
+  model: RunsModel;
+  compare: ICompare;
+}): JSX.Element {
+  const { model, compare } = props;
+  const { user, system } = splitMetrics(Object.keys(compare.metrics));
+  const option = (key: string) => (
+    <option key={key} value={key}>
+      {key}
+    </option>
+  );
+  return (
+    <HTMLSelect
+      className="jp-air-RunsPanel-metric"
+      aria-label="Metric"
+      value={model.compareMetric ?? ''}
+      onChange={event => model.setCompareMetric(event.target.value)}
+    >
+      {user.map(option)}
+      {system.length > 0 && (
+        <optgroup label="System metrics">{system.map(option)}</optgroup>
+      )}
+    </HTMLSelect>
+  );
 }
 
 function Controls(props: { model: RunsModel }): JSX.Element | null {
@@ -43,22 +64,17 @@ function Controls(props: { model: RunsModel }): JSX.Element | null {
   return (
     <div className="jp-air-RunsPanel-compareBar">
       <span>Compare {compare.runs.length} runs:</span>
-      <HTMLSelect
-        className="jp-air-RunsPanel-metric"
-        aria-label="Metric"
-        options={Object.keys(compare.metrics)}
-        value={model.compareMetric ?? ''}
-        onChange={event => model.setCompareMetric(event.target.value)}
-      />
+      <MetricSelect model={model} compare={compare} />
       <HTMLSelect
         className="jp-air-RunsPanel-axis"
         aria-label="x axis"
-        options={[
-          { value: 'step', label: 'by step' },
-          { value: 'time', label: 'by time' }
-        ]}
+        options={AXIS_OPTIONS}
         value={model.xAxis}
-        onChange={event => model.setXAxis(event.target.value as XAxis)}
+        onChange={event => {
+          if (isXAxis(event.target.value)) {
+            model.setXAxis(event.target.value);
+          }
+        }}
       />
     </div>
   );
@@ -124,13 +140,13 @@ export class CompareView extends Panel {
       return;
     }
     const metric = this.model.compareMetric;
-    const axis = this.model.xAxis;
+    const drawn = curves(compare, metric, this.model.xAxis);
     const style = window.getComputedStyle(document.body);
     const color =
       style.getPropertyValue('--jp-ui-font-color1').trim() || '#333';
     await this._plotly.react(
       this._chart.node,
-      curves(compare, metric, axis).map(c => ({
+      drawn.curves.map(c => ({
         ...c,
         type: 'scatter',
         mode: 'lines+markers'
@@ -142,7 +158,7 @@ export class CompareView extends Panel {
         plot_bgcolor: 'rgba(0,0,0,0)',
         font: { size: 11, color },
         title: { text: metric ?? '', font: { size: 12 } },
-        xaxis: { title: { text: axis } },
+        xaxis: { title: { text: drawn.xTitle } },
         showlegend: true,
         legend: { orientation: 'h' }
       },
@@ -161,10 +177,7 @@ export class CompareView extends Panel {
     const table = document.createElement('table');
     table.className = 'jp-air-RunsPanel-paramsTable';
     const head = table.createTHead().insertRow();
-    for (const title of [
-      'Param that differs',
-      ...compare.runs.map(r => r.name ?? r.run_id)
-    ]) {
+    for (const title of ['Param that differs', ...legendNames(compare.runs)]) {
       const th = document.createElement('th');
       th.textContent = title;
       head.appendChild(th);

@@ -2,17 +2,11 @@
  * Text of the runs table's cells.
  */
 
-/** A run's start, local time (`2026-11-30 10:00:01`), from MLflow's milliseconds. */
+import { formatDateTime } from '../common/time';
+
+/** A run's start (`2026-11-30 19:00:01`, see common/time), from MLflow's ms. */
 export function formatStart(ms: number | null): string {
-  if (ms === null) {
-    return '';
-  }
-  const d = new Date(ms);
-  const two = (n: number) => String(n).padStart(2, '0');
-  return (
-    `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ` +
-    `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`
-  );
+  return ms === null ? '' : formatDateTime(ms);
 }
 
 /** A duration as MLflow's UI words it: `850ms`, `12.3s`, `4.5min`, `2.0h`. */

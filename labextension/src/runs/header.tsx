@@ -8,39 +8,38 @@ import {
   Button,
   HTMLSelect,
   ReactWidget,
-  refreshIcon,
-  ToolbarButtonComponent,
   UseSignal
 } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
+import { PauseNotice, RefreshButton, StatusLine } from '../common/chrome';
+import { IStatus, statusOf } from '../common/status';
 import { RunsModel } from './model';
 import { RunStatus, STATUSES } from './types';
+
+const PREFIX = 'jp-air-RunsPanel';
 
 const STATUS_OPTIONS = [
   { value: '', label: 'All statuses' },
   ...STATUSES.map(s => ({ value: s, label: s.toLowerCase() }))
 ];
 
-/** The status line: what the panel is doing or why it shows nothing. */
-export function statusText(model: RunsModel): string {
-  if (model.notebookPath === null) {
-    return 'Open a notebook to see the runs of its experiment.';
-  }
-  if (model.error !== null) {
-    return `Update failed: ${model.error}`;
-  }
-  if (model.paused !== null) {
-    return 'Paused: click Resume to continue.';
-  }
-  if (!model.resolved || (model.page === null && model.experimentId)) {
-    return 'Loading…';
-  }
-  if (!model.experimentId) {
-    return 'No runs yet: this notebook has no MLflow experiment.';
-  }
-  const count = model.page?.runs.length ?? 0;
-  return `${count} run${count === 1 ? '' : 's'} · page ${model.pageNumber}`;
+/** The status line: an error, a pause, or what the panel shows. */
+export function statusText(model: RunsModel): IStatus {
+  return statusOf(model, () => {
+    let text: string;
+    if (model.notebookPath === null) {
+      text = 'Open a notebook to see the runs of its experiment.';
+    } else if (!model.resolved || (model.page === null && model.experimentId)) {
+      text = 'Loading…';
+    } else if (!model.experimentId) {
+      text = 'No runs yet: this notebook has no MLflow experiment.';
+    } else {
+      const count = model.page?.runs.length ?? 0;
+      text = `${count} run${count === 1 ? '' : 's'} · page ${model.pageNumber}`;
+    }
+    return { text, title: '' };
+  });
 }
 
 function Search(props: { model: RunsModel }): JSX.Element {
@@ -96,34 +95,14 @@ function Header(props: { model: RunsModel }): JSX.Element {
             model.setStatus((event.target.value || null) as RunStatus | null)
           }
         />
-        <ToolbarButtonComponent
-          className="jp-air-RunsPanel-refresh"
-          icon={refreshIcon}
+        <RefreshButton
+          model={model}
+          prefix={PREFIX}
           tooltip="Refresh the runs"
-          onClick={() => {
-            model.refresh().catch(error => {
-              console.warn('jupyter-air: runs refresh failed', error);
-            });
-          }}
         />
       </div>
-      <div
-        className={
-          'jp-air-RunsPanel-status' +
-          (model.error !== null ? ' jp-mod-error' : '')
-        }
-        aria-live="polite"
-      >
-        {statusText(model)}
-        {model.paused !== null && (
-          <Button
-            className="jp-mod-styled jp-mod-accept jp-air-RunsPanel-resume"
-            onClick={() => model.resume()}
-          >
-            Resume
-          </Button>
-        )}
-      </div>
+      <StatusLine status={statusText(model)} prefix={PREFIX} />
+      <PauseNotice model={model} prefix={PREFIX} />
       {(model.pageNumber > 1 || model.hasNextPage) && (
         <div className="jp-air-RunsPanel-pager">
           <Button

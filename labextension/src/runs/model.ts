@@ -6,6 +6,8 @@
 
 import type { Requester } from '../common/api';
 import { FetchKind, PollingModel, pollFrequency } from '../common/model';
+import { XAxis } from './curves';
+import { defaultMetric, splitMetrics } from './metrics';
 import type {
   ICompare,
   IExperiment,
@@ -14,9 +16,6 @@ import type {
   IRunsPage,
   RunStatus
 } from './types';
-
-/** What the x axis of the comparison shows. */
-export type XAxis = 'step' | 'time';
 
 /** Runs per page: the routes allow up to 1000. */
 export const PAGE_SIZE = 100;
@@ -104,11 +103,25 @@ export class RunsModel extends PollingModel {
   get comparison(): ICompare | null {
     return this._compare;
   }
+  /** The compared metric: the one picked, else a user metric (see `defaultMetric`). */
   get compareMetric(): string | null {
     const metrics = Object.keys(this._compare?.metrics ?? {});
     return this._metric !== null && metrics.includes(this._metric)
       ? this._metric
-      : (metrics[0] ?? null);
+      : defaultMetric(metrics);
+  }
+  /** Whether the table shows the system metrics' columns (after the user's). */
+  get showSystemMetrics(): boolean {
+    return this._showSystem;
+  }
+  /** The metric columns of the table: the user's, then the system ones if shown. */
+  get tableMetrics(): readonly string[] {
+    const { user, system } = splitMetrics(this._page?.metrics ?? []);
+    return this._showSystem ? [...user, ...system] : user;
+  }
+  /** How many system metrics the page has (shown or not). */
+  get systemMetricCount(): number {
+    return splitMetrics(this._page?.metrics ?? []).system.length;
   }
   get xAxis(): XAxis {
     return this._xAxis;
@@ -174,6 +187,13 @@ export class RunsModel extends PollingModel {
   setCompareMetric(metric: string): void {
     this._metric = metric;
     this.emitChanged();
+  }
+
+  setShowSystemMetrics(show: boolean): void {
+    if (show !== this._showSystem) {
+      this._showSystem = show;
+      this.emitChanged();
+    }
   }
 
   setXAxis(axis: XAxis): void {
@@ -292,7 +312,8 @@ export class RunsModel extends PollingModel {
   private _compare: ICompare | null = null;
   private _compareDue = false;
   private _metric: string | null = null;
-  private _xAxis: XAxis = 'step';
+  private _xAxis = XAxis.Step;
+  private _showSystem = false;
 }
 
 export namespace RunsModel {

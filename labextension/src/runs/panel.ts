@@ -3,9 +3,9 @@
  * while shown.
  */
 
-import type { Message } from '@lumino/messaging';
 import { Panel } from '@lumino/widgets';
 
+import { activateWhileShown } from '../common/activation';
 import { CompareView } from './compare';
 import { RunsHeader } from './header';
 import { RunsModel } from './model';
@@ -20,17 +20,18 @@ export class RunsPanel extends Panel {
     this.addWidget(new RunsHeader(this.model));
     this.addWidget(new RunsTable(this.model, options.actions));
     this.addWidget(new CompareView(this.model));
+    activateWhileShown(this, this.model);
   }
 
+  /** The state shown; the panel disposes of it with itself. */
   readonly model: RunsModel;
 
-  protected onAfterShow(msg: Message): void {
-    super.onAfterShow(msg);
-    this.model.active = true;
-  }
-
-  protected onAfterHide(msg: Message): void {
-    super.onAfterHide(msg);
-    this.model.active = false;
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    // The children first: they disconnect from the model they show.
+    super.dispose();
+    this.model.dispose();
   }
 }

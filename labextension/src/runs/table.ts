@@ -5,7 +5,9 @@
 
 import { Widget } from '@lumino/widgets';
 
+import { el } from '../dom';
 import { formatMetric, formatRunDuration, formatStart } from './format';
+import { isSystemMetric } from './metrics';
 import { RunsModel } from './model';
 import type { IRun, IRunsPage } from './types';
 
@@ -37,13 +39,24 @@ export class RunsTable extends Widget {
   private _update(): void {
     const page = this.model.page;
     const selected = this.model.selected;
-    if (page === this._page && selected === this._selected) {
+    const system = this.model.showSystemMetrics;
+    if (
+      page === this._page &&
+      selected === this._selected &&
+      system === this._system
+    ) {
       return;
     }
     this._page = page;
     this._selected = selected;
+    this._system = system;
     this.node.replaceChildren();
     if (page && page.runs.length > 0) {
+      if (this.model.systemMetricCount > 0) {
+        const bar = el('div', 'jp-air-RunsPanel-tableBar');
+        bar.appendChild(this._systemToggle());
+        this.node.appendChild(bar);
+      }
       this.node.appendChild(this._table(page));
     }
   }
@@ -52,24 +65,47 @@ export class RunsTable extends Widget {
     const table = document.createElement('table');
     table.className = 'jp-air-RunsPanel-table';
     const head = table.createTHead().insertRow();
-    const titles = [
-      ...FIXED,
-      ...page.params.map(p => `param ${p}`),
-      ...page.metrics
-    ];
+    const metrics = this.model.tableMetrics;
+    const titles = [...FIXED, ...page.params.map(p => `param ${p}`)];
     for (const title of titles) {
-      const th = document.createElement('th');
-      th.textContent = title;
-      head.appendChild(th);
+      head.appendChild(el('th', '', title));
+    }
+    for (const key of metrics) {
+      const system = isSystemMetric(key);
+      head.appendChild(
+        el('th', system ? 'jp-air-RunsPanel-systemMetric' : '', key)
+      );
     }
     const body = table.createTBody();
     for (const run of page.runs) {
-      body.appendChild(this._row(run, page));
+      body.appendChild(this._row(run, page, metrics));
     }
     return table;
   }
 
-  private _row(run: IRun, page: IRunsPage): HTMLTableRowElement {
+  /** Show or hide the system metrics' columns: one click away, after the user's. */
+  private _systemToggle(): HTMLButtonElement {
+    const shown = this.model.showSystemMetrics;
+    const count = this.model.systemMetricCount;
+    const button = this._button(
+      shown ? 'Hide system metrics' : `+ ${count} system metrics`,
+      shown
+        ? 'Hide the system metrics (CPU, memory, GPU) MLflow logged'
+        : 'Show the system metrics (CPU, memory, GPU) MLflow logged'
+    );
+    button.classList.add('jp-air-RunsPanel-systemToggle');
+    button.setAttribute('aria-expanded', String(shown));
+    button.addEventListener('click', () =>
+      this.model.setShowSystemMetrics(!shown)
+    );
+    return button;
+  }
+
+  private _row(
+    run: IRun,
+    page: IRunsPage,
+    metrics: readonly string[]
+  ): HTMLTableRowElement {
     const tr = document.createElement('tr');
     tr.className = 'jp-air-RunsPanel-run';
     tr.dataset.runId = run.run_id;
@@ -127,7 +163,7 @@ export class RunsTable extends Widget {
     for (const key of page.params) {
       tr.insertCell().textContent = run.params[key] ?? '';
     }
-    for (const key of page.metrics) {
+    for (const key of metrics) {
       const cell = tr.insertCell();
       cell.className = 'jp-air-RunsPanel-metric';
       cell.textContent = formatMetric(run.metrics[key]);
@@ -146,4 +182,5 @@ export class RunsTable extends Widget {
 
   private _page: IRunsPage | null = null;
   private _selected: readonly string[] = [];
+  private _system = false;
 }

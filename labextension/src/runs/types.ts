@@ -60,9 +60,18 @@ export interface IMetricPoint {
   value: number | null;
 }
 
+/** A compared run. */
+export interface ICompareRun {
+  run_id: string;
+  name: string | null;
+  status: RunStatus;
+  /** MLflow's start time (Unix ms). */
+  start_time: number | null;
+}
+
 /** `GET jupyter-air/runs/compare`: curves and the params that differ. */
 export interface ICompare {
-  runs: { run_id: string; name: string | null; status: RunStatus }[];
+  runs: ICompareRun[];
   params: Record<string, Record<string, string | null>>;
   metrics: Record<string, Record<string, IMetricPoint[]>>;
 }

@@ -1,5 +1,4 @@
 import {
-  formatDuration,
   formatMemory,
   formatOwner,
   formatPercent,
@@ -38,14 +37,6 @@ describe('GPU figures', () => {
   it('show process memory in MiB below 1 GiB', () => {
     expect(formatProcessMemory(512.4)).toBe('512 MiB');
     expect(formatProcessMemory(19968)).toBe('19.5 GiB');
-  });
-
-  it('say durations in seconds below a minute, else minutes', () => {
-    expect(formatDuration(1)).toBe('1 second');
-    expect(formatDuration(30)).toBe('30 seconds');
-    expect(formatDuration(60)).toBe('1 minute');
-    expect(formatDuration(90)).toBe('1.5 minutes');
-    expect(formatDuration(300)).toBe('5 minutes');
   });
 });
 

@@ -2,7 +2,11 @@ import type { Query } from '../../src/common/api';
 import { RunsModel } from '../../src/runs/model';
 import { sleep, until } from '../helpers';
 import type { IRun, IRunsPage } from '../../src/runs/types';
-import { formatMetric, formatRunDuration } from '../../src/runs/format';
+import {
+  formatMetric,
+  formatRunDuration,
+  formatStart
+} from '../../src/runs/format';
 
 const last = <T>(items: T[]): T => items[items.length - 1];
 
@@ -66,18 +70,23 @@ class FakeServer {
           runs: [second ? run('b', 'second', 'FAILED') : run('a', 'first')],
           next_page_token: second ? null : 'p2',
           params: ['lr'],
-          metrics: ['loss']
+          metrics: ['loss', 'system/cpu_utilization_percentage']
         };
         return page as T;
       }
       case 'runs/compare':
         return {
           runs: [
-            { run_id: 'a', name: 'first', status: 'FINISHED' },
-            { run_id: 'b', name: 'second', status: 'FAILED' }
+            { run_id: 'a', name: 'first', status: 'FINISHED', start_time: 0 },
+            { run_id: 'b', name: 'second', status: 'FAILED', start_time: 0 }
           ],
           params: { lr: { a: '0.1', b: '0.2' } },
-          metrics: { acc: {}, loss: { a: [], b: [] } }
+          // Sorted as the route sorts them: a system metric before the user's.
+          metrics: {
+            acc: {},
+            'system/cpu_utilization_percentage': {},
+            train_loss: { a: [], b: [] }
+          }
         } as T;
     }
     throw new Error(`unexpected ${endPoint}`);
@@ -165,7 +174,7 @@ describe('RunsModel', () => {
     expect(model.pageNumber).toBe(1);
   });
 
-  it('two picked runs are compared; the first metric is shown until another is picked', async () => {
+  it("two picked runs are compared; the user's loss is shown until another metric is picked", async () => {
     model.notebookPath = 'train.ipynb';
     model.active = true;
     await until(() => model.page !== null);
@@ -178,11 +187,24 @@ describe('RunsModel', () => {
       { store: 'k', runs: 'a,b' }
     ]);
     expect(model.comparison!.params).toEqual({ lr: { a: '0.1', b: '0.2' } });
+    expect(model.compareMetric).toBe('train_loss');
+    model.setCompareMetric('acc');
     expect(model.compareMetric).toBe('acc');
-    model.setCompareMetric('loss');
-    expect(model.compareMetric).toBe('loss');
     model.toggleSelected('a');
     expect(model.comparison).toBeNull();
+  });
+
+  it("shows the user's metric columns, and the system ones one click away", async () => {
+    model.notebookPath = 'train.ipynb';
+    model.active = true;
+    await until(() => model.page !== null);
+    expect(model.tableMetrics).toEqual(['loss']);
+    expect(model.systemMetricCount).toBe(1);
+    model.setShowSystemMetrics(true);
+    expect(model.tableMetrics).toEqual([
+      'loss',
+      'system/cpu_utilization_percentage'
+    ]);
   });
 
   it('another notebook in focus forgets the experiment, the page and the selection', async () => {
@@ -205,6 +227,13 @@ describe('runs formatting', () => {
     expect(formatRunDuration(12_340)).toBe('12.3s');
     expect(formatRunDuration(270_000)).toBe('4.5min');
     expect(formatRunDuration(7_200_000)).toBe('2.0h');
+  });
+
+  it('writes the start date first and 24-hour', () => {
+    expect(formatStart(new Date(2026, 10, 30, 19, 0, 1).getTime())).toBe(
+      '2026-11-30 19:00:01'
+    );
+    expect(formatStart(null)).toBe('');
   });
 
   it('shows metrics in 4 significant digits and a diverged one as NaN', () => {

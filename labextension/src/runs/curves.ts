@@ -1,0 +1,91 @@
+/**
+ * The curves of a comparison: one trace per run, named so that runs of the
+ * same name stay apart, by step or by time since each run started.
+ */
+
+import { elapsedUnit } from '../common/time';
+import type { ICompare, ICompareRun } from './types';
+
+/** What the x axis of the comparison shows. */
+export enum XAxis {
+  Step = 'step',
+  /** Time since each run started, so that runs started apart overlay. */
+  Time = 'time'
+}
+
+/** Characters of a run id that tell runs apart (as MLflow's UI and git do). */
+export const SHORT_ID = 7;
+
+/**
+ * The legend name of each run, in order: its name (its id when it has none),
+ * with its short id added when another run has the same name.
+ */
+export function legendNames(runs: readonly ICompareRun[]): string[] {
+  const labels = runs.map(run => run.name || run.run_id);
+  const counts = new Map<string, number>();
+  for (const label of labels) {
+    counts.set(label, (counts.get(label) ?? 0) + 1);
+  }
+  return runs.map((run, i) =>
+    counts.get(labels[i])! > 1 && labels[i] !== run.run_id
+      ? `${labels[i]} (${run.run_id.slice(0, SHORT_ID)})`
+      : labels[i]
+  );
+}
+
+/** One run's trace. */
+export interface ICurve {
+  name: string;
+  x: number[];
+  y: (number | null)[];
+}
+
+/** The traces of `metric` and the x axis' title. */
+export interface ICurves {
+  curves: ICurve[];
+  xTitle: string;
+}
+
+/**
+ * The traces of `metric` for each compared run. By time, x is the time
+ * since the run's start (its first point's time when the start is unknown),
+ * in seconds, minutes or hours as the longest run needs.
+ */
+export function curves(
+  compare: ICompare,
+  metric: string | null,
+  axis: XAxis
+): ICurves {
+  const series = metric === null ? {} : (compare.metrics[metric] ?? {});
+  const names = legendNames(compare.runs);
+  const points = compare.runs.map(run => series[run.run_id] ?? []);
+  if (axis === XAxis.Step) {
+    return {
+      xTitle: 'step',
+      curves: compare.runs.map((_, i) => ({
+        name: names[i],
+        x: points[i].map(p => p.step),
+        y: points[i].map(p => p.value)
+      }))
+    };
+  }
+  const elapsed = compare.runs.map((run, i) => {
+    const start = run.start_time ?? points[i][0]?.timestamp ?? 0;
+    return points[i].map(p => p.timestamp - start);
+  });
+  let span = 0;
+  for (const times of elapsed) {
+    for (const ms of times) {
+      span = Math.max(span, ms);
+    }
+  }
+  const unit = elapsedUnit(span);
+  return {
+    xTitle: `time since run start (${unit.label})`,
+    curves: compare.runs.map((_, i) => ({
+      name: names[i],
+      x: elapsed[i].map(ms => ms / unit.ms),
+      y: points[i].map(p => p.value)
+    }))
+  };
+}
