@@ -149,6 +149,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     _output(permissions)
     permissions.set_defaults(func=_permissions)
+
+    from .schedules.cli import add_commands  # air schedule ..., air scheduler status|stop
+
+    add_commands(sub)
     return parser
 
 

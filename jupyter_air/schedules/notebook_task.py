@@ -1,0 +1,107 @@
+"""A notebook task, run as the command of its job's single rank:
+``python -m jupyter_air.schedules.notebook_task SCHEDULE_ID TASK_KEY``.
+
+The notebook's snapshot (taken when the schedule was created or updated) runs top to
+bottom in a fresh kernel, as papermill does: a first cell loads jupyter_air and sets the
+task's parameters, so its ``%%air_distributed`` cells become jobs of their own, in the
+task's experiment. The executed notebook, outputs and all, becomes an artifact of the
+task's MLflow run (``notebook/<name>``), whether it succeeded or not; a failing cell
+fails the task (exit status 1). The kernel sees the job's environment less what makes a
+process a rank (RANK, MASTER_ADDR, the attempt's MLFLOW_RUN_ID, ...), so that the
+notebook's own distributed cells start ranks of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .launch import NOTEBOOK_ENV
+
+#: What the rank's environment has that the notebook's kernel must not inherit.
+RANK_ONLY = (
+    "RANK",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "MLFLOW_RUN_ID",
+    "MLFLOW_EXPERIMENT_ID",
+    "AIR_JOB_ID",
+    "AIR_ATTEMPT",
+    "CUDA_VISIBLE_DEVICES",
+)
+PARAMETERS_TAG = "injected-parameters"
+
+
+def parameters_cell(parameters: dict[str, Any]) -> str:
+    """The first cell: jupyter_air loaded, each parameter a variable (its JSON value)."""
+    lines = ["%load_ext jupyter_air"]
+    lines += [f"{name} = {json.loads(json.dumps(value))!r}" for name, value in parameters.items()]
+    return "\n".join(lines)
+
+
+def kernel_env(env: dict[str, str]) -> dict[str, str]:
+    out = {k: v for k, v in env.items() if k not in RANK_ONLY}
+    if env.get(NOTEBOOK_ENV):
+        out["MLFLOW_EXPERIMENT_NAME"] = env[NOTEBOOK_ENV]
+    return out
+
+
+def main(argv: list[str]) -> int:
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    from ..jobs.store import JobStore
+    from .store import ScheduleStore
+
+    schedule_id, task_key = argv
+    task = ScheduleStore(JobStore()).get(schedule_id).spec.task(task_key)
+    assert task.notebook is not None, f"task {task_key} is not a notebook task"
+    nb = nbformat.reads(task.notebook, as_version=4)
+    cell = nbformat.v4.new_code_cell(parameters_cell(task.parameters))
+    cell.metadata["tags"] = [PARAMETERS_TAG]
+    nb.cells.insert(0, cell)
+    kernel = nb.metadata.get("kernelspec", {}).get("name") or "python3"
+    client = NotebookClient(
+        nb, timeout=None, kernel_name=kernel, resources={"metadata": {"path": os.getcwd()}}
+    )
+    failed: str | None = None
+    try:
+        client.execute(env=kernel_env(dict(os.environ)))
+    except CellExecutionError as err:
+        failed = str(err).strip().splitlines()[-1] if str(err).strip() else "a cell failed"
+    finally:
+        _keep(nb, Path(task.notebook_path or f"{task_key}.ipynb").name)
+    if failed:
+        print(f"notebook task {task_key} failed: {failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _keep(nb: Any, name: str) -> None:
+    """The executed notebook as an artifact of this attempt's run (when there is one)."""
+    import nbformat
+
+    run_id, uri = os.environ.get("MLFLOW_RUN_ID"), os.environ.get("MLFLOW_TRACKING_URI")
+    if not run_id or not uri:
+        print("no MLflow run to keep the executed notebook in", file=sys.stderr)
+        return
+    from mlflow import MlflowClient
+
+    MlflowClient(uri).log_text(run_id, nbformat.writes(nb), f"notebook/{name}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,476 @@
+"""Schedules, their runs and their tasks: tables in the job store's database.
+
+The same file as the jobs (AIR_HOME, private, WAL on a local disk and the rollback
+journal on a network file system, as ``JobStore`` decides), so a task's job and its run
+are read in one query. Each method is one short transaction. Two rules make firing
+idempotent: a run's ``(schedule_id, scheduled_time, trigger)`` is UNIQUE and is written
+in the same transaction that moves the schedule's ``handled_through`` (conditioned on its
+old value); a task is submitted only by the process whose ``claim`` moved it from
+PENDING to SUBMITTING.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ..jobs.permissions import Grant, Identity, JobAccess, Level, Principal
+from ..jobs.store import JobStore
+from .model import (
+    RunStatus,
+    Schedule,
+    ScheduleRun,
+    ScheduleSpec,
+    TaskRun,
+    TaskStatus,
+    Trigger,
+)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS schedules (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    name TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    handled_through REAL NOT NULL,
+    next_due REAL,
+    UNIQUE (owner, name)
+);
+CREATE INDEX IF NOT EXISTS schedules_by_due ON schedules (next_due);
+CREATE TABLE IF NOT EXISTS schedule_grants (
+    schedule_id TEXT NOT NULL REFERENCES schedules(id),
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    level TEXT NOT NULL,
+    PRIMARY KEY (schedule_id, kind, name)
+);
+CREATE TABLE IF NOT EXISTS schedule_runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    schedule_id TEXT NOT NULL,
+    scheduled_time REAL NOT NULL,
+    trigger TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created REAL NOT NULL,
+    ended REAL,
+    message TEXT,
+    UNIQUE (schedule_id, scheduled_time, trigger)
+);
+CREATE INDEX IF NOT EXISTS schedule_runs_by_status ON schedule_runs (status, schedule_id);
+CREATE TABLE IF NOT EXISTS schedule_tasks (
+    run_id INTEGER NOT NULL REFERENCES schedule_runs(id),
+    task_key TEXT NOT NULL,
+    status TEXT NOT NULL,
+    job_id TEXT,
+    message TEXT,
+    claimed_by TEXT,
+    previous_job_ids TEXT NOT NULL DEFAULT '[]',
+    PRIMARY KEY (run_id, task_key)
+);
+"""
+
+SCHEDULE_ID_BYTES = 6
+
+
+class UnknownSchedule(KeyError):
+    """No schedule (or schedule run) has this id."""
+
+
+class NameTaken(ValueError):
+    """The owner already has a schedule of this name."""
+
+
+@dataclass(frozen=True)
+class Fired:
+    """What ``record_due`` wrote for one schedule: the runs to start and those SKIPPED."""
+
+    started: tuple[int, ...]
+    skipped: tuple[int, ...]
+
+
+class ScheduleStore:
+    """The schedule tables of ``jobs``'s database."""
+
+    def __init__(self, jobs: JobStore) -> None:
+        self.jobs = jobs
+        with jobs.connect() as db:
+            db.executescript(SCHEMA)
+
+    # -- schedules -------------------------------------------------------------------
+
+    def create(self, owner: str, spec: ScheduleSpec, next_due: float | None, now: float) -> str:
+        schedule_id = secrets.token_hex(SCHEDULE_ID_BYTES)
+        with self.jobs.connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute(
+                    "INSERT INTO schedules (id, owner, name, spec, created, updated, "
+                    "handled_through, next_due) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (schedule_id, owner, spec.name, spec.to_json(), now, now, now, next_due),
+                )
+            except sqlite3.IntegrityError:
+                db.execute("ROLLBACK")
+                raise NameTaken(spec.name) from None
+            _put_grants(db, schedule_id, spec.grants)
+            db.execute("COMMIT")
+        return schedule_id
+
+    def replace(
+        self, schedule_id: str, spec: ScheduleSpec, next_due: float | None, now: float
+    ) -> None:
+        """A new spec (an update, a pause): times up to now count as handled, so an
+        update never fires what was due before it."""
+        with self.jobs.connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                cursor = db.execute(
+                    "UPDATE schedules SET name = ?, spec = ?, updated = ?, next_due = ?, "
+                    "handled_through = MAX(handled_through, ?) WHERE id = ?",
+                    (spec.name, spec.to_json(), now, next_due, now, schedule_id),
+                )
+            except sqlite3.IntegrityError:
+                db.execute("ROLLBACK")
+                raise NameTaken(spec.name) from None
+            if cursor.rowcount == 0:
+                db.execute("ROLLBACK")
+                raise UnknownSchedule(schedule_id)
+            db.execute("DELETE FROM schedule_grants WHERE schedule_id = ?", (schedule_id,))
+            _put_grants(db, schedule_id, spec.grants)
+            db.execute("COMMIT")
+
+    def delete(self, schedule_id: str) -> None:
+        with self.jobs.connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(
+                "DELETE FROM schedule_tasks WHERE run_id IN "
+                "(SELECT id FROM schedule_runs WHERE schedule_id = ?)",
+                (schedule_id,),
+            )
+            db.execute("DELETE FROM schedule_runs WHERE schedule_id = ?", (schedule_id,))
+            db.execute("DELETE FROM schedule_grants WHERE schedule_id = ?", (schedule_id,))
+            cursor = db.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,))
+            db.execute("COMMIT" if cursor.rowcount else "ROLLBACK")
+        if not cursor.rowcount:
+            raise UnknownSchedule(schedule_id)
+
+    def get(self, schedule_id: str) -> Schedule:
+        with self.jobs.connect() as db:
+            row = db.execute("SELECT * FROM schedules WHERE id = ?", (schedule_id,)).fetchone()
+        if row is None:
+            raise UnknownSchedule(schedule_id)
+        return _schedule(row)
+
+    def find(self, owner: str, name: str) -> Schedule | None:
+        with self.jobs.connect() as db:
+            row = db.execute(
+                "SELECT * FROM schedules WHERE owner = ? AND name = ?", (owner, name)
+            ).fetchone()
+        return None if row is None else _schedule(row)
+
+    def schedules(self, visible_to: Identity | None = None) -> list[Schedule]:
+        """By name; with ``visible_to``, those it owns or holds a grant on."""
+        query, params = "SELECT * FROM schedules", []
+        if visible_to is not None:
+            groups = sorted(visible_to.groups)
+            query += (
+                " WHERE owner = ? OR id IN (SELECT schedule_id FROM schedule_grants WHERE "
+                "(kind = 'user' AND name = ?) OR (kind = 'group' AND name IN "
+                f"({', '.join('?' * len(groups))})))"
+            )
+            params = [visible_to.name, visible_to.name, *groups]
+        with self.jobs.connect() as db:
+            rows = db.execute(query + " ORDER BY name, owner", params).fetchall()
+        return [_schedule(row) for row in rows]
+
+    def access(self, schedule_id: str) -> JobAccess:
+        """The schedule's owner and grants (``JobAccess`` computes the levels)."""
+        with self.jobs.connect() as db:
+            row = db.execute("SELECT owner FROM schedules WHERE id = ?", (schedule_id,)).fetchone()
+            if row is None:
+                raise UnknownSchedule(schedule_id)
+            grants = db.execute(
+                "SELECT kind, name, level FROM schedule_grants WHERE schedule_id = ? "
+                "ORDER BY kind DESC, name",
+                (schedule_id,),
+            ).fetchall()
+        return JobAccess(
+            schedule_id,
+            row["owner"],
+            tuple(Grant(Principal(g["kind"], g["name"]), Level[g["level"]]) for g in grants),
+        )
+
+    def due(self, now: float) -> list[Schedule]:
+        with self.jobs.connect() as db:
+            rows = db.execute(
+                "SELECT * FROM schedules WHERE next_due IS NOT NULL AND next_due <= ?", (now,)
+            ).fetchall()
+        return [_schedule(row) for row in rows]
+
+    def next_due(self) -> float | None:
+        """The earliest time any schedule is due (what the scheduler sleeps until)."""
+        with self.jobs.connect() as db:
+            row = db.execute("SELECT MIN(next_due) AS t FROM schedules").fetchone()
+        return None if row["t"] is None else float(row["t"])
+
+    def count(self) -> int:
+        with self.jobs.connect() as db:
+            return int(db.execute("SELECT COUNT(*) FROM schedules").fetchone()[0])
+
+    # -- firing ----------------------------------------------------------------------
+
+    def record_due(
+        self,
+        schedule: Schedule,
+        handled_through: float,
+        next_due: float | None,
+        runs: Sequence[tuple[float, RunStatus, str | None]],
+        now: float,
+    ) -> Fired | None:
+        """Record ``runs`` (scheduled time, RUNNING or SKIPPED, reason) and move the
+        schedule on, if no other process did so since ``schedule`` was read (then None).
+        A RUNNING run gets its tasks, PENDING; a run whose schedule already has
+        ``max_concurrent_runs`` running is recorded SKIPPED instead, in this transaction."""
+        with self.jobs.connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            moved = db.execute(
+                "UPDATE schedules SET handled_through = ?, next_due = ? "
+                "WHERE id = ? AND handled_through = ? AND updated = ?",
+                (
+                    handled_through,
+                    next_due,
+                    schedule.id,
+                    schedule.handled_through,
+                    schedule.updated,
+                ),
+            )
+            if moved.rowcount == 0:
+                db.execute("ROLLBACK")
+                return None
+            active = _active_runs(db, schedule.id)
+            started, skipped = [], []
+            for scheduled_time, status, message in runs:
+                if status is RunStatus.RUNNING and active >= schedule.spec.max_concurrent_runs:
+                    status = RunStatus.SKIPPED
+                    message = (
+                        f"max_concurrent_runs ({schedule.spec.max_concurrent_runs}) "
+                        f"{'run was' if active == 1 else 'runs were'} still running"
+                    )
+                run_id = _insert_run(
+                    db, schedule, scheduled_time, Trigger.CRON, status, message, now
+                )
+                if run_id is None:
+                    continue
+                if status is RunStatus.RUNNING:
+                    active += 1
+                    started.append(run_id)
+                else:
+                    skipped.append(run_id)
+            db.execute("COMMIT")
+        return Fired(tuple(started), tuple(skipped))
+
+    def add_run_now(self, schedule: Schedule, now: float) -> int:
+        """A run started by hand (run-now): not bound by max_concurrent_runs."""
+        with self.jobs.connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            run_id = _insert_run(db, schedule, now, Trigger.RUN_NOW, RunStatus.RUNNING, None, now)
+            db.execute("COMMIT")
+        if run_id is None:  # the same schedule run now twice within one clock tick
+            raise ValueError(f"schedule {schedule.id} was just run now: try again")
+        return run_id
+
+    # -- runs and tasks --------------------------------------------------------------
+
+    def run(self, run_id: int) -> ScheduleRun:
+        with self.jobs.connect() as db:
+            row = db.execute("SELECT * FROM schedule_runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise UnknownSchedule(str(run_id))
+            return _run(row, _tasks(db, [run_id]).get(run_id, ()))
+
+    def runs(self, schedule_id: str, limit: int = 20) -> list[ScheduleRun]:
+        """Newest first."""
+        with self.jobs.connect() as db:
+            rows = db.execute(
+                "SELECT * FROM schedule_runs WHERE schedule_id = ? "
+                "ORDER BY scheduled_time DESC, id DESC LIMIT ?",
+                (schedule_id, int(limit)),
+            ).fetchall()
+            tasks = _tasks(db, [row["id"] for row in rows])
+        return [_run(row, tasks.get(row["id"], ())) for row in rows]
+
+    def active_runs(self) -> list[ScheduleRun]:
+        with self.jobs.connect() as db:
+            rows = db.execute(
+                "SELECT * FROM schedule_runs WHERE status = ? ORDER BY id",
+                (RunStatus.RUNNING.value,),
+            ).fetchall()
+            tasks = _tasks(db, [row["id"] for row in rows])
+        return [_run(row, tasks.get(row["id"], ())) for row in rows]
+
+    def claim(self, run_id: int, task_key: str, claimer: str) -> bool:
+        """Move a PENDING task to SUBMITTING for ``claimer``; False if another process did."""
+        with self.jobs.connect() as db:
+            cursor = db.execute(
+                "UPDATE schedule_tasks SET status = ?, claimed_by = ? "
+                "WHERE run_id = ? AND task_key = ? AND status = ?",
+                (TaskStatus.SUBMITTING, claimer, run_id, task_key, TaskStatus.PENDING),
+            )
+        return cursor.rowcount == 1
+
+    def set_task(
+        self,
+        run_id: int,
+        task_key: str,
+        status: TaskStatus,
+        *,
+        job_id: str | None = None,
+        message: str | None = None,
+        only_if: TaskStatus | None = None,
+    ) -> bool:
+        """Set a task's status (and job, message); with ``only_if``, only from that status."""
+        query = "UPDATE schedule_tasks SET status = ?, message = ?"
+        params: list[object] = [status, message]
+        if job_id is not None:
+            query += ", job_id = ?"
+            params.append(job_id)
+        query += " WHERE run_id = ? AND task_key = ?"
+        params += [run_id, task_key]
+        if only_if is not None:
+            query += " AND status = ?"
+            params.append(only_if)
+        with self.jobs.connect() as db:
+            return db.execute(query, params).rowcount == 1
+
+    def end_run(self, run_id: int, status: RunStatus, message: str | None, now: float) -> None:
+        with self.jobs.connect() as db:
+            db.execute(
+                "UPDATE schedule_runs SET status = ?, message = ?, ended = ? "
+                "WHERE id = ? AND status = ?",
+                (status, message, now, run_id, RunStatus.RUNNING),
+            )
+
+    def reopen(self, run_id: int, task_keys: Iterable[str]) -> None:
+        """Repair: these tasks back to PENDING (their jobs kept as previous), the run
+        RUNNING again, in one transaction, only if the run has ended."""
+        with self.jobs.connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            cursor = db.execute(
+                "UPDATE schedule_runs SET status = ?, ended = NULL, message = NULL "
+                "WHERE id = ? AND status != ?",
+                (RunStatus.RUNNING, run_id, RunStatus.RUNNING),
+            )
+            if cursor.rowcount == 0:
+                db.execute("ROLLBACK")
+                raise ValueError(f"schedule run {run_id} is still running")
+            for key in task_keys:
+                db.execute(
+                    "UPDATE schedule_tasks SET status = ?, message = NULL, claimed_by = NULL, "
+                    "previous_job_ids = CASE WHEN job_id IS NULL THEN previous_job_ids "
+                    "ELSE json_insert(previous_job_ids, '$[#]', job_id) END, job_id = NULL "
+                    "WHERE run_id = ? AND task_key = ?",
+                    (TaskStatus.PENDING, run_id, key),
+                )
+            db.execute("COMMIT")
+
+
+def _insert_run(
+    db: sqlite3.Connection,
+    schedule: Schedule,
+    scheduled_time: float,
+    trigger: Trigger,
+    status: RunStatus,
+    message: str | None,
+    now: float,
+) -> int | None:
+    """A run and (when it runs) its tasks, PENDING; None if that key is already taken."""
+    cursor = db.execute(
+        "INSERT OR IGNORE INTO schedule_runs (schedule_id, scheduled_time, trigger, status, "
+        "created, ended, message) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            schedule.id,
+            scheduled_time,
+            trigger,
+            status,
+            now,
+            None if status is RunStatus.RUNNING else now,
+            message,
+        ),
+    )
+    if cursor.rowcount == 0:
+        return None
+    run_id = int(cursor.lastrowid or 0)
+    if status is RunStatus.RUNNING:
+        db.executemany(
+            "INSERT INTO schedule_tasks (run_id, task_key, status) VALUES (?, ?, ?)",
+            [(run_id, t.task_key, TaskStatus.PENDING) for t in schedule.spec.tasks],
+        )
+    return run_id
+
+
+def _active_runs(db: sqlite3.Connection, schedule_id: str) -> int:
+    row = db.execute(
+        "SELECT COUNT(*) FROM schedule_runs WHERE schedule_id = ? AND status = ?",
+        (schedule_id, RunStatus.RUNNING),
+    ).fetchone()
+    return int(row[0])
+
+
+def _tasks(db: sqlite3.Connection, run_ids: list[int]) -> dict[int, tuple[TaskRun, ...]]:
+    if not run_ids:
+        return {}
+    marks = ", ".join("?" * len(run_ids))
+    rows = db.execute(
+        f"SELECT * FROM schedule_tasks WHERE run_id IN ({marks}) ORDER BY rowid", run_ids
+    ).fetchall()
+    out: dict[int, list[TaskRun]] = {}
+    for row in rows:
+        out.setdefault(row["run_id"], []).append(
+            TaskRun(
+                run_id=row["run_id"],
+                task_key=row["task_key"],
+                status=TaskStatus(row["status"]),
+                job_id=row["job_id"],
+                message=row["message"],
+                previous_job_ids=tuple(json.loads(row["previous_job_ids"])),
+                claimed_by=row["claimed_by"],
+            )
+        )
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _run(row: sqlite3.Row, tasks: tuple[TaskRun, ...]) -> ScheduleRun:
+    return ScheduleRun(
+        id=row["id"],
+        schedule_id=row["schedule_id"],
+        scheduled_time=row["scheduled_time"],
+        trigger=Trigger(row["trigger"]),
+        status=RunStatus(row["status"]),
+        created=row["created"],
+        ended=row["ended"],
+        message=row["message"],
+        tasks=tasks,
+    )
+
+
+def _schedule(row: sqlite3.Row) -> Schedule:
+    return Schedule(
+        id=row["id"],
+        owner=row["owner"],
+        spec=ScheduleSpec.from_json(row["spec"]),
+        created=row["created"],
+        updated=row["updated"],
+        handled_through=row["handled_through"],
+        next_due=row["next_due"],
+    )
+
+
+def _put_grants(db: sqlite3.Connection, schedule_id: str, grants: tuple[Grant, ...]) -> None:
+    db.executemany(
+        "INSERT OR REPLACE INTO schedule_grants (schedule_id, kind, name, level) "
+        "VALUES (?, ?, ?, ?)",
+        [(schedule_id, g.principal.kind, g.principal.name, g.level.name) for g in grants],
+    )
