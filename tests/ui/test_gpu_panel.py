@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,7 +45,8 @@ def two_gpus(util: int = 35) -> Scenario:
 
 
 def open_lab(browser: Any, lab: Lab) -> Any:
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    # A locale whose own clock is 12-hour: the panel must still write 24-hour times.
+    page = browser.new_page(viewport={"width": 1400, "height": 900}, locale="en-US")
     page.console_lines = []
     page.on("console", lambda m: page.console_lines.append(f"{m.type}: {m.text}"))
     page.on("requestfailed", lambda r: page.console_lines.append(f"request failed: {r.url}"))
@@ -95,6 +97,20 @@ def test_the_chip_icon_opens_the_panel_with_the_values_of_the_driver(
     assert cpu.endswith("%")
     assert "GiB" in page.text_content('.jp-air-HostCard [data-metric="mem"] .jp-air-value')
     page.screenshot(path=str(artifacts / "gpu-panel.png"))
+
+
+def test_every_time_in_the_panel_is_24_hour_in_an_en_us_browser(page: Any) -> None:
+    """The status line and the charts' time axis write one clock, as the cells' charts
+    and the logs do ("Updated 19:00:20", never "07:00:20 PM")."""
+    status = page.text_content(f"{PANEL} .jp-air-GpuPanel-status") or ""
+    assert re.fullmatch(r"Updated \d\d:\d\d:\d\d", status), status
+    assert page.evaluate("() => new Date(2026, 0, 1, 19).toLocaleTimeString()").endswith("PM")
+    page.wait_for_selector(f"{card(0)} .xtick text")
+    ticks = page.eval_on_selector_all(
+        f"{card(0)} .xtick text", "ticks => ticks.map(t => t.textContent)"
+    )
+    assert ticks
+    assert all(re.fullmatch(r"\d\d:\d\d", t) for t in ticks), ticks
 
 
 def test_refresh_samples_now_and_shows_the_new_values(page: Any, gpu_lab: Lab) -> None:
