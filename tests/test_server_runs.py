@@ -149,6 +149,7 @@ async def test_runs_are_newest_first_with_children_under_their_parent(
     assert first["metrics"] == {"loss": 1 / 3}
     assert first["run_url"].endswith(
         f"jupyter-air/mlflow/{key}/#/experiments/{tracked.experiment_id}/runs/{first['run_id']}"
+        "?workflowType=machine_learning"
     )
     assert page["params"] == ["epochs", "lr"]
     assert page["metrics"] == ["loss"]

@@ -29,7 +29,8 @@ import cloudpickle
 from ..job_dir import AttemptDir
 from ..paths import write_private
 
-CELL_FILE = "<air-cell>"
+#: The cell's name in tracebacks (its lines come from ``linecache``, as in IPython).
+CELL_FILE = "<air_distributed cell>"
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -141,7 +142,7 @@ def main(argv: list[str]) -> int:
         if isinstance(err, SystemExit) and err.code in (0, None):
             value = None
         else:
-            text = traceback.format_exc()
+            text = user_traceback(err)
             sys.stderr.write(text)
             write_private(AttemptDir(attempt_dir).error(rank), text)
             return err.code if isinstance(err, SystemExit) and isinstance(err.code, int) else 1
@@ -152,6 +153,17 @@ def main(argv: list[str]) -> int:
             {n: namespace[n] for n in payload.get("outputs", []) if n in namespace},
         )
     return 0
+
+
+def user_traceback(err: BaseException) -> str:
+    """The traceback from the user's code on: this module's frames, which only ran the
+    cell or called the function, are left out, as IPython leaves out its own."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    if tb is None:  # raised here, not in the user's code: show where
+        tb = err.__traceback__
+    return "".join(traceback.format_exception(type(err), err, tb))
 
 
 def _write_result(attempt_dir: Path, value: Any, outputs: dict[str, Any]) -> None:

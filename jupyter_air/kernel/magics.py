@@ -6,11 +6,28 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import (
+    MagicHelpFormatter,
+    argument,
+    kwds,
+    magic_arguments,
+    parse_argstring,
+)
 from traitlets import Unicode
 
 from .capture import UnpicklableName, cell_payload
 from .launch import OptionError, Options, parse_env, run
+
+#: Where a refused option points the user.
+SEE_HELP = "see %%air_distributed? for the options"
+
+
+class CellMagicHelpFormatter(MagicHelpFormatter):
+    """IPython's magic help, with a cell magic's ``%%`` and a plain ``usage:`` line
+    (IPython's own starts with ``::`` and one ``%``, the line magic's spelling)."""
+
+    def add_usage(self, usage: Any, actions: Any, groups: Any, prefix: Any = None) -> None:
+        super().add_usage(usage, actions, groups, "usage: %%")
 
 
 @magics_class
@@ -25,11 +42,13 @@ class AirMagics(Magics):
     ).tag(config=True)
 
     @magic_arguments()
+    @kwds(formatter_class=CellMagicHelpFormatter)
     @argument(
         "-n",
         "--nproc-per-node",
         type=int,
         default=None,
+        metavar="N",
         help=(
             "Ranks per node (default: one per visible GPU, or 1 without GPUs; "
             "1 with --backend ray)."
@@ -95,8 +114,20 @@ class AirMagics(Magics):
     @cell_magic
     def air_distributed(self, line: str, cell: str) -> Any:
         """Run the cell on N worker processes with the torchrun environment, as one job
-        with one MLflow run; the value of rank 0's last expression is the result."""
-        args = parse_argstring(self.air_distributed, line)
+        with one MLflow run; the value of rank 0's last expression is the result.
+
+        Example:
+
+            %%air_distributed -n 2
+            import os, torch.distributed as dist
+            dist.init_process_group("gloo")
+            print("hello from rank", dist.get_rank(), "of", os.environ["WORLD_SIZE"])
+            dist.get_world_size()
+        """
+        try:
+            args = parse_argstring(self.air_distributed, line)
+        except UsageError as err:  # argparse's own message names the option
+            raise UsageError(f"{err}; {SEE_HELP}") from None
         try:
             options = Options(
                 nproc_per_node=args.nproc_per_node,
@@ -120,4 +151,4 @@ class AirMagics(Magics):
             payload = cell_payload(cell, user_ns, options.out)
             return run(payload, options, cell, user_ns)
         except (OptionError, UnpicklableName, SyntaxError) as err:
-            raise UsageError(f"{err}\n\n{self.air_distributed.__doc__ or ''}") from err
+            raise UsageError(f"{err}; {SEE_HELP}") from None

@@ -82,14 +82,25 @@ def logs_url(
     return f"{_slash(root)}lab?air-job={quote(job_id, safe='')}"
 
 
+#: Opens a page in MLflow's model-training view: MLflow 3's UI picks the view from this
+#: query (else from the browser's last choice, GenAI by default), not from the
+#: experiment's kind tag (which ``run_page`` sets for other MLflow UIs).
+MODEL_TRAINING_VIEW = "?workflowType=machine_learning"
+
+
 def experiment_url(base: str, experiment_id: str) -> str:
     """The MLflow UI page of an experiment (the UI routes in the URL fragment)."""
+    return f"{_experiment_route(base, experiment_id)}{MODEL_TRAINING_VIEW}"
+
+
+def run_url(base: str, experiment_id: str, run_id: str, tab: str | None = None) -> str:
+    """The MLflow UI page of a run, or one of its tabs (``artifacts``)."""
+    run = quote(run_id, safe="") + (f"/{tab}" if tab else "")
+    return f"{_experiment_route(base, experiment_id)}/runs/{run}{MODEL_TRAINING_VIEW}"
+
+
+def _experiment_route(base: str, experiment_id: str) -> str:
     return f"{_slash(base)}#/experiments/{quote(experiment_id, safe='')}"
-
-
-def run_url(base: str, experiment_id: str, run_id: str) -> str:
-    """The MLflow UI page of a run."""
-    return f"{experiment_url(base, experiment_id)}/runs/{quote(run_id, safe='')}"
 
 
 def current_jupyter_server(
