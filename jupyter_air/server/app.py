@@ -16,6 +16,7 @@ from .gpu_handlers import GpuHandler, GpuSampleHandler, JobGpuHandler
 from .jobs_handlers import JOB, REQUEST_BUSY_TIMEOUT, jobs_handlers
 from .mlflow_handlers import mlflow_ui_handlers
 from .runs_handlers import runs_handlers
+from .schedules_handlers import keep_scheduler_running, schedules_handlers
 
 
 class AirExtension(ExtensionApp):
@@ -65,12 +66,14 @@ class AirExtension(ExtensionApp):
         self.handlers.extend(mlflow_ui_handlers(self.mlflow_ui))
         self.handlers.extend(jobs_handlers(self.store))
         self.handlers.extend(runs_handlers(self.store))
+        self.handlers.extend(schedules_handlers(self.store))
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         self.sampler.start()
         self.mlflow_ui.clean_leftovers()
         prune_in_background(self.store, self.log_retention_days)
         settle_periodically(self.store, 30.0, self._settling)  # jobs whose supervisor died
+        keep_scheduler_running(self.store, 60.0, self._settling, self.log)
 
     async def stop_extension(self) -> None:
         self.sampler.stop()

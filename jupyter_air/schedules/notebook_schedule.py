@@ -1,0 +1,46 @@
+"""A schedule of one notebook from a few fields: what ``%air_schedule --cron`` and the
+"Schedule this notebook" form make, as a schedule file would say it.
+
+The fields are a Unix (5 fields) or Quartz (6 or 7, seconds first) cron, its time zone,
+the ranks the notebook's distributed cells default to, and the experiment. The notebook
+is read now: the schedule runs that snapshot, never the kernel's state.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .model import ScheduleSpec
+from .service import Schedules
+
+#: The one task's key.
+TASK_KEY = "notebook"
+
+
+def notebook_spec(
+    schedules: Schedules,
+    notebook: Path,
+    *,
+    cron: str,
+    name: str | None = None,
+    timezone: str = "UTC",
+    nproc_per_node: int = 1,
+    experiment: str | None = None,
+) -> ScheduleSpec:
+    """The checked schedule (``ScheduleFileError`` / ``CronError`` in one line otherwise)."""
+    quartz = len(cron.split()) in (6, 7)
+    task: dict[str, Any] = {"task_key": TASK_KEY, "notebook": notebook.name}
+    if nproc_per_node != 1:
+        task["nproc_per_node"] = nproc_per_node
+    doc: dict[str, Any] = {
+        "name": name or notebook.stem,
+        "schedule": {
+            "quartz_cron_expression" if quartz else "cron": cron,
+            "timezone_id": timezone,
+        },
+        "tasks": [task],
+    }
+    if experiment:
+        doc["experiment_name"] = experiment
+    return schedules.parse(doc, notebook.parent)

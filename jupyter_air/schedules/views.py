@@ -1,0 +1,115 @@
+"""Schedules and their runs as JSON documents (docs/api.md, "Schedules"), for the server's
+routes, ``%air_schedule`` and ``air schedule ... --output json``.
+
+A document is what a caller sees of a schedule: its cron in words, its next fire times,
+its task graph, its last runs with each task's job, and the caller's own level. Fire
+times are ISO 8601 in the schedule's time zone, with their offset.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from ..jobs.permissions import Identity
+from ..jobs.store import JobStore, UnknownJob
+from ..jobs.views import RunLink
+from ..redact import redact, without_userinfo
+from .model import Schedule, ScheduleRun
+from .service import Schedules
+
+#: Runs a schedule's document shows, newest first.
+LAST_RUNS = 5
+
+
+def schedule_document(
+    schedules: Schedules,
+    schedule: Schedule,
+    who: Identity,
+    run_link: RunLink | None = None,
+    *,
+    next_count: int = 3,
+) -> dict[str, Any]:
+    spec = schedule.spec
+    level = schedules.level(who, schedule.id)
+    runs = schedules.store.runs(schedule.id, LAST_RUNS)
+    return {
+        "id": schedule.id,
+        "name": spec.name,
+        "owner": schedule.owner,
+        "level": level.name if level is not None else None,
+        "cron": {
+            "expression": spec.cron,
+            "kind": spec.dialect,
+            "timezone": spec.timezone,
+            "words": schedules.describe(schedule),
+        },
+        "pause_status": spec.pause_status.value,
+        "max_concurrent_runs": spec.max_concurrent_runs,
+        "catch_up": spec.catch_up.value,
+        "experiment_name": spec.experiment_name,
+        "next_fire_times": [t.isoformat() for t in schedules.next_fire_times(schedule, next_count)],
+        "created": schedule.created,
+        "updated": schedule.updated,
+        "grants": [g.as_json() for g in spec.grants],
+        "tasks": [
+            {
+                "task_key": t.task_key,
+                "kind": "notebook" if t.notebook is not None else "workload",
+                "depends_on": list(t.depends_on),
+                "run_if": t.run_if.value,
+                "experiment_name": t.experiment_name,
+                "notebook": t.notebook_path,
+            }
+            for t in spec.tasks
+        ],
+        "last_runs": [run_document(schedules.jobs, run, run_link, spec.timezone) for run in runs],
+    }
+
+
+def run_document(
+    jobs: JobStore, run: ScheduleRun, run_link: RunLink | None = None, timezone: str = "UTC"
+) -> dict[str, Any]:
+    """``timezone``: the schedule's, in which its scheduled time is written."""
+    return {
+        "id": run.id,
+        "schedule_id": run.schedule_id,
+        "scheduled_time": datetime.fromtimestamp(
+            run.scheduled_time, ZoneInfo(timezone)
+        ).isoformat(),
+        "trigger": run.trigger.value,
+        "status": run.status.value,
+        "message": _shown(run.message),
+        "created": run.created,
+        "ended": run.ended,
+        "tasks": [
+            {
+                "task_key": t.task_key,
+                "status": t.status.value,
+                "job_id": t.job_id,
+                "message": _shown(t.message),
+                "run_url": _run_url(jobs, t.job_id, run_link) if t.job_id else None,
+            }
+            for t in run.tasks
+        ],
+    }
+
+
+def _run_url(jobs: JobStore, job_id: str, run_link: RunLink | None) -> str | None:
+    """The MLflow page of the job's latest attempt that has a run."""
+    if run_link is None:
+        return None
+    try:
+        w = jobs.get(job_id).workload
+    except UnknownJob:
+        return None  # its records expired
+    attempts = [a for a in jobs.attempts(job_id) if a.run_id]
+    if not attempts or not w.tracking_uri or not w.experiment_id:
+        return None
+    url = run_link(w.tracking_uri, w.experiment_id, attempts[-1].run_id or "")
+    return without_userinfo(url) if url else None
+
+
+def _shown(text: str | None) -> str | None:
+    return redact(text) if text else text

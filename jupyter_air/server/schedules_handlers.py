@@ -1,0 +1,347 @@
+"""REST routes of schedules (see docs/api.md, "Schedules"): translation only.
+
+The domain (``jupyter_air.schedules.service``) checks who may do what with a schedule, by
+the jobs' levels; these handlers read the request, call it on a store thread (SQLite and
+the notebook snapshot stay off the event loop), and write its documents.
+
+Creating a schedule, or replacing what it runs, makes the server owner's scheduler run
+code as the server's OS user: only the server's owner may (on a Hub, not the users the
+server is shared with), as with the MLflow UI of local stores.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+
+from ..jobs.permissions import Identity, kernel_owner
+from ..jobs.store import JobStore
+from ..schedules.cron import CronError
+from ..schedules.model import Schedule, ScheduleRun, ScheduleSpec
+from ..schedules.notebook_schedule import notebook_spec
+from ..schedules.schedule_file import ScheduleFileError
+from ..schedules.scheduler import ensure_scheduler, running
+from ..schedules.service import NameTaken, Schedules, UnknownSchedule, preview
+from ..schedules.views import run_document, schedule_document
+from .jobs_handlers import JobsBase, in_store_thread
+
+T = TypeVar("T")
+
+SCHEDULE = r"(?P<schedule_id>[0-9a-f]{1,64})"
+RUN = r"(?P<run_id>[0-9]{1,18})"
+
+#: The largest body a schedule route reads (a schedule file with inline workloads).
+MAX_BODY = 1 << 20
+
+#: The form's fields (``POST schedules`` without ``yaml``) and their types.
+FORM_FIELDS: dict[str, type] = {
+    "notebook": str,
+    "name": str,
+    "cron": str,
+    "timezone": str,
+    "nproc_per_node": int,
+    "experiment": str,
+}
+
+
+class SchedulesBase(JobsBase):
+    def initialize(self, store: JobStore) -> None:
+        super().initialize(store)
+        self.schedules = Schedules(store)
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a store thread, the domain's refusals as HTTP errors (a
+        missing level is ``Forbidden``, which the base answers with a 403)."""
+        try:
+            return await in_store_thread(fn, *args)
+        except (ScheduleFileError, CronError) as err:
+            raise web.HTTPError(400, str(err)) from None
+        except UnknownSchedule as err:
+            raise web.HTTPError(404, f"no schedule {err.args[0]!r}") from None
+        except NameTaken as err:
+            raise web.HTTPError(409, f"{err.args[0]}: pick another name") from None
+
+    def body(self) -> dict[str, Any]:
+        if len(self.request.body) > MAX_BODY:
+            raise web.HTTPError(413, f"the body is over {MAX_BODY} bytes")
+        try:
+            doc = json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise web.HTTPError(400, "the body must be a JSON object") from None
+        if not isinstance(doc, dict):
+            raise web.HTTPError(400, "the body must be a JSON object")
+        return doc
+
+    def require_server_owner(self, who: Identity, doing: str) -> None:
+        owner = kernel_owner()
+        if who.name != owner:
+            raise web.HTTPError(
+                403,
+                f"{doing} runs code as {owner}, whose server this is: only {owner} can; "
+                "a schedule's grants let you view it, run it now, pause or delete it",
+            )
+
+    def in_root(self, relative: str, what: str) -> Path:
+        """``relative`` under the directory the server serves, or a 400."""
+        root = Path(self.settings["server_root_dir"]).expanduser().resolve()
+        path = (root / relative.lstrip("/")).resolve()
+        if not path.is_relative_to(root):
+            raise web.HTTPError(400, f"{what} {relative!r} is outside the server's root")
+        return path
+
+    def spec_maker(self, doc: dict[str, Any]) -> Callable[[], ScheduleSpec]:
+        """What builds the schedule a body describes (a schedule file's text, or the
+        form's fields): checked here for shape, by the domain on a store thread for
+        meaning, since it reads workload files and the notebook."""
+        if "yaml" in doc:
+            return self._from_yaml(doc)
+        unknown = sorted(set(doc) - set(FORM_FIELDS))
+        if unknown:
+            raise web.HTTPError(
+                400, f"unknown field {unknown[0]!r}: the form has {', '.join(FORM_FIELDS)}"
+            )
+        for key, kind in FORM_FIELDS.items():
+            value = doc.get(key)
+            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+                raise web.HTTPError(
+                    400, f"{key!r} must be a{'n integer' if kind is int else ' string'}"
+                )
+        if not doc.get("notebook") or not doc.get("cron"):
+            raise web.HTTPError(400, "'notebook' and 'cron' are needed")
+        notebook = self.in_root(doc["notebook"], "notebook")
+        return lambda: notebook_spec(
+            self.schedules,
+            notebook,
+            cron=doc["cron"],
+            name=doc.get("name") or None,
+            timezone=doc.get("timezone") or "UTC",
+            nproc_per_node=doc.get("nproc_per_node") or 1,
+            experiment=doc.get("experiment") or None,
+        )
+
+    def _from_yaml(self, doc: dict[str, Any]) -> Callable[[], ScheduleSpec]:
+        if set(doc) - {"yaml", "base_dir"}:
+            raise web.HTTPError(400, "a schedule file's body is {'yaml': TEXT, 'base_dir': DIR}")
+        text, base = doc["yaml"], doc.get("base_dir", "")
+        if not isinstance(text, str) or not isinstance(base, str):
+            raise web.HTTPError(400, "'yaml' and 'base_dir' are strings")
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise web.HTTPError(400, f"the schedule file is not valid YAML{where}") from None
+        if not isinstance(data, dict):
+            raise web.HTTPError(400, "a schedule file is a mapping of fields, like 'name: nightly'")
+        base_dir = self.in_root(base, "base_dir")
+        return lambda: self.schedules.parse(data, base_dir)
+
+    def schedule_doc(self, schedule: Schedule, who: Identity) -> dict[str, Any]:
+        return schedule_document(self.schedules, schedule, who, self._run_link)
+
+    async def write_schedule(self, schedule: Schedule, who: Identity) -> None:
+        self.write_json(await self.call(self.schedule_doc, schedule, who))
+
+    async def write_run(self, run: ScheduleRun) -> None:
+        schedule = await self.call(self.schedules.store.get, run.schedule_id)
+        self.write_json(
+            await self.call(run_document, self.store, run, self._run_link, schedule.spec.timezone)
+        )
+
+
+class SchedulesHandler(SchedulesBase):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        who = self.caller()
+
+        def documents() -> list[dict[str, Any]]:
+            return [self.schedule_doc(s, who) for s in self.schedules.visible(who)]
+
+        self.write_json({"schedules": await self.call(documents)})
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        who = self.caller()
+        self.require_server_owner(who, "a schedule")
+        make = self.spec_maker(self.body())
+
+        def create() -> Schedule:
+            schedule = self.schedules.create(who, make())
+            ensure_scheduler(self.store)
+            return schedule
+
+        schedule = await self.call(create)
+        self.set_status(201)
+        await self.write_schedule(schedule, who)
+
+
+class ScheduleHandler(SchedulesBase):
+    @web.authenticated
+    @authorized
+    async def get(self, schedule_id: str) -> None:
+        who = self.caller()
+        await self.write_schedule(await self.call(self.schedules.get, who, schedule_id), who)
+
+    @web.authenticated
+    @authorized
+    async def put(self, schedule_id: str) -> None:
+        who = self.caller()
+        self.require_server_owner(who, "what a schedule runs")
+        make = self.spec_maker(self.body())
+
+        def update() -> Schedule:
+            return self.schedules.update(who, schedule_id, make())
+
+        await self.write_schedule(await self.call(update), who)
+
+    @web.authenticated
+    @authorized
+    async def delete(self, schedule_id: str) -> None:
+        await self.call(self.schedules.delete, self.caller(), schedule_id)
+        self.set_status(204)
+        self.finish()
+
+
+class ScheduleActionHandler(SchedulesBase):
+    """``POST schedules/<id>/pause|resume|run-now``."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, schedule_id: str, action: str) -> None:
+        who = self.caller()
+        if action == "run-now":
+
+            def run_now() -> ScheduleRun:
+                run = self.schedules.run_now(who, schedule_id)
+                ensure_scheduler(self.store)
+                return run
+
+            await self.write_run(await self.call(run_now))
+            return
+        change = self.schedules.pause if action == "pause" else self.schedules.resume
+        await self.write_schedule(await self.call(change, who, schedule_id), who)
+
+
+class ScheduleRunsHandler(SchedulesBase):
+    @web.authenticated
+    @authorized
+    async def get(self, schedule_id: str) -> None:
+        who = self.caller()
+        limit = self.int_argument("limit", 20, 1, 1000)
+
+        def documents() -> list[dict[str, Any]]:
+            schedule = self.schedules.get(who, schedule_id)
+            runs = self.schedules.runs(who, schedule_id, limit or 20)
+            tz = schedule.spec.timezone
+            return [run_document(self.store, r, self._run_link, tz) for r in runs]
+
+        self.write_json({"runs": await self.call(documents)})
+
+
+class ScheduleRunRepairHandler(SchedulesBase):
+    """``POST schedule-runs/<run>/repair``: re-run its failed tasks, in the same run."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, run_id: str) -> None:
+        doc = self.body()
+        flags = ("rerun_all_failed", "rerun_dependent")
+        if set(doc) - set(flags) or not all(isinstance(doc.get(f, True), bool) for f in flags):
+            raise web.HTTPError(
+                400, "the body is {'rerun_all_failed': true|false, 'rerun_dependent': true|false}"
+            )
+        who = self.caller()
+
+        def repair() -> ScheduleRun:
+            try:
+                run = self.schedules.repair(
+                    who,
+                    int(run_id),
+                    doc.get("rerun_all_failed", True),
+                    doc.get("rerun_dependent", False),
+                )
+            except UnknownSchedule:
+                raise web.HTTPError(404, f"no schedule run {run_id}") from None
+            except (ScheduleFileError, CronError):
+                raise
+            except ValueError as err:  # it still runs, or nothing failed
+                raise web.HTTPError(409, str(err)) from None
+            ensure_scheduler(self.store)
+            return run
+
+        await self.write_run(await self.call(repair))
+
+
+class SchedulePreviewHandler(SchedulesBase):
+    """``GET schedules/preview?cron=&timezone=&count=``: the form's words and next times."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        cron = self.get_query_argument("cron", "")
+        timezone = self.get_query_argument("timezone", "UTC") or "UTC"
+        count = self.int_argument("count", 5, 1, 50) or 5
+        if len(cron) > 200 or len(timezone) > 100:
+            raise web.HTTPError(400, "the cron or the time zone is too long")
+        found = await self.call(preview, cron, timezone, count)
+        self.write_json(
+            {
+                "kind": found.kind.value,
+                "words": found.words,
+                "next_fire_times": [t.isoformat() for t in found.next_fire_times],
+            }
+        )
+
+
+def schedules_handlers(store: JobStore) -> list[tuple[str, type, dict[str, Any]]]:
+    kwargs = {"store": store}
+    return [
+        (r"/jupyter-air/schedules", SchedulesHandler, kwargs),
+        (r"/jupyter-air/schedules/preview", SchedulePreviewHandler, kwargs),
+        (rf"/jupyter-air/schedules/{SCHEDULE}", ScheduleHandler, kwargs),
+        (
+            rf"/jupyter-air/schedules/{SCHEDULE}/(?P<action>pause|resume|run-now)",
+            ScheduleActionHandler,
+            kwargs,
+        ),
+        (rf"/jupyter-air/schedules/{SCHEDULE}/runs", ScheduleRunsHandler, kwargs),
+        (rf"/jupyter-air/schedule-runs/{RUN}/repair", ScheduleRunRepairHandler, kwargs),
+    ]
+
+
+def keep_scheduler_running(
+    store: JobStore, interval: float, stop: threading.Event, log: logging.Logger
+) -> threading.Thread:
+    """A backstop beside ``air schedule`` and the magic: every ``interval`` seconds, start
+    the per-user scheduler when a schedule exists and none runs (killed, or the machine
+    restarted). The scheduler is a process of its own: stopping this server stops only
+    this check, never a schedule."""
+
+    def check() -> None:
+        if running(store.home) is None:
+            info = ensure_scheduler(store)
+            if info is not None:
+                log.info("jupyter_air: started the schedules' scheduler (pid %d)", info.pid)
+
+    def loop() -> None:
+        while True:
+            try:
+                check()
+            except Exception as err:  # a backstop keeps going; the log says why
+                log.warning("jupyter_air: could not start the schedules' scheduler: %s", err)
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=loop, name="air-scheduler-backstop", daemon=True)
+    thread.start()
+    return thread
