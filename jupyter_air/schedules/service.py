@@ -12,6 +12,7 @@ nothing changed); an unknown id ``UnknownSchedule``; a missing level
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -72,9 +73,12 @@ def preview(expression: str, timezone: str = "UTC", count: int = 5) -> Preview:
 class Schedules:
     """Schedules of one job store, acted on as ``who``."""
 
-    def __init__(self, jobs: JobStore | None = None) -> None:
+    def __init__(
+        self, jobs: JobStore | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
         self.jobs = jobs or JobStore()
         self.store = ScheduleStore(self.jobs)
+        self.clock = clock  # tests move it
 
     # -- making and changing ---------------------------------------------------------
 
@@ -99,7 +103,7 @@ class Schedules:
         spec = replace(
             spec, tracking_uri=tracking_uri or spec.tracking_uri or current_tracking_uri()
         )
-        now = time.time()
+        now = self.clock()
         try:
             schedule_id = self.store.create(who.name, spec, _next_due(spec, now), now)
         except NameTaken:
@@ -115,7 +119,7 @@ class Schedules:
         check_change(before.owner, spec.grants, ())
         spec = replace(spec, tracking_uri=spec.tracking_uri or before.spec.tracking_uri)
         try:
-            self.store.replace(schedule_id, spec, _next_due(spec, time.time()), time.time())
+            self.store.replace(schedule_id, spec, _next_due(spec, self.clock()), self.clock())
         except NameTaken:
             raise NameTaken(f"{before.owner} already has a schedule named {spec.name!r}") from None
         wake(self.jobs.home)
@@ -137,7 +141,7 @@ class Schedules:
     def _set_pause(self, who: Identity, schedule_id: str, status: PauseStatus) -> Schedule:
         schedule = self.get(who, schedule_id, Level.CAN_MANAGE)
         spec = replace(schedule.spec, pause_status=status)
-        self.store.replace(schedule_id, spec, _next_due(spec, time.time()), time.time())
+        self.store.replace(schedule_id, spec, _next_due(spec, self.clock()), self.clock())
         wake(self.jobs.home)
         return self.store.get(schedule_id)
 
@@ -170,7 +174,9 @@ class Schedules:
         if schedule.paused:
             return []
         parsed = schedule_cron(schedule)
-        return [datetime.fromtimestamp(t, parsed.tz) for t in parsed.next_times(time.time(), count)]
+        return [
+            datetime.fromtimestamp(t, parsed.tz) for t in parsed.next_times(self.clock(), count)
+        ]
 
     def describe(self, schedule: Schedule) -> str:
         """Its cron in words: "At 02:30, every day (Europe/Paris)"."""
@@ -192,7 +198,7 @@ class Schedules:
         """A run now, paused or not, whatever max_concurrent_runs says (CAN_MANAGE_RUN);
         the scheduler submits its tasks (``ensure_scheduler`` first if none runs)."""
         schedule = self.get(who, schedule_id, Level.CAN_MANAGE_RUN)
-        run_id = self.store.add_run_now(schedule, time.time())
+        run_id = self.store.add_run_now(schedule, self.clock())
         wake(self.jobs.home)
         return self.store.run(run_id)
 
