@@ -39,12 +39,15 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext jupyter_air``: registers ``%%air_distributed``, ``%air_gpu`` and
-    ``%air_runs`` (MLflow, NVML, ipywidgets and plotly are imported at their first use)."""
+    """``%load_ext jupyter_air``: registers ``%%air_distributed``, ``%air_gpu``,
+    ``%air_runs`` and ``%air_schedule`` (MLflow, NVML, ipywidgets and plotly are imported
+    at their first use)."""
     from .kernel.gpu_magic import AirGpuMagics
     from .kernel.magics import AirMagics
     from .kernel.runs_magic import AirRunsMagics
+    from .kernel.schedule_magic import AirScheduleMagics
 
     ipython.register_magics(AirMagics)
     ipython.register_magics(AirGpuMagics)
     ipython.register_magics(AirRunsMagics)
+    ipython.register_magics(AirScheduleMagics)
