@@ -17,7 +17,7 @@ Side by side in this one script, alternating rounds, medians kept:
    with the same level condition as a regular expression on the record prefix; and
    the same needle as a regular expression (``regex=1``: RE2), and the catastrophic
    ``(a+)+b`` that way (matching nothing: RE2 is linear).
-3. ``--follow``: a real job (``client.submit``) whose rank prints its own clock every
+3. ``--follow``: a real job (``start_job``) whose rank prints its own clock every
    100 ms, followed by ``air logs ID --follow`` in a subprocess: arrival - printed.
 
 Without a sub-benchmark flag all three run. Run:
@@ -519,10 +519,11 @@ _FOLLOWED = re.compile(r"^(\S+)Z node \d+ rank \d+ \w+ tick (\d+) ([\d.]+)$")
 
 
 def bench_follow(store: JobStore, work: Path, ticks: int) -> dict[str, Any]:
-    """A real job through client.submit, followed by ``air logs ID --follow``."""
+    """A real job through start_job, followed by ``air logs ID --follow``."""
     from mlflow import MlflowClient
 
-    from jupyter_air.jobs import client
+    from jupyter_air.jobs import cancel
+    from jupyter_air.jobs.submit import start_job
 
     uri = f"sqlite:///{work}/mlflow.db"
     mlflow = MlflowClient(uri)
@@ -539,7 +540,7 @@ def bench_follow(store: JobStore, work: Path, ticks: int) -> dict[str, Any]:
         experiment_id=experiment,
         tags={"air.first_run_id": run_id},
     )
-    job = client.submit(store, workload, None)
+    job = start_job(store, workload, None)
     deadline = time.monotonic() + 60
     while not store.attempts(job.id):  # `air logs` wants an attempt to read
         assert time.monotonic() < deadline, "the job did not start"
@@ -559,7 +560,7 @@ def bench_follow(store: JobStore, work: Path, ticks: int) -> dict[str, Any]:
             stamp = datetime.fromisoformat(m.group(1)).replace(tzinfo=timezone.utc)
             seen.append((float(m.group(3)), stamp.timestamp(), arrived))
     follower.wait(timeout=30)
-    job = client.wait(store, job.id, 60)
+    job = cancel.wait(store, job.id, 60)
     # Lines printed before the follower showed its first one came with its start-up.
     first_arrival = seen[0][2] if seen else 0.0
     steady = [s for s in seen if s[0] > first_arrival]

@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .jobs import client
+from .jobs import cancel
 from .jobs.permissions import (
     BadGrant,
     Forbidden,
@@ -125,9 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     logs.set_defaults(func=_logs)
 
-    cancel = sub.add_parser("cancel", help="stop every rank of a job")
-    cancel.add_argument("job_id")
-    cancel.set_defaults(func=_cancel)
+    cancelling = sub.add_parser("cancel", help="stop every rank of a job")
+    cancelling.add_argument("job_id")
+    cancelling.set_defaults(func=_cancel)
 
     permissions = sub.add_parser(
         "permissions", help="who may view, cancel or manage a job; --grant/--revoke change it"
@@ -227,20 +227,14 @@ def _run(args: argparse.Namespace) -> int:
             raise CliError(str(err)) from None
     store = _store()
     job = _submit(store, spec, working_dir)
-    document = job_document(store, job, _run_link)
     print(
         f"Job {job.id} submitted: {spec.compute.nproc_per_node} rank(s) x "
         f"{spec.compute.nnodes} node(s) ({spec.backend}), "
         f"experiment {spec.experiment_name!r}, run {spec.run_name!r}"
     )
-    run_url = document["attempts"][0]["run_url"] if document["attempts"] else None
-    if run_url:
-        print(f"  run:  {run_url}")
-    if spec.grants:
-        report = mirror(store, job, spec.grants)
+    print(f"  run:  air get {job.id} (its supervisor starts the MLflow run)")
+    if spec.grants:  # its supervisor gives them on the MLflow experiment too, once made
         print(f"  shared: {', '.join(map(str, spec.grants))}")
-        for line in report.lines() if report else []:
-            print(f"  {line}")
     from .tracking.ui_links import logs_url
 
     view = logs_url(job.id, absolute=True)
@@ -254,10 +248,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _submit(store: JobStore, spec: Any, working_dir: Path) -> Job:
-    from .jobs.submit import named_target, submit
+    from .jobs.submit import submit
     from .kernel.session import user_name
+    from .tracking.targets import ExperimentRef, current_tracking_uri
 
-    target = named_target(spec.experiment_name, spec.mlflow_artifact_location)
+    target = ExperimentRef(
+        current_tracking_uri(), spec.experiment_name, spec.mlflow_artifact_location
+    )
     compute = spec.compute
     workload = Workload(
         kind="command",
@@ -358,6 +355,8 @@ def _logs(args: argparse.Namespace) -> int:
     store = _store()
     job = _job(store, args.job_id)
     attempts = len(store.attempts(job.id))
+    if not attempts and args.follow:  # just submitted: its supervisor is starting it
+        attempts = len(_first_attempt(store, job.id))
     if not attempts:
         raise CliError(f"job {job.id} has no attempt yet")
     attempt = args.attempt or attempts
@@ -389,6 +388,13 @@ def _logs(args: argparse.Namespace) -> int:
     lines = read_tail(directory, flt, args.lines).lines if args.lines else read_all(directory, flt)
     _print(lines)
     return 0
+
+
+def _first_attempt(store: JobStore, job_id: str) -> list[Any]:
+    """The job's attempts once it has one, or none if it ended first."""
+    while not (attempts := store.attempts(job_id)) and not store.get(job_id).done:
+        time.sleep(0.05)
+    return attempts
 
 
 def _when(value: str | None, option: str) -> float | None:
@@ -442,12 +448,12 @@ def _follow(
 
 
 def _download(directory: Path, flt: LogFilter, target: Path, attempt: int) -> int:
-    from .job_dir import JobDir
     from .logs.query import log_files
 
     written = []
     for f in log_files(directory, flt):
-        path = JobDir(target).attempt(attempt).rank_log(f.node, f.rank)
+        # The download's own layout (as --help says), not a job's directory.
+        path = target / f"attempt_{attempt}" / f"node_{f.node}" / f"rank_{f.rank}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
         one = LogFilter(**{**flt.__dict__, "node": f.node, "rank": f.rank})
         count = 0
@@ -470,12 +476,12 @@ def _cancel(args: argparse.Namespace) -> int:
     store = _store()
     job = _job(store, args.job_id, Level.CAN_MANAGE_RUN)
     try:
-        cancelled = client.cancel(store, job.id)
-    except client.Elsewhere as err:
+        cancelled = cancel.cancel(store, job.id)
+    except cancel.Elsewhere as err:
         raise CliError(str(err)) from None
     if not cancelled:
         raise CliError(f"job {job.id} already ended ({job.status.lower()})")
-    job = client.wait(store, job.id, 60.0)
+    job = cancel.wait(store, job.id, 60.0)
     print(f"Job {job.id} {job.status.lower()}")
     return 0 if job.status == "CANCELLED" else 1
 

@@ -17,7 +17,7 @@ import pytest
 
 from jupyter_air import cli, paths
 from jupyter_air.job_dir import AttemptDir
-from jupyter_air.jobs import client, rank_main
+from jupyter_air.jobs import rank_main, submit
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore, StoreError
 from jupyter_air.logs.capture import RankLog
@@ -66,8 +66,8 @@ def test_what_a_job_writes_is_private(
 ) -> None:
     store = JobStore()
     # The process boundary: no supervisor starts, the job only records one.
-    monkeypatch.setattr(client.subprocess, "Popen", lambda *a, **k: SimpleNamespace(pid=1))
-    job = client.submit(store, Workload(kind="python"), b"the notebook's state")
+    monkeypatch.setattr(submit.subprocess, "Popen", lambda *a, **k: SimpleNamespace(pid=1))
+    job = submit.start_job(store, Workload(kind="python"), b"the notebook's state")
     attempt = store.attempt_dir(job.id, 1)
     RankLog(attempt / "logs" / "node_0" / "rank_0.log").close()
     rank_main._write_result(attempt, {"weights": [1, 2]}, {})

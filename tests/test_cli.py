@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_air.jobs import cancel
+from jupyter_air.jobs.store import JobStore
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
 from tests.kernel.conftest import job_processes
 
@@ -213,3 +215,52 @@ def test_a_command_that_cannot_start_fails_the_job_saying_why(workdir: Path) -> 
     assert doc["attempts"][0]["failed_rank"] == 0
     logs = air("logs", job_id, "--level", "error").stdout
     assert "rank 0 could not start" in logs
+
+
+#: ``air`` in a process that says, once the command returned, whether it imported MLflow.
+WITHOUT_MLFLOW = """
+import sys
+from jupyter_air.cli import main
+code = main(sys.argv[1:])
+print("mlflow imported:", "mlflow" in sys.modules)
+sys.exit(code)
+"""
+
+
+def test_run_submits_without_mlflow_and_the_supervisor_makes_experiment_and_run(
+    workdir: Path,
+) -> None:
+    (workdir / "train.py").write_text(TRAIN.replace('attempt == "1" and rank == "1"', "False"))
+    (workdir / "w.yaml").write_text(
+        WORKLOAD.format(python=sys.executable).replace("max_retries: 1", "max_retries: 0")
+        + f"mlflow_artifact_location: {workdir / 'artifacts'}\n"
+    )
+    submitted = subprocess.run(
+        [sys.executable, "-c", WITHOUT_MLFLOW, "run", "-f", "w.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert submitted.stdout.splitlines()[-1] == "mlflow imported: False"
+    job_id = submitted_id(submitted)
+    assert f"  run:  air get {job_id} (its supervisor starts the MLflow run)" in submitted.stdout
+
+    store = JobStore(workdir / "air")
+    job = cancel.wait(store, job_id, 60)
+    assert job.status == "SUCCEEDED", job.message
+    doc = json.loads(air("get", job_id, "--output", "json").stdout)
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{workdir}/mlflow.db")
+    experiment = client.get_experiment_by_name("cli-test")
+    assert experiment is not None
+    assert doc["experiment_id"] == experiment.experiment_id
+    assert experiment.artifact_location == str(workdir / "artifacts")
+    run = client.get_run(doc["attempts"][0]["run_id"])
+    assert run.info.experiment_id == experiment.experiment_id
+    assert run.info.run_name == "retry-run"
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["air.job_id"] == job_id
+    assert run.data.tags["air.attempt"] == "1"
+    assert run.data.tags["air.command"] == f"{sys.executable} train.py"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_air.jobs.client import Elsewhere, cancel
+from jupyter_air.jobs.cancel import Elsewhere, cancel
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 

@@ -29,9 +29,12 @@ class Workload:
     background: bool = False
     command: list[str] = field(default_factory=list)
     working_dir: str | None = None
-    #: MLflow: resolved in the kernel (experiment id and the first attempt's run id).
+    #: MLflow: resolved in the kernel (experiment id and the first attempt's run id), or
+    #: named only (``air run``), then made by the supervisor, which records the id.
     tracking_uri: str | None = None
     experiment_id: str | None = None
+    experiment_name: str | None = None
+    artifact_location: str | None = None
     run_name: str | None = None
     parent_run_id: str | None = None
     tags: dict[str, str] = field(default_factory=dict)

@@ -1,19 +1,27 @@
-"""The one submission path of the magic, the decorator and ``air run``.
+"""The one submission path of the magic, the decorator, ``air run`` and schedules.
 
 Each caller decides what to run (a ``Workload`` without its MLflow fields) and where
-its run goes (a ``RunTarget``); this module starts or resumes the MLflow run, fills the
-workload's MLflow fields and records the job with its owner and grants, then starts its
-supervisor. Rules on the options themselves live in ``workload_file``'s model.
+its runs go: a kernel's resolved ``RunTarget``, whose first run is started (or resumed)
+here so that its links show at once; or an ``ExperimentRef``, which imports no MLflow
+in this process: the supervisor makes the experiment and the first run as it starts.
+Then the job is recorded with its owner and grants and its supervisor started. Rules on
+the options themselves live in ``workload_file``'s model; checks against this machine
+and the cluster in ``checks``.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from ..tracking.runs import RunTarget
-from . import client
+from ..job_dir import JobDir
+from ..paths import private_opener, write_private
+from ..tracking.stores import register_store
+from ..tracking.targets import ExperimentRef, RunTarget, job_tags
 from .permissions import Grant
 from .spec import Workload
 from .store import Job, JobStore, new_job_id
@@ -22,14 +30,15 @@ from .store import Job, JobStore, new_job_id
 @dataclass(frozen=True)
 class Submitted:
     job: Job
-    run_id: str
-    run_name: str
+    #: The first attempt's run; None with an ExperimentRef (the supervisor makes it).
+    run_id: str | None
+    run_name: str | None
 
 
 def submit(
     store: JobStore,
     workload: Workload,
-    target: RunTarget,
+    target: RunTarget | ExperimentRef,
     *,
     owner: str,
     grants: tuple[Grant, ...] = (),
@@ -40,20 +49,53 @@ def submit(
     extra_tags: Mapping[str, str] | None = None,
     watch_pid: int | None = None,
 ) -> Submitted:
-    """Start (or resume) the job's first MLflow run, then record and start the job.
+    """Fill the workload's MLflow fields from ``target``, then record and start the job.
 
-    ``source`` is the cell's code, kept with the run; ``user`` is MLflow's run user.
+    ``source`` is the cell's code, kept with the run (a ``RunTarget`` only); ``user`` is
+    MLflow's run user; ``extra_tags`` land on every attempt's run.
     """
+    if source is not None and not isinstance(target, RunTarget):
+        raise ValueError("a cell's source is kept with a run the kernel started: a RunTarget")
+    register_store(target.tracking_uri, store.home)
+    job_id = new_job_id()
+    tags = job_tags(job_id, 1, workload.nproc_per_node, workload.nnodes, notebook, user)
+    tags.update(extra_tags or {})
+    if isinstance(target, ExperimentRef):
+        workload = replace(
+            workload,
+            tracking_uri=target.tracking_uri,
+            experiment_name=target.experiment_name,
+            artifact_location=target.artifact_location,
+            tags=tags,
+        )
+        job = start_job(
+            store, workload, payload, job_id=job_id, watch_pid=watch_pid, owner=owner, grants=grants
+        )
+        return Submitted(job, None, None)
+    run_id, run_name = _first_run(target, workload, tags, source)
+    workload = replace(
+        workload,
+        tracking_uri=target.tracking_uri,
+        experiment_id=target.experiment_id,
+        experiment_name=target.experiment_name,
+        parent_run_id=target.parent_run_id,
+        tags={**tags, "air.first_run_id": run_id},
+    )
+    job = start_job(
+        store, workload, payload, job_id=job_id, watch_pid=watch_pid, owner=owner, grants=grants
+    )
+    return Submitted(job, run_id, run_name)
+
+
+def _first_run(
+    target: RunTarget, workload: Workload, tags: dict[str, str], source: str | None
+) -> tuple[str, str]:
+    """The run of attempt 1 in a kernel's target, started (or resumed) here: its id, name."""
     from mlflow import MlflowClient
 
     from ..tracking import runs
-    from ..tracking.stores import register_store
 
-    register_store(target.tracking_uri)
     mlflow_client = MlflowClient(target.tracking_uri)
-    job_id = new_job_id()
-    tags = runs.job_tags(job_id, 1, workload.nproc_per_node, workload.nnodes, notebook, user)
-    tags.update(extra_tags or {})
     if target.resume_run_id:
         run_id = target.resume_run_id
         runs.resume_run(mlflow_client, run_id, tags)
@@ -64,37 +106,38 @@ def submit(
         )
     if source is not None:
         mlflow_client.log_text(run_id, source, "code/cell.py")
-    run_name = str(mlflow_client.get_run(run_id).info.run_name)
-    workload = replace(
-        workload,
-        tracking_uri=target.tracking_uri,
-        experiment_id=target.experiment_id,
-        parent_run_id=target.parent_run_id,
-        tags={**tags, "air.first_run_id": run_id},
-    )
-    job = client.submit(
-        store, workload, payload, job_id=job_id, watch_pid=watch_pid, owner=owner, grants=grants
-    )
-    return Submitted(job, run_id, run_name)
+    return run_id, str(mlflow_client.get_run(run_id).info.run_name)
 
 
-def named_target(experiment_name: str, artifact_location: str | None) -> RunTarget:
-    """The run target of ``air run``: the experiment of that name in the current
-    tracking store, made (with that artifact location) if missing."""
-    import mlflow
-    from mlflow import MlflowClient
+def start_job(
+    store: JobStore,
+    workload: Workload,
+    payload: bytes | None,
+    job_id: str | None = None,
+    watch_pid: int | None = None,
+    owner: str | None = None,
+    grants: tuple[Grant, ...] = (),
+) -> Job:
+    """Record the job (owned by ``owner``, the OS user by default, with ``grants``) and
+    start its supervisor in a session of its own: the last step of ``submit``.
 
-    from ..tracking import runs
-
-    with runs.quiet_store_setup():
-        uri = runs.absolute_tracking_uri(mlflow.get_tracking_uri())
-        mlflow_client = MlflowClient(uri)
-        found = mlflow_client.get_experiment_by_name(experiment_name)
-        experiment_id = (
-            found.experiment_id
-            if found is not None
-            else mlflow_client.create_experiment(
-                experiment_name, artifact_location=artifact_location
-            )
+    With ``watch_pid`` the job is cancelled when that process (the kernel) dies.
+    """
+    job = store.create(workload, job_id=job_id, owner=owner, grants=grants)
+    job_dir = JobDir(store.job_dir(job.id))
+    if payload is not None:
+        write_private(job_dir.payload, payload)
+    argv = [sys.executable, "-m", "jupyter_air.jobs.supervisor", job.id]
+    if watch_pid is not None:
+        argv += ["--watch-pid", str(watch_pid)]
+    with open(job_dir.supervisor_log, "ab", opener=private_opener) as out:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "AIR_HOME": str(store.home)},
         )
-    return RunTarget(uri, str(experiment_id), experiment_name, None, None)
+    store.update(job.id, supervisor_pid=process.pid, supervisor_host=socket.gethostname())
+    return store.get(job.id)

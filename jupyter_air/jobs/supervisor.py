@@ -5,7 +5,8 @@ of each attempt at once, while MLflow is imported on a background thread (about 
 that need not delay the ranks), records system metrics into the attempt's run, stops
 every rank when one fails, retries up to ``max_retries`` times (a new MLflow run per
 attempt), and takes the job down when it is cancelled or the kernel that follows it
-dies. The first attempt's run was created by the kernel, so links show at once.
+dies. The first attempt's run was created by the kernel, so links show at once; a job
+submitted without MLflow (``air run``) gets its experiment and first run made here.
 The job's end is recorded before anything on the MLflow side that may fail or take
 memory, so nothing there changes a job's outcome.
 """
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType
@@ -35,6 +37,7 @@ from .env import free_port, gpu_count, inherited_env, visible_gpus
 from .hints import HintRecorder, rank_gpus
 from .local import LocalRanks, Outcome, node_specs
 from .reaper import Reaper
+from .sharing import mirror
 from .spec import Workload
 from .store import JobStore
 
@@ -55,8 +58,11 @@ class Tracking:
     of the job). A job shorter than the metrics interval never competes with it.
     """
 
-    def __init__(self, workload: Workload) -> None:
+    def __init__(
+        self, workload: Workload, on_experiment: Callable[[str], None] = lambda _: None
+    ) -> None:
         self._workload = workload
+        self._on_experiment = on_experiment
         self._ready: Future[Any] = Future()
         self._needed = threading.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-node-metrics")
@@ -87,12 +93,26 @@ class Tracking:
         return str(
             runs.start_run(
                 client,
-                self._workload.experiment_id,
+                self._experiment_id(client, runs),
                 tags,
                 self._workload.run_name,
                 self._workload.parent_run_id,
             )
         )
+
+    def _experiment_id(self, client: Any, runs: Any) -> str:
+        """The workload's experiment. One only named (``air run`` imports no MLflow) is
+        made here, before the first run, and its id given to ``on_experiment``."""
+        workload = self._workload
+        if workload.experiment_id is None:
+            assert workload.experiment_name is not None
+            assert workload.tracking_uri is not None
+            with runs.quiet_store_setup(workload.tracking_uri):  # a new store: migrated once
+                workload.experiment_id = runs.ensure_experiment(
+                    client, workload.experiment_name, workload.artifact_location
+                )
+            self._on_experiment(workload.experiment_id)
+        return workload.experiment_id
 
     def start_metrics(
         self, run_id: str, guard: RunGuard, hints: HintRecorder | None = None
@@ -192,12 +212,25 @@ class Supervisor:
         self._started = time.time()
         self._ranks: Ranks | None = None
         self._hints: HintRecorder | None = None
-        self._tracking = Tracking(self.job.workload)
+        self._tracking = Tracking(self.job.workload, self._experiment_made)
 
     def cancel(self, *_: Any) -> None:
         self._cancelled.set()
         if self._ranks is not None:
             self._ranks.cancel()
+
+    def _experiment_made(self, experiment_id: str) -> None:
+        """The experiment the submitter named, now made: recorded with the job (its links
+        need the id) and given the job's grants, as a kernel's submission does."""
+        self.store.set_experiment(self.job.id, experiment_id)
+        job = self.store.get(self.job.id)
+        try:
+            report = mirror(self.store, job, self.store.access(job.id).grants)
+        except Exception as err:  # the job runs all the same; its owner can retry the grants
+            log.warning("the job's grants not set on experiment %s: %r", experiment_id, err)
+            return
+        for line in report.lines() if report else []:
+            log.info("MLflow permissions: %s", line)
 
     def _watch_kernel(self) -> None:
         """A kernel that dies takes its (non-background) job with it. It can no longer end

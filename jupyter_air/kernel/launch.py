@@ -17,7 +17,7 @@ import cloudpickle
 from pydantic import ValidationError
 
 from ..job_dir import AttemptDir
-from ..jobs import capacity, client
+from ..jobs import cancel, capacity, client
 from ..jobs.permissions import BadGrant, Grant, check_change, kernel_owner
 from ..jobs.spec import Workload
 from ..jobs.store import JobStore
@@ -204,6 +204,7 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
         watch_pid=None if options.background else os.getpid(),
     )
     job, run_id, run_name = submitted.job, submitted.run_id, submitted.run_name
+    assert run_id is not None  # a kernel's RunTarget: its first run was started
     mlflow_client = MlflowClient(target.tracking_uri)
 
     view = JobView(
@@ -299,9 +300,9 @@ def _follow(
                 last_status = time.monotonic()
             time.sleep(POLL)
     except KeyboardInterrupt:
-        client.cancel(store, job_id)
+        cancel.cancel(store, job_id)
         view.status("cancelling", len(store.attempts(job_id)) or 1, max_attempts)
-        job = client.wait(store, job_id, CANCEL_WAIT)
+        job = cancel.wait(store, job_id, CANCEL_WAIT)
         _end_last_run(store, job_id, job.status, end_run)
         _take_result(store, job_id, load=False)
         view.show(follower.poll())

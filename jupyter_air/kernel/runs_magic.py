@@ -72,7 +72,7 @@ class AirRunsMagics(Magics):
             )
         import mlflow
 
-        from ..tracking.runs import absolute_tracking_uri
+        from ..tracking.targets import absolute_tracking_uri
 
         client = er.client_for(absolute_tracking_uri(mlflow.get_tracking_uri()))
         experiment = _experiment(client, args.experiment)

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..jobs import client
+from ..jobs import cancel
 from ..jobs.permissions import (
     BadGrant,
     Grant,
@@ -188,8 +188,8 @@ class JobCancelHandler(JobsBase):
     async def post(self, job_id: str) -> None:
         job = await self.job(job_id, Level.CAN_MANAGE_RUN)
         try:
-            cancelled = await in_store_thread(client.cancel, self.store, job.id)
-        except client.Elsewhere as err:
+            cancelled = await in_store_thread(cancel.cancel, self.store, job.id)
+        except cancel.Elsewhere as err:
             raise web.HTTPError(409, str(err)) from None
         if not cancelled:
             raise web.HTTPError(409, f"job {job.id} already ended ({job.status.lower()})")

@@ -54,7 +54,7 @@ def env_store() -> str | None:
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
         return None
-    from ..tracking.runs import absolute_tracking_uri
+    from ..tracking.targets import absolute_tracking_uri
 
     uri = absolute_tracking_uri(uri)
     return uri if lookup_store(store_key(uri)) == uri else None

@@ -8,51 +8,25 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import mlflow
 from mlflow import MlflowClient
 
 from .stores import store_lock
+from .targets import RunTarget, absolute_tracking_uri
 
 #: Job status -> MLflow run status.
 RUN_STATUS = {"SUCCEEDED": "FINISHED", "FAILED": "FAILED", "CANCELLED": "KILLED"}
 
 
-@dataclass(frozen=True)
-class RunTarget:
-    """Where a call's first run goes, decided in the kernel before anything starts."""
-
-    tracking_uri: str
-    experiment_id: str
-    experiment_name: str
-    resume_run_id: str | None
-    parent_run_id: str | None
-
-
-def absolute_tracking_uri(uri: str, cwd: str | None = None) -> str:
-    """The same store, spelled so that a process started elsewhere finds it."""
-    base = Path(cwd or os.getcwd())
-    parsed = urlparse(uri)
-    if parsed.scheme in ("", "file") and not uri.startswith(("databricks", "http")):
-        path = Path(parsed.path if parsed.scheme == "file" else uri)
-        return (base / path).resolve().as_uri() if not path.is_absolute() else path.as_uri()
-    if parsed.scheme.startswith("sqlite"):
-        path_text = uri.split(":///", 1)[1] if ":///" in uri else ""
-        if path_text and not path_text.startswith("/") and path_text != ":memory:":
-            return f"{parsed.scheme}:///{(base / path_text).resolve()}"
-    return uri
-
-
 @contextmanager
-def quiet_store_setup() -> Iterator[None]:
-    """Set up (create, migrate) the current tracking store one process at a time, quietly.
+def quiet_store_setup(tracking_uri: str | None = None) -> Iterator[None]:
+    """Set up (create, migrate) a tracking store (the current one by default) one process
+    at a time, quietly.
 
     MLflow migrates a new sqlite store on first use; two processes doing so at once (a
     kernel and ``air run``) fail with an alembic error, so first uses take a lock. And
@@ -63,7 +37,7 @@ def quiet_store_setup() -> Iterator[None]:
     for logger in loggers:
         logger.setLevel(logging.WARNING)
     try:
-        with store_lock(absolute_tracking_uri(mlflow.get_tracking_uri())):
+        with store_lock(tracking_uri or absolute_tracking_uri(mlflow.get_tracking_uri())):
             yield
     finally:
         for logger, level in zip(loggers, levels, strict=True):
@@ -97,24 +71,26 @@ def resolve_target(option_experiment: str | None, user: str, notebook: str | Non
         experiment_id = active.info.experiment_id
         return RunTarget(uri, experiment_id, _name(client, experiment_id), None, active.info.run_id)
     if option_experiment:
-        experiment_id = _ensure_experiment(client, option_experiment)
+        experiment_id = ensure_experiment(client, option_experiment)
     elif fluent._active_experiment_id:
         experiment_id = fluent._active_experiment_id
     elif os.environ.get("MLFLOW_EXPERIMENT_ID"):
         experiment_id = os.environ["MLFLOW_EXPERIMENT_ID"]
     elif os.environ.get("MLFLOW_EXPERIMENT_NAME"):
-        experiment_id = _ensure_experiment(client, os.environ["MLFLOW_EXPERIMENT_NAME"])
+        experiment_id = ensure_experiment(client, os.environ["MLFLOW_EXPERIMENT_NAME"])
     else:
-        experiment_id = _ensure_experiment(client, default_experiment_name(user, notebook))
+        experiment_id = ensure_experiment(client, default_experiment_name(user, notebook))
     return RunTarget(uri, experiment_id, _name(client, experiment_id), None, None)
 
 
-def _ensure_experiment(client: MlflowClient, name: str) -> str:
+def ensure_experiment(client: MlflowClient, name: str, artifact_location: str | None = None) -> str:
+    """The experiment of that name, made (with that artifact location) if missing: the
+    one place jobs make experiments."""
     found = client.get_experiment_by_name(name)
     if found is not None:
         return str(found.experiment_id)
     try:
-        return str(client.create_experiment(name))
+        return str(client.create_experiment(name, artifact_location=artifact_location))
     except mlflow.exceptions.MlflowException:  # created meanwhile by another kernel
         found = client.get_experiment_by_name(name)
         if found is None:
@@ -124,25 +100,6 @@ def _ensure_experiment(client: MlflowClient, name: str) -> str:
 
 def _name(client: MlflowClient, experiment_id: str) -> str:
     return str(client.get_experiment(experiment_id).name)
-
-
-def job_tags(
-    job_id: str, attempt: int, nproc_per_node: int, nnodes: int, notebook: str | None, user: str
-) -> dict[str, str]:
-    tags = {
-        "air.job_id": job_id,
-        "air.attempt": str(attempt),
-        "air.nproc_per_node": str(nproc_per_node),
-        "air.nnodes": str(nnodes),
-        "air.world_size": str(nproc_per_node * nnodes),
-        "air.host": socket.gethostname(),
-        "mlflow.user": user,
-    }
-    if notebook:
-        tags["air.notebook"] = notebook
-        tags["mlflow.source.name"] = notebook
-        tags["mlflow.source.type"] = "NOTEBOOK"
-    return tags
 
 
 def start_run(

@@ -28,7 +28,7 @@ import psutil
 import pytest
 from jupyter_client.blocking import BlockingKernelClient
 
-from jupyter_air.jobs import client
+from jupyter_air.jobs import cancel as job_cancel
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.supervisor import Tracking
@@ -80,7 +80,7 @@ def kill_supervisor(store: JobStore, job_id: str) -> None:
 
 
 def cancel(store: JobStore, job_id: str) -> None:
-    assert client.cancel(store, job_id)
+    assert job_cancel.cancel(store, job_id)
 
 
 @pytest.mark.parametrize("kill", [kill_rank, kill_supervisor, cancel], ids=lambda f: f.__name__)

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from jupyter_air.jobs import client
+from jupyter_air.jobs import cancel
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.jobs.submit import start_job
 from jupyter_air.logs.capture import RankLog
 from tests.fake_nvml import Scenario
 from tests.ui.conftest import Lab
@@ -103,7 +104,7 @@ def job(air_home: Path, control: Path, logs_lab: Lab) -> Iterator[str]:
         experiment_id=experiment_id,
         run_name="logs-ui",
     )
-    job = client.submit(store, workload, None)
+    job = start_job(store, workload, None)
     deadline = time.monotonic() + 120
     logs = store.attempt_dir(job.id, 1) / "logs" / "node_0"
     while not all(
@@ -116,8 +117,8 @@ def job(air_home: Path, control: Path, logs_lab: Lab) -> Iterator[str]:
     yield job.id
     (control / "fail").touch()
     (control / "stop").touch()
-    client.cancel(store, job.id)
-    client.wait(store, job.id, 30)
+    cancel.cancel(store, job.id)
+    cancel.wait(store, job.id, 30)
 
 
 def open_page(browser: Any, lab: Lab, query: str = "") -> Any:

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from jupyter_air.jobs import client
+from jupyter_air.jobs import cancel
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.jobs.submit import start_job
 from tests.ui.conftest import Lab
 from tests.ui.notebook_pages import open_notebook, put_notebook
 from tests.ui.test_gpu_panel import card, two_gpus, value
@@ -59,8 +60,8 @@ def finished_job(air_home: Path, notebook7: Lab) -> str:
         experiment_id=experiment_id,
         run_name="nb7",
     )
-    job = client.submit(store, workload, None)
-    client.wait(store, job.id, 120)
+    job = start_job(store, workload, None)
+    cancel.wait(store, job.id, 120)
     assert store.get(job.id).status == "SUCCEEDED", store.get(job.id)
     return job.id
 
