@@ -1,5 +1,6 @@
 """The runs panel's domain rules, without a server or a store: the filter string a
-search makes, nesting, and which params differ."""
+search makes, nesting, which params differ, the order of metrics and the names a
+comparison's legend shows."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from jupyter_air.tracking.experiment_runs import (
     RunQuery,
     check_compared,
     differing_params,
+    legend_names,
     nest,
+    user_metrics_first,
 )
 
 
@@ -82,3 +85,29 @@ def test_compared_runs_and_metrics_are_checked(
 ) -> None:
     with pytest.raises(BadQuery, match=message):
         check_compared(runs, metrics)
+
+
+def test_the_users_metrics_come_before_mlflows_system_metrics() -> None:
+    keys = ["system/cpu_utilization_percentage", "val_loss", "lr", "system/gpu_0_power_watts"]
+    assert user_metrics_first(keys) == [
+        "lr",
+        "val_loss",
+        "system/cpu_utilization_percentage",
+        "system/gpu_0_power_watts",
+    ]
+    assert user_metrics_first(keys, system=False) == ["lr", "val_loss"]
+
+
+def test_runs_that_share_a_name_get_distinct_legend_names() -> None:
+    runs = [
+        {"run_id": "a1b2c3d4" + "0" * 24, "name": "quickstart"},
+        {"run_id": "ffee0011" + "0" * 24, "name": "quickstart"},
+        {"run_id": "0123abcd" + "0" * 24, "name": "other"},
+        {"run_id": "99" * 16, "name": None},
+    ]
+    assert list(legend_names(runs).values()) == [
+        "quickstart (a1b2c3d)",
+        "quickstart (ffee001)",
+        "other",
+        "99" * 16,
+    ]

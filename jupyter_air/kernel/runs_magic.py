@@ -58,8 +58,9 @@ class AirRunsMagics(Magics):
     @line_magic
     def air_runs(self, line: str) -> RunsView:
         """List the runs of the notebook's MLflow experiment (status, name, start, duration,
-        attempt, job, params, latest metrics; children under their parent); select two or
-        more to overlay their metric curves and see the params that differ."""
+        attempt, job, params, latest metrics, the user's before MLflow's system metrics;
+        children under their parent); check two or more to overlay their metric curves
+        and see the params that differ."""
         args = parse_argstring(self.air_runs, line)
         status = args.status.upper() if args.status else None
         if status is not None and status not in er.STATUSES:
@@ -119,8 +120,10 @@ def _experiment(client: MlflowClient, option: str | None) -> dict[str, str]:
 
 
 class RunsView:
-    """The page of runs as a table, a run picker, and the comparison of the picked runs
-    (metric curves overlaid by step or time, the params that differ)."""
+    """The page of runs as a table, a checkbox per run, and the comparison of the picked
+    runs (metric curves overlaid by step or by time since each run started, the params
+    that differ). The user's own metrics come first; MLflow's ``system/*`` metrics are
+    behind the "system metrics" switch."""
 
     def __init__(
         self,
@@ -135,6 +138,15 @@ class RunsView:
         self.page = page
         self.compared: dict[str, Any] | None = None
         self._box: Any = None
+        # The widgets, once built (``_build``): a checkbox per run id, the controls.
+        self.picks: dict[str, Any] = {}
+        self.picker: Any = None
+        self.metric: Any = None
+        self.axis: Any = None
+        self.system: Any = None
+        self.table: Any = None
+        self.chart: Any = None
+        self.differing: Any = None
 
     def compare(self, run_ids: list[str]) -> dict[str, Any]:
         """Curves and differing params of these runs (also what the widget's picker does)."""
@@ -149,12 +161,18 @@ class RunsView:
         self.page = er.search_page(self.client, self.query)
         return self.page
 
+    def metrics(self, system: bool = False) -> list[str]:
+        """The page's metric keys, the user's first (sorted), then MLflow's system
+        metrics when asked for."""
+        return er.user_metrics_first(self.page.metrics, system=system)
+
     def text(self) -> str:
         """The table as text, for frontends without widgets."""
-        head = [*COLUMNS, *self.page.params, *self.page.metrics]
+        metrics = self.metrics()
+        head = [*COLUMNS, *self.page.params, *metrics]
         lines = [f"Experiment {self.experiment['name']} ({len(self.page.runs)} runs)"]
         lines.append("\t".join(head))
-        lines += ["\t".join(_cells(row, self.page)) for row in self.page.runs]
+        lines += ["\t".join(_cells(row, self.page.params, metrics)) for row in self.page.runs]
         return "\n".join(lines)
 
     def _ipython_display_(self) -> None:
@@ -168,58 +186,111 @@ class RunsView:
 
     def close(self) -> None:
         if self._box is not None:
-            for child in self._box.children:
-                child.close()
-            self._box.close()
+            pending = [self._box]
+            while pending:
+                widget = pending.pop()
+                pending.extend(getattr(widget, "children", ()))
+                widget.close()
+
+    def picked(self) -> list[str]:
+        """The run ids whose boxes are checked, in the table's order."""
+        return [run_id for run_id, box in self.picks.items() if box.value]
 
     def _build(self) -> Any:
         import ipywidgets as w
         import plotly.graph_objects as go
 
-        picker = w.SelectMultiple(
-            options=[(_label(row), row["run_id"]) for row in self.page.runs],
-            rows=min(8, max(2, len(self.page.runs))),
-            description="Compare",
+        self.picker = w.VBox(layout=w.Layout(max_height="220px", overflow="auto"))
+        self.metric = w.Dropdown(description="Metric")
+        self.axis = w.ToggleButtons(
+            options=[("by step", "step"), ("by time since start", "time")],
+            value="step",
+            tooltips=["Each run's steps", "Seconds since each run started"],
         )
-        metric = w.Dropdown(options=self.page.metrics, description="Metric")
-        axis = w.ToggleButtons(options=["step", "time"], value="step")
-        chart = go.FigureWidget(layout=CHART_LAYOUT)
-        differing = w.HTML()
+        self.system = w.Checkbox(
+            value=False, description="system metrics", indent=False,
+            tooltip="Also show MLflow's system/* metrics (CPU, memory, GPUs)",
+        )  # fmt: skip
+        self.table = w.HTML()
+        self.chart = go.FigureWidget(layout=CHART_LAYOUT)
+        self.differing = w.HTML()
+        reload = w.Button(description="Refresh", icon="refresh", tooltip="Read the runs again")
 
         def redraw(_: Any = None) -> None:
-            chosen = list(picker.value)[: er.MAX_COMPARED]
+            chosen = self.picked()[: er.MAX_COMPARED]
             doc = self.compare(chosen) if len(chosen) >= 2 else None
-            with chart.batch_update():
-                chart.data = []
-                for trace in _traces(doc, metric.value, axis.value) if doc else []:
-                    chart.add_scatter(**trace)
-                chart.layout.xaxis.title = axis.value
-                chart.layout.yaxis.title = metric.value or ""
-            differing.value = (
-                _params_table(doc) if doc else "<i>Select two or more runs to compare them.</i>"
+            with self.chart.batch_update():
+                self.chart.data = []
+                for trace in _traces(doc, self.metric.value, self.axis.value) if doc else []:
+                    self.chart.add_scatter(**trace)
+                self.chart.layout.xaxis.title = _AXIS_TITLES[self.axis.value]
+                self.chart.layout.yaxis.title = self.metric.value or ""
+            self.differing.value = (
+                _params_table(doc) if doc else "<i>Check two or more runs to compare them.</i>"
             )
 
-        for control in (picker, metric, axis):
-            control.observe(redraw, names="value")
-        redraw()
-        table = w.HTML(_html_table(self.experiment, self.page))
-        reload = w.Button(description="Refresh", tooltip="Read the runs again")
+        def show_page(_: Any = None) -> None:
+            """Table, checkboxes and metric choices of the page as it is now."""
+            metrics = self.metrics(self.system.value)
+            self.table.value = _html_table(self.experiment, self.page, metrics)
+            checked = set(self.picked())
+            for box in self.picks.values():
+                box.unobserve_all()
+            self.picks = {row["run_id"]: _checkbox(row, checked) for row in self.page.runs}
+            for box in self.picks.values():
+                box.observe(redraw, names="value")
+            self.picker.children = list(self.picks.values())
+            current = self.metric.value
+            self.metric.options = metrics
+            self.metric.value = current if current in metrics else next(iter(metrics), None)
 
         def refreshed(_: Any) -> None:
-            page = self.refresh()
-            table.value = _html_table(self.experiment, page)
-            kept = [
-                run_id for run_id in picker.value if any(r["run_id"] == run_id for r in page.runs)
-            ]
-            picker.options = [(_label(row), row["run_id"]) for row in page.runs]
-            picker.value = tuple(kept)
-            metric.options = page.metrics
+            self.refresh()
+            show_page()
+            redraw()
 
+        show_page()
+        for control in (self.metric, self.axis):
+            control.observe(redraw, names="value")
+        self.system.observe(show_page, names="value")
         reload.on_click(refreshed)
-        return w.VBox([table, picker, w.HBox([metric, axis, reload]), chart, differing])
+        redraw()
+        return w.VBox(
+            [
+                w.HTML(f"<style>{TABLE_STYLE}</style>"),
+                self.table,
+                w.HTML("<b>Compare</b>"),
+                self.picker,
+                w.HBox([self.metric, self.axis, self.system, reload]),
+                self.chart,
+                self.differing,
+            ]
+        )
 
 
-def _cells(row: dict[str, Any], page: er.RunsPage) -> list[str]:
+#: The x axis of a comparison: each run's steps, or seconds since each run started (so
+#: runs started minutes apart overlay).
+_AXIS_TITLES = {"step": "step", "time": "seconds since the run started"}
+#: The tables' style: dates and ids on one line, numbers right-aligned.
+TABLE_STYLE = (
+    ".jp-air-RunsView-table td, .jp-air-RunsView-table th "
+    "{white-space: nowrap; padding: 2px 10px 2px 0; text-align: left}"
+    " .jp-air-RunsView-table td.jp-air-RunsView-number {text-align: right}"
+)
+
+
+def _checkbox(row: dict[str, Any], checked: set[str]) -> Any:
+    import ipywidgets as w
+
+    return w.Checkbox(
+        value=row["run_id"] in checked,
+        description=_label(row),
+        indent=False,
+        layout=w.Layout(width="auto"),
+    )
+
+
+def _cells(row: dict[str, Any], params: list[str], metrics: list[str]) -> list[str]:
     start = row["start_time"]
     duration = row["duration_ms"]
     cells = [
@@ -230,23 +301,41 @@ def _cells(row: dict[str, Any], page: er.RunsPage) -> list[str]:
         str(row["attempt"] or ""),
         row["job_id"] or "",
     ]
-    cells += [row["params"].get(key, "") for key in page.params]
-    cells += [_number(row["metrics"].get(key)) for key in page.metrics]
+    cells += [row["params"].get(key, "") for key in params]
+    cells += [readable_number(row["metrics"].get(key)) for key in metrics]
     return cells
 
 
-def _number(value: float | None) -> str:
-    return "" if value is None else f"{value:.4g}"
+def readable_number(value: float | None) -> str:
+    """Four significant digits, in positional notation with thousands separators from
+    10,000 up (``79,670``, not ``7.967e+04``); exponents only for very small values."""
+    if value is None:
+        return ""
+    text = f"{value:.4g}"
+    if "e+" in text:
+        return f"{value:,.0f}"
+    return text
 
 
 def _label(row: dict[str, Any]) -> str:
-    return f"{'  ' * row['depth']}{row['name'] or row['run_id']} ({row['status']})"
+    start = row["start_time"]
+    when = datetime.fromtimestamp(start / 1000).strftime("%m-%d %H:%M:%S") if start else ""
+    name = row["name"] or row["run_id"]
+    return f"{'  ' * row['depth']}{name} · {row['status'].lower()} · {when} · {row['run_id'][:7]}"
 
 
-def _html_table(experiment: dict[str, str], page: er.RunsPage) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in (*COLUMNS, *page.params, *page.metrics))
+def _html_table(experiment: dict[str, str], page: er.RunsPage, metrics: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in (*COLUMNS, *page.params, *metrics))
+    numbers = len(COLUMNS) + len(page.params)
+
+    def cell(k: int, text: str) -> str:
+        kind = ' class="jp-air-RunsView-number"' if k >= numbers else ""
+        return f"<td{kind}>{html.escape(text)}</td>"
+
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(row, page)) + "</tr>"
+        "<tr>"
+        + "".join(cell(k, c) for k, c in enumerate(_cells(row, page.params, metrics)))
+        + "</tr>"
         for row in page.runs
     )
     title = html.escape(experiment["name"])
@@ -256,7 +345,7 @@ def _html_table(experiment: dict[str, str], page: er.RunsPage) -> str:
 def _params_table(doc: dict[str, Any]) -> str:
     if not doc["params"]:
         return "<i>These runs have the same params.</i>"
-    names = {run["run_id"]: run["name"] or run["run_id"] for run in doc["runs"]}
+    names = er.legend_names(doc["runs"])
     head = "<th>param</th>" + "".join(f"<th>{html.escape(n)}</th>" for n in names.values())
     rows = "".join(
         f"<tr><td>{html.escape(key)}</td>"
@@ -264,18 +353,20 @@ def _params_table(doc: dict[str, Any]) -> str:
         + "</tr>"
         for key, values in doc["params"].items()
     )
-    return f"<b>Params that differ</b><table><tr>{head}</tr>{rows}</table>"
+    return (
+        "<b>Params that differ</b>"
+        f"<table class='jp-air-RunsView-table'><tr>{head}</tr>{rows}</table>"
+    )
 
 
 def _traces(doc: dict[str, Any], metric: str | None, axis: str) -> list[dict[str, Any]]:
-    """One line per run of ``metric``, by step or by time."""
-    names = {run["run_id"]: run["name"] or run["run_id"] for run in doc["runs"]}
+    """One line per run of ``metric``, by step or by seconds since the run started."""
+    names = er.legend_names(doc["runs"])
+    starts = {run["run_id"]: run.get("start_time") for run in doc["runs"]}
     traces = []
     for run_id, points in (doc["metrics"].get(metric) or {}).items():
-        xs = [
-            p["step"] if axis == "step" else datetime.fromtimestamp(p["timestamp"] / 1000)
-            for p in points
-        ]
+        start = starts.get(run_id) or (points[0]["timestamp"] if points else 0)
+        xs = [p["step"] if axis == "step" else (p["timestamp"] - start) / 1000 for p in points]
         ys = [p["value"] for p in points]
         traces.append({"x": xs, "y": ys, "mode": "lines+markers", "name": names[run_id]})
     return traces

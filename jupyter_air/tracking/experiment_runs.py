@@ -268,6 +268,30 @@ def compare(
     }
 
 
+def is_system_metric(key: str) -> bool:
+    """MLflow's own system metrics (``system/cpu_utilization_percentage``, ...)."""
+    return key.startswith("system/")
+
+
+def user_metrics_first(keys: Iterable[str], system: bool = True) -> list[str]:
+    """The user's metrics (sorted), then MLflow's system metrics (sorted) when ``system``:
+    what a table's columns and a comparison's default metric follow, so the system
+    metrics never push the user's own off the table."""
+    ordered = sorted(set(keys))
+    user = [key for key in ordered if not is_system_metric(key)]
+    return user + [key for key in ordered if is_system_metric(key)] if system else user
+
+
+def legend_names(runs: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Run id -> the name a chart's legend shows: the run's name, with the start of its
+    id where several runs share that name (MLflow does not make names unique)."""
+    names = [run.get("name") or run["run_id"] for run in runs]
+    return {
+        run["run_id"]: f"{name} ({run['run_id'][:7]})" if names.count(name) > 1 else name
+        for run, name in zip(runs, names, strict=True)
+    }
+
+
 def _text(token: str | bytes | None) -> str | None:
     """A page token as text (the sqlite store hands out bytes)."""
     if not token:

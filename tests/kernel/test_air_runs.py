@@ -36,6 +36,7 @@ def runs(kernel_env: dict[str, str], air_home: Path) -> dict[str, str]:
         client.log_param(run.info.run_id, "lr", lr)
         for step in range(3):
             client.log_metric(run.info.run_id, "loss", float(start + step), step=step)
+            client.log_metric(run.info.run_id, "system/cpu_utilization_percentage", 50.0, step=step)
         client.set_terminated(run.info.run_id, status, end_time=1000 * (start + 1) + 2000)
         made[name] = run.info.run_id
     client.create_run(other, run_name="elsewhere")
@@ -92,15 +93,60 @@ def test_comparing_two_runs_gives_both_curves_and_the_differing_param(
         kernel, "{k: [p['value'] for p in v] for k, v in doc['metrics']['loss'].items()}"
     )
     assert curves == {runs["a"]: [0.0, 1.0, 2.0], runs["b"]: [1.0, 2.0, 3.0]}
-    # the widget's picker draws the same comparison as plotly lines
+    # checking two runs' boxes draws the same comparison as plotly lines
     kernel.run("view")
     picked = kernel.run(
-        f"view._box.children[1].value = ({runs['a']!r}, {runs['b']!r})\n"
-        "chart = view._box.children[3]\n"
-        "[(t.name, list(t.y)) for t in chart.data]"
+        f"view.picks[{runs['a']!r}].value = True\n"
+        f"view.picks[{runs['b']!r}].value = True\n"
+        "sorted((t.name, list(t.y)) for t in view.chart.data)"
     )
     assert ast.literal_eval(picked.value()) == [("a", [0.0, 1.0, 2.0]), ("b", [1.0, 2.0, 3.0])]
-    assert "lr" in str(value(kernel, "view._box.children[4].value"))
+    assert "lr" in str(value(kernel, "view.differing.value"))
+
+
+def test_the_users_metrics_come_first_and_system_metrics_are_one_switch_away(
+    kernel: Kernel, runs: dict[str, str]
+) -> None:
+    kernel.run("view = %air_runs")
+    shown = kernel.run("view")
+    assert "system/" not in shown.displays[0]["text/plain"], "no system columns by default"
+    assert value(kernel, "view.metric.options") == ("loss",)
+    assert value(kernel, "view.metric.value") == "loss", "a comparison starts on the user's"
+    assert "system/" not in str(value(kernel, "view.table.value"))
+    kernel.run("view.system.value = True")
+    assert value(kernel, "view.metric.options") == ("loss", "system/cpu_utilization_percentage")
+    assert value(kernel, "view.metric.value") == "loss"
+    assert "system/cpu_utilization_percentage" in str(value(kernel, "view.table.value"))
+
+
+def test_runs_by_time_start_at_zero_and_same_named_runs_stay_apart(
+    kernel: Kernel, runs: dict[str, str], kernel_env: dict[str, str]
+) -> None:
+    """Two runs named "a", started 10 minutes apart: by time, both curves start at 0 s,
+    and the legend tells them apart by the start of their ids."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(kernel_env["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name("/Users/ada/train")
+    assert experiment is not None
+    twin = client.create_run(experiment.experiment_id, start_time=600_000, run_name="a")
+    for step in range(3):
+        client.log_metric(twin.info.run_id, "loss", 1.0, step=step, timestamp=600_000 + step * 1000)
+    try:
+        kernel.run("view = %air_runs")
+        kernel.run("view")
+        drawn = kernel.run(
+            f"view.picks[{runs['a']!r}].value = True\n"
+            f"view.picks[{twin.info.run_id!r}].value = True\n"
+            "view.axis.value = 'time'\n"
+            "[(t.name, list(t.x)) for t in view.chart.data]"
+        )
+        traces = dict(ast.literal_eval(drawn.value()))
+        assert traces[f"a ({twin.info.run_id[:7]})"] == [0.0, 1.0, 2.0]
+        assert f"a ({runs['a'][:7]})" in traces
+        assert all(x[0] >= 0 for x in traces.values()), "seconds since each run started"
+    finally:
+        client.delete_run(twin.info.run_id)
 
 
 def test_refresh_reads_the_runs_again(
