@@ -57,8 +57,8 @@ class AirScheduleMagics(Magics):
         "--nproc-per-node",
         type=int,
         default=1,
-        help="Ranks per node of the notebook's %%%%air_distributed cells that name none "
-        "(default 1).",
+        help="Ranks for the notebook's distributed cells: each run defines nproc_per_node "
+        "in its parameters cell, for %%%%air_distributed -n {nproc_per_node} (default 1).",
     )
     @argument("--experiment", help="MLflow experiment of the runs (default /Users/<you>/<name>).")
     @argument("--name", help="The schedule's name (default: the notebook's file name).")

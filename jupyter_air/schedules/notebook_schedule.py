@@ -2,8 +2,9 @@
 "Schedule this notebook" form make, as a schedule file would say it.
 
 The fields are a Unix (5 fields) or Quartz (6 or 7, seconds first) cron, its time zone,
-the ranks the notebook's distributed cells default to, and the experiment. The notebook
-is read now: the schedule runs that snapshot, never the kernel's state.
+the ranks (defined as ``nproc_per_node`` in each run's parameters cell, for the notebook's
+``%%air_distributed -n {nproc_per_node}``), and the experiment. The notebook is read now:
+the schedule runs that snapshot, never the kernel's state.
 """
 
 from __future__ import annotations
@@ -12,10 +13,18 @@ from pathlib import Path
 from typing import Any
 
 from .model import ScheduleSpec
+from .schedule_file import ScheduleFileError
 from .service import Schedules
 
 #: The one task's key.
 TASK_KEY = "notebook"
+
+#: The variable the run's parameters cell defines with the ranks asked for: the
+#: notebook's cells use it as ``%%air_distributed -n {nproc_per_node}``.
+RANKS_PARAMETER = "nproc_per_node"
+
+#: Most ranks a schedule's form asks for (the job's own checks follow at each run).
+MAX_RANKS = 1024
 
 
 def notebook_spec(
@@ -30,9 +39,13 @@ def notebook_spec(
 ) -> ScheduleSpec:
     """The checked schedule (``ScheduleFileError`` / ``CronError`` in one line otherwise)."""
     quartz = len(cron.split()) in (6, 7)
-    task: dict[str, Any] = {"task_key": TASK_KEY, "notebook": notebook.name}
-    if nproc_per_node != 1:
-        task["nproc_per_node"] = nproc_per_node
+    if not 1 <= nproc_per_node <= MAX_RANKS:
+        raise ScheduleFileError(f"ranks must be between 1 and {MAX_RANKS}, got {nproc_per_node}")
+    task = {
+        "task_key": TASK_KEY,
+        "notebook": notebook.name,
+        "parameters": {RANKS_PARAMETER: nproc_per_node},
+    }
     doc: dict[str, Any] = {
         "name": name or notebook.stem,
         "schedule": {

@@ -88,27 +88,34 @@ def run_document(
                 "task_key": t.task_key,
                 "status": t.status.value,
                 "job_id": t.job_id,
+                "previous_job_ids": list(t.previous_job_ids),
                 "message": _shown(t.message),
-                "run_url": _run_url(jobs, t.job_id, run_link) if t.job_id else None,
+                **_mlflow(jobs, t.job_id, run_link),
             }
             for t in run.tasks
         ],
     }
 
 
-def _run_url(jobs: JobStore, job_id: str, run_link: RunLink | None) -> str | None:
-    """The MLflow page of the job's latest attempt that has a run."""
-    if run_link is None:
-        return None
+def _mlflow(jobs: JobStore, job_id: str | None, run_link: RunLink | None) -> dict[str, Any]:
+    """The MLflow run of the job's latest attempt that has one: its id, its experiment
+    and its page (``run_url``, with ``run_link``)."""
+    found: dict[str, Any] = {"run_id": None, "experiment_id": None, "run_url": None}
+    if job_id is None:
+        return found
     try:
         w = jobs.get(job_id).workload
     except UnknownJob:
-        return None  # its records expired
+        return found  # its records expired
     attempts = [a for a in jobs.attempts(job_id) if a.run_id]
     if not attempts or not w.tracking_uri or not w.experiment_id:
-        return None
-    url = run_link(w.tracking_uri, w.experiment_id, attempts[-1].run_id or "")
-    return without_userinfo(url) if url else None
+        return found
+    run_id = attempts[-1].run_id or ""
+    url = run_link(w.tracking_uri, w.experiment_id, run_id) if run_link else None
+    found.update(
+        run_id=run_id, experiment_id=w.experiment_id, run_url=without_userinfo(url) if url else None
+    )
+    return found
 
 
 def _shown(text: str | None) -> str | None:

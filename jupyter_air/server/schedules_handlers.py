@@ -256,9 +256,17 @@ class ScheduleRunRepairHandler(SchedulesBase):
     async def post(self, run_id: str) -> None:
         doc = self.body()
         flags = ("rerun_all_failed", "rerun_dependent")
-        if set(doc) - set(flags) or not all(isinstance(doc.get(f, True), bool) for f in flags):
+        tasks = doc.get("tasks", [])
+        if (
+            set(doc) - {*flags, "tasks"}
+            or not all(isinstance(doc.get(f, True), bool) for f in flags)
+            or not isinstance(tasks, list)
+            or not all(isinstance(t, str) for t in tasks)
+        ):
             raise web.HTTPError(
-                400, "the body is {'rerun_all_failed': true|false, 'rerun_dependent': true|false}"
+                400,
+                "the body is {'tasks': [task keys], 'rerun_all_failed': true|false, "
+                "'rerun_dependent': true|false}",
             )
         who = self.caller()
 
@@ -267,8 +275,9 @@ class ScheduleRunRepairHandler(SchedulesBase):
                 run = self.schedules.repair(
                     who,
                     int(run_id),
-                    doc.get("rerun_all_failed", True),
-                    doc.get("rerun_dependent", False),
+                    tasks=tuple(doc.get("tasks", ())),
+                    rerun_all_failed=doc.get("rerun_all_failed", True),
+                    rerun_dependent=doc.get("rerun_dependent", False),
                 )
             except UnknownSchedule:
                 raise web.HTTPError(404, f"no schedule run {run_id}") from None

@@ -54,7 +54,7 @@ def test_scheduling_takes_a_snapshot_of_the_saved_notebook_and_says_what_runs(
     kernel: Kernel, train: Path, air_home: Path
 ) -> None:
     out = kernel.run(
-        '%air_schedule --cron "30 2 * * *" --timezone Europe/Paris --experiment nightly'
+        '%air_schedule --cron "30 2 * * *" --timezone Europe/Paris -n 2 --experiment nightly'
     )
     assert out.error is None, out.traceback
     assert "Scheduled train" in out.stdout
@@ -65,7 +65,9 @@ def test_scheduling_takes_a_snapshot_of_the_saved_notebook_and_says_what_runs(
     (made,) = schedules(air_home).store.schedules()
     assert made.owner == "ada"
     assert made.spec.experiment_name == "nightly"
-    assert "version 1" in (made.spec.tasks[0].notebook or "")
+    (task,) = made.spec.tasks
+    assert "version 1" in (task.notebook or "")
+    assert task.parameters == {"nproc_per_node": 2}  # for %%air_distributed -n {nproc_per_node}
     assert scheduler.running(air_home) is not None  # started, since a schedule exists
 
 
@@ -112,6 +114,8 @@ def test_pause_and_resume_by_name(kernel: Kernel, air_home: Path) -> None:
         ("%air_schedule pause", "which schedule"),
         ("%air_schedule pause nosuch", "no schedule 'nosuch'"),
         ('%air_schedule --cron "0 2 * * *" --notebook missing.ipynb', "missing.ipynb"),
+        ('%air_schedule --cron "0 2 * * *" -n 0', "ranks must be between 1 and 1024"),
+        ('%air_schedule --cron "0 2 * * * --name x', "No closing quotation"),
     ],
 )
 def test_bad_input_is_one_line_and_changes_nothing(
