@@ -9,10 +9,20 @@ from pathlib import Path
 import pytest
 
 from tests.fake_nvml import FakeGpu, Scenario, build_library, load_in_process
+from tests.gpu.driver import no_real_driver
 
 pytest_plugins = ["pytest_jupyter.jupyter_server", "tests.server_fixtures"]
 
 WriteScenario = Callable[[Scenario], Path]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``gpu`` tests run only where a real NVIDIA driver answers; elsewhere each one is
+    skipped with the reason, never passed."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    reason = no_real_driver() if gpu_items else None
+    for item in gpu_items if reason else []:
+        item.add_marker(pytest.mark.skip(reason=f"no real NVIDIA driver: {reason}"))
 
 
 @pytest.fixture(scope="session")
