@@ -332,3 +332,54 @@ def test_the_views_table_names_each_process_its_job_and_the_jobs_hints() -> None
         f'<td data-metric="processes">python (42) 512 MiB, job 20261201-010203-abcdef ⚠ {hint}</td>'
     ) in table
     assert '<td data-metric="util">3 %</td>' in table
+
+
+def test_without_a_gpu_the_view_says_why_in_one_line_and_draws_only_the_host() -> None:
+    from jupyter_air.kernel.gpu_magic import GpuView
+
+    no_driver = {
+        "gpus": [],
+        "nvml": {"available": False, "reason": "libnvidia-ml.so.1 not found"},
+        "host": {"cpu_count": 2, "mem_total_mib": 1024},
+        "inventory": "none",
+        "now": 10.0,
+        "samples": {"t": [10.0], "cpu": [12.0], "mem": [512.0], "gpu": []},
+    }
+    history = GpuHistory()
+    history.merge(no_driver)
+    reason = history.no_gpu_reason()
+    assert reason == "No GPU here: libnvidia-ml.so.1 not found. Host CPU and memory below."
+
+    class Answer:
+        description = "a test source"
+
+        def fetch(self, since: float | None, inventory: str | None) -> dict[str, Any]:
+            return no_driver
+
+        refresh = fetch
+
+        def release(self) -> None:
+            pass
+
+    poller = GpuPoller(Answer())
+    poller.step()
+    view = GpuView(poller, "15m")
+    try:
+        titles = [a.text for a in view.figure.layout.annotations]
+        assert titles == ["Host (%)"], "no empty GPU charts"
+        assert [t.name for t in view.figure.data] == ["host CPU", "host memory"]
+        assert reason in view.status.value
+        assert view.figure.layout.height < 300
+    finally:
+        view.close()
+
+
+def test_gpus_get_a_chart_row_per_metric_titled_clear_of_the_toolbar_with_24_hour_times() -> None:
+    from jupyter_air.kernel.gpu_magic import _figure
+
+    figure = _figure(with_gpus=True)
+    titles = [a.text for a in figure.layout.annotations]
+    assert titles == ["GPU utilization (%)", "GPU memory (%)", "GPU temperature (°C)", "Host (%)"]
+    assert {a.xanchor for a in figure.layout.annotations} == {"left"}, "the toolbar is right"
+    assert figure.layout.xaxis.tickformat == "%H:%M"
+    assert figure.layout.xaxis.hoverformat == "%H:%M:%S"

@@ -104,6 +104,16 @@ class GpuHistory:
         cutoff = self.now - seconds
         return next((k for k, t in enumerate(self.t) if t >= cutoff), len(self.t))
 
+    def no_gpu_reason(self) -> str | None:
+        """Why there is no GPU to show, in one line (None while there are GPUs, or before
+        the first answer)."""
+        if self.gpus or not self.nvml:
+            return None
+        if not self.nvml.get("available"):
+            reason = str(self.nvml.get("reason") or "the NVIDIA driver is not available")
+            return f"No GPU here: {reason.rstrip('.')}. Host CPU and memory below."
+        return "No GPU here: the NVIDIA driver reports none. Host CPU and memory below."
+
     def latest(self, column: Column) -> float | None:
         return column[-1] if column else None
 

@@ -85,7 +85,6 @@ class GpuView:
 
     def __init__(self, poller: GpuPoller, range_key: str) -> None:
         import ipywidgets as w
-        from plotly.subplots import make_subplots
 
         self.poller = poller
         self.range_key = range_key
@@ -95,32 +94,19 @@ class GpuView:
             options=list(RANGES), value=range_key, tooltips=["15 minutes", "1 hour", "2 hours"]
         )
         self.range.style.button_width = "4em"
+        self.range.layout.margin = "0"  # in line with the buttons beside it
         self.refresh = w.Button(description="Refresh", icon="refresh", tooltip="Sample now")
         self.resume = w.Button(description="Resume", icon="play", layout=w.Layout(display="none"))
         self.close_button = w.Button(description="Close", icon="times", tooltip="Stop this view")
         self.status = w.HTML()
         self.cards = w.HTML()
-        figure = make_subplots(
-            rows=len(ROWS), cols=1, shared_xaxes=True, vertical_spacing=0.06,
-            subplot_titles=[f"{title} ({unit})" for title, unit in ROWS],
-        )  # fmt: skip
-        figure.update_layout(
-            height=640, margin={"l": 50, "r": 20, "t": 30, "b": 30}, hovermode="x unified",
-            legend={"orientation": "h"}, template="plotly_white",
-        )  # fmt: skip
-        for row in (1, 2, 4):
-            figure.update_yaxes(range=[0, 100], row=row, col=1)
-        import plotly.graph_objects as go
-
-        self.figure = go.FigureWidget(figure)
-        self.box = w.VBox(
-            [
-                w.HBox([self.title, self.range, self.refresh, self.resume, self.close_button]),
-                self.status,
-                self.cards,
-                self.figure,
-            ]
+        self._with_gpus = False
+        self.figure = _figure(with_gpus=False)
+        header = w.HBox(
+            [self.title, self.range, self.refresh, self.resume, self.close_button],
+            layout=w.Layout(align_items="center"),
         )
+        self.box = w.VBox([header, self.status, self.cards, self.figure])
         self.box.add_class("jp-air-GpuView")
         self.refresh.on_click(lambda _: poller.request_refresh())
         self.resume.on_click(lambda _: poller.touch())
@@ -166,6 +152,11 @@ class GpuView:
         self._draw(history)
 
     def _draw(self, history: GpuHistory) -> None:
+        if bool(history.gpus) != self._with_gpus:  # the GPU rows, only with GPUs
+            self._with_gpus = bool(history.gpus)
+            old, self.figure = self.figure, _figure(self._with_gpus)
+            self.box.children = [*self.box.children[:-1], self.figure]
+            old.close()
         seconds = RANGES[self.range_key]
         start = history.window(seconds)
         x = [datetime.fromtimestamp(t) for t in history.t[start:]]
@@ -180,9 +171,10 @@ class GpuView:
                 (f"GPU {i} temperature", 3, gpu["temp"][start:]),
             ]
         total_mem = history.host.get("mem_total_mib")
+        host_row = len(ROWS) if self._with_gpus else 1
         series += [
-            ("host CPU", 4, history.cpu[start:]),
-            ("host memory", 4, [_percent(v, total_mem) for v in history.mem[start:]]),
+            ("host CPU", host_row, history.cpu[start:]),
+            ("host memory", host_row, [_percent(v, total_mem) for v in history.mem[start:]]),
         ]
         with self.figure.batch_update():
             if len(self.figure.data) != len(series):
@@ -199,6 +191,30 @@ class GpuView:
             if now:
                 ends = [datetime.fromtimestamp(now - seconds), datetime.fromtimestamp(now)]
                 self.figure.update_xaxes(range=ends)
+
+
+def _figure(with_gpus: bool) -> Any:
+    """The charts: a row per GPU metric then the host's, or the host's alone where there
+    is no GPU (no empty GPU charts). Titles sit at the left, clear of plotly's toolbar;
+    times are 24-hour."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    rows = ROWS if with_gpus else ROWS[-1:]
+    figure = make_subplots(
+        rows=len(rows), cols=1, shared_xaxes=True, vertical_spacing=0.08 if with_gpus else 0.0,
+        subplot_titles=[f"{title} ({unit})" for title, unit in rows],
+    )  # fmt: skip
+    figure.update_annotations(x=0, xanchor="left", font={"size": 13})
+    figure.update_layout(
+        height=170 * len(rows) + 90, margin={"l": 50, "r": 20, "t": 40, "b": 30},
+        hovermode="x unified", legend={"orientation": "h"}, template="plotly_white",
+    )  # fmt: skip
+    figure.update_xaxes(tickformat="%H:%M", hoverformat="%H:%M:%S")
+    for row, (_, unit) in enumerate(rows, start=1):
+        if unit == "%":
+            figure.update_yaxes(range=[0, 100], row=row, col=1)
+    return go.FigureWidget(figure)
 
 
 def _text(poller: GpuPoller) -> str:
@@ -239,9 +255,9 @@ def _status(poller: GpuPoller) -> str:
         parts.append(f"Last sample {datetime.fromtimestamp(history.t[-1]):%H:%M:%S}.")
     if poller.error:
         parts.append(f'<span class="jp-air-GpuView-error">{html.escape(poller.error)}</span>')
-    nvml = history.nvml
-    if nvml and not nvml.get("available"):
-        parts.append(f"No GPU: {html.escape(str(nvml.get('reason')))}")
+    reason = history.no_gpu_reason()
+    if reason is not None:
+        parts.append(f'<br><span class="jp-air-GpuView-nogpu">{html.escape(reason)}</span>')
     return f'<div class="jp-air-GpuView-status">{" ".join(parts)}</div>'
 
 
