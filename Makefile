@@ -56,14 +56,19 @@ setup: system $(VENV)/.installed
 
 ## --- the README's commands ----------------------------------------------------------
 
+# The demo works on copies of notebooks/ in $(DEMO_DIR) (ignored by git): saved outputs,
+# checkpoints and the MLflow store stay there, and `git status` stays clean.
+DEMO_DIR ?= .demo
+
 demo: setup
-	$(PY) scripts/demo.py --url "$(LAB_URL)"
+	$(PY) scripts/demo.py --url "$(LAB_URL)" --workdir "$(DEMO_DIR)"
 	@echo "Starting JupyterLab with jupyter_air. Open:"
 	@echo "    $(LAB_URL)"
-	@echo "(notebooks/quickstart.ipynb is the example; the chip icon in the right sidebar"
-	@echo " opens GPU resources; Ctrl-C stops)"
+	@echo "(quickstart.ipynb is the example, a copy of notebooks/ in $(DEMO_DIR)/; the chip"
+	@echo " icon in the right sidebar opens GPU resources; Ctrl-C stops)"
 	jupyter lab --no-browser $(ROOT_FLAG) --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
-		--ServerApp.port_retries=0 --IdentityProvider.token=$(TOKEN)
+		--ServerApp.port_retries=0 --IdentityProvider.token=$(TOKEN) \
+		--ServerApp.root_dir="$(DEMO_DIR)"
 
 lab: demo
 

@@ -1,11 +1,18 @@
-"""``make demo``: run the quickstart notebook headless, say where its job and run are,
-then start JupyterLab on the same MLflow store."""
+"""``make demo``: copy the example notebooks into a scratch folder, run the quickstart
+there headless, say where its job and run are; JupyterLab then serves that folder.
+
+The scratch folder (``.demo/`` by default, ignored by git) is where the demo's
+notebooks are saved with their outputs, where JupyterLab keeps its checkpoints and
+where the default MLflow store (``mlflow.db``) lands, so a demo never changes a file
+git tracks. A copy the user has edited there is kept, never overwritten.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -13,33 +20,57 @@ import nbformat
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = ROOT / "notebooks" / "quickstart.ipynb"
+NOTEBOOKS = ROOT / "notebooks"
+WORKDIR = ROOT / ".demo"
+QUICKSTART = "quickstart.ipynb"
 JOB = re.compile(r"Job (\S+)")
 
 
-def run_quickstart() -> str:
-    """Execute the quickstart in a fresh kernel beside it; the job id of its DDP cell."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    os.environ.setdefault("JPY_SESSION_NAME", str(NOTEBOOK))
+def prepare(workdir: Path) -> list[str]:
+    """Copy each example notebook into ``workdir`` unless a copy is there already; a
+    note for each copy kept whose code differs from the example's."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    notes = []
+    for example in sorted(NOTEBOOKS.glob("*.ipynb")):
+        copy = workdir / example.name
+        if not copy.exists():
+            shutil.copyfile(example, copy)
+        elif _sources(copy) != _sources(example):
+            notes.append(f"kept your edited {copy} (delete it to get {example.name} afresh)")
+    return notes
+
+
+def _sources(path: Path) -> list[str]:
+    return [cell.source for cell in nbformat.read(path, as_version=4).cells]
+
+
+def run_quickstart(workdir: Path) -> str:
+    """Execute the quickstart's copy in a fresh kernel beside it (its outputs are not
+    saved); the job id of its DDP cell."""
+    notebook = workdir / QUICKSTART
+    nb = nbformat.read(notebook, as_version=4)
+    os.environ.setdefault("JPY_SESSION_NAME", str(notebook))
     NotebookClient(
-        nb,
-        timeout=600,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
     ).execute()
     for cell in nb.cells:
         for output in cell.get("outputs", []):
-            text = output.get("data", {}).get("text/plain", "")
-            match = JOB.search(text)
+            match = JOB.search(output.get("data", {}).get("text/plain", ""))
             if match:
                 return match.group(1)
     raise SystemExit("the quickstart ran but showed no job")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--url", required=True, help="the URL JupyterLab will serve, with its token"
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=WORKDIR,
+        help=f"the scratch folder JupyterLab will serve (default {WORKDIR.relative_to(ROOT)})",
     )
     args = parser.parse_args()
     from mlflow import MlflowClient
@@ -47,8 +78,11 @@ def main() -> None:
     from jupyter_air.jobs.store import JobStore
     from jupyter_air.tracking.stores import register_store
 
-    print(f"Running {NOTEBOOK.relative_to(ROOT)} (a 2-rank DDP training) ...", flush=True)
-    job_id = run_quickstart()
+    workdir = args.workdir.resolve()
+    for note in prepare(workdir):
+        print(note)
+    print(f"Running {workdir / QUICKSTART} (a 2-rank DDP training, about 20 s) ...", flush=True)
+    job_id = run_quickstart(workdir)
     store = JobStore()
     job = store.get(job_id)
     (attempt,) = store.attempts(job_id)
