@@ -127,5 +127,8 @@ async def test_job_documents_show_no_credentials(jp_fetch: Any, store: JobStore)
         assert "s3cret" not in body
     doc = json.loads(one)
     assert doc["tracking_uri"] == "https://***@mlflow.internal/"
-    assert doc["attempts"][0]["run_url"] == "https://mlflow.internal/#/experiments/7/runs/run1?workflowType=machine_learning"
+    assert (
+        doc["attempts"][0]["run_url"]
+        == "https://mlflow.internal/#/experiments/7/runs/run1?workflowType=machine_learning"
+    )
     assert "env" not in doc

@@ -306,7 +306,10 @@ def test_a_job_document_shows_where_it_tracks_without_credentials(secret_job: st
     doc = job_document(store, store.get(secret_job), cli._run_link)
     assert doc["tracking_uri"] == "https://***@mlflow.internal/"
     assert doc["message"] == "could not reach https://***@mlflow.internal/api"
-    assert doc["attempts"][0]["run_url"] == "https://mlflow.internal/#/experiments/7/runs/run1"
+    assert (
+        doc["attempts"][0]["run_url"]
+        == "https://mlflow.internal/#/experiments/7/runs/run1?workflowType=machine_learning"
+    )
     assert store.get(secret_job).workload.tracking_uri == "https://alice:s3cret@mlflow.internal/"
 
 
@@ -314,8 +317,14 @@ def test_the_links_a_cell_shows_carry_no_credentials() -> None:
     from jupyter_air.kernel.launch import job_links
 
     links = job_links("https://alice:s3cret@mlflow.internal/", "7", "run1", "job")
-    assert links["run"] == "https://mlflow.internal/#/experiments/7/runs/run1"
-    assert links["experiment"] == "https://mlflow.internal/#/experiments/7"
+    assert (
+        links["run"]
+        == "https://mlflow.internal/#/experiments/7/runs/run1?workflowType=machine_learning"
+    )
+    assert (
+        links["experiment"]
+        == "https://mlflow.internal/#/experiments/7?workflowType=machine_learning"
+    )
 
 
 CHECK = """

@@ -158,7 +158,8 @@ async def _a_link_the_kernel_renders_opens(
     base = ui_base(served.tracking_uri)
     assert base == f"{BASE_URL}{served_ui}"
     link = run_url(base, served.experiment_id, served.run_id)
-    assert link == f"{base}#/experiments/{served.experiment_id}/runs/{served.run_id}?workflowType=machine_learning"
+    run_page = f"#/experiments/{served.experiment_id}/runs/{served.run_id}"
+    assert link == f"{base}{run_page}?workflowType=machine_learning"
     page = await jp_fetch(urlsplit(link).path[len(BASE_URL) :])
     assert page.code == 200
 
@@ -204,8 +205,14 @@ async def _the_ui_posts_with_the_login_cookie_from_its_own_origin_only(
 
 
 def test_links_and_where_the_ui_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert experiment_url("http://mlflow:5000", "7") == "http://mlflow:5000/#/experiments/7?workflowType=machine_learning"
-    assert run_url("https://x/y/", "7", "ab12") == "https://x/y/#/experiments/7/runs/ab12?workflowType=machine_learning"
+    assert (
+        experiment_url("http://mlflow:5000", "7")
+        == "http://mlflow:5000/#/experiments/7?workflowType=machine_learning"
+    )
+    assert (
+        run_url("https://x/y/", "7", "ab12")
+        == "https://x/y/#/experiments/7/runs/ab12?workflowType=machine_learning"
+    )
     assert ui_base("http://mlflow:5000", environ={}) == "http://mlflow:5000/"
     assert ui_base("databricks", environ={}) is None
 

@@ -62,7 +62,9 @@ async def test_the_list_shows_active_jobs_and_all_with_all(
     assert job["status"] == "FAILED"
     assert job["attempts"][0]["failed_rank"] == 1
     assert "/jupyter-air/mlflow/" in job["attempts"][0]["run_url"]
-    assert job["attempts"][0]["run_url"].endswith("#/experiments/3/runs/run1?workflowType=machine_learning")
+    assert job["attempts"][0]["run_url"].endswith(
+        "#/experiments/3/runs/run1?workflowType=machine_learning"
+    )
 
 
 async def test_logs_are_merged_filtered_and_paged(jp_fetch: Any, finished_job: str) -> None:

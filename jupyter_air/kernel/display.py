@@ -21,6 +21,10 @@ from .live_view import Live, hints_html
 MAX_CELL_LINES = 2000
 
 
+#: A link in the header, styled inline: the widget view's HTML gets no notebook
+#: stylesheet, where links would look like plain text.
+LINK_STYLE = "color: var(--jp-content-link-color, #1976d2); text-decoration: underline"
+
 #: The ``job_links`` entry that holds a command, not a URL: how to open the run where no
 #: MLflow UI is served.
 OPEN_RUN = "open run"
@@ -71,8 +75,8 @@ class JobView:
                 parts_text.append(f"{label}: {url}")
             elif url:
                 parts_html.append(
-                    f'<a href="{html.escape(url)}" target="_blank" rel="noopener">'
-                    f"{html.escape(text)}</a>"
+                    f'<a href="{html.escape(url)}" target="_blank" rel="noopener" '
+                    f'style="{LINK_STYLE}">{html.escape(text)}</a>'
                 )
                 parts_text.append(f"{text}: {url}")
             elif label == "run":  # no UI to link to: still name the run
@@ -166,6 +170,10 @@ class JobView:
         self._attempt = attempt
         reason = f" (attempt {attempt - 1}: {why})" if why else ""
         return f"--- attempt {attempt}{reason} ---\n"
+
+    def showed_all_of(self, rank: int) -> bool:
+        """Whether every line of ``rank`` so far is in the cell (its traceback too)."""
+        return self._wanted(rank) and not self._elided
 
     def _wanted(self, rank: int) -> bool:
         return self._output_ranks == "all" or (self._output_ranks == "0" and rank == 0)

@@ -125,16 +125,33 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
 class JobFailed(RuntimeError):
     """A distributed call failed; the message names the rank and carries its traceback."""
 
-    def __init__(self, message: str, traceback_text: str | None = None) -> None:
+    def __init__(
+        self, message: str, traceback_text: str | None = None, shown_above: bool = False
+    ) -> None:
         super().__init__(message)
         self.traceback_text = traceback_text
+        #: The failing rank's traceback already streamed into the cell: not said twice.
+        self.shown_above = shown_above
 
     def _render_traceback_(self) -> list[str]:
-        """IPython shows the failing rank's traceback, not the launcher's frames."""
+        """IPython shows the failing rank's traceback once (from the user's code, see
+        ``rank_main``), never the launcher's frames."""
+        if self.traceback_text and self.shown_above:
+            return [f"\x1b[31mJobFailed\x1b[0m: {self}; its traceback is above"]
         lines = [f"\x1b[31mJobFailed\x1b[0m: {self}"]
         if self.traceback_text:
             lines += ["", *self.traceback_text.rstrip("\n").splitlines()]
         return lines
+
+
+class Interrupted(KeyboardInterrupt):
+    """The user stopped a distributed call (the kernel's interrupt), and its job with it.
+
+    Still a ``KeyboardInterrupt``, so that code around the call and Run All stop as for
+    any interrupt; IPython shows it in one line, not the launcher's frames."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[31mKeyboardInterrupt\x1b[0m: {self}"]
 
 
 def default_nproc() -> int:
@@ -264,10 +281,11 @@ def job_links(
 
     base = ui_base(tracking_uri)
     run = run_url(base, experiment_id, run_id) if base else None
+    artifacts = run_url(base, experiment_id, run_id, "artifacts") if base else None
     links: dict[str, str | None] = {
         "run": run,
         "experiment": experiment_url(base, experiment_id) if base else None,
-        "logs": logs_url(job_id) or (f"{run}/artifacts" if run else None),
+        "logs": logs_url(job_id) or artifacts,
     }
     if run is None:
         links[OPEN_RUN] = ui_command(tracking_uri, experiment_id, run_id)
@@ -309,7 +327,9 @@ def _follow(
         attempts = store.attempts(job_id)
         view.status(job.status, len(attempts) or 1, max_attempts, "interrupted")
         view.finish(_runs(attempts), _hints(store, job_id, attempts)["gpus"])
-        raise
+        if job.done:
+            raise Interrupted(f"interrupted; job {job_id} cancelled, every rank stopped") from None
+        raise Interrupted(f"interrupted; job {job_id} still stopping (air get {job_id})") from None
     _end_last_run(store, job_id, job.status, end_run)
     attempts = store.attempts(job_id)
     if len(attempts) > 1:
@@ -322,7 +342,7 @@ def _follow(
     view.finish(_runs(attempts), hints["gpus"])
     result = _take_result(store, job_id, load=job.status == "SUCCEEDED")
     if job.status != "SUCCEEDED":
-        raise _failure(store, job_id, job.status, last)
+        raise _failure(store, job_id, job.status, last, view)
     return _result(result, user_ns)
 
 
@@ -345,14 +365,15 @@ def _end_last_run(
         end_run(attempts[-1].run_id, status)
 
 
-def _failure(store: JobStore, job_id: str, status: str, last: Any) -> JobFailed:
+def _failure(store: JobStore, job_id: str, status: str, last: Any, view: JobView) -> JobFailed:
     if last is None:
         return JobFailed(f"job {job_id} {status.lower()} before any rank started")
     where = f"attempt {last.attempt}"
     if last.failed_rank is not None:
         error = AttemptDir(store.attempt_dir(job_id, last.attempt)).error(last.failed_rank)
         text = error.read_text() if error.exists() else None
-        return JobFailed(f"job {job_id}: {last.message} ({where})", text)
+        shown = view.showed_all_of(last.failed_rank)
+        return JobFailed(f"job {job_id}: {last.message} ({where})", text, shown)
     return JobFailed(
         f"job {job_id} {status.lower()}: {last.message or 'no reason given'} ({where})"
     )

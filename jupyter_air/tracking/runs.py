@@ -16,6 +16,7 @@ from typing import Any
 import mlflow
 from mlflow import MlflowClient
 
+from .run_page import DESCRIPTION, describe_run, mark_model_training
 from .stores import store_lock
 from .targets import RunTarget, absolute_tracking_uri
 
@@ -57,7 +58,14 @@ def resolve_target(option_experiment: str | None, user: str, notebook: str | Non
     ``mlflow.set_experiment()``, then ``MLFLOW_EXPERIMENT_NAME``/``MLFLOW_EXPERIMENT_ID``,
     then ``/Users/<user>/<notebook>``. ``MLFLOW_RUN_ID`` resumes that run in its own
     experiment; an active run makes the new run its child, in the parent's experiment.
+    Whichever it is opens in MLflow's model-training view unless it has a kind already.
     """
+    target = _target(option_experiment, user, notebook)
+    mark_model_training(MlflowClient(target.tracking_uri), target.experiment_id)
+    return target
+
+
+def _target(option_experiment: str | None, user: str, notebook: str | None) -> RunTarget:
     from mlflow.tracking import fluent
 
     uri = absolute_tracking_uri(mlflow.get_tracking_uri())
@@ -85,7 +93,14 @@ def resolve_target(option_experiment: str | None, user: str, notebook: str | Non
 
 def ensure_experiment(client: MlflowClient, name: str, artifact_location: str | None = None) -> str:
     """The experiment of that name, made (with that artifact location) if missing: the
-    one place jobs make experiments."""
+    one place jobs make experiments. It opens in MLflow's model-training view (see
+    ``run_page``) unless it has a kind already."""
+    experiment_id = _find_or_create(client, name, artifact_location)
+    mark_model_training(client, experiment_id)
+    return experiment_id
+
+
+def _find_or_create(client: MlflowClient, name: str, artifact_location: str | None) -> str:
     found = client.get_experiment_by_name(name)
     if found is not None:
         return str(found.experiment_id)
@@ -109,7 +124,12 @@ def start_run(
     run_name: str | None,
     parent_run_id: str | None,
 ) -> str:
+    """A new run of a job's attempt (``tags`` from ``job_tags``): its description links to
+    the job's logs."""
     all_tags: dict[str, Any] = dict(tags)
+    all_tags[DESCRIPTION] = describe_run(
+        all_tags.get(DESCRIPTION), tags["air.job_id"], client.tracking_uri
+    )
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
     run = client.create_run(experiment_id, tags=all_tags, run_name=run_name)
@@ -117,8 +137,12 @@ def start_run(
 
 
 def resume_run(client: MlflowClient, run_id: str, tags: Mapping[str, str]) -> None:
+    """An existing run (``MLFLOW_RUN_ID``) resumed by a job: the logs link is added after
+    the run's own description."""
     client.update_run(run_id, status="RUNNING")
-    for key, value in tags.items():
+    own = client.get_run(run_id).data.tags.get(DESCRIPTION)
+    note = describe_run(own, tags["air.job_id"], client.tracking_uri)
+    for key, value in {**tags, DESCRIPTION: note}.items():
         client.set_tag(run_id, key, value)
 
 
