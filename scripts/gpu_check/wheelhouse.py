@@ -37,7 +37,7 @@ NOT_NEEDED = {
     "widgetsnbextension": "the classic Notebook's ipywidgets assets (no browser here)",
 }
 #: The machine's own CUDA builds must be the ones used.
-NEVER = re.compile(r"^(torch|torchvision|torchaudio|triton|nvidia-.*)$")
+NEVER = re.compile(r"^(torch|torchvision|torchaudio|triton|nvidia-(?!ml-py$).*)$")  # CUDA libraries
 
 
 def normalize(name: str) -> str:
