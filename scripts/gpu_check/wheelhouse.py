@@ -118,25 +118,25 @@ def build(out: Path) -> dict[str, Any]:
         pip("download", "--no-deps", "-q", "-d", str(staged), *target_options(), *fetch)
         wheels = sorted(staged.glob("*.whl"))
         sizes = {w.name: w.stat().st_size for w in wheels}
-        manifest = {
-            "python": PYTHON_VERSION,
-            "platforms": PLATFORMS,
-            "wheels": sizes,
-            "wheels_bytes": sum(sizes.values()),
-            "tree_bytes": tree_bytes(),
-            "left_to_the_machine": left,
-            "not_needed": skipped,
-        }
-        total = manifest["wheels_bytes"] + manifest["tree_bytes"]
-        manifest["total_bytes"] = total
+        wheels_bytes, tree = sum(sizes.values()), tree_bytes()
+        total = wheels_bytes + tree
         if total > BUDGET:
             largest = sorted(sizes.items(), key=lambda kv: -kv[1])[:8]
             raise SystemExit(
                 f"gpu-wheelhouse: {total / 2**20:.1f} MiB would travel (wheels "
-                f"{manifest['wheels_bytes'] / 2**20:.1f} MiB + working tree "
-                f"{manifest['tree_bytes'] / 2**20:.1f} MiB), over {BUDGET / 2**20:.0f} MiB; "
-                f"largest: {largest}"
+                f"{wheels_bytes / 2**20:.1f} MiB + working tree {tree / 2**20:.1f} MiB), "
+                f"over {BUDGET / 2**20:.0f} MiB; largest: {largest}"
             )
+        manifest = {
+            "python": PYTHON_VERSION,
+            "platforms": PLATFORMS,
+            "wheels": sizes,
+            "wheels_bytes": wheels_bytes,
+            "tree_bytes": tree,
+            "total_bytes": total,
+            "left_to_the_machine": left,
+            "not_needed": skipped,
+        }
         (staged / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
         fresh = out.with_name(out.name + ".new")
         shutil.rmtree(fresh, ignore_errors=True)
