@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from jupyter_air.jobs import ray_agent
+from jupyter_air.jobs.hints import GpuSample, HintRecorder, read_hints
 from jupyter_air.jobs.ray_agent import NodeAgent
+from jupyter_air.jobs.ray_nodes import RayNodes
+from jupyter_air.jobs.spec import Workload
+from tests.conftest import WriteScenario
+from tests.fake_nvml import FakeGpu, Scenario
 
 
 @pytest.fixture
@@ -48,3 +53,46 @@ def test_finishing_removes_the_node_s_work_dir(tmp_path: Path) -> None:
     assert work_dir.is_dir()
     node.finish()
     assert not work_dir.exists(), "the payload (the notebook's data) must not stay on the node"
+
+
+def test_a_ray_node_feeds_the_attempt_s_hints_as_the_local_backend_does(
+    scenario: WriteScenario, tmp_path: Path
+) -> None:
+    """The agent's metrics sample carries its GPUs' readings; the supervisor's watch
+    turns them into the attempt's hints, named by node on a multi-node job."""
+    scenario(
+        Scenario(
+            gpus=[
+                FakeGpu(util=90, mem_total=80 * 1024**3, mem_used=79 * 1024**3),
+                FakeGpu(util=90, mem_used=1024**3),
+            ]
+        )
+    )
+    node = NodeAgent(metrics_interval=3600)
+    try:
+        node._rank_gpus = {2: 0, 3: 1}  # as start() sets it for node 1's ranks
+        node._metrics._take()  # a metrics sample, as the agent takes every interval
+        report = node.poll()
+    finally:
+        node.finish()
+    [readings] = report["hints"]["samples"]
+    assert readings[0] == GpuSample(util=90, mem_used_mib=79 * 1024, mem_total_mib=80 * 1024)
+    tags: list[str] = []
+    recorder = HintRecorder(tmp_path, lambda key, text: tags.append(key), nnodes=2)
+    watch = RayNodes(
+        Workload(kind="command", backend="ray", nnodes=2),
+        "job",
+        1,
+        tmp_path,
+        payload=None,
+        extra_env={},
+        on_metrics=lambda node, samples: None,
+        hints=recorder,
+    )
+    watch._nodes = [{"clock_offset": 0.0}, {"clock_offset": 0.0}]
+    watch._feed_hints(1, report["hints"])
+    doc = read_hints(tmp_path)
+    assert [h["kind"] for h in doc["hints"]] == ["memory_full"]
+    assert doc["hints"][0]["text"].startswith("node 1: GPU 0 memory at 99 % of 80 GiB")
+    assert doc["gpus"] == [], "a GPU index is only a node's: the chart's GPUs are not named"
+    assert tags == ["air.hint.memory_full"]

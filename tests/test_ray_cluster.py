@@ -6,7 +6,8 @@ import socket
 
 import pytest
 
-from jupyter_air.jobs.local import Outcome
+from jupyter_air.jobs.outcome import AttemptEnd as Outcome
+from jupyter_air.jobs.outcome import first_failure
 from jupyter_air.jobs.ray_cluster import (
     ClusterError,
     NodeShape,
@@ -15,7 +16,6 @@ from jupyter_air.jobs.ray_cluster import (
     node_shape,
     resolve_address,
 )
-from jupyter_air.jobs.ray_nodes import first_failure
 
 
 def ray_node(node_id: str, cpus: float, gpus: float = 0) -> dict[str, object]:

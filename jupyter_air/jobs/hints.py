@@ -167,12 +167,13 @@ class HintWatch:
         return hints
 
 
-def rank_gpus(cuda_visible: Sequence[str | None]) -> dict[int, int]:
-    """Rank -> NVML index, from each rank's ``CUDA_VISIBLE_DEVICES`` (ranks given by a
-    UUID or without a GPU are left out)."""
+def rank_gpus(cuda_visible: Sequence[str | None] | Mapping[int, str | None]) -> dict[int, int]:
+    """Rank -> NVML index, from each rank's ``CUDA_VISIBLE_DEVICES`` (in rank order, or by
+    rank); ranks given by a UUID or without a GPU are left out."""
+    by_rank = cuda_visible if isinstance(cuda_visible, Mapping) else dict(enumerate(cuda_visible))
     return {
         rank: int(value)
-        for rank, value in enumerate(cuda_visible)
+        for rank, value in by_rank.items()
         if value is not None and value.strip().isdigit()
     }
 
@@ -210,9 +211,11 @@ def _duration(seconds: float) -> str:
 
 
 class HintRecorder:
-    """One attempt's hints as the supervisor keeps them: fed with each NVML sample of the
-    run's system metrics once the ranks are known (``start``), it rewrites the hints file
-    and tags the run once per kind raised (through ``tag``, which may be slow or fail)."""
+    """One attempt's hints as the supervisor keeps them, for every backend: fed with the
+    NVML samples each node agent takes for the run's system metrics, once that node's
+    ranks are known (``start``), it rewrites the hints file and tags the run once per
+    kind raised (through ``tag``, which may be slow or fail). On several nodes each
+    hint names its node, and the file lists no GPUs (an index is only a node's)."""
 
     def __init__(
         self,
@@ -220,45 +223,62 @@ class HintRecorder:
         tag: Callable[[str, str], None],
         thresholds: Thresholds | None = None,
         clock: Callable[[], float] = time.time,
+        nnodes: int = 1,
     ) -> None:
         self._dir = attempt_dir
         self._tag = tag
         self._thresholds = thresholds or Thresholds.from_env()
         self._clock = clock
-        self._watch: HintWatch | None = None
-        self._last_output: Callable[[], Mapping[int, float]] = dict
+        self._nnodes = nnodes
+        self._watches: dict[int, HintWatch] = {}
+        self._last_output: dict[int, Callable[[], Mapping[int, float]]] = {}
+        self._hints: dict[int, list[Hint]] = {}
         self._tagged: set[str] = set()
 
     def start(
-        self, rank_gpus: Mapping[int, int], last_output: Callable[[], Mapping[int, float]]
+        self,
+        rank_gpus: Mapping[int, int],
+        last_output: Callable[[], Mapping[int, float]],
+        node: int = 0,
     ) -> None:
-        """The ranks are starting: which GPU each holds, and their last output times."""
-        self._watch = HintWatch(self._thresholds, rank_gpus, self._clock())
-        self._last_output = last_output
-        write_hints(self._dir, self._watch.gpus, [], self._clock())
+        """A node's ranks are starting: which GPU each holds, and their last output times."""
+        self._watches[node] = HintWatch(self._thresholds, rank_gpus, self._clock())
+        self._last_output[node] = last_output
+        self._write(self._clock())
 
     def on_nvml(self, readings: Sequence[GpuReading], inventory: Mapping[int, GpuInfo]) -> None:
         """A sample of the run's system metrics (``GpuMonitor``'s listener)."""
-        self.on_sample(
-            {
-                index: GpuSample(
-                    r.util,
-                    r.mem_used_mib,
-                    info.mem_total_mib if (info := inventory.get(index)) else None,
-                )
-                for index, r in enumerate(readings)
-            }
-        )
+        self.on_sample(gpu_samples(readings, inventory))
 
-    def on_sample(self, readings: Mapping[int, GpuSample]) -> None:
-        watch = self._watch
+    def on_sample(self, readings: Mapping[int, GpuSample], node: int = 0) -> None:
+        watch = self._watches.get(node)
         if watch is None or not watch.gpus:
             return
         now = self._clock()
         watch.add(now, readings)
-        hints = watch.hints(now, self._last_output())
-        write_hints(self._dir, watch.gpus, hints, now)
+        hints = watch.hints(now, self._last_output[node]())
+        if self._nnodes > 1:
+            hints = [Hint(h.kind, f"node {node}: {h.text}", h.value) for h in hints]
+        self._hints[node] = hints
+        self._write(now)
         for hint in hints:
             if hint.kind not in self._tagged:
                 self._tagged.add(hint.kind)
                 self._tag(hint.tag, hint.text)
+
+    def _write(self, now: float) -> None:
+        gpus = self._watches[0].gpus if self._nnodes == 1 and 0 in self._watches else []
+        hints = [h for node in sorted(self._hints) for h in self._hints[node]]
+        write_hints(self._dir, gpus, hints, now)
+
+
+def gpu_samples(
+    readings: Sequence[GpuReading], inventory: Mapping[int, GpuInfo]
+) -> dict[int, GpuSample]:
+    """One NVML sample of every GPU, as the hints read it."""
+    return {
+        index: GpuSample(
+            r.util, r.mem_used_mib, info.mem_total_mib if (info := inventory.get(index)) else None
+        )
+        for index, r in enumerate(readings)
+    }

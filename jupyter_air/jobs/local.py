@@ -15,16 +15,16 @@ import os
 import selectors
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from ..job_dir import AttemptDir
+from ..job_dir import JobDir
 from ..logs.capture import LINE, RankLog, StreamSplitter
 from ..logs.levels import ERROR
-from .env import RankPlace, rank_env
+from .hints import HintRecorder, rank_gpus
+from .node_launch import NodeLaunch, RankSpec, node_specs
+from .outcome import AttemptEnd, Outcome, StopRule
 from .reaper import Reaper, sweep
 
 #: Seconds a rank gets to stop after SIGINT, then after SIGTERM, before SIGKILL.
@@ -32,29 +32,6 @@ INTERRUPT_GRACE = 5.0
 TERMINATE_GRACE = 3.0
 #: Seconds the output of exited ranks is still read, once what held it open is gone.
 LEFTOVER_GRACE = 1.0
-
-
-@dataclass
-class RankSpec:
-    rank: int
-    argv: list[str]
-    env: dict[str, str]
-    log_path: Path
-    cwd: str | None = None
-
-
-@dataclass
-class Outcome:
-    """How an attempt ended."""
-
-    status: str  # SUCCEEDED, FAILED, CANCELLED
-    exit_codes: list[int | None]
-    failed_rank: int | None = None
-    message: str | None = None
-    #: Unix time the failing rank was seen to exit: across nodes, the first is the cause.
-    failed_at: float | None = None
-    #: A failure another attempt cannot mend (the cluster is too small): not retried.
-    final: bool = False
 
 
 @dataclass
@@ -72,22 +49,24 @@ class LocalRanks:
     def __init__(self, specs: Sequence[RankSpec]) -> None:
         self._specs = list(specs)
         self._ranks: list[_Rank] = []
-        self._cancel = threading.Event()
-        self._abort: str | None = None
-        #: The first failure, as soon as it is seen: other nodes are stopped on it while
-        #: this node is still stopping its own ranks.
-        self.failure: Outcome | None = None
+        self._rule = StopRule()
         self._selector = selectors.DefaultSelector()
         self._last_output: dict[int, float] = {}
 
+    @property
+    def failure(self) -> AttemptEnd | None:
+        """The first failure, as soon as it is seen: other nodes are stopped on it while
+        this node is still stopping its own ranks."""
+        return self._rule.failure
+
     def cancel(self) -> None:
         """Ask the attempt to stop (thread- and signal-safe)."""
-        self._cancel.set()
+        self._rule.cancel()
 
     def abort(self, message: str) -> None:
         """Stop at once (SIGTERM first, as after a failure) because of something outside
         this machine: another node's rank failed. Thread-safe."""
-        self._abort = message
+        self._rule.abort(message)
 
     def last_output(self) -> dict[int, float]:
         """Unix time each rank last wrote anything (the hints' "printed nothing for")."""
@@ -96,29 +75,27 @@ class LocalRanks:
     def pids(self) -> list[int]:
         return [r.process.pid for r in self._ranks]
 
-    def run(self, timeout: float | None = None) -> Outcome:
+    def run(self, timeout: float | None = None) -> AttemptEnd:
         """Start every rank and return once all have exited."""
+        rule = self._rule
+        rule.begin(timeout)
         reaper = Reaper(_rank_match(self._specs))
         try:
-            return self._run(reaper, timeout)
+            for spec in self._specs:
+                if rule.due() is not None:
+                    break  # a cancel stops a launch in progress: the ranks started are stopped
+                try:
+                    self._start(spec, reaper)
+                except (OSError, subprocess.SubprocessError) as err:
+                    return self._not_started(spec, err)
+            self._watch(rule, reaper)
+            return rule.end(self._exit_codes())
         finally:
             reaper.close()
 
-    def _run(self, reaper: Reaper, timeout: float | None) -> Outcome:
-        started = time.monotonic()
-        for spec in self._specs:
-            if self._cancel.is_set() or self._abort is not None:
-                break  # a cancel stops a launch in progress: the ranks started are stopped
-            try:
-                self._start(spec, reaper)
-            except (OSError, subprocess.SubprocessError) as err:
-                return self._not_started(spec, err)
-        stopping: str | None = None
-        failed: _Rank | None = None
-        failed_at: float | None = None
-        message: str | None = None
-        if len(self._ranks) < len(self._specs):  # the launch was cut short
-            stopping, message = ("abort", self._abort) if self._abort else ("cancel", "cancelled")
+    def _watch(self, rule: StopRule, reaper: Reaper) -> None:
+        """Read output until every rank has exited and its pipes are drained, stopping the
+        ranks as ``rule`` says."""
         while self._selector.get_map() or not self._all_exited():
             self._pump(0.1)
             for rank in self._ranks:
@@ -127,25 +104,15 @@ class LocalRanks:
                     # Whatever the rank left behind in its session goes with it.
                     _kill_group(rank.process.pid)
                     reaper.untrack(rank.process.pid)
-                    if rank.process.returncode != 0 and failed is None and stopping is None:
-                        failed, failed_at = rank, time.time()
-                        stopping = "failure"
-                        code = rank.process.returncode
-                        self.failure = Outcome(
-                            "FAILED",
-                            [],
-                            rank.spec.rank,
-                            _exit_text(rank.spec.rank, code),
-                            failed_at,
+                    code = rank.process.returncode
+                    if code != 0:
+                        text = _exit_text(rank.spec.rank, code)
+                        rule.failed(
+                            AttemptEnd(Outcome.FAILED, [], rank.spec.rank, text, time.time())
                         )
-            if stopping is None and self._abort is not None:
-                stopping, message = "abort", self._abort
-            if stopping is None and self._cancel.is_set():
-                stopping, message = "cancel", "cancelled"
-            if stopping is None and timeout is not None and time.monotonic() - started > timeout:
-                stopping, message = "timeout", f"timed out after {timeout:g} s"
-            if stopping is not None and not self._all_exited():
-                self._stop_all(interrupt_first=stopping in ("cancel", "timeout"))
+            rule.due()
+            if rule.stop is not None and not self._all_exited():
+                self._stop_all(interrupt_first=rule.stop.interrupts)
             if self._selector.get_map() and self._all_exited():
                 self._end_leftovers()
         for rank in self._ranks:
@@ -153,19 +120,12 @@ class LocalRanks:
             for splitter in rank.splitters.values():
                 splitter.flush()
             rank.log.close()
-        codes: list[int | None] = [r.process.returncode for r in self._ranks]
-        codes += [None] * (len(self._specs) - len(codes))  # not started: cancelled first
-        if failed is not None:
-            code = failed.process.returncode
-            text = _exit_text(failed.spec.rank, code)
-            return Outcome("FAILED", codes, failed.spec.rank, text, failed_at)
-        if stopping in ("cancel", "abort"):
-            return Outcome("CANCELLED", codes, message=message)
-        if stopping == "timeout":
-            return Outcome("FAILED", codes, message=message)
-        return Outcome("SUCCEEDED", codes)
 
-    def _not_started(self, spec: RankSpec, err: BaseException) -> Outcome:
+    def _exit_codes(self) -> list[int | None]:
+        codes: list[int | None] = [r.process.returncode for r in self._ranks]
+        return codes + [None] * (len(self._specs) - len(codes))  # not started: cancelled first
+
+    def _not_started(self, spec: RankSpec, err: BaseException) -> AttemptEnd:
         """A rank that cannot start (command not found, no such directory): the ranks
         already started are stopped, and the attempt fails saying why."""
         failed_at = time.time()
@@ -177,12 +137,7 @@ class LocalRanks:
         log = RankLog(spec.log_path)
         log.write(LINE["err"] + ERROR, message)
         log.close()
-        codes: list[int | None] = [r.process.returncode for r in self._ranks]
-        codes += [None] * (len(self._specs) - len(codes))
-        return Outcome("FAILED", codes, spec.rank, message, failed_at)
-
-    def close(self) -> None:
-        """Nothing to release: ``run`` returns once every rank has exited and been read."""
+        return AttemptEnd(Outcome.FAILED, self._exit_codes(), spec.rank, message, failed_at)
 
     def _start(self, spec: RankSpec, reaper: Reaper) -> None:
         process = subprocess.Popen(
@@ -255,6 +210,31 @@ class LocalRanks:
                 _kill_group(rank.process.pid, sig)
 
 
+class LocalNode:
+    """The local backend's node agent, in-process: the one node of a local attempt, its
+    ranks made from the same ``NodeLaunch`` by the same ``node_specs`` as each Ray node
+    agent's, stopped by the same rule, its GPUs' samples feeding the same hints. It has
+    ``RayNodes``'s interface: ``cancel``, ``run``, ``close``."""
+
+    def __init__(
+        self, launch: NodeLaunch, files: JobDir, cwd: str | None, hints: HintRecorder | None
+    ) -> None:
+        specs = node_specs(launch, files, cwd=cwd)
+        self._ranks = LocalRanks(specs)
+        if hints is not None:
+            cuda = {spec.rank: spec.env.get("CUDA_VISIBLE_DEVICES") for spec in specs}
+            hints.start(rank_gpus(cuda), self._ranks.last_output)
+
+    def cancel(self) -> None:
+        self._ranks.cancel()
+
+    def run(self, timeout: float | None = None) -> AttemptEnd:
+        return self._ranks.run(timeout)
+
+    def close(self) -> None:
+        """Nothing to release: ``run`` returns once every rank has exited and been read."""
+
+
 _PR_SET_PDEATHSIG = 1
 _prctl = ctypes.CDLL(None, use_errno=True).prctl if os.uname().sysname == "Linux" else None
 
@@ -265,47 +245,6 @@ def _die_with_parent() -> None:
     behind. Only a C call: nothing here may take a lock the fork copied."""
     if _prctl is not None:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def node_specs(
-    *,
-    argv: list[str],
-    base_env: dict[str, str],
-    node_rank: int,
-    nproc_per_node: int,
-    nnodes: int,
-    master_addr: str,
-    master_port: int,
-    job_id: str,
-    attempt: int,
-    max_restarts: int,
-    gpus: list[str],
-    extra: dict[str, str],
-    log_dir: Path,
-    cwd: str | None,
-) -> list[RankSpec]:
-    """The ranks of one node: global ranks ``node_rank * nproc_per_node + local_rank``."""
-    specs = []
-    for local_rank in range(nproc_per_node):
-        place = RankPlace(
-            node_rank * nproc_per_node + local_rank, local_rank, node_rank, nproc_per_node, nnodes
-        )
-        env = rank_env(
-            base_env,
-            place,
-            master_addr=master_addr,
-            master_port=master_port,
-            job_id=job_id,
-            attempt=attempt,
-            max_restarts=max_restarts,
-            gpus=gpus,
-            extra=extra,
-        )
-        env.pop("MLFLOW_EXPERIMENT_NAME", None)  # MLFLOW_EXPERIMENT_ID names the experiment
-        specs.append(
-            RankSpec(place.rank, argv, env, log_dir / AttemptDir.rank_log_name(place.rank), cwd)
-        )
-    return specs
 
 
 def _rank_match(specs: Sequence[RankSpec]) -> dict[str, str]:

@@ -16,44 +16,29 @@ import logging
 import os
 import shutil
 import socket
-import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..gpu.owners import job_of
 from ..gpu.sampler import GpuSampler
 from ..job_dir import AttemptDir, JobDir
 from ..paths import write_private
-from .env import free_port, gpu_count, inherited_env, visible_gpus
-from .local import LocalRanks, Outcome, node_specs
+from .env import free_port
+from .hints import GpuSample, gpu_samples, rank_gpus
+from .local import LocalRanks
+from .node_launch import NodeLaunch, node_specs
+from .outcome import AttemptEnd, Outcome
 
 #: Bytes of one rank's log sent in one poll at most.
 MAX_POLL_BYTES = 8 << 20
 
-
-@dataclass
-class NodeLaunch:
-    """What one node runs; everything else comes from the node itself."""
-
-    job_id: str
-    attempt: int
-    node_rank: int
-    nnodes: int
-    nproc_per_node: int
-    master_addr: str
-    master_port: int
-    max_restarts: int
-    #: The user's ``--env`` and the run's MLFLOW_* variables.
-    env: dict[str, str]
-    #: argv of a command workload; empty for a pickled cell or function (``payload``).
-    command: list[str] = field(default_factory=list)
-    payload: bytes | None = None
-    working_dir: str | None = None
+if TYPE_CHECKING:
+    from ..gpu.nvml import GpuInfo, GpuReading
 
 
 class NodeAgent:
@@ -63,7 +48,8 @@ class NodeAgent:
         self._dir = Path(tempfile.mkdtemp(prefix="air-node-"))
         self._ranks: LocalRanks | None = None
         self._attempt: AttemptDir | None = None
-        self._outcome: Outcome | None = None
+        self._outcome: AttemptEnd | None = None
+        self._rank_gpus: dict[int, int] = {}
         self._offsets: dict[int, int] = {}
         self._logs: dict[int, Path] = {}
         self._gpu = GpuSampler(interval=gpu_interval, idle_timeout=365 * 86400.0)
@@ -90,37 +76,15 @@ class NodeAgent:
 
     def start(self, launch: NodeLaunch) -> None:
         files = JobDir(self._dir)
-        attempt_dir = self._attempt = files.attempt(launch.attempt).make()
+        self._attempt = files.attempt(launch.attempt).make()
         if launch.payload is not None:
             write_private(files.payload, launch.payload)
-            argv = [sys.executable, "-u", "-m", "jupyter_air.jobs.rank_main"]
-            argv += [str(files.payload), str(attempt_dir.path)]
-        else:
-            argv = list(launch.command)
         cwd = launch.working_dir
         if cwd is None or not os.path.isdir(cwd):  # the notebook's directory is not here
             cwd = str(self._dir)
-        base_env = inherited_env()
-        # Ray sets OMP_NUM_THREADS to the actor's CPUs (all of the node's ranks): the
-        # ranks get torchrun's default instead (1 when several share the node).
-        base_env.pop("OMP_NUM_THREADS", None)
-        specs = node_specs(
-            argv=argv,
-            base_env=base_env,
-            node_rank=launch.node_rank,
-            nproc_per_node=launch.nproc_per_node,
-            nnodes=launch.nnodes,
-            master_addr=launch.master_addr,
-            master_port=launch.master_port,
-            job_id=launch.job_id,
-            attempt=launch.attempt,
-            max_restarts=launch.max_restarts,
-            gpus=visible_gpus(os.environ, gpu_count()),
-            extra=launch.env,
-            log_dir=attempt_dir.node_logs(launch.node_rank),
-            cwd=cwd,
-        )
+        specs = node_specs(launch, files, cwd=cwd, ray_actor=True)
         self._logs = {spec.rank: spec.log_path for spec in specs}
+        self._rank_gpus = rank_gpus({s.rank: s.env.get("CUDA_VISIBLE_DEVICES") for s in specs})
         self._ranks = LocalRanks(specs)
         self._metrics.start()
         threading.Thread(target=self._run, name="air-node-ranks", daemon=True).start()
@@ -131,7 +95,7 @@ class NodeAgent:
             outcome = self._ranks.run()
         except BaseException as err:  # the supervisor must hear of it, not wait forever
             message = f"the node agent failed: {err!r}"
-            outcome = Outcome("FAILED", [], message=message, failed_at=time.time())
+            outcome = AttemptEnd(Outcome.FAILED, [], message=message, failed_at=time.time())
         self._outcome = outcome
         self._metrics.prepare()  # the last sample is taken at finish(): get MLflow ready
 
@@ -147,6 +111,13 @@ class NodeAgent:
             "failing": asdict(failure) if failure is not None else None,
             "metrics": self._metrics.drain(),
             "gpu": None,
+            # What the supervisor's hints need from this node: its GPUs' readings taken
+            # with the metrics, which GPU each rank holds, and when each last wrote.
+            "hints": {
+                "rank_gpus": self._rank_gpus,
+                "samples": self._metrics.drain_gpu(),
+                "last_output": self._ranks.last_output() if self._ranks is not None else {},
+            },
         }
         if self._gpu.samples_taken != self._gpu_sent:
             self._gpu_sent = self._gpu.samples_taken
@@ -215,6 +186,7 @@ class _MetricsThread:
     def __init__(self, interval: float) -> None:
         self._interval = interval
         self._samples: list[Any] = []
+        self._gpu_samples: list[dict[int, GpuSample]] = []
         self._lock = threading.Lock()
         self._loading = threading.Lock()
         self._stop = threading.Event()
@@ -245,13 +217,23 @@ class _MetricsThread:
                 from ..gpu.nvml import Nvml
                 from ..tracking.node_metrics import NodeMetrics
 
-                self._metrics = NodeMetrics(Nvml())
+                self._metrics = NodeMetrics(Nvml(), self._on_gpu)
             return self._metrics
 
     def _take(self) -> None:
         sample = self._load().sample()
         with self._lock:
             self._samples.append(sample)
+
+    def _on_gpu(self, readings: list[GpuReading], inventory: dict[int, GpuInfo]) -> None:
+        with self._lock:
+            self._gpu_samples.append(gpu_samples(readings, inventory))
+
+    def drain_gpu(self) -> list[dict[int, GpuSample]]:
+        """The GPU readings taken since the last call, for the supervisor's hints."""
+        with self._lock:
+            samples, self._gpu_samples = self._gpu_samples, []
+        return samples
 
     def drain(self) -> list[Any]:
         with self._lock:

@@ -6,7 +6,8 @@ address and port are MASTER_ADDR/MASTER_PORT for every rank), then polls the age
 their records go to ``logs/node_N/rank_R.log``, their GPU samples to the panel's node
 files, their system metrics to the run. A failure on any node stops every node; so do
 cancel and timeout. Whatever happens, the agents and the placement group are released.
-It has ``LocalRanks``'s interface: ``run``, ``cancel``, ``close``.
+It has ``LocalNode``'s interface (the local backend's in-process node agent): ``run``,
+``cancel``, ``close``.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from typing import Any
 from .. import __version__
 from ..job_dir import AttemptDir
 from ..paths import private_opener, write_private
-from .local import Outcome
-from .ray_agent import NodeAgent, NodeLaunch
+from .hints import HintRecorder
+from .node_launch import NodeLaunch
+from .outcome import AttemptEnd, Outcome, StopRule
+from .ray_agent import NodeAgent
 from .ray_cluster import (
     Cancelled,
     ClusterError,
@@ -63,6 +66,7 @@ class RayNodes:
         payload: bytes | None,
         extra_env: dict[str, str],
         on_metrics: Callable[[int, list[Any]], None],
+        hints: HintRecorder | None = None,
     ) -> None:
         self._workload = workload
         self._job_id = job_id
@@ -71,7 +75,11 @@ class RayNodes:
         self._payload = payload
         self._extra_env = extra_env
         self._on_metrics = on_metrics
+        self._hints = hints
+        self._hints_started: set[int] = set()
+        self._last_output: dict[int, dict[int, float]] = {}
         self._cancel = threading.Event()
+        self._rule = StopRule()
         self._agents: list[Any] = []
         self._nodes: list[dict[str, Any]] = []
         self._group: Any = None
@@ -79,21 +87,23 @@ class RayNodes:
 
     def cancel(self) -> None:
         self._cancel.set()
+        self._rule.cancel()
 
-    def run(self, timeout: float | None = None) -> Outcome:
+    def run(self, timeout: float | None = None) -> AttemptEnd:
         workload = self._workload
         address = resolve_address(workload.ray_address)
         try:
             self._place(address)
             self._start_all()
         except Cancelled as err:
-            return Outcome("CANCELLED", [], message=str(err))
+            return AttemptEnd(Outcome.CANCELLED, message=str(err))
         except ClusterError as err:
-            return Outcome("FAILED", [], message=str(err), final=err.final)
+            return AttemptEnd(Outcome.FAILED, message=str(err), final=err.final)
         except Exception as err:  # Ray's own errors, named as Ray's
-            return Outcome("FAILED", [], message=f"Ray: {_reason(err)}")
+            return AttemptEnd(Outcome.FAILED, message=f"Ray: {_reason(err)}")
         try:
-            return self._watch(timeout)
+            self._rule.begin(timeout)
+            return self._watch()
         finally:
             self._fetch_results()
             for f in self._logs.values():
@@ -192,20 +202,18 @@ class RayNodes:
 
     # -- watching ------------------------------------------------------------------
 
-    def _watch(self, timeout: float | None) -> Outcome:
+    def _watch(self) -> AttemptEnd:
         import ray
 
-        started = time.monotonic()
-        outcomes: dict[int, Outcome] = {}
+        rule = self._rule
+        ends: dict[int, AttemptEnd] = {}
         pending: dict[int, tuple[Any, float]] = {}  # node -> (poll in flight, sent at)
-        stopping: str | None = None
         stop_sent = 0.0
         answered = dict.fromkeys(range(len(self._agents)), time.time())  # last answer, by node
-        failing: dict[int, Outcome] = {}  # a node's first failure, before its outcome
-        while len(outcomes) < len(self._agents):
+        while len(ends) < len(self._agents):
             round_started = time.monotonic()
             for node, agent in enumerate(self._agents):
-                if node not in outcomes and node not in pending:
+                if node not in ends and node not in pending:
                     pending[node] = (agent.poll.remote(), time.monotonic())
             refs = {ref.hex(): node for node, (ref, _) in pending.items()}
             ready, _ = ray.wait(
@@ -219,43 +227,40 @@ class RayNodes:
                 try:
                     report = ray.get(ref, timeout=SILENCE_TIMEOUT)
                 except Exception as err:
-                    outcomes[node] = self._node_lost(node, f"died: {_reason(err)}", answered)
+                    ends[node] = self._node_lost(node, f"died: {_reason(err)}", answered)
+                    rule.failed(ends[node])
                     continue
                 answered[node] = time.time()
                 self._absorb(node, report)
                 if report["outcome"] is not None:
-                    outcomes[node] = self._on_this_clock(node, Outcome(**report["outcome"]))
-                elif report["failing"] is not None and node not in failing:
-                    failing[node] = self._on_this_clock(node, Outcome(**report["failing"]))
+                    ends[node] = self._located(node, AttemptEnd(**report["outcome"]))
+                    if ends[node].status is Outcome.FAILED:
+                        rule.failed(ends[node])
+                elif report["failing"] is not None:
+                    rule.failed(self._located(node, AttemptEnd(**report["failing"])))
             now = time.monotonic()
             for node, (_, sent) in list(pending.items()):
                 if now - sent > SILENCE_TIMEOUT:
                     del pending[node]
                     silent = f"stopped answering for {SILENCE_TIMEOUT:g} s"
-                    outcomes[node] = self._node_lost(node, silent, answered)
+                    ends[node] = self._node_lost(node, silent, answered)
+                    rule.failed(ends[node])
                     ray.kill(self._agents[node])  # its ranks die with it
-            if stopping is None:
-                failure = first_failure({**failing, **outcomes})
-                if failure is not None:
-                    stopping = "failure"
-                    self._stop_nodes(outcomes, False, f"stopped: {failure.message}")
-                elif self._cancel.is_set():
-                    stopping = "cancel"
-                    self._stop_nodes(outcomes, True, "cancelled")
-                elif timeout is not None and now - started > timeout:
-                    stopping = "timeout"
-                    self._stop_nodes(outcomes, True, "timed out")
-                if stopping is not None:
-                    stop_sent = now
-            elif now - stop_sent > STOP_TIMEOUT:
+            stop = rule.due()
+            if stop is not None:
+                failure = rule.failure
+                why = f"stopped: {failure.message}" if failure is not None else str(stop.value)
+                self._stop_nodes(ends, stop.interrupts, why)
+                stop_sent = now
+            elif rule.stop is not None and now - stop_sent > STOP_TIMEOUT:
                 for node in range(len(self._agents)):
-                    if node not in outcomes:
-                        outcomes[node] = self._node_lost(node, "did not stop in time", answered)
+                    if node not in ends:
+                        ends[node] = self._node_lost(node, "did not stop in time", answered)
                         ray.kill(self._agents[node])
             # Agents answer in milliseconds: without this pause the loop would poll
             # hundreds of times a second, taking the CPU from the ranks.
             time.sleep(max(0.0, round_started + POLL_INTERVAL - time.monotonic()))
-        return self._combine(outcomes, stopping, timeout)
+        return rule.end([code for node in sorted(ends) for code in ends[node].exit_codes])
 
     def _absorb(self, node: int, report: dict[str, Any]) -> None:
         for rank, data in report["logs"].items():
@@ -270,51 +275,48 @@ class RayNodes:
             self._dir.write_gpu(node, report["gpu"])
         if report["metrics"]:
             self._on_metrics(node, report["metrics"])
+        self._feed_hints(node, report["hints"])
 
-    def _stop_nodes(self, outcomes: dict[int, Outcome], interrupt_first: bool, why: str) -> None:
+    def _feed_hints(self, node: int, report: dict[str, Any]) -> None:
+        """The node's GPU readings into the attempt's hints, as the local backend's."""
+        if self._hints is None:
+            return
+        offset = self._nodes[node]["clock_offset"]
+        self._last_output[node] = {r: t - offset for r, t in report["last_output"].items()}
+        if node not in self._hints_started:
+            self._hints_started.add(node)
+            self._hints.start(report["rank_gpus"], lambda: self._last_output[node], node)
+        for readings in report["samples"]:
+            self._hints.on_sample(readings, node)
+
+    def _stop_nodes(self, outcomes: dict[int, AttemptEnd], interrupt_first: bool, why: str) -> None:
         """Every node still running (a failing node is stopping already: no harm)."""
         for node, agent in enumerate(self._agents):
             if node not in outcomes:
                 agent.stop.remote(interrupt_first, why)
 
-    def _node_lost(self, node: int, what: str, answered: dict[int, float]) -> Outcome:
+    def _node_lost(self, node: int, what: str, answered: dict[int, float]) -> AttemptEnd:
         """A node gone: it went after its last answer, before its peers' collectives broke
         (their failures are its consequence, so they must not come first)."""
         nproc = self._workload.nproc_per_node
-        return Outcome(
-            "FAILED",
+        return AttemptEnd(
+            Outcome.FAILED,
             [None] * nproc,
             message=f"{self._describe(node)} {what}",
             failed_at=answered[node],
         )
 
-    def _on_this_clock(self, node: int, outcome: Outcome) -> Outcome:
-        if outcome.failed_at is not None:
-            outcome.failed_at -= self._nodes[node]["clock_offset"]
-        return outcome
+    def _located(self, node: int, end: AttemptEnd) -> AttemptEnd:
+        """A node's end, on this machine's clock, a rank's failure saying where it ran."""
+        if end.failed_at is not None:
+            end.failed_at -= self._nodes[node]["clock_offset"]
+        if end.status is Outcome.FAILED and end.failed_rank is not None:
+            end.message = f"{end.message or 'failed'} on {self._describe(node)}"
+        return end
 
     def _describe(self, node: int) -> str:
         info = self._nodes[node]
         return f"node {node} ({info['hostname']}, {info['ip']}, Ray node {info['node_id'][:12]})"
-
-    def _combine(
-        self, outcomes: dict[int, Outcome], stopping: str | None, timeout: float | None
-    ) -> Outcome:
-        """The attempt's outcome. After a cancel or a timeout, ranks on other nodes may
-        fail as their peers go (a broken collective): that is the stop, not a failure."""
-        codes = [code for node in sorted(outcomes) for code in outcomes[node].exit_codes]
-        if stopping == "cancel":
-            return Outcome("CANCELLED", codes, message="cancelled")
-        if stopping == "timeout":
-            return Outcome("FAILED", codes, message=f"timed out after {timeout:g} s")
-        failure = first_failure(outcomes)
-        if failure is not None:
-            node = next(n for n, o in outcomes.items() if o is failure)
-            message = failure.message or "failed"
-            if failure.failed_rank is not None:  # a rank's failure: say where it ran
-                message = f"{message} on {self._describe(node)}"
-            return Outcome("FAILED", codes, failure.failed_rank, message, failure.failed_at)
-        return Outcome("SUCCEEDED", codes)
 
     # -- releasing -----------------------------------------------------------------
 
@@ -351,13 +353,6 @@ class RayNodes:
         if self._group is not None:
             remove_placement_group(self._group)
             self._group = None
-
-
-def first_failure(outcomes: dict[int, Outcome]) -> Outcome | None:
-    """The failure that came first: the others are usually its consequence (a peer's
-    collective breaking when a rank dies)."""
-    failures = [o for o in outcomes.values() if o.status == "FAILED"]
-    return min(failures, key=lambda o: o.failed_at or float("inf"), default=None)
 
 
 def _reason(err: BaseException, limit: int = 400) -> str:

@@ -20,23 +20,24 @@ import logging
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Protocol
 
 from ..job_dir import AttemptDir, JobDir
-from ..logs.capture import plain_lines
 from ..procs import alive
 from ..tracking.guard import RunGuard
-from .env import free_port, gpu_count, inherited_env, visible_gpus
-from .hints import HintRecorder, rank_gpus
-from .local import LocalRanks, Outcome, node_specs
+from .env import free_port
+from .hints import HintRecorder
+from .local import LocalNode
+from .node_launch import NodeLaunch
+from .outcome import AttemptEnd, Outcome
 from .reaper import Reaper
+from .run_tails import Answer, Tail, hand_over
 from .sharing import mirror
 from .spec import Workload
 from .store import JobStore
@@ -62,6 +63,8 @@ class Tracking:
         self, workload: Workload, on_experiment: Callable[[str], None] = lambda _: None
     ) -> None:
         self._workload = workload
+        self._local = workload.backend == "local"
+        self._metrics_lock = threading.Lock()
         self._on_experiment = on_experiment
         self._ready: Future[Any] = Future()
         self._needed = threading.Event()
@@ -118,25 +121,30 @@ class Tracking:
         self, run_id: str, guard: RunGuard, hints: HintRecorder | None = None
     ) -> Future[Any]:
         """System metrics for the run, started once MLflow is loaded; never blocks. Their
-        GPU samples feed the attempt's hints."""
+        GPU samples feed the attempt's hints. ``finish_metrics`` cancels the future if
+        the attempt ends first."""
         started: Future[Any] = Future()
 
         def start() -> None:
             try:
                 _, _, system_metrics = self._ready.result()
-                metrics = system_metrics.RunMetrics(
-                    run_id,
-                    self._workload.tracking_uri,
-                    METRICS_INTERVAL,
-                    None,
-                    guard,
-                    hints.on_nvml if hints is not None else None,
-                )
-                metrics.start()
-                started.set_result(metrics)
+                with self._metrics_lock:
+                    if started.cancelled():  # the attempt ended first: its tail samples
+                        return
+                    metrics = system_metrics.RunMetrics(
+                        run_id,
+                        self._workload.tracking_uri,
+                        METRICS_INTERVAL,
+                        None,
+                        guard,
+                        hints.on_nvml if hints is not None else None,
+                    )
+                    metrics.start()
+                    started.set_result(metrics)
             except BaseException as err:
                 log.warning("system metrics not recorded: %s", err)
-                started.set_result(None)
+                with contextlib.suppress(InvalidStateError):
+                    started.set_result(None)
 
         threading.Thread(target=start, name="air-system-metrics", daemon=True).start()
         return started
@@ -153,9 +161,12 @@ class Tracking:
 
         self._node_metrics.append(self._executor.submit(log))
 
-    def end_run(self, run_id: str, status: str, metrics: Future[Any]) -> None:
-        client, runs, _ = self._mlflow()
-        monitor = metrics.result()
+    def finish_metrics(self, metrics: Future[Any]) -> bool:
+        """Stop the run's system metrics with their last sample, and log the nodes' last
+        ones; whether a sample was taken here (if not, the tail takes one: MLflow was
+        never loaded in this process, and is not loaded for it now)."""
+        with self._metrics_lock:
+            monitor = None if metrics.cancel() else metrics.result()
         if monitor is not None:
             monitor.finish()
         for pending in self._node_metrics:
@@ -164,7 +175,7 @@ class Tracking:
             except Exception as err:
                 log.warning("node system metrics not logged: %s", err)
         self._node_metrics.clear()
-        runs.end_run(client, run_id, status)
+        return monitor is not None or not self._local
 
     def tag(self, run_id: str, key: str, value: str) -> None:
         """A note on the run, if MLflow can still take one."""
@@ -174,34 +185,33 @@ class Tracking:
         except Exception as err:
             log.warning("could not tag MLflow run %s: %s", run_id, err)
 
-    def attach_logs(self, run_id: str, attempt_dir: Path) -> None:
-        """Each rank's output as plain text artifacts ``logs/node_N/rank_R.log``, so
-        MLflow's own UI shows them; line by line, so a log of any size costs no memory."""
-        client, _, _ = self._mlflow()
-        files = AttemptDir(attempt_dir)
-        with tempfile.TemporaryDirectory() as tmp:
-            for log_file in files.rank_logs():
-                record_file = log_file.path
-                target = Path(tmp) / record_file.relative_to(files.logs)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with target.open("w", encoding="utf-8") as out:
-                    for text in plain_lines(record_file):
-                        out.write(f"{text}\n")
-            if any(Path(tmp).iterdir()):
-                client.log_artifacts(run_id, tmp, artifact_path=files.logs.name)
-
 
 class Ranks(Protocol):
-    """An attempt's ranks on some backend: ``LocalRanks`` or ``RayNodes``."""
+    """An attempt's nodes on some backend: ``LocalNode`` (in-process) or ``RayNodes``."""
 
     def cancel(self) -> None: ...
 
-    def run(self, timeout: float | None = None) -> Outcome: ...
+    def run(self, timeout: float | None = None) -> AttemptEnd: ...
 
     def close(self) -> None: ...
 
 
+@dataclass
+class Attempt:
+    """One attempt as the supervisor holds it between its start and its finish."""
+
+    number: int
+    run_id: str
+    files: AttemptDir
+    guard: RunGuard
+    metrics: Future[Any]
+    hints: HintRecorder
+
+
 class Supervisor:
+    """A job's attempts: each is started, run and finished; ``run`` guards them all, so
+    the job's end is recorded, with its real cause, whatever fails."""
+
     def __init__(self, store: JobStore, job_id: str, watch_pid: int | None) -> None:
         self.store = store
         self.job = store.get(job_id)
@@ -211,7 +221,7 @@ class Supervisor:
         self._follower_gone = False
         self._started = time.time()
         self._ranks: Ranks | None = None
-        self._hints: HintRecorder | None = None
+        self._open: int | None = None  # the attempt recorded as started, not yet as ended
         self._tracking = Tracking(self.job.workload, self._experiment_made)
 
     def cancel(self, *_: Any) -> None:
@@ -254,153 +264,198 @@ class Supervisor:
         if self.job.workload.kind == "python":
             reaper.remove(JobDir(self.store.job_dir(self.job.id)).payload)
         try:
-            return self._run(reaper)
+            return self._guarded(reaper)
         finally:
             reaper.close(wait=REAPER_WAIT)
 
-    def _run(self, reaper: Reaper) -> int:
-        job, workload = self.job, self.job.workload
-        self.store.update(job.id, status="RUNNING", started=time.time(), supervisor_pid=os.getpid())
-        if self.watch_pid is not None:
-            threading.Thread(
-                target=self._watch_kernel, name="air-kernel-watch", daemon=True
-            ).start()
-        tracking = self._tracking
-        first_run = workload.tags.get("air.first_run_id")
-        outcome = Outcome("CANCELLED", [], message="cancelled before it started")
-        last_attempt = workload.max_retries + 1
-        for attempt in range(1, last_attempt + 1):
-            if self._cancelled.is_set():
-                break
-            run_id = (
-                first_run
-                if attempt == 1 and first_run
-                else tracking.new_run(job.id, attempt, _run_tags(workload))
+    def _guarded(self, reaper: Reaper) -> int:
+        """The attempts under one guard: an error anywhere (MLflow or SQLite while a
+        retry's run is made, a bug) ends the open attempt and the job with that cause,
+        never with "supervisor ended without recording the end"."""
+        end = AttemptEnd(Outcome.CANCELLED, message="cancelled before it started")
+        try:
+            self.store.update(
+                self.job.id, status="RUNNING", started=time.time(), supervisor_pid=os.getpid()
             )
-            self.store.start_attempt(job.id, attempt, run_id)
-            result = AttemptDir(self.store.attempt_dir(job.id, attempt)).result
-            if workload.background:
-                reaper.remove(result)  # nobody reads a background job's value
-            guard = RunGuard()
-            self._hints = HintRecorder(
-                self.store.attempt_dir(job.id, attempt),
-                functools.partial(tracking.tag, run_id),
-            )
-            # On a cluster each node agent measures its own machine, not this one.
-            metrics = (
-                tracking.start_metrics(run_id, guard, self._hints)
-                if workload.backend == "local"
-                else _none()
-            )
-            try:
-                outcome = self._attempt(attempt, workload, run_id)
-            except Exception as err:  # a bug or a lost cluster: the job still gets an end
-                log.exception("attempt %d", attempt)
-                outcome = Outcome("FAILED", [], message=f"the supervisor failed: {err!r}")
-            guard.end()
-            self.store.end_attempt(
-                job.id,
-                attempt,
-                outcome.status,
-                outcome.exit_codes,
-                outcome.failed_rank,
-                outcome.message,
-            )
-            over = (
-                outcome.status != "FAILED"
-                or outcome.final
-                or attempt == last_attempt
-                or self._cancelled.is_set()
-            )
-            # A kernel following the job learns at once (and ends the run itself too);
-            # nothing the MLflow side does below can change the recorded outcome.
-            if over and not workload.background:
-                self._end_job(outcome)
-            try:
-                if self._ranks is not None:
-                    self._ranks.close()
-            except Exception as err:
-                log.error("could not release attempt %d's ranks: %s", attempt, err)
-            self._end_run(run_id, outcome.status, metrics)
-            if over and workload.background:
-                self._end_job(outcome)  # nobody follows: "done" means its run is finished too
-            self._attach_logs(run_id, attempt)
-            if not over:
-                reaper.remove(result)  # a retry follows: only the last value is read
-                continue
-            if self._follower_gone:
-                reaper.remove(result)
-            return 0 if outcome.status == "SUCCEEDED" else 1
-        self._end_job(outcome)
-        if first_run and not self.store.attempts(job.id):  # the kernel's run, never started
-            self._end_run(first_run, outcome.status, _none())
+            if self.watch_pid is not None:
+                threading.Thread(
+                    target=self._watch_kernel, name="air-kernel-watch", daemon=True
+                ).start()
+            last = self.job.workload.max_retries + 1
+            for number in range(1, last + 1):
+                if self._cancelled.is_set():
+                    break
+                attempt = self._start(number, reaper)
+                end = self._run_attempt(attempt)
+                over = (
+                    end.status is not Outcome.FAILED
+                    or end.final
+                    or number == last
+                    or self._cancelled.is_set()
+                )
+                self._finish(attempt, end, over, reaper)
+                if over:
+                    return 0 if end.status is Outcome.SUCCEEDED else 1
+        except Exception as err:
+            log.exception("the supervisor failed")
+            end = AttemptEnd(Outcome.FAILED, message=f"the supervisor failed: {err!r}")
+            if self._open is not None:
+                self._record_attempt_end(self._open, end)
+        if not self._over.is_set():
+            self._end_job(end)
+        self._end_unstarted_run(end)
         return 1
 
-    def _end_job(self, outcome: Outcome) -> None:
-        self._over.set()  # the kernel may go now: what is left is this process's own work
-        self.store.update(
-            self.job.id, status=outcome.status, ended=time.time(), message=outcome.message
+    def _start(self, number: int, reaper: Reaper) -> Attempt:
+        """The attempt's run (the kernel's for the first, else a new one) and its record,
+        its hints and system metrics."""
+        job, workload, tracking = self.job, self.job.workload, self._tracking
+        first_run = workload.tags.get("air.first_run_id")
+        run_id = (
+            first_run
+            if number == 1 and first_run
+            else tracking.new_run(job.id, number, _run_tags(workload))
+        )
+        self.store.start_attempt(job.id, number, run_id)
+        self._open = number
+        files = AttemptDir(self.store.attempt_dir(job.id, number)).make()
+        if workload.background:
+            reaper.remove(files.result)  # nobody reads a background job's value
+        guard = RunGuard()
+        hints = HintRecorder(
+            files.path, functools.partial(tracking.tag, run_id), nnodes=workload.nnodes
+        )
+        # On a cluster each node agent measures its own machine, not this one.
+        metrics = (
+            tracking.start_metrics(run_id, guard, hints) if workload.backend == "local" else _none()
+        )
+        return Attempt(number, run_id, files, guard, metrics, hints)
+
+    def _run_attempt(self, attempt: Attempt) -> AttemptEnd:
+        """The attempt's ranks, on its backend, until every one has exited."""
+        try:
+            self._ranks = self._nodes(attempt)
+            if self._cancelled.is_set():
+                self._ranks.cancel()
+            return self._ranks.run(timeout=self.job.workload.timeout)
+        except Exception as err:  # a bug or a lost cluster: the job still gets an end
+            log.exception("attempt %d", attempt.number)
+            return AttemptEnd(Outcome.FAILED, message=f"the supervisor failed: {err!r}")
+
+    def _finish(self, attempt: Attempt, end: AttemptEnd, over: bool, reaper: Reaper) -> None:
+        """Record the attempt's end (and the job's, when it is over) before anything on
+        the MLflow side, which may fail or take long and changes no outcome; then hand the
+        run's tail over (see ``run_tails``)."""
+        workload = self.job.workload
+        attempt.guard.end()
+        self._record_attempt_end(attempt.number, end)
+        # A kernel following the job learns at once (and ends the run itself too).
+        if over and not workload.background:
+            self._end_job(end)
+        try:
+            if self._ranks is not None:
+                self._ranks.close()
+        except Exception as err:
+            log.error("could not release attempt %d's ranks: %s", attempt.number, err)
+        self._end_run(attempt, end.status)
+        if over and workload.background:
+            self._end_job(end)  # nobody follows: "done" means its run is finished too
+        if not over or self._follower_gone:
+            reaper.remove(attempt.files.result)  # a retry follows, or nobody reads it
+
+    def _record_attempt_end(self, number: int, end: AttemptEnd) -> None:
+        self._open = None
+        self.store.end_attempt(
+            self.job.id, number, end.status, end.exit_codes, end.failed_rank, end.message
         )
 
-    def _end_run(self, run_id: str, status: str, metrics: Future[Any]) -> None:
-        """End the attempt's run, whoever follows the job; a failure is only logged."""
-        try:
-            self._tracking.end_run(run_id, status, metrics)
-        except Exception as err:
-            log.error("could not end MLflow run %s: %s", run_id, err)
+    def _end_job(self, end: AttemptEnd) -> None:
+        self._over.set()  # the kernel may go now: what is left is this process's own work
+        self.store.update(self.job.id, status=end.status, ended=time.time(), message=end.message)
 
-    def _attach_logs(self, run_id: str, attempt: int) -> None:
-        """After the job's and the run's ends: the logs may be large, the artifact store
-        may fail. A failure is logged here and said in the run's tags."""
+    def _end_run(self, attempt: Attempt, status: str) -> None:
+        """The run's last metrics, its end and its logs, whoever follows the job; a
+        failure is logged here (and the logs' in the run's tags)."""
         try:
-            self._tracking.attach_logs(run_id, self.store.attempt_dir(self.job.id, attempt))
+            sampled = self._tracking.finish_metrics(attempt.metrics)
         except Exception as err:
-            log.error("could not attach logs of attempt %d to run %s: %r", attempt, run_id, err)
-            self._tracking.tag(run_id, "air.logs", f"not attached: {err!r}"[:500])
+            log.error("system metrics of run %s not finished: %s", attempt.run_id, err)
+            sampled = True
+        tail = Tail(
+            self.job.id,
+            attempt.number,
+            attempt.run_id,
+            str(status),
+            self.job.workload.tracking_uri or "",
+            str(attempt.files.path),
+            sample=not sampled,
+        )
+        try:
+            answer = hand_over(self.store.home, tail)
+        except Exception as err:  # the spool cannot be written: the outcome stands
+            answer = Answer(repr(err), repr(err))
+        if answer.end_error:
+            log.error("could not end MLflow run %s: %s", attempt.run_id, answer.end_error)
+        if answer.logs_error:
+            log.error(
+                "could not attach logs of attempt %d to run %s: %s",
+                attempt.number,
+                attempt.run_id,
+                answer.logs_error,
+            )
 
-    def _attempt(self, attempt: int, workload: Workload, run_id: str) -> Outcome:
-        job = self.job
-        attempt_dir = self.store.attempt_dir(job.id, attempt)
-        attempt_dir.mkdir(parents=True, exist_ok=True)
-        extra = {**workload.env, **_mlflow_env(workload, run_id)}
+    def _end_unstarted_run(self, end: AttemptEnd) -> None:
+        """The kernel's run of a job that ended before its first attempt started."""
+        first_run = self.job.workload.tags.get("air.first_run_id")
+        try:
+            if first_run and not self.store.attempts(self.job.id):
+                files = AttemptDir(self.store.attempt_dir(self.job.id, 1))
+                tail = Tail(
+                    self.job.id,
+                    1,
+                    first_run,
+                    str(end.status),
+                    self.job.workload.tracking_uri or "",
+                    str(files.path),
+                    sample=False,
+                )
+                hand_over(self.store.home, tail)
+        except Exception as err:
+            log.error("could not end MLflow run %s: %s", first_run, err)
+
+    def _nodes(self, attempt: Attempt) -> Ranks:
+        job, workload = self.job, self.job.workload
+        extra = {**workload.env, **_mlflow_env(workload, attempt.run_id)}
+        files = JobDir(self.store.job_dir(job.id))
         if workload.backend == "ray":
             from .ray_nodes import RayNodes
 
-            self._ranks = RayNodes(
+            return RayNodes(
                 workload,
                 job.id,
-                attempt,
-                attempt_dir,
-                payload=_payload(workload, self.store.job_dir(job.id)),
+                attempt.number,
+                attempt.files.path,
+                payload=files.payload.read_bytes() if workload.kind == "python" else None,
                 extra_env=extra,
                 on_metrics=lambda node, samples: self._tracking.log_node_metrics(
-                    run_id, node, samples
+                    attempt.run_id, node, samples
                 ),
+                hints=attempt.hints,
             )
-        else:
-            specs = node_specs(
-                argv=_argv(workload, self.store.job_dir(job.id), attempt_dir),
-                base_env=inherited_env(),
-                node_rank=0,
-                nproc_per_node=workload.nproc_per_node,
-                nnodes=1,
-                master_addr="127.0.0.1",
-                master_port=free_port(),
-                job_id=job.id,
-                attempt=attempt,
-                max_restarts=workload.max_retries,
-                gpus=visible_gpus(os.environ, gpu_count()),
-                extra=extra,
-                log_dir=AttemptDir(attempt_dir).node_logs(0),
-                cwd=workload.working_dir,
-            )
-            ranks = self._ranks = LocalRanks(specs)
-            gpus = rank_gpus([spec.env.get("CUDA_VISIBLE_DEVICES") for spec in specs])
-            if self._hints is not None:
-                self._hints.start(gpus, ranks.last_output)
-        if self._cancelled.is_set():
-            self._ranks.cancel()
-        return self._ranks.run(timeout=workload.timeout)
+        launch = NodeLaunch(
+            job_id=job.id,
+            attempt=attempt.number,
+            node_rank=0,
+            nnodes=1,
+            nproc_per_node=workload.nproc_per_node,
+            master_addr="127.0.0.1",
+            master_port=free_port(),
+            max_restarts=workload.max_retries,
+            env=extra,
+            command=list(workload.command) if workload.kind == "command" else [],
+            working_dir=workload.working_dir,
+        )
+        return LocalNode(launch, files, workload.working_dir, attempt.hints)
 
 
 def _none() -> Future[Any]:
@@ -415,25 +470,6 @@ def _mlflow_env(workload: Workload, run_id: str) -> dict[str, str]:
         "MLFLOW_EXPERIMENT_ID": workload.experiment_id or "",
         "MLFLOW_RUN_ID": run_id,
     }
-
-
-def _payload(workload: Workload, job_dir: Path) -> bytes | None:
-    """The pickled cell or function, sent to the nodes (they may not see this disk)."""
-    return JobDir(job_dir).payload.read_bytes() if workload.kind == "python" else None
-
-
-def _argv(workload: Workload, job_dir: Path, attempt_dir: Path) -> list[str]:
-    if workload.kind == "command":
-        return list(workload.command)
-    payload = JobDir(job_dir).payload
-    return [
-        sys.executable,
-        "-u",
-        "-m",
-        "jupyter_air.jobs.rank_main",
-        str(payload),
-        str(attempt_dir),
-    ]
 
 
 def _run_tags(workload: Workload) -> dict[str, str]:

@@ -19,7 +19,7 @@ from mlflow.system_metrics.metrics.disk_monitor import DiskMonitor
 from mlflow.system_metrics.metrics.network_monitor import NetworkMonitor
 
 from ..gpu.nvml import Nvml
-from .system_metrics import GpuMonitor
+from .system_metrics import GpuListener, GpuMonitor
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +30,10 @@ Sample = tuple[float, int, dict[str, float]]
 class NodeMetrics:
     """MLflow's CPU, disk and network monitors, and our GPU monitor, on one node."""
 
-    def __init__(self, nvml: Nvml) -> None:
+    def __init__(self, nvml: Nvml, on_gpu_sample: GpuListener | None = None) -> None:
         self._monitors: list[BaseMetricsMonitor] = [CPUMonitor(), DiskMonitor(), NetworkMonitor()]
-        if nvml.status().available:
-            self._monitors.append(GpuMonitor(nvml))
+        if nvml.status().available:  # its samples also feed the job's hints
+            self._monitors.append(GpuMonitor(nvml, on_gpu_sample))
         self._step = 0
 
     def sample(self) -> Sample:

@@ -29,9 +29,8 @@ import pytest
 from jupyter_client.blocking import BlockingKernelClient
 
 from jupyter_air.jobs import cancel as job_cancel
-from jupyter_air.jobs.spec import Workload
+from jupyter_air.jobs.run_tails import attach_logs
 from jupyter_air.jobs.store import JobStore
-from jupyter_air.jobs.supervisor import Tracking
 from tests.kernel.conftest import Kernel, job_processes, running_job
 from tests.kernel.test_distributed_magic import (
     job_id_of,
@@ -208,11 +207,10 @@ def test_attaching_logs_streams_them_instead_of_loading_them(tmp_path: Path) -> 
     mlflow = MlflowClient(uri)
     experiment = mlflow.create_experiment("big-logs", artifact_location=str(tmp_path / "art"))
     small, big = (mlflow.create_run(experiment).info.run_id for _ in range(2))
-    tracking = Tracking(Workload(kind="command", tracking_uri=uri, experiment_id=experiment))
-    tracking.attach_logs(small, tmp_path / "attempt_1")  # MLflow's set-up: not measured
+    attach_logs(mlflow, small, tmp_path / "attempt_1")  # MLflow's set-up: not measured
     tracemalloc.start()
     try:
-        tracking.attach_logs(big, tmp_path / "attempt_2")
+        attach_logs(mlflow, big, tmp_path / "attempt_2")
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

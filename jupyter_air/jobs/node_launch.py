@@ -1,0 +1,95 @@
+"""What one node of an attempt runs, and the ranks it makes of it: one place for every
+backend (the local backend's in-process node agent and each Ray node agent)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..job_dir import JobDir
+from .env import RankPlace, gpu_count, inherited_env, rank_env, visible_gpus
+
+RANK_MAIN = "jupyter_air.jobs.rank_main"
+
+
+@dataclass
+class RankSpec:
+    """One rank as a process: its command, environment, log file and directory."""
+
+    rank: int
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    cwd: str | None = None
+
+
+@dataclass
+class NodeLaunch:
+    """What one node runs; everything else comes from the node itself."""
+
+    job_id: str
+    attempt: int
+    node_rank: int
+    nnodes: int
+    nproc_per_node: int
+    master_addr: str
+    master_port: int
+    max_restarts: int
+    #: The user's ``--env`` and the run's MLFLOW_* variables.
+    env: dict[str, str]
+    #: argv of a command workload; empty for a pickled cell or function (its payload
+    #: file in the node's job directory).
+    command: list[str] = field(default_factory=list)
+    #: The pickled cell or function, for a node that may not see the job's directory.
+    payload: bytes | None = None
+    working_dir: str | None = None
+
+
+def rank_argv(launch: NodeLaunch, files: JobDir) -> list[str]:
+    """The command of every rank of the node: the workload's, or ``rank_main`` on the
+    pickled cell, in this interpreter (the kernel's, the venv's)."""
+    if launch.command:
+        return list(launch.command)
+    attempt = files.attempt(launch.attempt).path
+    return [sys.executable, "-u", "-m", RANK_MAIN, str(files.payload), str(attempt)]
+
+
+def node_specs(
+    launch: NodeLaunch, files: JobDir, *, cwd: str | None, ray_actor: bool = False
+) -> list[RankSpec]:
+    """The ranks of one node: global ranks ``node_rank * nproc_per_node + local_rank``,
+    logging into ``files``' attempt directory, with this machine's GPUs."""
+    base_env = inherited_env()
+    if ray_actor:
+        # Ray sets OMP_NUM_THREADS to the actor's CPUs (all of the node's ranks): the
+        # ranks get torchrun's default instead (1 when several share the node).
+        base_env.pop("OMP_NUM_THREADS", None)
+    argv = rank_argv(launch, files)
+    attempt = files.attempt(launch.attempt)
+    gpus = visible_gpus(os.environ, gpu_count())
+    specs = []
+    for local_rank in range(launch.nproc_per_node):
+        place = RankPlace(
+            launch.node_rank * launch.nproc_per_node + local_rank,
+            local_rank,
+            launch.node_rank,
+            launch.nproc_per_node,
+            launch.nnodes,
+        )
+        env = rank_env(
+            base_env,
+            place,
+            master_addr=launch.master_addr,
+            master_port=launch.master_port,
+            job_id=launch.job_id,
+            attempt=launch.attempt,
+            max_restarts=launch.max_restarts,
+            gpus=gpus,
+            extra=launch.env,
+        )
+        env.pop("MLFLOW_EXPERIMENT_NAME", None)  # MLFLOW_EXPERIMENT_ID names the experiment
+        log = attempt.rank_log(launch.node_rank, place.rank)
+        specs.append(RankSpec(place.rank, argv, env, log, cwd))
+    return specs

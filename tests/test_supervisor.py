@@ -1,0 +1,229 @@
+"""The supervisor's attempts and the one stop rule of every backend (issue 17).
+
+The MLflow side is replaced here by recorders (``Tracking.new_run``, ``hand_over``):
+what is specified is which outcome each way of ending gets, and that the job's end is
+recorded with its real cause whatever fails.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_air.jobs import supervisor
+from jupyter_air.jobs.local import LocalRanks
+from jupyter_air.jobs.node_launch import RankSpec
+from jupyter_air.jobs.outcome import AttemptEnd, Outcome, Stop, StopRule
+from jupyter_air.jobs.run_tails import Answer, Tail
+from jupyter_air.jobs.spec import Workload
+from jupyter_air.jobs.store import JobStore
+
+# -- the stop rule -------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def failure(rank: int, at: float) -> AttemptEnd:
+    return AttemptEnd(Outcome.FAILED, [], rank, f"rank {rank} exited with code 1", at)
+
+
+def test_nothing_happening_is_a_success() -> None:
+    rule = StopRule()
+    rule.begin(timeout=None)
+    assert rule.due() is None
+    assert rule.end([0, 0]) == AttemptEnd(Outcome.SUCCEEDED, [0, 0])
+
+
+def test_a_failing_rank_stops_the_others_and_the_earliest_failure_is_the_cause() -> None:
+    rule = StopRule()
+    rule.begin(timeout=None)
+    rule.failed(failure(1, at=100.0))
+    assert rule.due() is Stop.FAILURE
+    assert not Stop.FAILURE.interrupts, "the others go at once (SIGTERM)"
+    rule.failed(failure(0, at=100.4))  # its peer, as the collective broke
+    rule.failed(failure(2, at=99.0))  # seen later, failed first (another node's clock)
+    end = rule.end([1, 1, 1])
+    assert (end.status, end.failed_rank, end.failed_at) == (Outcome.FAILED, 2, 99.0)
+
+
+def test_a_cancel_interrupts_and_what_fails_while_stopping_is_the_cancel() -> None:
+    rule = StopRule()
+    rule.cancel()  # before the ranks start, as a signal may come
+    rule.begin(timeout=None)
+    assert rule.due() is Stop.CANCEL
+    assert Stop.CANCEL.interrupts
+    assert rule.due() is None, "a stop begins once"
+    rule.failed(failure(1, at=5.0))  # KeyboardInterrupt's exit code
+    assert rule.end([130, 1]) == AttemptEnd(Outcome.CANCELLED, [130, 1], message="cancelled")
+
+
+def test_a_timeout_fails_the_attempt_saying_so() -> None:
+    clock = Clock()
+    rule = StopRule(clock)
+    rule.begin(timeout=30)
+    clock.now = 30.0
+    assert rule.due() is None
+    clock.now = 30.5
+    assert rule.due() is Stop.TIMEOUT
+    assert Stop.TIMEOUT.interrupts
+    end = rule.end([-2])
+    assert (end.status, end.message) == (Outcome.FAILED, "timed out after 30 s")
+
+
+def test_an_abort_from_another_node_cancels_this_one_with_its_reason() -> None:
+    rule = StopRule()
+    rule.begin(timeout=None)
+    rule.abort("stopped: rank 3 exited with code 1 on node 1")
+    assert rule.due() is Stop.ABORT
+    end = rule.end([-15])
+    assert (end.status, end.message) == (
+        Outcome.CANCELLED,
+        "stopped: rank 3 exited with code 1 on node 1",
+    )
+
+
+def test_an_outcome_sent_by_a_node_as_its_value_is_the_enum() -> None:
+    end = AttemptEnd(**{"status": "FAILED", "exit_codes": [1], "failed_rank": 0})  # type: ignore[arg-type]
+    assert end.status is Outcome.FAILED
+    assert end.status == "FAILED"  # what the store and MLflow read
+
+
+# -- the local ranks under the rule ----------------------------------------------------
+
+
+def specs(tmp_path: Path, *codes: str) -> list[RankSpec]:
+    return [
+        RankSpec(rank, [sys.executable, "-c", code], {}, tmp_path / f"rank_{rank}.log")
+        for rank, code in enumerate(codes)
+    ]
+
+
+SLEEP = "import time; time.sleep(60)"
+
+
+def test_local_ranks_a_failing_rank_takes_its_peers_down(tmp_path: Path) -> None:
+    end = LocalRanks(specs(tmp_path, SLEEP, "raise SystemExit(3)")).run()
+    assert (end.status, end.failed_rank, end.message) == (
+        Outcome.FAILED,
+        1,
+        "rank 1 exited with code 3",
+    )
+    assert end.exit_codes == [-15, 3]
+
+
+def test_local_ranks_time_out_with_an_interrupt_first(tmp_path: Path) -> None:
+    end = LocalRanks(specs(tmp_path, SLEEP)).run(timeout=0.5)
+    assert (end.status, end.message) == (Outcome.FAILED, "timed out after 0.5 s")
+    assert end.exit_codes == [-2], "SIGINT ended it (a KeyboardInterrupt), before any SIGTERM"
+
+
+# -- the supervisor: its guard, and the kernel dying -------------------------------------
+
+
+@pytest.fixture
+def tails(monkeypatch: pytest.MonkeyPatch) -> list[Tail]:
+    """The runs' tails the supervisor hands over (no MLflow in these tests)."""
+    handed: list[Tail] = []
+
+    def hand_over(home: Path, tail: Tail) -> Answer:
+        handed.append(tail)
+        return Answer()
+
+    monkeypatch.setattr(supervisor, "hand_over", hand_over)
+    return handed
+
+
+def job(store: JobStore, code: str, **fields: Any) -> str:
+    workload = Workload(
+        kind="command",
+        command=[sys.executable, "-c", code],
+        tracking_uri="sqlite:////nonexistent/mlflow.db",
+        experiment_id="1",
+        tags={"air.first_run_id": "run-1"},
+        **fields,
+    )
+    return store.create(workload).id
+
+
+FAIL_FIRST = "import os; raise SystemExit(1 if os.environ['AIR_ATTEMPT'] == '1' else 0)"
+
+
+def test_a_retry_runs_under_its_own_run_and_each_tail_is_handed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tails: list[Tail]
+) -> None:
+    store = JobStore(tmp_path)
+    job_id = job(store, FAIL_FIRST, max_retries=1)
+    monkeypatch.setattr(supervisor.Tracking, "new_run", lambda self, j, n, tags: f"run-{n}")
+    assert supervisor.Supervisor(store, job_id, None).run() == 0
+    assert [(a.attempt, a.status, a.run_id) for a in store.attempts(job_id)] == [
+        (1, "FAILED", "run-1"),
+        (2, "SUCCEEDED", "run-2"),
+    ]
+    assert [(t.run_id, t.status, t.sample) for t in tails] == [
+        ("run-1", "FAILED", True),
+        ("run-2", "SUCCEEDED", True),
+    ]
+    assert store.get(job_id).status == "SUCCEEDED"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [RuntimeError("the tracking server answered 503"), sqlite3.OperationalError("disk I/O error")],
+)
+def test_an_error_while_a_retrys_run_is_made_is_the_jobs_recorded_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tails: list[Tail], error: Exception
+) -> None:
+    """It used to kill the supervisor: the job then read "supervisor ended without
+    recording the end"."""
+    store = JobStore(tmp_path)
+    job_id = job(store, FAIL_FIRST, max_retries=2)
+
+    def new_run(self: Any, job_id: str, attempt: int, tags: dict[str, str]) -> str:
+        raise error
+
+    monkeypatch.setattr(supervisor.Tracking, "new_run", new_run)
+    assert supervisor.Supervisor(store, job_id, None).run() == 1
+    ended = store.get(job_id)
+    assert ended.status == "FAILED"
+    assert ended.message == f"the supervisor failed: {error!r}"
+    assert [(a.attempt, a.status) for a in store.attempts(job_id)] == [(1, "FAILED")]
+    assert [t.run_id for t in tails] == ["run-1"], "the first run still ended"
+
+
+def test_an_error_once_an_attempt_is_recorded_ends_that_attempt_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tails: list[Tail]
+) -> None:
+    store = JobStore(tmp_path)
+    job_id = job(store, "pass")
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(supervisor.HintRecorder, "__init__", broken)
+    assert supervisor.Supervisor(store, job_id, None).run() == 1
+    [attempt] = store.attempts(job_id)
+    assert attempt.status == "FAILED"
+    assert attempt.message == store.get(job_id).message
+    assert "database is locked" in (attempt.message or "")
+
+
+def test_a_kernel_that_died_cancels_its_job(tmp_path: Path, tails: list[Tail]) -> None:
+    store = JobStore(tmp_path)
+    job_id = job(store, SLEEP)
+    kernel = subprocess.Popen([sys.executable, "-c", "pass"])
+    kernel.wait()
+    assert supervisor.Supervisor(store, job_id, kernel.pid).run() == 1
+    ended = store.get(job_id)
+    assert (ended.status, ended.message) == ("CANCELLED", "cancelled")
+    assert [t.status for t in tails] == ["CANCELLED"]
