@@ -6,8 +6,7 @@ import socket
 
 import pytest
 
-from jupyter_air.jobs.outcome import AttemptEnd as Outcome
-from jupyter_air.jobs.outcome import first_failure
+from jupyter_air.jobs.outcome import AttemptEnd, Outcome, first_failure
 from jupyter_air.jobs.ray_cluster import (
     ClusterError,
     NodeShape,
@@ -57,8 +56,8 @@ def test_too_small_a_cluster_says_what_was_asked_and_what_is_there() -> None:
 
 
 def test_thefirst_failure_is_the_cause_not_its_consequences() -> None:
-    cause = Outcome("FAILED", [1], failed_rank=1, message="rank 1 exited", failed_at=100.0)
-    peer = Outcome("FAILED", [1], failed_rank=0, message="rank 0 exited", failed_at=100.4)
-    stopped = Outcome("CANCELLED", [-15], message="stopped")
+    cause = AttemptEnd(Outcome.FAILED, [1], failed_rank=1, message="rank 1 exited", failed_at=100.0)
+    peer = AttemptEnd(Outcome.FAILED, [1], failed_rank=0, message="rank 0 exited", failed_at=100.4)
+    stopped = AttemptEnd(Outcome.CANCELLED, [-15], message="stopped")
     assert first_failure({0: peer, 1: cause, 2: stopped}) is cause
     assert first_failure({0: stopped}) is None

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from jupyter_air.jobs import supervisor
+from jupyter_air.jobs.hints import HintRecorder
 from jupyter_air.jobs.local import LocalRanks
 from jupyter_air.jobs.node_launch import RankSpec
 from jupyter_air.jobs.outcome import AttemptEnd, Outcome, Stop, StopRule
@@ -210,7 +211,7 @@ def test_an_error_once_an_attempt_is_recorded_ends_that_attempt_too(
     def broken(*args: Any, **kwargs: Any) -> None:
         raise sqlite3.OperationalError("database is locked")
 
-    monkeypatch.setattr(supervisor.HintRecorder, "__init__", broken)
+    monkeypatch.setattr(HintRecorder, "__init__", broken)
     assert supervisor.Supervisor(store, job_id, None).run() == 1
     [attempt] = store.attempts(job_id)
     assert attempt.status == "FAILED"
