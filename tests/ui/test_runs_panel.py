@@ -3,11 +3,15 @@
 One notebook makes three distributed calls (real jobs, each a rank logging a param and a
 loss curve to its MLflow run); the last one fails. The panel beside the notebook lists
 the three runs with their statuses, each with its job and its cell; comparing the two
-that finished overlays both loss curves and shows the param that differs.
+that finished overlays both loss curves and shows the param that differs. A second
+notebook runs the same cell twice under one run name, as a sweep does: their comparison
+keeps the two runs apart in the legend and opens on the user's metric, not MLflow's
+system metrics (which every run also has).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,18 @@ for step in range(4):
 """
 
 
+def sweep_call(lr: str) -> str:
+    """A run named like its sibling; its metric sorts after MLflow's `system/...` ones."""
+    return f"""%%air_distributed -n 1 --run-name sweep
+import os
+from mlflow import MlflowClient
+from jupyter_air import log_metrics
+MlflowClient().log_param(os.environ["MLFLOW_RUN_ID"], "lr", "{lr}")
+for step in range(3):
+    log_metrics({{"train_loss": {lr} / (step + 1)}}, step=step)
+"""
+
+
 #: Run name -> status the panel shows.
 EXPECTED = {"lr-small": "finished", "lr-bad": "failed", "lr-big": "finished"}
 
@@ -62,6 +78,9 @@ def server(start_lab: Callable[..., Lab], tmp_path_factory: pytest.TempPathFacto
             # last: after an error the kernel drops the cells queued behind it
             call("lr-bad", "0.5", fail=True),
         ],
+    )
+    put_notebook(
+        lab, "sweep.ipynb", ["%load_ext jupyter_air", sweep_call("0.1"), sweep_call("0.3")]
     )
     return lab
 
@@ -107,6 +126,9 @@ def test_the_three_calls_appear_with_their_statuses_jobs_and_cells(
     link = page.get_attribute(f"{ROWS} >> nth=0 >> .jp-air-RunsPanel-name a", "href")
     assert "/jupyter-air/mlflow/" in link
     assert "/runs/" in link
+    # Every time is 24-hour, date first, whatever the browser's locale.
+    starts = page.eval_on_selector_all(ROWS, "rows => rows.map(r => r.cells[3].textContent)")
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", t) for t in starts), starts
     page.screenshot(path=str(artifacts / "runs-panel.png"))
     # the failed run's cell: the notebook's last cell becomes the active one
     page.click(f"{ROWS} >> nth=0 >> .jp-air-RunsPanel-cell")
@@ -146,6 +168,69 @@ def test_the_status_filter_shows_only_the_failed_run(page: Any) -> None:
         "() => document.querySelectorAll('.jp-air-RunsPanel-run').length === 1", timeout=30_000
     )
     assert statuses(page) == {"lr-bad": "failed"}
+
+
+def test_two_runs_of_one_name_compare_apart_on_the_users_metric(
+    browser: Any, server: Lab, artifacts: Path
+) -> None:
+    # A workspace of its own: the module's page keeps train.ipynb open in the default one.
+    sweep = browser.new_page(viewport={"width": 1400, "height": 1000})
+    sweep.console_lines = []
+    sweep.on("console", lambda m: sweep.console_lines.append(f"{m.type}: {m.text}"))
+    sweep.goto(f"{server.url}lab/workspaces/sweep/tree/sweep.ipynb?token={server.token}")
+    sweep.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=60_000)
+    try:
+        for index in range(3):
+            run_cell(sweep, index)
+        sweep.click(TAB)
+        sweep.wait_for_function(
+            "() => document.querySelectorAll("
+            "'.jp-air-RunsPanel-run .jp-air-RunsPanel-runStatus.jp-mod-finished').length === 2",
+            timeout=240_000,
+        )
+        # The table: the user's metric; MLflow's system metrics one click away.
+        heads = f"{PANEL} .jp-air-RunsPanel-table th"
+        titles = sweep.eval_on_selector_all(heads, "ths => ths.map(th => th.textContent)")
+        assert "train_loss" in titles
+        assert not [t for t in titles if t.startswith("system/")], titles
+        sweep.click(f"{PANEL} .jp-air-RunsPanel-systemToggle")
+        sweep.wait_for_function(
+            "sel => [...document.querySelectorAll(sel)].some(th =>"
+            " th.textContent.startsWith('system/'))",
+            arg=heads,
+        )
+        titles = sweep.eval_on_selector_all(heads, "ths => ths.map(th => th.textContent)")
+        assert titles.index("train_loss") < min(
+            i for i, t in enumerate(titles) if t.startswith("system/")
+        )
+
+        for row in range(2):
+            sweep.locator(ROWS).nth(row).locator(".jp-air-RunsPanel-pick").check()
+        sweep.wait_for_function(
+            "sel => (document.querySelector(sel)?.data ?? []).length === 2", arg=CHART
+        )
+        assert sweep.input_value(f"{PANEL} .jp-air-RunsPanel-metric select") == "train_loss"
+        names = sweep.eval_on_selector(CHART, "plot => plot.data.map(t => t.name)")
+        ids = sweep.eval_on_selector_all(ROWS, "rows => rows.map(r => r.dataset.runId)")
+        assert sorted(names) == sorted(f"sweep ({run_id[:7]})" for run_id in ids)
+        legend = sweep.eval_on_selector_all(
+            f"{CHART} .legend .traces text", "items => items.map(t => t.textContent)"
+        )
+        assert sorted(legend) == sorted(names)
+
+        # By time: each run from its own start, not the wall clock.
+        sweep.select_option(f"{PANEL} .jp-air-RunsPanel-axis select", "time")
+        sweep.wait_for_function(
+            "sel => document.querySelector(sel)?.layout.xaxis.title.text"
+            ".startsWith('time since run start')",
+            arg=CHART,
+        )
+        starts = sweep.eval_on_selector(CHART, "plot => plot.data.map(t => Math.min(...t.x))")
+        assert all(0 <= x < 600 for x in starts), starts
+        sweep.locator(f"{PANEL} .jp-air-RunsPanel-compare").scroll_into_view_if_needed()
+        sweep.screenshot(path=str(artifacts / "runs-compare-same-name.png"))
+    finally:
+        sweep.close()
 
 
 def open_from_view_menu(page: Any, *labels: str, tries: int = 3) -> None:

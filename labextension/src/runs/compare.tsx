@@ -152,15 +152,23 @@ export class CompareView extends Panel {
         mode: 'lines+markers'
       })),
       {
-        height: 240,
-        margin: { t: 24, l: 48, r: 8, b: 36 },
+        // Room for the legend's rows above the plot, one run a row at most.
+        height: 220 + 18 * drawn.curves.length,
+        margin: { t: 8, l: 48, r: 8, b: 36 },
         paper_bgcolor: 'rgba(0,0,0,0)',
         plot_bgcolor: 'rgba(0,0,0,0)',
         font: { size: 11, color },
-        title: { text: metric ?? '', font: { size: 12 } },
-        xaxis: { title: { text: drawn.xTitle } },
+        xaxis: { title: { text: drawn.xTitle }, automargin: true },
+        yaxis: { title: { text: metric ?? '' }, automargin: true },
         showlegend: true,
-        legend: { orientation: 'h' }
+        // Above the plot: below it, its rows would cover the x axis' title.
+        legend: {
+          orientation: 'h',
+          x: 0,
+          xanchor: 'left',
+          y: 1.02,
+          yanchor: 'bottom'
+        }
       },
       { displayModeBar: false, responsive: true }
     );
