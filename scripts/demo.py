@@ -44,15 +44,20 @@ def _sources(path: Path) -> list[str]:
     return [cell.source for cell in nbformat.read(path, as_version=4).cells]
 
 
-def run_quickstart(workdir: Path) -> str:
-    """Execute the quickstart's copy in a fresh kernel beside it (its outputs are not
-    saved); the job id of its DDP cell."""
+def run_quickstart(workdir: Path) -> nbformat.NotebookNode:
+    """Execute the quickstart's copy in a fresh kernel beside it; the notebook with its
+    outputs (not saved: JupyterLab shows the copy as the user left it)."""
     notebook = workdir / QUICKSTART
     nb = nbformat.read(notebook, as_version=4)
     os.environ.setdefault("JPY_SESSION_NAME", str(notebook))
     NotebookClient(
         nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
     ).execute()
+    return nb
+
+
+def job_of(nb: nbformat.NotebookNode) -> str:
+    """The job id the first distributed cell's header shows."""
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             match = JOB.search(output.get("data", {}).get("text/plain", ""))
@@ -82,7 +87,7 @@ def main() -> None:
     for note in prepare(workdir):
         print(note)
     print(f"Running {workdir / QUICKSTART} (a 2-rank DDP training, about 20 s) ...", flush=True)
-    job_id = run_quickstart(workdir)
+    job_id = job_of(run_quickstart(workdir))
     store = JobStore()
     job = store.get(job_id)
     (attempt,) = store.attempts(job_id)

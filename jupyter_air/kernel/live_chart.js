@@ -1,28 +1,26 @@
-// The live chart of a distributed cell: an anywidget module, evaluated after plotly.js
-// (live_view.py puts plotly's own bundle in front of it, inside a CommonJS shim).
+// The live chart of a distributed cell: an anywidget module.
 //
 // The kernel sends only new points, as custom messages: {type: "add", traces} for new
-// traces and {type: "extend", indices, x, y} for new points of existing ones. They are
-// kept per model (not per view), so a view rendered later, or twice, draws them all.
-// The metric picker is drawn here: the kernel is busy following the job while it runs
-// and could not answer a widget's events.
+// traces and {type: "extend", indices, x, y} for new points of existing ones; the
+// layout (panels, legend) is the synced `figure_layout`. The points are kept per model
+// (not per view), so a view rendered later, or twice, draws them all. Each draw gives
+// plotly at most one point per pixel of a trace's panel (minMaxBuckets), whatever the
+// history's length: plotly redraws every trace's whole path on any change, so the
+// cost of an update follows the points drawn. plotly.js itself is a model of its own
+// (`plotly`, made once per kernel), evaluated once per page.
 
-const Plotly = module.exports;
 const charts = new Map();
+const LIBRARIES = Symbol.for("jupyter_air.plotly");
 
 function chartOf(model) {
   const id = model.get("chart_id");
-  if (!charts.has(id)) {
-    charts.set(id, { traces: [], hidden: new Set(), views: new Set() });
-  }
+  if (!charts.has(id)) charts.set(id, { traces: [], views: new Set() });
   return charts.get(id);
 }
 
 function keep(chart, msg) {
   if (msg.type === "add") {
-    for (const trace of msg.traces) {
-      chart.traces.push({ ...trace, x: trace.x.slice(), y: trace.y.slice() });
-    }
+    for (const trace of msg.traces) chart.traces.push({ ...trace, x: trace.x.slice(), y: trace.y.slice() });
   } else if (msg.type === "extend") {
     msg.indices.forEach((index, i) => {
       const trace = chart.traces[index];
@@ -34,63 +32,111 @@ function keep(chart, msg) {
   }
 }
 
-function visible(chart, trace) {
-  return chart.hidden.has(trace.meta.key) ? "legendonly" : true;
+// The lowest and the highest point of each of `buckets` equal spans of [lo, hi], in x
+// order, and the last point: a line through them has the extremes of the whole series
+// (a spike, a GPU at 0 %), where a stride or an average would hide them. Two points a
+// bucket and a bucket per two pixels: no more points than pixels.
+export function minMaxBuckets(x, y, lo, hi, buckets) {
+  const width = (hi - lo) / buckets || 1;
+  const outX = [];
+  const outY = [];
+  const flush = (a, b) => {
+    for (const i of a === b ? [a] : [Math.min(a, b), Math.max(a, b)]) {
+      outX.push(x[i]);
+      outY.push(y[i]);
+    }
+  };
+  let bucket = null;
+  let low = 0;
+  let high = 0;
+  for (let i = 0; i < x.length; i++) {
+    const b = Math.floor((x[i] - lo) / width);
+    if (b !== bucket) {
+      if (bucket !== null) flush(low, high);
+      bucket = b;
+      low = high = i;
+    } else if (y[i] < y[low]) low = i;
+    else if (y[i] > y[high]) high = i;
+  }
+  if (bucket !== null) flush(low, high);
+  const last = x.length - 1;
+  if (last >= 0 && outX[outX.length - 1] !== x[last]) {
+    outX.push(x[last]);
+    outY.push(y[last]);
+  }
+  return [outX, outY];
+}
+
+// What plotly is given: each trace cut to its panel's width in pixels, over the range
+// the panel shows (the data's, or the user's zoom).
+export function drawn(plot, traces) {
+  const full = plot._fullLayout;
+  return traces.map((trace) => {
+    const axis = full?.[`xaxis${trace.xaxis.slice(1)}`];
+    const pixels = Math.max(40, Math.round(axis?._length ?? plot.clientWidth));
+    if (trace.x.length <= pixels) return trace;
+    let lo = trace.x[0];
+    let hi = trace.x[trace.x.length - 1];
+    if (axis && axis.autorange === false) [lo, hi] = axis.range.map(axis.r2l);
+    const [x, y] = minMaxBuckets(trace.x, trace.y, lo, hi, Math.floor(pixels / 2));
+    return { ...trace, x, y };
+  });
+}
+
+async function plotlyOf(model) {
+  const ref = model.get("plotly");
+  const library = await model.widget_manager.get_model(ref.slice("IPY_MODEL_".length));
+  const loaded = (globalThis[LIBRARIES] ??= new Map());
+  const version = library.get("version");
+  if (!loaded.has(version)) {
+    const shim = "const module = { exports: {} };\nconst exports = module.exports;\n";
+    const source = `${shim}${library.get("source")}\nexport default module.exports;\n`;
+    const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+    loaded.set(
+      version,
+      import(/* webpackIgnore: true */ url).then((mod) => {
+        URL.revokeObjectURL(url);
+        return mod.default;
+      }),
+    );
+  }
+  return loaded.get(version);
 }
 
 function initialize({ model }) {
   const chart = chartOf(model);
   model.on("msg:custom", (msg) => {
     keep(chart, msg);
-    for (const view of chart.views) view.apply(msg);
+    for (const view of chart.views) view.draw();
+  });
+  model.on("change:figure_layout", () => {
+    for (const view of chart.views) view.draw();
   });
 }
 
-function render({ model, el }) {
+async function render({ model, el }) {
   const chart = chartOf(model);
-  const picker = document.createElement("div");
-  picker.className = "jp-air-LiveChart-metrics";
   const plot = document.createElement("div");
   plot.className = "jp-air-LiveChart-plot";
   el.classList.add("jp-air-LiveChart");
-  el.append(picker, plot);
-
-  const copy = (trace) => ({ ...trace, x: trace.x.slice(), y: trace.y.slice(), visible: visible(chart, trace) });
-  const drawPicker = () => {
-    const keys = [...new Set(chart.traces.filter((t) => t.meta.metric).map((t) => t.meta.key))];
-    const shown = [...picker.querySelectorAll("input")].map((input) => input.value);
-    for (const key of keys.filter((k) => !shown.includes(k))) {
-      const label = document.createElement("label");
-      const box = document.createElement("input");
-      box.type = "checkbox";
-      box.value = key;
-      box.checked = !chart.hidden.has(key);
-      box.addEventListener("change", () => {
-        if (box.checked) chart.hidden.delete(key);
-        else chart.hidden.add(key);
-        const indices = chart.traces.flatMap((t, i) => (t.meta.key === key ? [i] : []));
-        Plotly.restyle(plot, { visible: box.checked ? true : "legendonly" }, indices);
-      });
-      label.append(box, ` ${key}`);
-      picker.append(label);
-    }
-  };
-  Plotly.newPlot(plot, chart.traces.map(copy), model.get("figure_layout"), {
-    displaylogo: false,
-    responsive: true,
-  });
-  drawPicker();
+  el.append(plot);
+  const Plotly = await plotlyOf(model);
+  let revision = 0;
   const view = {
-    apply(msg) {
-      if (msg.type === "add") {
-        const first = chart.traces.length - msg.traces.length;
-        Plotly.addTraces(plot, chart.traces.slice(first).map(copy));
-        drawPicker();
-      } else if (msg.type === "extend") {
-        Plotly.extendTraces(plot, { x: msg.x, y: msg.y }, msg.indices);
-      }
+    // Returns plotly's promise (the benchmark waits on it).
+    draw() {
+      const layout = { ...model.get("figure_layout"), datarevision: ++revision };
+      return Plotly.react(plot, drawn(plot, chart.traces), layout, {
+        displaylogo: false,
+        responsive: true,
+      });
     },
   };
+  await view.draw();
+  // A zoom changes the pixels' span: cut the traces again for it.
+  plot.on("plotly_relayout", (change) => {
+    if (Object.keys(change).some((key) => key.startsWith("xaxis"))) view.draw();
+  });
   chart.views.add(view);
   return () => {
     chart.views.delete(view);

@@ -1,14 +1,15 @@
 """The chart of a distributed call's run, live in the cell while the job runs.
 
-Rank 0's metrics (one trace per metric against its step), the job's own GPUs
-(utilization and memory, per node on Ray) and its host's CPU, from the run's system
-metrics; a retry's traces are new, dotted and named by attempt. ``RunChart`` is the
+Rank 0's metrics (a panel each, against the step), the job's own GPUs (utilization and
+memory, per node on Ray) and its host's CPU, from the run's system metrics, with a
+legend; a retry's traces are new, dotted and named by attempt. ``RunChart`` is the
 data (no widgets); ``ChartWidget`` draws it with plotly.js in any frontend with
 widgets, sent only new points; where there are none (nbclient, nbconvert, a notebook
 opened later) the cell keeps a static plotly figure and a text summary.
 
 Why a widget of our own rather than plotly's ``FigureWidget``: its updates resend
-every trace's whole arrays, where this one sends the new points (``extendTraces``).
+every trace's whole arrays, where this one sends the new points; the page keeps them
+and draws at most one point per pixel of each panel (live_chart.js).
 """
 
 from __future__ import annotations
@@ -102,30 +103,76 @@ def widgets_available(config: LiveView, environ: dict[str, str] | None = None) -
     return True
 
 
+#: Colors of the series (plotly's own palette): a GPU's utilization and memory share one.
+PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+)  # fmt: skip
+#: Pixel sizes of the chart: a panel's plot area, the space under it for its ticks and
+#: the next panel's title, a legend line.
+METRIC_HEIGHT = 170
+SYSTEM_HEIGHT = 150
+TITLE_HEIGHT = 50
+LEGEND_LINE = 22
+LEGEND_PER_LINE = 6
+MARGIN = {"l": 55, "r": 20, "t": 26, "b": 40}
+#: Metric panels side by side at most.
+COLUMNS = 3
+#: The shortest span a panel's x axis shows: 10 steps, 60 seconds (a single point
+#: otherwise gets an axis of milliseconds, or of fractional steps).
+MIN_STEPS = 10.0
+MIN_SPAN_MS = 60_000.0
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One subplot: its plotly axis number and its title."""
+
+    axis: int
+    title: str
+
+    @property
+    def system(self) -> bool:
+        return self.axis <= len(SYSTEM_PANELS)
+
+
+#: The system panels, in their order on the chart's last row (axes 1 to 3).
+SYSTEM_PANELS = {
+    "utilization": Panel(1, "GPU utilization %"),
+    "memory_usage": Panel(2, "GPU memory %"),
+    "cpu": Panel(3, "host CPU %"),
+}
+
+
 @dataclass
 class Trace:
     key: str  # the MLflow metric
     attempt: int
     name: str
-    row: int  # 1: rank 0's metrics against steps; 2: system metrics against time
+    panel: Panel
+    series: str  # what the color and legend group follow: a metric, a GPU, the CPU
+    color: str
     x: list[float] = field(default_factory=list)
     y: list[float] = field(default_factory=list)
 
     @property
     def metric(self) -> bool:
-        return self.row == 1
+        return not self.panel.system
 
     def plotly(self) -> dict[str, Any]:
+        """No ``mode``: plotly draws markers while a trace has fewer than 20 points, so a
+        single point shows, and lines after."""
+        suffix = "" if self.panel.axis == 1 else str(self.panel.axis)
         return {
             "type": "scatter",
-            "mode": "lines",
             "name": self.name,
             "x": list(self.x),
             "y": list(self.y),
-            "xaxis": "x" if self.row == 1 else "x2",
-            "yaxis": "y" if self.row == 1 else "y2",
-            "legendgroup": f"attempt {self.attempt}",
-            "line": {"dash": "solid" if self.attempt == 1 else "dot"},
+            "xaxis": f"x{suffix}",
+            "yaxis": f"y{suffix}",
+            "legendgroup": self.series,
+            "line": {"color": self.color, "dash": "solid" if self.attempt == 1 else "dot"},
+            "marker": {"size": 5},
             "meta": {"key": self.key, "attempt": self.attempt, "metric": self.metric},
         }
 
@@ -142,31 +189,34 @@ class Update:
 
 
 class RunChart:
-    """The chart's traces, grown from metric points one attempt at a time."""
+    """The chart's traces, grown from metric points one attempt at a time: a panel per
+    metric of rank 0 (against its step), then the job's GPUs' utilization and memory and
+    the host's CPU (against the time of day)."""
 
     def __init__(self) -> None:
         self.traces: list[Trace] = []
         self._index: dict[tuple[int, str], int] = {}
+        self._panels: dict[str, Panel] = {}  # metric key -> its panel
+        self._series: dict[str, str] = {}  # series -> color
 
     def add(self, attempt: int, points: Iterable[Point], gpus: Sequence[int] | None) -> Update:
         """Take new points of an attempt's run; ``gpus`` are the NVML indices of the job's
         GPUs on a single machine (None: every GPU the run recorded, as on Ray's nodes)."""
         update = Update()
         for point in points:
-            drawn = _drawn(point, gpus)
-            if drawn is None or math.isnan(point.value):
+            if math.isnan(point.value):
                 continue
-            name, row = drawn
             key = (attempt, point.key)
             index = self._index.get(key)
             if index is None:
+                trace = self._trace(attempt, point.key, gpus)
+                if trace is None:
+                    continue
                 index = self._index[key] = len(self.traces)
-                label = name if attempt == 1 else f"{name} (attempt {attempt})"
-                trace = Trace(point.key, attempt, label, row)
                 self.traces.append(trace)
                 update.added.append(trace)
             trace = self.traces[index]
-            x = float(point.step) if row == 1 else float(point.timestamp)  # a date axis: ms
+            x = float(point.step) if trace.metric else _local_ms(point.timestamp)
             trace.x.append(x)
             trace.y.append(point.value)
             if trace not in update.added:
@@ -175,28 +225,91 @@ class RunChart:
                 ys.append(point.value)
         return update
 
+    def _trace(self, attempt: int, key: str, gpus: Sequence[int] | None) -> Trace | None:
+        drawn = _drawn(key, gpus)
+        if drawn is None:
+            return None
+        name, series, system = drawn
+        if system is not None:
+            panel = SYSTEM_PANELS[system]
+        else:
+            panel = self._panels.setdefault(
+                key, Panel(len(SYSTEM_PANELS) + 1 + len(self._panels), key)
+            )
+        color = self._series.setdefault(series, PALETTE[len(self._series) % len(PALETTE)])
+        label = name if attempt == 1 else f"{name} (attempt {attempt})"
+        return Trace(key, attempt, label, panel, series, color)
+
     def layout(self) -> dict[str, Any]:
-        return {
-            "height": 460,
-            "margin": {"l": 50, "r": 20, "t": 10, "b": 40},
-            "legend": {"orientation": "h", "y": -0.15},
-            "xaxis": {"anchor": "y"},
-            "yaxis": {"domain": [0.5, 1.0], "title": {"text": "metrics by step"}},
-            "xaxis2": {"type": "date", "anchor": "y2"},
-            "yaxis2": {"domain": [0.0, 0.28], "title": {"text": "GPU, CPU %"}, "range": [0, 105]},
+        """Metric panels in rows of up to three, the system panels in the last row, each
+        titled; a legend of every trace under them. Its size follows what is drawn, so an
+        empty row never leaves a blank."""
+        metric_panels = sorted(self._panels.values(), key=lambda p: p.axis)
+        system_panels = sorted(
+            {t.panel for t in self.traces if t.panel.system}, key=lambda p: p.axis
+        )
+        rows = [
+            (METRIC_HEIGHT, metric_panels[i : i + COLUMNS])
+            for i in range(0, len(metric_panels), COLUMNS)
+        ]
+        if system_panels:
+            rows.append((SYSTEM_HEIGHT, system_panels))
+        plot_height = sum(TITLE_HEIGHT + height for height, _ in rows) - TITLE_HEIGHT
+        legend_lines = math.ceil(len(self.traces) / LEGEND_PER_LINE)
+        margin = {**MARGIN, "b": MARGIN["b"] + LEGEND_LINE * legend_lines}
+        layout: dict[str, Any] = {
+            "height": max(plot_height, METRIC_HEIGHT) + margin["t"] + margin["b"],
+            "margin": margin,
+            "showlegend": bool(self.traces),
+            "legend": {"orientation": "h", "x": 0, "xanchor": "left", "yanchor": "top"},
+            "hovermode": "closest",
+            "uirevision": "live",  # a redraw keeps the user's zoom and legend choices
+            "annotations": [],
         }
+        if not rows:
+            return layout
+        layout["legend"]["y"] = -MARGIN["b"] / plot_height
+        top = plot_height
+        for height, panels in rows:
+            for column, panel in enumerate(panels):
+                x0 = column / len(panels) + (0.04 if column else 0.0)
+                x1 = (column + 1) / len(panels) - (0.04 if column < len(panels) - 1 else 0.0)
+                y0, y1 = (top - height) / plot_height, top / plot_height
+                layout.update(self._axes(panel, (x0, x1), (y0, y1)))
+                layout["annotations"].append(
+                    {
+                        "text": f"<b>{html.escape(panel.title)}</b>",
+                        "x": x0, "y": y1, "xref": "paper", "yref": "paper",
+                        "xanchor": "left", "yanchor": "bottom", "showarrow": False,
+                    }
+                )  # fmt: skip
+            top -= height + TITLE_HEIGHT
+        return layout
+
+    def _axes(self, panel: Panel, x: tuple[float, float], y: tuple[float, float]) -> dict[str, Any]:
+        suffix = "" if panel.axis == 1 else str(panel.axis)
+        xaxis: dict[str, Any] = {"domain": list(x), "anchor": f"y{suffix}", "automargin": True}
+        yaxis: dict[str, Any] = {"domain": list(y), "anchor": f"x{suffix}", "automargin": True}
+        xs = [v for t in self.traces if t.panel == panel for v in (t.x[0], t.x[-1]) if t.x]
+        if panel.system:
+            xaxis.update(type="date", tickformat="%H:%M:%S", hoverformat="%H:%M:%S")
+            yaxis["range"] = [0, 105]
+            shortest = MIN_SPAN_MS
+        else:
+            xaxis.update(tickformat="d", hoverformat="d")
+            shortest = MIN_STEPS
+        if xs and max(xs) - min(xs) < shortest:  # else autorange
+            xaxis["range"] = [min(xs), min(xs) + shortest]
+        return {f"xaxis{suffix}": xaxis, f"yaxis{suffix}": yaxis}
 
     def figure(self, max_points: int | None = None) -> dict[str, Any]:
-        """The whole chart as a static plotly figure (JSON), each trace thinned to about
-        ``max_points`` evenly spaced points (its last one kept) so a notebook stays small."""
+        """The whole chart as a static plotly figure (JSON), each trace thinned to at most
+        about ``max_points`` points, the minimum and maximum of each of ``max_points / 2``
+        buckets, so that a notebook stays small and spikes stay visible."""
         data = [t.plotly() for t in self.traces]
         for trace in data:
-            n = len(trace["x"])
-            if max_points and n > max_points:
-                stride = math.ceil(n / max_points)
-                keep = [*range(0, n - 1, stride), n - 1]
-                trace["x"] = [trace["x"][i] for i in keep]
-                trace["y"] = [trace["y"][i] for i in keep]
+            if max_points and len(trace["x"]) > max_points:
+                trace["x"], trace["y"] = min_max_buckets(trace["x"], trace["y"], max_points // 2)
         return {"data": data, "layout": self.layout()}
 
     def summary(self) -> str:
@@ -220,21 +333,54 @@ class RunChart:
         return "\n".join(lines)
 
 
-def _drawn(point: Point, gpus: Sequence[int] | None) -> tuple[str, int] | None:
-    """The trace name and row of a metric, or None for the system metrics not drawn."""
-    if not point.key.startswith("system/"):
-        return point.key, 1
-    match = SYSTEM.fullmatch(point.key)
+def min_max_buckets(
+    xs: Sequence[float], ys: Sequence[float], buckets: int
+) -> tuple[list[float], list[float]]:
+    """The lowest and the highest point of each of ``buckets`` equal spans of x, in x
+    order, and the last point: a line drawn through them has the same extremes (a spike,
+    a GPU at 0 %) as the whole series. live_chart.js does the same per pixel."""
+    lo, hi = min(xs), max(xs)
+    width = (hi - lo) / buckets or 1.0
+    keep: list[int] = []
+    bucket, low, high = None, 0, 0
+    for i, x in enumerate(xs):
+        b = int((x - lo) / width)
+        if b != bucket:
+            if bucket is not None:
+                keep += sorted({low, high})
+            bucket, low, high = b, i, i
+        elif ys[i] < ys[low]:
+            low = i
+        elif ys[i] > ys[high]:
+            high = i
+    keep += sorted({low, high})
+    if keep[-1] != len(xs) - 1:
+        keep.append(len(xs) - 1)
+    return [xs[i] for i in keep], [ys[i] for i in keep]
+
+
+def _local_ms(timestamp_ms: int) -> float:
+    """An MLflow timestamp as the kernel's local time of day on plotly's date axis (which
+    shows its numbers as UTC)."""
+    return float(timestamp_ms + 1000 * time.localtime(timestamp_ms / 1000).tm_gmtoff)
+
+
+def _drawn(key: str, gpus: Sequence[int] | None) -> tuple[str, str, str | None] | None:
+    """The trace name, series and system panel (None: a metric's own panel) of a metric,
+    or None for the system metrics not drawn."""
+    if not key.startswith("system/"):
+        return key, key, None
+    match = SYSTEM.fullmatch(key)
     if match is None:
         return None
     node = f"node {match['node']} · " if match["node"] is not None else ""
     if match["cpu"]:
-        return f"{node}CPU %", 2
+        return f"{node}CPU %", f"{node}CPU", "cpu"
     gpu = int(match["gpu"])
     if match["node"] is None and gpus is not None and gpu not in gpus:
         return None  # another job's or nobody's GPU on this machine
     what = "util" if match["gpu_metric"] == "utilization" else "memory"
-    return f"{node}GPU {gpu} {what} %", 2
+    return f"{node}GPU {gpu} {what} %", f"{node}GPU {gpu}", match["gpu_metric"]
 
 
 class RunFeed:
@@ -285,32 +431,42 @@ class RunFeed:
 
 
 @cache
-def _chart_module() -> str:
-    """plotly.js (plotly's own copy) in a CommonJS shim, then our module."""
-    import plotly
-
-    plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-    ours = Path(__file__).with_name("live_chart.js")
-    return (
-        "const module = { exports: {} };\nconst exports = module.exports;\n"
-        + plotly_js.read_text(encoding="utf-8")
-        + "\n"
-        + ours.read_text(encoding="utf-8")
-    )
-
-
-def chart_widget(layout: dict[str, Any]) -> Any:
-    """A live chart widget (imports anywidget, so only where widgets are drawn)."""
+def _plotly_library() -> Any:
+    """plotly.js (plotly's own copy) as a widget model of its own, made once per kernel:
+    every chart widget refers to it, and a page evaluates it once (live_chart.js keeps it
+    by version). In each chart's module it would cross the wire, and be parsed, once per
+    cell, and anywidget gives a model's module 2 s to load before it logs "Failed to
+    initialize model"."""
     import anywidget
+    import plotly
     import traitlets
 
+    class PlotlyLibrary(anywidget.AnyWidget):
+        _esm = traitlets.Unicode("export default {};").tag(sync=True)
+        version = traitlets.Unicode().tag(sync=True)
+        source = traitlets.Unicode().tag(sync=True)
+
+    path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    return PlotlyLibrary(version=plotly.__version__, source=path.read_text(encoding="utf-8"))
+
+
+@cache
+def _chart_widget_class() -> Any:
+    import anywidget
+    import traitlets
+    from ipywidgets import widget_serialization
+
     class ChartWidget(anywidget.AnyWidget):
-        _esm = traitlets.Unicode(_chart_module()).tag(sync=True)
+        _esm = traitlets.Unicode(
+            Path(__file__).with_name("live_chart.js").read_text(encoding="utf-8")
+        ).tag(sync=True)
         chart_id = traitlets.Unicode().tag(sync=True)
         figure_layout = traitlets.Dict().tag(sync=True)
+        plotly = traitlets.Instance(anywidget.AnyWidget).tag(sync=True, **widget_serialization)
 
-        def push(self, update: Update) -> None:
-            """Only what changed crosses the wire."""
+        def push(self, update: Update, layout: dict[str, Any]) -> None:
+            """Only what changed crosses the wire: new traces and new points as messages,
+            the layout (panels and legend follow the traces) as the synced trait."""
             if update.added:
                 self.send({"type": "add", "traces": [t.plotly() for t in update.added]})
             if update.extended:
@@ -323,8 +479,17 @@ def chart_widget(layout: dict[str, Any]) -> Any:
                         "y": [update.extended[i][1] for i in indices],
                     }
                 )
+            if layout != self.figure_layout:
+                self.figure_layout = layout
 
-    return ChartWidget(chart_id=uuid.uuid4().hex, figure_layout=layout)
+    return ChartWidget
+
+
+def chart_widget(layout: dict[str, Any]) -> Any:
+    """A live chart widget (imports anywidget, so only where widgets are drawn)."""
+    return _chart_widget_class()(
+        chart_id=uuid.uuid4().hex, figure_layout=layout, plotly=_plotly_library()
+    )
 
 
 def hints_html(hints: Sequence[Mapping[str, Any]]) -> str:
@@ -377,7 +542,7 @@ class Live:
         if self._chart is not None and self.feed.due():
             update = self.feed.read(attempts, gpus)
             if update:
-                self._chart.push(update)
+                self._chart.push(update, self.feed.chart.layout())
 
     def finish(
         self,

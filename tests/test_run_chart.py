@@ -1,0 +1,75 @@
+"""The cell's chart as data (``RunChart``): a panel per metric, the job's system metrics
+below, a legend, sensible axes for a single point, and thinning that keeps spikes."""
+
+from __future__ import annotations
+
+import time
+
+from jupyter_air.kernel.live_view import MIN_SPAN_MS, RunChart, min_max_buckets
+from jupyter_air.tracking.metric_feed import Point
+
+NOW = int(time.time() * 1000)
+
+
+def chart_of(points: list[Point], gpus: list[int] | None = None) -> RunChart:
+    chart = RunChart()
+    chart.add(1, points, gpus)
+    return chart
+
+
+def test_each_metric_gets_a_titled_panel_and_every_trace_a_legend_entry() -> None:
+    points = [Point(k, s, 1.0 / (s + 1), NOW + s) for s in range(5) for k in ("loss", "acc")]
+    figure = chart_of(points).figure()
+    names = [trace["name"] for trace in figure["data"]]
+    assert names == ["loss", "acc"]
+    assert figure["layout"]["showlegend"] is True, "named traces, with a legend, even one"
+    titles = [a["text"] for a in figure["layout"]["annotations"]]
+    assert titles == ["<b>loss</b>", "<b>acc</b>"]
+    assert {t["xaxis"] for t in figure["data"]} == {"x4", "x5"}, "a panel each"
+
+
+def test_without_system_metrics_no_empty_row_is_drawn() -> None:
+    metrics_only = chart_of([Point("loss", s, 1.0, NOW) for s in range(3)]).layout()
+    with_system = chart_of(
+        [Point("loss", 0, 1.0, NOW), Point("system/cpu_utilization_percentage", 0, 5.0, NOW)]
+    ).layout()
+    assert not any(key in metrics_only for key in ("xaxis", "xaxis2", "xaxis3"))
+    assert "xaxis3" in with_system
+    assert metrics_only["height"] < with_system["height"]
+
+
+def test_a_single_system_sample_gets_a_minute_wide_24_hour_axis_and_a_marker() -> None:
+    chart = chart_of([Point("system/gpu_0_utilization_percentage", 0, 40.0, NOW)], gpus=[0])
+    figure = chart.figure()
+    (trace,) = figure["data"]
+    assert trace["name"] == "GPU 0 util %"
+    assert "mode" not in trace, "plotly draws markers while a trace is short"
+    axis = figure["layout"]["xaxis"]
+    assert axis["tickformat"] == "%H:%M:%S"
+    start, end = axis["range"]
+    assert end - start == MIN_SPAN_MS
+
+
+def test_another_jobs_gpu_is_not_drawn_and_a_gpus_two_traces_share_a_color() -> None:
+    points = [
+        Point(f"system/gpu_{g}_{what}_percentage", 0, 10.0, NOW)
+        for g in (0, 1)
+        for what in ("utilization", "memory_usage")
+    ]
+    traces = chart_of(points, gpus=[1]).traces
+    assert [t.name for t in traces] == ["GPU 1 util %", "GPU 1 memory %"]
+    assert traces[0].color == traces[1].color
+    assert traces[0].panel != traces[1].panel
+
+
+def test_thinning_keeps_each_buckets_extremes_and_the_last_point() -> None:
+    xs = [float(i) for i in range(1000)]
+    ys = [0.0] * 1000
+    ys[500] = 100.0  # a one-sample spike
+    ys[501] = -5.0
+    thin_x, thin_y = min_max_buckets(xs, ys, 50)
+    assert len(thin_x) <= 2 * 50 + 1
+    assert max(thin_y) == 100.0
+    assert min(thin_y) == -5.0
+    assert thin_x == sorted(thin_x)
+    assert thin_x[-1] == 999.0
