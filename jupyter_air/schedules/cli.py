@@ -8,12 +8,14 @@ command starts the scheduler when a schedule exists and none runs (after a reboo
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import sys
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..cli import CliError
 from ..jobs.permissions import BadGrant, Forbidden, Level, os_identity
 from ..jobs.store import JobStore, StoreError
 from ..paths import UnsafeHome
@@ -24,6 +26,26 @@ from .scheduler import SchedulerInfo, ensure_scheduler, running, stop
 from .service import NameTaken, Schedules, UnknownSchedule
 
 Args = argparse.Namespace
+Command = Callable[[Args], int]
+
+
+class CliError(Exception):
+    """A reason to stop, said in one line (``air: ...`` on stderr, exit status 1)."""
+
+
+def _said(func: Command) -> Command:
+    """``func`` with its ``CliError`` said the way ``air`` says its own (this module may
+    be imported beside ``python -m jupyter_air.cli``'s ``__main__``, whose class differs)."""
+
+    @functools.wraps(func)
+    def run(args: Args) -> int:
+        try:
+            return func(args)
+        except CliError as err:
+            print(f"air: {err}", file=sys.stderr)
+            return 1
+
+    return run
 
 
 def add_commands(sub: Any) -> None:
@@ -31,12 +53,12 @@ def add_commands(sub: Any) -> None:
     schedule = sub.add_parser("schedule", help="scheduled runs: create, list, pause, run now, ...")
     cmds = schedule.add_subparsers(dest="schedule_command", required=True)
 
-    def command(name: str, func: Any, help: str, *ids: str) -> argparse.ArgumentParser:
+    def command(name: str, func: Command, help: str, *ids: str) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = cmds.add_parser(name, help=help)
         for arg in ids:
             p.add_argument(arg)
         p.add_argument("--output", choices=["text", "json"], default="text")
-        p.set_defaults(func=func)
+        p.set_defaults(func=_said(func))
         return p
 
     create = command("create", _create, "create a schedule from its YAML file")
@@ -67,7 +89,7 @@ def add_commands(sub: Any) -> None:
     scheduler = sub.add_parser("scheduler", help="the per-user process that fires schedules")
     scheduler.add_argument("action", choices=["status", "stop"])
     scheduler.add_argument("--output", choices=["text", "json"], default="text")
-    scheduler.set_defaults(func=_scheduler)
+    scheduler.set_defaults(func=_said(_scheduler))
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -263,7 +285,7 @@ def _show_runs(s: Schedules, runs: list[ScheduleRun], args: Args, said: str | No
         docs = [
             run_document(s.jobs, r, None, s.store.get(r.schedule_id).spec.timezone) for r in runs
         ]
-        _json(docs if args.func is _runs else docs[0])
+        _json(docs if args.schedule_command == "runs" else docs[0])
         return 0
     if said:
         print(said)

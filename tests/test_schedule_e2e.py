@@ -1,0 +1,220 @@
+"""Schedules end to end: the ``air`` CLI, a real scheduler process, real supervisors and
+ranks, real MLflow. Few and long on purpose: each fired task is a whole job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_air.jobs import cancel
+from jupyter_air.jobs.store import JobStore
+from jupyter_air.schedules.model import MISSED
+from jupyter_air.schedules.scheduler import running, stop
+
+CHAIN = """\
+name: chain
+schedule:
+  quartz_cron_expression: "*/2 * * * * ?"
+max_concurrent_runs: 1
+catch_up: latest
+experiment_name: chain-exp
+tasks:
+  - task_key: prep
+    workload:
+      command: {python} -c "import os, sys; sys.exit(1 if os.path.exists('fail') else 0)"
+  - task_key: train
+    depends_on: [{{task_key: prep}}]
+    run_if: ALL_SUCCESS
+    experiment_name: nightly
+    workload: {{command: {python} -c "print('training')"}}
+"""
+
+NOTEBOOK = {
+    "cells": [
+        {
+            "cell_type": "code",
+            "id": "c1",
+            "metadata": {},
+            "source": "print('lr is', lr)",
+            "outputs": [],
+            "execution_count": None,
+        },
+        {
+            "cell_type": "code",
+            "id": "c2",
+            "metadata": {},
+            "source": "%%air_distributed -n 1 --run-name cell\nprint('rank says hello')",
+            "outputs": [],
+            "execution_count": None,
+        },
+    ],
+    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}
+
+REPORT = """\
+name: report
+schedule:
+  cron: "0 3 * * *"
+  pause_status: PAUSED
+experiment_name: reports
+tasks:
+  - task_key: report
+    notebook: report.ipynb
+    parameters: {lr: 0.001}
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))  # no server: no links
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+    stop(tmp_path / "air")
+    jobs = JobStore(tmp_path / "air")
+    for job in jobs.jobs(active_only=True):
+        cancel.cancel(jobs, job.id)
+        cancel.wait(jobs, job.id, 60)
+
+
+def air(*args: str) -> Any:
+    """``air ARGS --output json``, which must succeed; its document."""
+    result = subprocess.run(
+        [sys.executable, "-m", "jupyter_air.cli", *args, "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def until(what: Callable[[], Any], timeout: float = 240, step: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := what()):
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(step)
+    return found
+
+
+def ended_runs(name: str) -> list[dict[str, Any]]:
+    """Runs that ran (not SKIPPED), ended, oldest first."""
+    runs = air("schedule", "runs", name, "--limit", "200")
+    return [r for r in reversed(runs) if r["status"] not in ("RUNNING", "SKIPPED")]
+
+
+def mlflow_run(tmp_path: Path, run_id: str) -> Any:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    run = client.get_run(run_id)
+    return run, client.get_experiment(run.info.experiment_id).name
+
+
+def test_a_chain_every_two_seconds_pause_resume_and_a_killed_scheduler(workdir: Path) -> None:
+    (workdir / "chain.yaml").write_text(CHAIN.format(python=sys.executable))
+    created = air("schedule", "create", "-f", "chain.yaml")
+    assert created["cron"]["words"] == "Every 2 seconds, every minute, every hour, every day (UTC)"
+    assert len(created["next_fire_times"]) == 3
+    home = workdir / "air"
+    assert running(home) is not None  # create started the scheduler
+
+    # prep -> train: train starts only after prep succeeded; each run in its experiment
+    first = until(lambda: ended_runs("chain"))[0]
+    assert first["status"] == "SUCCEEDED"
+    prep, train = first["tasks"]
+    jobs = JobStore(home)
+    prep_job, train_job = jobs.get(prep["job_id"]), jobs.get(train["job_id"])
+    assert prep_job.ended is not None
+    assert train_job.created >= prep_job.ended
+    for task, experiment in ((prep, "chain-exp"), (train, "nightly")):
+        run, name = mlflow_run(workdir, task["run_id"])
+        assert name == experiment
+        assert run.data.tags["air.schedule"] == "chain"
+        assert run.data.tags["air.schedule_run"] == str(first["id"])
+        assert run.data.tags["air.task_key"] == task["task_key"]
+        assert run.data.tags["air.scheduled_time"] == first["scheduled_time"]
+        assert run.data.tags["air.job_id"] == task["job_id"]
+
+    # prep fails: train does not run at all (ALL_SUCCESS), the run FAILED
+    (workdir / "fail").touch()
+    failed = until(lambda: [r for r in ended_runs("chain") if r["status"] == "FAILED"])[0]
+    assert failed["tasks"][1]["status"] == "SKIPPED"
+    assert failed["tasks"][1]["job_id"] is None
+    assert failed["tasks"][1]["message"] == "run_if ALL_SUCCESS: prep FAILED"
+    (workdir / "fail").unlink()
+
+    # pause: no new runs; resume: runs again
+    air("schedule", "pause", "chain")
+    paused_at = len(air("schedule", "runs", "chain", "--limit", "200"))
+    time.sleep(5)
+    assert len(air("schedule", "runs", "chain", "--limit", "200")) == paused_at
+    air("schedule", "resume", "chain")
+    until(lambda: len(air("schedule", "runs", "chain", "--limit", "200")) > paused_at)
+
+    # kill -9 the scheduler: times pass unfired; any air schedule command restarts it
+    last_id = max(r["id"] for r in air("schedule", "runs", "chain", "--limit", "1"))
+    info = running(home)
+    assert info is not None
+    os.kill(info.pid, signal.SIGKILL)
+    until(lambda: running(home) is None)
+    time.sleep(7)  # three or four times are missed
+    air("schedule", "list")
+    restarted = running(home)
+    assert restarted is not None
+    assert restarted.pid != info.pid
+    after = [r for r in air("schedule", "runs", "chain", "--limit", "200") if r["id"] > last_id]
+    missed = [r for r in after if r["message"] == MISSED]
+    assert len(missed) >= 3
+    assert all(r["status"] == "SKIPPED" for r in missed)
+    # catch_up: latest -- the latest missed time fired, recorded by the same tick
+    caught_up = [r for r in after if r["created"] == missed[0]["created"] and r not in missed]
+    assert len(caught_up) == 1
+    assert caught_up[0]["scheduled_time"] > max(r["scheduled_time"] for r in missed)
+    assert caught_up[0]["status"] != "SKIPPED" or "max_concurrent_runs" in caught_up[0]["message"]
+
+
+def test_a_notebook_task_keeps_its_executed_notebook_and_its_cell_is_a_job(
+    workdir: Path,
+) -> None:
+    (workdir / "report.ipynb").write_text(json.dumps(NOTEBOOK))
+    (workdir / "report.yaml").write_text(REPORT)
+    created = air("schedule", "create", "-f", "report.yaml")
+    assert created["pause_status"] == "PAUSED"
+    assert created["next_fire_times"] == []
+    (workdir / "report.ipynb").write_text("edited after the snapshot")  # changes nothing
+    started = air("schedule", "run-now", "report")
+    run = until(lambda: [r for r in ended_runs("report") if r["id"] == started["id"]], 400)[0]
+    assert run["status"] == "SUCCEEDED", run
+    task = run["tasks"][0]
+    mlrun, experiment = mlflow_run(workdir, task["run_id"])
+    assert experiment == "reports"
+    assert mlrun.data.tags["air.task_key"] == "report"
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{workdir}/mlflow.db")
+    import nbformat
+
+    path = client.download_artifacts(task["run_id"], "notebook/report.ipynb", str(workdir))
+    executed = nbformat.read(path, as_version=4)
+    assert "lr = 0.001" in executed.cells[0].source
+    outputs = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []))
+    assert "lr is 0.001" in outputs
+    assert "rank says hello" in outputs
+    jobs = JobStore(workdir / "air")
+    cell_jobs = [j for j in jobs.jobs() if j.id != task["job_id"]]
+    assert len(cell_jobs) == 1  # the distributed cell: a job of its own
+    assert cell_jobs[0].status == "SUCCEEDED"
+    assert cell_jobs[0].workload.run_name == "cell"
