@@ -170,67 +170,77 @@ def test_the_status_filter_shows_only_the_failed_run(page: Any) -> None:
     assert statuses(page) == {"lr-bad": "failed"}
 
 
+@pytest.fixture(scope="module")
+def sweep(browser: Any, server: Lab) -> Iterator[Any]:
+    """sweep.ipynb in JupyterLab with its runs panel open, once both its calls finished.
+    A workspace of its own: the module's page keeps train.ipynb open in the default one."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.console_lines = []
+    page.on("console", lambda m: page.console_lines.append(f"{m.type}: {m.text}"))
+    page.goto(f"{server.url}lab/workspaces/sweep/tree/sweep.ipynb?token={server.token}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=60_000)
+    for index in range(3):
+        run_cell(page, index)
+    page.click(TAB)
+    page.wait_for_function(
+        "() => document.querySelectorAll("
+        "'.jp-air-RunsPanel-run .jp-air-RunsPanel-runStatus.jp-mod-finished').length === 2",
+        timeout=240_000,
+    )
+    yield page
+    page.close()
+
+
+def compare_the_sweep(page: Any) -> None:
+    """Pick both sweep runs: the comparison opens on the user's metric with one legend
+    entry per run, named and told apart by short id."""
+    for row in range(2):
+        page.locator(ROWS).nth(row).locator(".jp-air-RunsPanel-pick").check()
+    page.wait_for_function(
+        "sel => (document.querySelector(sel)?.data ?? []).length === 2", arg=CHART
+    )
+    assert page.input_value(f"{PANEL} .jp-air-RunsPanel-metric select") == "train_loss"
+    names = page.eval_on_selector(CHART, "plot => plot.data.map(t => t.name)")
+    ids = page.eval_on_selector_all(ROWS, "rows => rows.map(r => r.dataset.runId)")
+    assert sorted(names) == sorted(f"sweep ({run_id[:7]})" for run_id in ids)
+    legend = page.eval_on_selector_all(
+        f"{CHART} .legend .traces text", "items => items.map(t => t.textContent)"
+    )
+    assert sorted(legend) == sorted(names)
+
+
+def test_system_metrics_are_one_click_away_after_the_users(sweep: Any) -> None:
+    heads = f"{PANEL} .jp-air-RunsPanel-table th"
+    titles = sweep.eval_on_selector_all(heads, "ths => ths.map(th => th.textContent)")
+    assert "train_loss" in titles
+    assert not [t for t in titles if t.startswith("system/")], titles
+    sweep.click(f"{PANEL} .jp-air-RunsPanel-systemToggle")
+    sweep.wait_for_function(
+        "sel => [...document.querySelectorAll(sel)]"
+        ".some(th => th.textContent.startsWith('system/'))",
+        arg=heads,
+    )
+    titles = sweep.eval_on_selector_all(heads, "ths => ths.map(th => th.textContent)")
+    assert titles.index("train_loss") < min(
+        i for i, t in enumerate(titles) if t.startswith("system/")
+    )
+
+
 def test_two_runs_of_one_name_compare_apart_on_the_users_metric(
-    browser: Any, server: Lab, artifacts: Path
+    sweep: Any, artifacts: Path
 ) -> None:
-    # A workspace of its own: the module's page keeps train.ipynb open in the default one.
-    sweep = browser.new_page(viewport={"width": 1400, "height": 1000})
-    sweep.console_lines = []
-    sweep.on("console", lambda m: sweep.console_lines.append(f"{m.type}: {m.text}"))
-    sweep.goto(f"{server.url}lab/workspaces/sweep/tree/sweep.ipynb?token={server.token}")
-    sweep.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=60_000)
-    try:
-        for index in range(3):
-            run_cell(sweep, index)
-        sweep.click(TAB)
-        sweep.wait_for_function(
-            "() => document.querySelectorAll("
-            "'.jp-air-RunsPanel-run .jp-air-RunsPanel-runStatus.jp-mod-finished').length === 2",
-            timeout=240_000,
-        )
-        # The table: the user's metric; MLflow's system metrics one click away.
-        heads = f"{PANEL} .jp-air-RunsPanel-table th"
-        titles = sweep.eval_on_selector_all(heads, "ths => ths.map(th => th.textContent)")
-        assert "train_loss" in titles
-        assert not [t for t in titles if t.startswith("system/")], titles
-        sweep.click(f"{PANEL} .jp-air-RunsPanel-systemToggle")
-        sweep.wait_for_function(
-            "sel => [...document.querySelectorAll(sel)].some(th =>"
-            " th.textContent.startsWith('system/'))",
-            arg=heads,
-        )
-        titles = sweep.eval_on_selector_all(heads, "ths => ths.map(th => th.textContent)")
-        assert titles.index("train_loss") < min(
-            i for i, t in enumerate(titles) if t.startswith("system/")
-        )
-
-        for row in range(2):
-            sweep.locator(ROWS).nth(row).locator(".jp-air-RunsPanel-pick").check()
-        sweep.wait_for_function(
-            "sel => (document.querySelector(sel)?.data ?? []).length === 2", arg=CHART
-        )
-        assert sweep.input_value(f"{PANEL} .jp-air-RunsPanel-metric select") == "train_loss"
-        names = sweep.eval_on_selector(CHART, "plot => plot.data.map(t => t.name)")
-        ids = sweep.eval_on_selector_all(ROWS, "rows => rows.map(r => r.dataset.runId)")
-        assert sorted(names) == sorted(f"sweep ({run_id[:7]})" for run_id in ids)
-        legend = sweep.eval_on_selector_all(
-            f"{CHART} .legend .traces text", "items => items.map(t => t.textContent)"
-        )
-        assert sorted(legend) == sorted(names)
-
-        # By time: each run from its own start, not the wall clock.
-        sweep.select_option(f"{PANEL} .jp-air-RunsPanel-axis select", "time")
-        sweep.wait_for_function(
-            "sel => document.querySelector(sel)?.layout.xaxis.title.text"
-            ".startsWith('time since run start')",
-            arg=CHART,
-        )
-        starts = sweep.eval_on_selector(CHART, "plot => plot.data.map(t => Math.min(...t.x))")
-        assert all(0 <= x < 600 for x in starts), starts
-        sweep.locator(f"{PANEL} .jp-air-RunsPanel-compare").scroll_into_view_if_needed()
-        sweep.screenshot(path=str(artifacts / "runs-compare-same-name.png"))
-    finally:
-        sweep.close()
+    compare_the_sweep(sweep)
+    # By time: each run from its own start, not the wall clock.
+    sweep.select_option(f"{PANEL} .jp-air-RunsPanel-axis select", "time")
+    sweep.wait_for_function(
+        "sel => document.querySelector(sel)?.layout.xaxis.title.text"
+        ".startsWith('time since run start')",
+        arg=CHART,
+    )
+    starts = sweep.eval_on_selector(CHART, "plot => plot.data.map(t => Math.min(...t.x))")
+    assert all(0 <= x < 600 for x in starts), starts
+    sweep.locator(f"{PANEL} .jp-air-RunsPanel-compare").scroll_into_view_if_needed()
+    sweep.screenshot(path=str(artifacts / "runs-compare-same-name.png"))
 
 
 def open_from_view_menu(page: Any, *labels: str, tries: int = 3) -> None:
@@ -262,5 +272,21 @@ def test_notebook7_shows_the_same_runs_beside_its_notebook(
         )
         assert statuses(nb7) == EXPECTED
         nb7.screenshot(path=str(artifacts / "notebook7-runs-panel.png"))
+    finally:
+        nb7.close()
+
+
+def test_notebook7_compares_two_runs_of_one_name_apart(
+    browser: Any, server: Lab, sweep: Any, artifacts: Path
+) -> None:
+    nb7 = open_notebook(browser, server, "sweep.ipynb", "notebook")
+    try:
+        open_from_view_menu(nb7, "Right Sidebar", "Show Experiment runs")
+        nb7.wait_for_function(
+            "() => document.querySelectorAll('#jp-right-stack .jp-air-RunsPanel-run').length === 2",
+            timeout=60_000,
+        )
+        compare_the_sweep(nb7)
+        nb7.screenshot(path=str(artifacts / "notebook7-runs-compare-same-name.png"))
     finally:
         nb7.close()
