@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
+import os
 import signal
 import sqlite3
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ from .jobs.sharing import mirror
 from .jobs.spec import Workload
 from .jobs.store import JOB_ID, Job, JobStore, StoreError, UnknownJob
 from .jobs.views import job_document
-from .logs.query import BadFilter, LogFilter, read_all, read_page, read_tail
+from .logs.query import BadFilter, LogFilter, LogLine, read_all, read_tail
 from .logs.text import format_line
 from .paths import UnsafeHome
 from .redact import redact
@@ -56,6 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (``air get ID | head -3``): end quietly, as git and grep
+        # do; stdout points at /dev/null so that the exit's flush fails no more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -410,39 +417,35 @@ def _when(value: str | None, option: str) -> float | None:
         raise CliError(f"{option} {value!r}: expected an ISO time or Unix seconds") from None
 
 
-def _print(lines: Any) -> None:
-    out = sys.stdout
-    for line in lines:
-        out.write(format_line(line))
+def _print(lines: Iterable[LogLine]) -> None:
+    out, pending = sys.stdout, iter(lines)
+    while chunk := list(itertools.islice(pending, 10_000)):
+        out.write("".join(map(format_line, chunk)))
     out.flush()
 
 
 def _follow(
     store: JobStore, job_id: str, flt: LogFilter, last: int | None, attempt: int | None = None
 ) -> None:
-    """Stream lines as they come until the job ends; Ctrl-C stops following, not the job."""
+    """Stream lines as they come until the job ends; Ctrl-C stops following, not the job.
+    Without ``attempt``: from the latest attempt on, through the retries that follow."""
+    from .jobs.follow import LogFollower
+
     stop = {"now": False}
     previous = signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
     try:
         current = attempt or max(len(store.attempts(job_id)), 1)
-        directory = store.attempt_dir(job_id, current)
-        page = read_tail(directory, flt, last or 10_000_000)
-        _print(page.lines)
-        cursor: str | None = page.cursor
-        while not stop["now"]:
-            page = read_page(directory, flt, cursor)
+        cursor = None
+        if last:
+            page = read_tail(store.attempt_dir(job_id, current), flt, last)
             _print(page.lines)
             cursor = page.cursor
-            job = store.get(job_id)
-            latest = len(store.attempts(job_id))
-            if attempt is None and latest > current:  # a retry: follow the new attempt
-                current, cursor = latest, None
-                directory = store.attempt_dir(job_id, current)
+        follower = LogFollower(store, job_id, flt, current, retries=attempt is None, cursor=cursor)
+        for number, lines in follower.follow(stop=lambda: stop["now"]):
+            if number > current:
+                current = number
                 print(f"--- attempt {current} ---", flush=True)
-                continue
-            if job.done and page.at_end and not page.lines:
-                return
-            time.sleep(0.2)
+            _print(lines)
     finally:
         signal.signal(signal.SIGINT, previous)
 

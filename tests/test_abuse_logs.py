@@ -16,7 +16,7 @@ import pytest
 from tornado.httpclient import HTTPClientError
 from traitlets import TraitError
 
-from jupyter_air.jobs.client import LogFollower
+from jupyter_air.jobs.follow import LogFollower
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.capture import LINE_LIMIT, RankLog, StreamSplitter, parse_record, plain_lines

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_air.jobs import cancel
+from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
 from tests.kernel.conftest import job_processes
@@ -264,3 +265,23 @@ def test_run_submits_without_mlflow_and_the_supervisor_makes_experiment_and_run(
     assert run.data.tags["air.job_id"] == job_id
     assert run.data.tags["air.attempt"] == "1"
     assert run.data.tags["air.command"] == f"{sys.executable} train.py"
+
+
+def test_a_closed_pipe_ends_quietly_with_status_0(workdir: Path) -> None:
+    store = JobStore(workdir / "air")
+    job = store.create(Workload(kind="command", command=["true"]))
+    store.start_attempt(job.id, 1, None)
+    log = store.attempt_dir(job.id, 1) / "logs" / "node_0" / "rank_0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(f"{1000 + i}\tOI\tline {i}\n" for i in range(200_000)))
+    store.update(job.id, status="SUCCEEDED")
+    cli = f"{sys.executable} -m jupyter_air.cli"
+    for command in (f"logs {job.id}", f"get {job.id}", "list --all-status --output json"):
+        piped = subprocess.run(
+            ["bash", "-c", f"set -o pipefail; {cli} {command} | head -1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert (piped.returncode, piped.stderr) == (0, ""), command
+        assert len(piped.stdout.splitlines()) == 1

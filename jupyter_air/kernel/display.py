@@ -14,7 +14,7 @@ from typing import Any
 
 from IPython.display import DisplayHandle, display
 
-from ..jobs.client import Record
+from ..logs.query import LogLine
 from .live_view import Live, hints_html
 
 #: Output lines shown in a cell before the rest is only counted.
@@ -134,25 +134,26 @@ class JobView:
         if self._live is not None:
             self._live.finish(attempts, gpus, self._header_html, self._status_bundle)
 
-    def show(self, records: Iterable[Record]) -> None:
+    def show(self, attempt: int, lines: Iterable[LogLine]) -> None:
+        """Lines of an attempt (progress updates drawn in place), under the ranks chosen."""
         out: list[str] = []
         err: list[str] = []
-        for record in records:
-            if not self._wanted(record.rank):
+        for line in lines:
+            if not self._wanted(line.rank):
                 continue
-            if record.attempt > self._attempt:
-                out.append(self._separator(record.attempt, None))
-            node = f"node {record.node} " if self._nnodes > 1 else ""
-            prefix = f"[{node}rank {record.rank}] "
-            if record.kind in ("o", "e"):
-                self._show_progress(record, prefix)
+            if attempt > self._attempt:
+                out.append(self._separator(attempt, None))
+            node = f"node {line.node} " if self._nnodes > 1 else ""
+            prefix = f"[{node}rank {line.rank}] "
+            if line.progress:
+                self._show_progress(attempt, line, prefix)
                 continue
-            self._end_progress(record)
+            self._end_progress(attempt, line)
             if self._shown >= self._max_lines:
                 self._elided += 1
                 continue
             self._shown += 1
-            (err if record.kind == "E" else out).append(f"{prefix}{record.text}\n")
+            (err if line.stream == "err" else out).append(f"{prefix}{line.text}\n")
         if out:
             sys.stdout.write("".join(out))
             sys.stdout.flush()
@@ -178,19 +179,18 @@ class JobView:
     def _wanted(self, rank: int) -> bool:
         return self._output_ranks == "all" or (self._output_ranks == "0" and rank == 0)
 
-    def _show_progress(self, record: Record, prefix: str) -> None:
-        key = (record.attempt, record.rank, record.kind)
-        bundle: dict[str, Any] = {"text/plain": prefix + record.text}
+    def _show_progress(self, attempt: int, line: LogLine, prefix: str) -> None:
+        key = (attempt, line.rank, line.stream)
+        bundle: dict[str, Any] = {"text/plain": prefix + line.text}
         handle = self._progress.get(key)
         if handle is None:
             self._progress[key] = display(bundle, raw=True, display_id=True)
         else:
             handle.update(bundle, raw=True)
 
-    def _end_progress(self, record: Record) -> None:
+    def _end_progress(self, attempt: int, line: LogLine) -> None:
         """A completed line ends that stream's progress bar: its final state is the line."""
-        progress_kind = "o" if record.kind == "O" else "e"
-        handle = self._progress.pop((record.attempt, record.rank, progress_kind), None)
+        handle = self._progress.pop((attempt, line.rank, line.stream), None)
         if handle is not None:
             handle.update({"text/plain": ""}, raw=True)
 

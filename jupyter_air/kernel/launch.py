@@ -17,11 +17,13 @@ import cloudpickle
 from pydantic import ValidationError
 
 from ..job_dir import AttemptDir
-from ..jobs import cancel, capacity, client
+from ..jobs import cancel, capacity
+from ..jobs.follow import LogFollower
 from ..jobs.permissions import BadGrant, Grant, check_change, kernel_owner
 from ..jobs.spec import Workload
 from ..jobs.store import JobStore
 from ..jobs.workload_file import Submission, describe
+from ..logs.query import LogFilter
 from .capture import Payload
 from .display import OPEN_RUN, JobView
 from .session import cell_id, notebook_path, user_name
@@ -300,12 +302,12 @@ def _follow(
     user_ns: dict[str, Any] | None,
     end_run: Callable[[str, str], None],
 ) -> Any:
-    follower = client.LogFollower(store, job_id)
+    follower = LogFollower(store, job_id, LogFilter(progress=True))
     last_status = 0.0
     try:
         while True:
             job = store.get(job_id)
-            view.show(follower.poll())
+            _show_new(view, follower)
             if job.done:
                 break
             if time.monotonic() - last_status > 0.5:
@@ -323,7 +325,7 @@ def _follow(
         job = cancel.wait(store, job_id, CANCEL_WAIT)
         _end_last_run(store, job_id, job.status, end_run)
         _take_result(store, job_id, load=False)
-        view.show(follower.poll())
+        _show_new(view, follower)
         attempts = store.attempts(job_id)
         view.status(job.status, len(attempts) or 1, max_attempts, "interrupted")
         view.finish(_runs(attempts), _hints(store, job_id, attempts)["gpus"])
@@ -334,7 +336,7 @@ def _follow(
     attempts = store.attempts(job_id)
     if len(attempts) > 1:
         view.attempt_started(len(attempts), attempts[-2].message)
-    view.show(follower.poll())
+    _show_new(view, follower)
     last = attempts[-1] if attempts else None
     note = view.elided_note()
     hints = _hints(store, job_id, attempts)  # the last ones raised stay said
@@ -344,6 +346,15 @@ def _follow(
     if job.status != "SUCCEEDED":
         raise _failure(store, job_id, job.status, last, view)
     return _result(result, user_ns)
+
+
+def _show_new(view: JobView, follower: LogFollower) -> None:
+    """Everything the job's ranks wrote since the last call, attempt by attempt."""
+    while True:
+        attempt = follower.attempt
+        view.show(attempt, follower.poll())
+        if follower.attempt == attempt:
+            return
 
 
 def _runs(attempts: list[Any]) -> list[tuple[int, str]]:

@@ -5,13 +5,15 @@ Filters on level, node, rank and text are applied to the raw bytes with one comp
 regular expression per file read, so only matching lines are ever decoded. A search
 given as a regular expression runs on RE2 (linear time, and it lets go of the GIL), in
 one record's text at a time. A cursor is one byte offset per file: paging forward and
-following a running job are the same.
+following a running job are the same: a follower reads pages until one reaches the end
+of every file, then waits.
 """
 
 from __future__ import annotations
 
 import base64
-import heapq
+import bisect
+import itertools
 import json
 import math
 import re
@@ -28,7 +30,7 @@ from ..job_dir import AttemptDir
 from .capture import char_boundary
 from .levels import AT_LEAST, NAMES
 
-_STREAMS = {b"O": "out", b"E": "err"}
+_STREAMS = {b"O": "out", b"E": "err", b"o": "out", b"e": "err"}
 _LEVELS = {code.encode(): name for code, name in NAMES.items()}
 
 #: Bytes read from one file in one call; a page needs more only for one longer record.
@@ -51,6 +53,8 @@ class LogFilter:
     until: float | None = None
     search: str | None = None
     regex: bool = False
+    #: Progress updates too (carriage-return redraws, which a cell shows in place).
+    progress: bool = False
 
     def __post_init__(self) -> None:
         if self.level not in AT_LEAST:
@@ -68,13 +72,16 @@ class LogFilter:
             _regex(self.search)  # refused here, before any file is read
 
     def pattern(self) -> re.Pattern[bytes]:
-        """One line record that passes the level filter and a plain-text search (progress
-        records never do); a regular expression is tried on the record's text apart."""
+        """One record that passes the level filter and a plain-text search (a line, or a
+        progress update if asked for); a regular expression is tried on the text apart."""
         levels = AT_LEAST[self.level].encode()
+        kinds = b"OEoe" if self.progress else b"OE"
         text = b".*"
         if self.search and not self.regex:
             text = b".*?(?i:" + re.escape(self.search.encode()) + b").*"  # any case
-        return re.compile(rb"^(\d+)\t([OE])([" + levels + rb"])\t(" + text + rb")$", re.MULTILINE)
+        return re.compile(
+            rb"^(\d+)\t([" + kinds + rb"])([" + levels + rb"])\t(" + text + rb")$", re.MULTILINE
+        )
 
 
 @lru_cache(maxsize=64)
@@ -96,18 +103,24 @@ def _regex(search: str) -> Any:
         ) from None
 
 
+_STAMP = re.compile(rb"\d+")
+
 #: Anchors mean the text's bounds only when the text is searched alone (see _regex_candidates).
 _ANCHORS = re.compile(r"[\^$]|\\[Az]")
 
 
 @dataclass(slots=True)  # not frozen: built once per matching line, cheaply
 class LogLine:
+    """A record of a rank's log: what every reader (the CLI, the server, a cell) gets."""
+
     t: float
     node: int
     rank: int
-    stream: str
-    level: str
+    stream: str  # out, err
+    level: str  # info, warning, error
     text: str
+    #: A progress update (only with ``LogFilter.progress``): the stream's line so far.
+    progress: bool = False
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -136,10 +149,6 @@ def log_files(attempt_dir: Path, flt: LogFilter) -> list[LogFile]:
     ]
 
 
-#: (time, file index, end offset, line): tuples that merge in time, then file, order.
-Match = tuple[float, int, int, LogLine]
-
-
 @dataclass
 class Page:
     lines: list[LogLine]
@@ -148,64 +157,141 @@ class Page:
 
 
 def read_page(
-    attempt_dir: Path, flt: LogFilter, cursor: str | None = None, limit: int = 1000
+    attempt_dir: Path, flt: LogFilter, cursor: str | None = None, limit: int | None = 1000
 ) -> Page:
-    """The first ``limit`` matching lines after ``cursor`` (from the start without one)."""
+    """The first ``limit`` matching lines after ``cursor`` (from the start without one;
+    ``limit=None``: all those read in this call), in time order across files.
+
+    Each file gives at most one read (``read_records``). A file read short of its end
+    may hold lines older than what others gave past its last one: the page stops there
+    (the horizon), and the next page goes on from it, so pages are in time order.
+    """
     files = log_files(attempt_dir, flt)
     offsets = _decode_cursor(cursor, files)
     pattern = flt.pattern()
-    per_file: list[list[Match]] = []
-    scanned: list[int] = []
-    at_end = True
-    for index, f in enumerate(files):
-        data, end, eof = read_records(f.path, offsets.get(str(f.path), 0))
-        at_end = at_end and eof
-        scanned.append(end)
-        per_file.append(list(_matches(pattern, data, end, index, f, flt)))
-    taken: list[LogLine] = []
-    consumed = [0] * len(files)
-    last_end = [offsets.get(str(f.path), 0) for f in files]
-    for _, index, end, line in heapq.merge(*per_file):  # (time, file) order: node, rank
-        if len(taken) == limit:
-            at_end = False
-            break
-        taken.append(line)
-        consumed[index] += 1
-        last_end[index] = end
+    reads = [_FileRead(f, offsets.get(str(f.path), 0), pattern, flt) for f in files]
+    at_end = all(r.eof for r in reads)
+    horizon = min((r.last_stamp for r in reads if r.more), default=None)
+    order: list[tuple[int, int, int]] = []
+    for index, r in enumerate(reads):
+        # Each file's times made non-decreasing (a clock stepping back), so that what a
+        # page takes of a file is always a prefix of what was read.
+        keys = list(itertools.accumulate(r.stamps, max))
+        ready = len(keys) if horizon is None else bisect.bisect_right(keys, horizon)
+        order.extend(zip(keys[:ready], itertools.repeat(index), range(ready)))
+    if len(reads) > 1:
+        order.sort()  # C-speed on the already sorted runs of each file: (time, file) order
+    if limit is not None and len(order) > limit:
+        del order[limit:]
+    taken_per_file = [0] * len(reads)
+    for _, index, position in order:
+        taken_per_file[index] = position + 1
+    per_file = [r.lines(taken_per_file[i]) for i, r in enumerate(reads)]
+    lines = [per_file[index][position] for _, index, position in order]
     new_offsets = {
-        # A file whose matches were all taken has nothing left before where it was read to.
-        str(f.path): scanned[i] if consumed[i] == len(per_file[i]) else last_end[i]
-        for i, f in enumerate(files)
+        str(r.file.path): r.offset_after(taken_per_file[index]) for index, r in enumerate(reads)
     }
-    return Page(taken, _encode_cursor(new_offsets), at_end)
+    cut = any(taken_per_file[i] < len(r.stamps) for i, r in enumerate(reads))
+    return Page(lines, _encode_cursor(new_offsets), at_end and not cut)
+
+
+class _FileRead:
+    """One read of one rank's log from ``start``: its matching records, parsed lazily."""
+
+    def __init__(self, f: LogFile, start: int, pattern: re.Pattern[bytes], flt: LogFilter):
+        self.file, self.start = f, start
+        self._pattern, self._flt = pattern, flt
+        self.data, self.end, self.eof = read_records(f.path, start)
+        #: Complete records remain past this read (not just one being written).
+        self.more = not self.eof and f.path.stat().st_size - start >= CHUNK
+        found = (
+            pattern.findall(self.data)
+            if not flt.search
+            else [m.groups() for m in _candidates(pattern, self.data, flt)]
+        )
+        if flt.since is not None or flt.until is not None:
+            since = -math.inf if flt.since is None else flt.since
+            until = math.inf if flt.until is None else flt.until
+            self._kept: list[int] | None = [
+                i for i, g in enumerate(found) if since <= int(g[0]) / 1000.0 <= until
+            ]
+            found = [found[i] for i in self._kept]
+        else:
+            self._kept = None
+        self._records = found
+        self.stamps = [int(g[0]) for g in found]
+
+    @property
+    def last_stamp(self) -> int:
+        """The time of the last record read (of any kind, matching or not): what the
+        file holds after this read is no older."""
+        last = self.data.rfind(b"\n", 0, len(self.data) - 1) + 1
+        stamp = _STAMP.match(self.data, last)
+        return int(stamp.group()) if stamp else 0
+
+    def lines(self, count: int, first: int = 0) -> list[LogLine]:
+        """Records ``first`` to ``count`` (exclusive) as lines."""
+        node, rank, streams, levels = self.file.node, self.file.rank, _STREAMS, _LEVELS
+        return [
+            LogLine(
+                stamp / 1000.0,
+                node,
+                rank,
+                streams[kind],
+                levels[level],
+                text.decode("utf-8", "replace"),
+                kind in b"oe",
+            )
+            for stamp, (_, kind, level, text) in zip(
+                self.stamps[first:count], self._records[first:count], strict=True
+            )
+        ]
+
+    def offset_after(self, taken: int) -> int:
+        """Where to read on once ``taken`` of the matching records were returned."""
+        if taken == len(self.stamps):  # nothing left before where this read ended
+            return self.end
+        if taken == 0:
+            return self.start
+        nth = taken - 1 if self._kept is None else self._kept[taken - 1]
+        match = next(itertools.islice(_candidates(self._pattern, self.data, self._flt), nth, None))
+        return self.start + match.end() + 1
 
 
 def read_tail(attempt_dir: Path, flt: LogFilter, count: int) -> Page:
     """The last ``count`` matching lines, and a cursor at the end (to follow from)."""
     files = log_files(attempt_dir, flt)
     pattern = flt.pattern()
-    per_file = []
+    last: list[tuple[int, int, int, LogLine]] = []
     ends = {}
     for index, f in enumerate(files):
-        last: deque[Match] = deque(maxlen=count)
+        kept: deque[tuple[int, int, int, LogLine]] = deque(maxlen=count)
         position = 0
         while True:
-            data, end, eof = read_records(f.path, position)
-            last.extend(_matches(pattern, data, end, index, f, flt))
-            done, position = eof or end == position, end
+            read = _FileRead(f, position, pattern, flt)
+            first = max(len(read.stamps) - count, 0)
+            kept.extend(
+                zip(
+                    read.stamps[first:],
+                    itertools.repeat(index),
+                    itertools.count(first),
+                    read.lines(len(read.stamps), first),
+                )
+            )
+            done, position = read.eof or read.end == position, read.end
             if done:
                 break
         ends[str(f.path)] = position
-        per_file.append(list(last))
-    merged = list(heapq.merge(*per_file))
+        last.extend(kept)
+    merged = sorted(last) if len(files) > 1 else list(last)
     return Page([line for *_, line in merged[-count:]], _encode_cursor(ends), True)
 
 
 def read_all(attempt_dir: Path, flt: LogFilter) -> Iterator[LogLine]:
-    """Every matching line, in pages (for downloads and the CLI)."""
+    """Every matching line, a read of each file at a time (for downloads and the CLI)."""
     cursor = None
     while True:
-        page = read_page(attempt_dir, flt, cursor, limit=10_000)
+        page = read_page(attempt_dir, flt, cursor, limit=None)
         yield from page.lines
         if page.at_end or (not page.lines and page.cursor == cursor):
             return  # the end, or only a record still being written (or cut by a crash)
@@ -296,23 +382,6 @@ def _regex_candidates(
         if m is not None and (at >= m.start(4) or regex.search(data, m.start(4), end)):
             yield m
         position = end + 1
-
-
-def _matches(
-    pattern: re.Pattern[bytes], data: bytes, end: int, index: int, f: LogFile, flt: LogFilter
-) -> Iterator[Match]:
-    """The lines of ``data``, which ends at file offset ``end``, that pass the filter."""
-    since = -math.inf if flt.since is None else flt.since
-    until = math.inf if flt.until is None else flt.until
-    node, rank, base = f.node, f.rank, end - len(data)
-    for m in _candidates(pattern, data, flt):
-        stamp, stream, level, text = m.groups()
-        ts = int(stamp) / 1000.0
-        if since <= ts <= until:
-            line = LogLine(
-                ts, node, rank, _STREAMS[stream], _LEVELS[level], text.decode("utf-8", "replace")
-            )
-            yield ts, index, base + m.end() + 1, line
 
 
 def _encode_cursor(offsets: dict[str, int]) -> str:

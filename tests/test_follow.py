@@ -1,0 +1,146 @@
+"""Following a job's logs: every line once, in time order, attempt by attempt, whatever
+the ranks write and however their writes are cut."""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+
+import pytest
+
+from jupyter_air.jobs.follow import LogFollower
+from jupyter_air.jobs.spec import Workload
+from jupyter_air.jobs.store import JobStore
+from jupyter_air.logs.query import CHUNK, RECORD_LIMIT, LogFilter, LogLine
+
+
+def rank_log(store: JobStore, job_id: str, attempt: int, rank: int) -> Path:
+    path = store.attempt_dir(job_id, attempt) / "logs" / "node_0" / f"rank_{rank}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def record(ms: int, text: str, kind: str = "OI") -> bytes:
+    return f"{ms}\t{kind}\t{text}\n".encode()
+
+
+def followed(follower: LogFollower) -> list[tuple[int, LogLine]]:
+    return [(attempt, line) for attempt, lines in follower.follow(interval=0.01) for line in lines]
+
+
+@pytest.fixture
+def job_id(store: JobStore) -> str:
+    job = store.create(Workload(kind="command", command=["true"]))
+    store.update(job.id, status="RUNNING")
+    return job.id
+
+
+def test_interleaved_ranks_written_in_cut_pieces_come_whole_once_and_in_order(
+    store: JobStore, job_id: str
+) -> None:
+    per_rank = 60_000  # about 3 reads of a rank's file
+    expected = {rank: [f"rank {rank} line {i} " + "x" * (i % 40) for i in range(per_rank)]
+                for rank in (0, 1)}  # fmt: skip
+    data = {
+        # Rank 1 writes twice as often: the ranks' files interleave unevenly in time.
+        rank: b"".join(record(1_000_000 + i * (2 - rank), text) for i, text in enumerate(texts))
+        for rank, texts in expected.items()
+    }
+    paths = {rank: rank_log(store, job_id, 1, rank) for rank in (0, 1)}
+    store.start_attempt(job_id, 1, None)
+
+    def write() -> None:
+        """Each rank's bytes in random pieces, records cut anywhere, then the job's end."""
+        chance = random.Random(7)
+        position = dict.fromkeys(data, 0)
+        files = {rank: paths[rank].open("ab") for rank in data}
+        while any(position[r] < len(data[r]) for r in data):
+            rank = chance.choice([r for r in data if position[r] < len(data[r])])
+            size = chance.randrange(1, 200_000)
+            files[rank].write(data[rank][position[rank] : position[rank] + size])
+            files[rank].flush()
+            position[rank] += size
+        for f in files.values():
+            f.close()
+        store.update(job_id, status="SUCCEEDED")
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    got = followed(LogFollower(store, job_id))
+    writer.join()
+    for rank in (0, 1):
+        assert [line.text for _, line in got if line.rank == rank] == expected[rank]
+    # Read again once written: one time order across the ranks' files, read by reads.
+    again = followed(LogFollower(store, job_id))
+    assert len(again) == 2 * per_rank
+    times = [line.t for _, line in again]
+    assert times == sorted(times)
+
+
+def test_a_clock_stepping_back_in_one_file_loses_no_line(store: JobStore, job_id: str) -> None:
+    stamps = [5000, 3000, 4000, 9000]  # the supervisor's clock was set back once
+    rank_log(store, job_id, 1, 0).write_bytes(
+        b"".join(record(ms, f"a{ms}") for ms in stamps) + b"9500\tOI\t" + b"x" * CHUNK + b"\n"
+    )
+    rank_log(store, job_id, 1, 1).write_bytes(b"".join(record(ms, f"b{ms}") for ms in (3500, 8000)))
+    store.start_attempt(job_id, 1, None)
+    store.update(job_id, status="SUCCEEDED")
+    texts = [line.text[:6] for _, line in followed(LogFollower(store, job_id))]
+    assert sorted(texts) == sorted(["a5000", "a3000", "a4000", "a9000", "b3500", "b8000", "x" * 6])
+    assert [t for t in texts if t.startswith("a")] == ["a5000", "a3000", "a4000", "a9000"]
+
+
+def test_huge_lines_come_whole_or_cut_with_a_marker_and_the_next_lines_follow(
+    store: JobStore, job_id: str
+) -> None:
+    long, huge = "é" * (CHUNK // 2 + 5), "y" * (RECORD_LIMIT + 1000)
+    rank_log(store, job_id, 1, 0).write_bytes(
+        record(1000, "before") + record(2000, long) + record(3000, huge) + record(4000, "after")
+    )
+    rank_log(store, job_id, 1, 1).write_bytes(record(2500, "other rank"))
+    store.start_attempt(job_id, 1, None)
+    store.update(job_id, status="SUCCEEDED")
+    texts = [line.text for _, line in followed(LogFollower(store, job_id))]
+    assert texts[:3] == ["before", long, "other rank"]
+    assert texts[3].startswith("y" * 1000)
+    assert texts[3].endswith(" more bytes of this line not shown]")
+    assert len(texts[3].encode()) < RECORD_LIMIT + 100
+    assert texts[4:] == ["after"]
+
+
+def test_attempts_are_followed_in_turn_each_read_to_its_end(store: JobStore, job_id: str) -> None:
+    rank_log(store, job_id, 1, 0).write_bytes(record(1000, "first try") + record(1100, "failed"))
+    store.start_attempt(job_id, 1, None)
+    follower = LogFollower(store, job_id)
+    assert [line.text for line in follower.poll()] == ["first try", "failed"]
+    with rank_log(store, job_id, 1, 1).open("ab") as f:
+        f.write(record(1200, "late line of attempt 1"))
+    rank_log(store, job_id, 2, 0).write_bytes(record(900, "second try"))  # an earlier clock
+    store.start_attempt(job_id, 2, None)
+    store.update(job_id, status="SUCCEEDED")
+    rest = [(attempt, line.text) for attempt, line in followed(follower)]
+    assert rest == [(1, "late line of attempt 1"), (2, "second try")]
+
+
+def test_one_attempt_only_and_progress_updates_when_asked(store: JobStore, job_id: str) -> None:
+    rank_log(store, job_id, 1, 0).write_bytes(record(1, "one") + record(2, "50%", "oI"))
+    rank_log(store, job_id, 2, 0).write_bytes(record(3, "two"))
+    store.start_attempt(job_id, 1, None)
+    store.start_attempt(job_id, 2, None)
+    store.update(job_id, status="FAILED")
+    only_first = LogFollower(store, job_id, LogFilter(progress=True), retries=False)
+    lines = [line for _, line in followed(only_first)]
+    assert [(line.text, line.progress, line.stream) for line in lines] == [
+        ("one", False, "out"),
+        ("50%", True, "out"),
+    ]
+    assert [line.text for _, line in followed(LogFollower(store, job_id, attempt=2))] == ["two"]
+
+
+def test_a_stop_ends_following_a_job_that_goes_on(store: JobStore, job_id: str) -> None:
+    rank_log(store, job_id, 1, 0).write_bytes(record(1, "still running"))
+    store.start_attempt(job_id, 1, None)
+    stops = iter([False, False, True])
+    got = list(LogFollower(store, job_id).follow(stop=lambda: next(stops), interval=0.01))
+    assert [[line.text for line in lines] for _, lines in got] == [["still running"]]
