@@ -11,6 +11,7 @@ import { chipIcon } from './icons';
 import logsPlugin from './logs/plugin';
 import { requester } from './request';
 import runsPlugin from './runs/plugin';
+import schedulesPlugin from './schedules/plugin';
 
 /** Command ids. */
 export namespace CommandIDs {
@@ -111,4 +112,4 @@ const gpuPlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [gpuPlugin, logsPlugin, runsPlugin];
+export default [gpuPlugin, logsPlugin, runsPlugin, schedulesPlugin];

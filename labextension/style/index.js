@@ -1,3 +1,4 @@
 import './base.css';
 import './logs.css';
 import './runs.css';
+import './schedules.css';

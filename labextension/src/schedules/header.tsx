@@ -1,74 +1,53 @@
 /**
- * The chrome of the Schedules view: title, refresh, the status line (what it
- * is doing, why it shows nothing, a refused action) and Resume after a pause.
+ * The chrome of the Schedules view: title, Refresh, the status line (the
+ * shared rule: error, then pause, then how many schedules), the pause notice
+ * and a refused action's message.
  */
 
-import {
-  Button,
-  ReactWidget,
-  refreshIcon,
-  ToolbarButtonComponent,
-  UseSignal
-} from '@jupyterlab/ui-components';
+import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
+import { PauseNotice, RefreshButton, StatusLine } from '../common/chrome';
+import { IStatusText, statusOf } from '../common/status';
 import { SchedulesModel } from './model';
 
-/** The status line: what the view is doing or why it shows nothing. */
-export function statusText(model: SchedulesModel): string {
-  if (model.error !== null) {
-    return `Update failed: ${model.error}`;
-  }
-  if (model.paused !== null) {
-    return 'Paused: click Resume to continue.';
-  }
+const PREFIX = 'jp-air-Schedules';
+
+/** What the status line says when nothing is wrong. */
+export function ownStatus(model: SchedulesModel): IStatusText {
   const schedules = model.schedules;
   if (schedules === null) {
-    return 'Loading…';
+    return { text: 'Loading…', title: '' };
   }
   if (schedules.length === 0) {
-    return 'No schedules yet: "Schedule this notebook" in a notebook\'s toolbar, %air_schedule, or air schedule create.';
+    return {
+      text: 'No schedules yet: "Schedule this notebook" in a notebook\'s toolbar, %air_schedule, or air schedule create.',
+      title: ''
+    };
   }
   const n = schedules.length;
-  return `${n} schedule${n === 1 ? '' : 's'}`;
+  return { text: `${n} schedule${n === 1 ? '' : 's'}`, title: '' };
 }
 
 function Header(props: { model: SchedulesModel }): JSX.Element {
   const { model } = props;
   return (
-    <div className="jp-air-Schedules-header">
-      <div className="jp-air-Schedules-titleBar">
-        <h2 className="jp-air-Schedules-title">Schedules</h2>
-        <ToolbarButtonComponent
-          className="jp-air-Schedules-refresh"
-          icon={refreshIcon}
+    <div className={`${PREFIX}-header`}>
+      <div className={`${PREFIX}-titleBar`}>
+        <h2 className={`${PREFIX}-title`}>Schedules</h2>
+        <RefreshButton
+          model={model}
+          prefix={PREFIX}
           tooltip="Refresh the schedules"
-          onClick={() => {
-            model.refresh().catch(error => {
-              console.warn('jupyter-air: schedules refresh failed', error);
-            });
-          }}
         />
       </div>
-      <div
-        className={
-          'jp-air-Schedules-statusLine' +
-          (model.error !== null ? ' jp-mod-error' : '')
-        }
-        aria-live="polite"
-      >
-        {statusText(model)}
-        {model.paused !== null && (
-          <Button
-            className="jp-mod-styled jp-mod-accept jp-air-Schedules-resumePolling"
-            onClick={() => model.resume()}
-          >
-            Resume
-          </Button>
-        )}
-      </div>
+      <StatusLine
+        status={statusOf(model, () => ownStatus(model))}
+        prefix={PREFIX}
+      />
+      <PauseNotice model={model} prefix={PREFIX} />
       {model.actionError !== null && (
-        <div className="jp-air-Schedules-actionError jp-mod-error" role="alert">
+        <div className={`${PREFIX}-actionError jp-mod-error`} role="alert">
           {model.actionError}
         </div>
       )}
@@ -79,7 +58,7 @@ function Header(props: { model: SchedulesModel }): JSX.Element {
 export class SchedulesHeader extends ReactWidget {
   constructor(readonly model: SchedulesModel) {
     super();
-    this.addClass('jp-air-Schedules-chrome');
+    this.addClass(`${PREFIX}-chrome`);
   }
 
   protected render(): JSX.Element {

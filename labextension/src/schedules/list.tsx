@@ -42,14 +42,15 @@ function TaskGraph(props: { schedule: ISchedule }): JSX.Element {
               className="jp-air-Schedules-task"
               data-task-key={task.task_key}
               title={
-                task.depends_on.length
-                  ? `after ${task.depends_on.join(', ')} (${task.run_if})`
-                  : 'first'
+                (task.notebook ?? '') +
+                (task.depends_on.length
+                  ? ` after ${task.depends_on.join(', ')} (${task.run_if})`
+                  : '')
               }
             >
               {task.task_key}
               {task.kind === 'notebook' && task.notebook
-                ? ` (${task.notebook})`
+                ? ` (${task.notebook.split('/').pop()})`
                 : ''}
             </span>
           ))}
@@ -81,6 +82,7 @@ function TaskRun(props: {
         <button
           type="button"
           className="jp-air-Schedules-link jp-air-Schedules-logs"
+          data-job-id={task.job_id}
           title={`Open the logs of job ${task.job_id}`}
           onClick={() => actions.openLogs(task.job_id!)}
         >

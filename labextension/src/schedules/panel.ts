@@ -3,9 +3,9 @@
  * and the schedules; polls while shown.
  */
 
-import type { Message } from '@lumino/messaging';
 import { Panel } from '@lumino/widgets';
 
+import { activateWhileShown } from '../common/activation';
 import { ScheduleForm } from './form';
 import { ScheduleFormView } from './formView';
 import { SchedulesHeader } from './header';
@@ -22,6 +22,7 @@ export class SchedulesPanel extends Panel {
     this.addWidget(new SchedulesHeader(this.model));
     this.addWidget(this._form);
     this.addWidget(new SchedulesList(this.model, options.actions));
+    activateWhileShown(this, this.model);
   }
 
   readonly model: SchedulesModel;
@@ -35,16 +36,6 @@ export class SchedulesPanel extends Panel {
   openForm(form: ScheduleForm): void {
     this._form.open(form);
     this.node.scrollTop = 0;
-  }
-
-  protected onAfterShow(msg: Message): void {
-    super.onAfterShow(msg);
-    this.model.active = true;
-  }
-
-  protected onAfterHide(msg: Message): void {
-    super.onAfterHide(msg);
-    this.model.active = false;
   }
 
   private _form: ScheduleFormView;

@@ -36,8 +36,12 @@ export interface ITaskRun {
   job_id: string | null;
   /** Why it was skipped or failed, in words. */
   message: string | null;
-  /** The MLflow page of the job's latest attempt. */
+  /** The MLflow run of the job's latest attempt, its experiment and its page. */
+  run_id: string | null;
+  experiment_id: string | null;
   run_url: string | null;
+  /** The jobs of earlier tries of this task in this run (before a repair). */
+  previous_job_ids: string[];
 }
 
 export interface IScheduleRun {

@@ -120,12 +120,13 @@ class FakeServer {
     }
     if (action === 'run-now') {
       const run: IScheduleRun = {
-        id: 'r1',
+        id: 7,
         schedule_id: id,
         scheduled_time: '2026-12-01T10:00:00Z',
+        trigger: 'RUN_NOW',
         status: 'RUNNING',
-        reason: null,
-        started: 1,
+        message: null,
+        created: 1,
         ended: null,
         tasks: []
       };
@@ -178,7 +179,7 @@ describe('SchedulesModel', () => {
     model.active = true;
     await until(() => model.schedules !== null);
     await model.act('s2', 'run-now');
-    expect(model.startedRun).toMatchObject({ id: 'r1', schedule_id: 's2' });
+    expect(model.startedRun).toMatchObject({ id: 7, schedule_id: 's2' });
   });
 
   it('a deleted schedule leaves the list at once', async () => {
