@@ -30,6 +30,16 @@ from .timing import sampler_vs_bare
 #: The report's step names.
 INSTALL, SMI, CELL = "1 install", "2 nvml-vs-nvidia-smi", "3 job cell"
 API, TIMING = "3 gpu api", "4 timing"
+#: The checks that need the job's rank up, by step.
+JOB_CHECKS = (
+    ("nccl_all_reduce", CELL),
+    ("job_process_seen_by_nvml", SMI),
+    ("job_process_listed_by_nvidia_smi", SMI),
+    ("cuda_memory_held", SMI),
+    ("gpu_api_lists_job_process", API),
+    ("one_rank_cell", CELL),
+    ("mlflow_system_gpu_metrics", CELL),
+)
 #: MLflow's names of the GPU metrics that must be non-zero while the job computes.
 GPU_METRICS = (
     "utilization_percentage",
@@ -71,12 +81,16 @@ class Run:
         )
 
     def step(self, name: str, step: str, fn: Callable[[], None]) -> None:
-        """Run ``fn``; an exception fails check ``name`` with its traceback's end."""
+        """Run ``fn``; an exception fails check ``name`` with its traceback's end. The
+        seconds it took go into the report's timings."""
+        started = time.monotonic()
         try:
             fn()
         except Exception as err:
             tail = traceback.format_exc().strip().splitlines()[-3:]
             self.report.failed(name, step, f"{type(err).__name__}: {err} | {' / '.join(tail)}")
+        finally:
+            self.report.timings[f"seconds {name}"] = round(time.monotonic() - started, 2)
 
     # -- the run ---------------------------------------------------------------------
 
@@ -90,7 +104,9 @@ class Run:
         server = Server(self.env, self.notebooks, self.work / "server.log")
         kernel: Kernel | None = None
         try:
+            started = time.monotonic()
             kernel = Kernel(self.env, self.notebooks)
+            self.report.timings["seconds kernel start"] = round(time.monotonic() - started, 2)
             self.step("load_ext", CELL, lambda: self.load_extension(kernel))
             self.step("too_many_ranks_refused", CELL, lambda: self.refused(kernel, len(gpus)))
             self.job_cell(kernel, server)
@@ -143,18 +159,36 @@ class Run:
     # -- the job -------------------------------------------------------------------------
 
     def job_cell(self, kernel: Kernel, server: Server) -> None:
+        """The job's cell runs while steps 2 to 4 read the GPU; without it they still run,
+        and what needs the job is skipped with the reason."""
         cell = LOAD_CELL.format(
             dir=self.work, hold_mib=self.args.hold_mib, side=self.args.side, limit=300
         )
-        msg_id = kernel.start(cell)
+        msg_id, started = kernel.start(cell), time.monotonic()
         out = Execution()
-        ready = self.wait_ready(kernel, msg_id, out, timeout=240)
+        ready = self.ready = self.wait_ready(kernel, msg_id, out, timeout=240)
+        self.report.timings["seconds cell to rank up"] = round(time.monotonic() - started, 2)
         if ready is None:
-            self.report.failed(
-                "job_started", CELL, f"the rank never said it was up: {out.error} {out.text[-500:]}"
-            )
-            return
-        self.ready = ready
+            why = f"the rank never said it was up: {out.error} {out.text[-500:]}"
+            self.report.failed("job_started", CELL, why)
+            for name, step in JOB_CHECKS:
+                self.report.skipped(name, step, "the job did not start (job_started)")
+        else:
+            self.job_started(ready)
+        try:
+            self.step("nvml_vs_smi", SMI, self.compare_with_smi)
+            self.step("gpu_api", API, lambda: self.gpu_api(server, ready))
+            self.step("sampler_timing", TIMING, self.timing)
+        finally:
+            (self.work / "stop").touch()
+        if ready is not None:
+            started = time.monotonic()
+            kernel.collect(msg_id, timeout=180, into=out)
+            self.report.timings["seconds stop to cell end"] = round(time.monotonic() - started, 2)
+            self.check_cell(out)
+            self.step("mlflow_system_gpu_metrics", CELL, lambda: self.mlflow_metrics(ready))
+
+    def job_started(self, ready: dict[str, Any]) -> None:
         self.report.passed("job_started", CELL, f"job {ready['job']}, rank pid {ready['pid']}")
         self.report.machine.update(
             {
@@ -165,16 +199,7 @@ class Run:
             }
         )  # fmt: skip
         self.gpu_only_checks(ready)
-        try:
-            self.step("job_process_seen_by_nvml", SMI, lambda: self.wait_listed(ready["pid"]))
-            self.step("nvml_vs_smi", SMI, self.compare_with_smi)
-            self.step("gpu_api_owner", API, lambda: self.gpu_api(server, ready))
-            self.step("sampler_timing", TIMING, self.timing)
-        finally:
-            (self.work / "stop").touch()
-        kernel.collect(msg_id, timeout=180, into=out)
-        self.check_cell(out)
-        self.step("mlflow_system_gpu_metrics", CELL, lambda: self.mlflow_metrics(ready))
+        self.step("job_process_seen_by_nvml", SMI, lambda: self.wait_listed(ready["pid"]))
 
     def wait_ready(
         self, kernel: Kernel, msg_id: str, out: Execution, timeout: float
@@ -221,7 +246,8 @@ class Run:
 
     def compare_with_smi(self) -> None:
         apps = compare(self.nvml, self.report, rounds=self.args.rounds, pause=0.5)
-        assert self.ready is not None
+        if self.ready is None:
+            return
         pid, held = self.ready["pid"], self.ready["held_mib"]
         mine = [a for a in apps if a.pid == pid]
         self.report.expect(
@@ -235,18 +261,11 @@ class Run:
                 f"nvidia-smi: pid {pid} uses {used} MiB, the job holds {held} MiB of tensors",
             )  # fmt: skip
 
-    def gpu_api(self, server: Server, ready: dict[str, Any]) -> None:
+    def gpu_api(self, server: Server, ready: dict[str, Any] | None) -> None:
         server.wait_ready(timeout=120)
         body, doc = server.request("jupyter-air/gpu/sample", method="POST")
-        processes = [p for state in doc["state"] for p in state["processes"]]
-        mine = [p for p in processes if p["pid"] == ready["pid"]]
-        owner = mine[0]["owner"] if mine else None
-        self.report.expect(
-            "gpu_api_lists_job_process", API,
-            owner is not None and owner.get("kind") == "job" and owner.get("id") == ready["job"],
-            f"pid {ready['pid']} -> owner {owner}; "
-            f"all: {[(p['pid'], p['owner']) for p in processes]}",
-        )  # fmt: skip
+        if ready is not None:
+            self.gpu_api_owner(doc, ready)
         deadline = time.monotonic() + 30  # the 1 s sampler adds a second row
         while len(doc["samples"]["t"]) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -260,6 +279,17 @@ class Run:
             }
         )  # fmt: skip
         self.report.expect("gpu_api_payload", API, len(t) >= 2, f"{len(t)} rows, {len(body)} bytes")
+
+    def gpu_api_owner(self, doc: dict[str, Any], ready: dict[str, Any]) -> None:
+        processes = [p for state in doc["state"] for p in state["processes"]]
+        mine = [p for p in processes if p["pid"] == ready["pid"]]
+        owner = mine[0]["owner"] if mine else None
+        self.report.expect(
+            "gpu_api_lists_job_process", API,
+            owner is not None and owner.get("kind") == "job" and owner.get("id") == ready["job"],
+            f"pid {ready['pid']} -> owner {owner}; "
+            f"all: {[(p['pid'], p['owner']) for p in processes]}",
+        )  # fmt: skip
 
     def timing(self) -> None:
         figures = sampler_vs_bare(self.nvml, self.args.timing_rounds, self.args.timing_samples)
