@@ -120,17 +120,18 @@ def compare(nvml: Nvml, report: Report, rounds: int, pause: float) -> list[smi.A
     fields = dict.fromkeys(
         "processes" if v.field.startswith("process ") else v.field for v in compared
     )
+    fields.setdefault("processes")  # a check even when neither side lists a process
     for name in fields:
         rows = [
             v for v in compared
             if v.field == name or (name == "processes" and v.field.startswith("process "))
         ]  # fmt: skip
         bad = [v for v in rows if not v.agrees]
-        report.expect(
-            f"nvml_vs_smi:{name}", STEP, not bad,
-            f"{len(rows)} values agree" if not bad else "; ".join(
-                f"gpu {v.gpu} round {v.round} {v.field}: ours {v.ours}, nvidia-smi {v.smi} "
-                f"({v.note})" for v in bad[:5]
-            ),
-        )  # fmt: skip
+        detail = "; ".join(
+            f"gpu {v.gpu} round {v.round} {v.field}: ours {v.ours}, nvidia-smi {v.smi} ({v.note})"
+            for v in bad[:5]
+        )
+        if not bad:
+            detail = f"{len(rows)} values agree" if rows else "neither lists a compute process"
+        report.expect(f"nvml_vs_smi:{name}", STEP, not bad, detail)
     return apps
