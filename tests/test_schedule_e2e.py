@@ -218,3 +218,40 @@ def test_a_notebook_task_keeps_its_executed_notebook_and_its_cell_is_a_job(
     assert len(cell_jobs) == 1  # the distributed cell: a job of its own
     assert cell_jobs[0].status == "SUCCEEDED"
     assert cell_jobs[0].workload.run_name == "cell"
+
+
+FIRE_IN_A_FRESH_PROCESS = """
+import json, sys
+from pathlib import Path
+from jupyter_air.jobs.permissions import os_identity
+from jupyter_air.jobs.store import JobStore
+from jupyter_air.schedules.scheduler import Scheduler
+from jupyter_air.schedules.service import Schedules
+from jupyter_air.schedules.tick import tick
+
+jobs = JobStore()
+s = Schedules(jobs)
+doc = {"name": "light", "schedule": {"cron": "0 3 * * *"},
+       "tasks": [{"task_key": "t", "workload": {"command": "true"}}]}
+schedule = s.create(os_identity(), s.parse(doc, Path.cwd()))
+scheduler = Scheduler(jobs)
+result = tick(scheduler.store, scheduler.launch, schedule.next_due, scheduler.claimer)
+heavy = {"mlflow", "torch", "IPython", "tornado", "jupyter_server", "numpy"}
+print(json.dumps({"submitted": result.submitted,
+                  "imported": sorted(heavy & {m.split(".")[0] for m in sys.modules})}))
+"""
+
+
+def test_the_scheduler_submits_without_importing_mlflow_or_torch(workdir: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", FIRE_IN_A_FRESH_PROCESS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    doc = json.loads(out.splitlines()[-1])
+    assert doc["imported"] == []
+    assert len(doc["submitted"]) == 1
+    job = cancel.wait(JobStore(workdir / "air"), doc["submitted"][0], 120)
+    assert job.status == "SUCCEEDED"

@@ -54,12 +54,14 @@ def tick(
 ) -> TickResult:
     """Fire what is due at ``now``, then move every active run on."""
     result = TickResult()
-    for schedule in store.due(now):
-        fired = fire_due(store, schedule, now)
-        if fired is not None:
-            result.started += fired.started
-            result.skipped += fired.skipped
-    advance(store, launch, now, claimer or this_process(), result)
+    with store.held():
+        with store.batch():
+            for schedule in store.due(now):
+                fired = fire_due(store, schedule, now)
+                if fired is not None:
+                    result.started += fired.started
+                    result.skipped += fired.skipped
+        advance(store, launch, now, claimer or this_process(), result)
     return result
 
 
@@ -96,24 +98,57 @@ def schedule_cron(schedule: Schedule) -> Cron:
 def advance(
     store: ScheduleStore, launch: Launch, now: float, claimer: str, result: TickResult
 ) -> None:
-    """Every active run: tasks whose job ended take its outcome, tasks whose upstream
-    ended start or are SKIPPED (``run_if``), and a run whose tasks all ended ends."""
+    """Every active run, in passes. A pass records in one transaction what the jobs say,
+    the tasks SKIPPED by ``run_if``, the runs that ended and the tasks this process
+    claims; then submits the claimed tasks (outside any transaction: a submission writes
+    the job store) and records their jobs in a second one. A submission that failed
+    brings another pass, so what follows it is settled in the same tick."""
+    while True:
+        claimed = _settle(store, now, claimer, result)
+        if not claimed:
+            return
+        outcomes: list[tuple[int, str, str | None, str | None]] = []
+        for schedule, run, task in claimed:
+            try:
+                submitted = launch(schedule, run, task)
+            except Exception as err:  # any failure to submit fails the task, says why
+                log.warning(
+                    "schedule %s run %s task %s: %s", schedule.id, run.id, task.task_key, err
+                )
+                outcomes.append((run.id, task.task_key, None, f"could not submit: {err}"))
+                continue
+            outcomes.append((run.id, task.task_key, submitted, None))
+            result.submitted.append(submitted)
+        with store.batch():
+            for run_id, key, job_id, message in outcomes:
+                status = TaskStatus.FAILED if job_id is None else TaskStatus.RUNNING
+                store.set_task(run_id, key, status, job_id=job_id, message=message)
+        if all(job_id is not None for _, _, job_id, _ in outcomes):
+            return
+
+
+def _settle(
+    store: ScheduleStore, now: float, claimer: str, result: TickResult
+) -> list[tuple[Schedule, ScheduleRun, TaskSpec]]:
+    """One transaction over the active runs; the tasks claimed for submission."""
     schedules: dict[str, Schedule] = {}
-    for run in store.active_runs():
-        schedule = schedules.get(run.schedule_id) or store.get(run.schedule_id)
-        schedules[schedule.id] = schedule
-        _advance_run(store, launch, schedule, run, now, claimer, result)
+    claimed: list[tuple[Schedule, ScheduleRun, TaskSpec]] = []
+    with store.batch():
+        for run in store.active_runs():
+            schedule = schedules.get(run.schedule_id) or store.get(run.schedule_id)
+            schedules[schedule.id] = schedule
+            claimed += _settle_run(store, schedule, run, now, claimer, result)
+    return claimed
 
 
-def _advance_run(
+def _settle_run(
     store: ScheduleStore,
-    launch: Launch,
     schedule: Schedule,
     run: ScheduleRun,
     now: float,
     claimer: str,
     result: TickResult,
-) -> None:
+) -> list[tuple[Schedule, ScheduleRun, TaskSpec]]:
     specs = {t.task_key: t for t in schedule.spec.tasks}
     tasks = {t.task_key: t for t in run.tasks}
     for key, task in list(tasks.items()):
@@ -121,37 +156,26 @@ def _advance_run(
         if status is not task.status and store.set_task(
             run.id, key, status, message=message, only_if=task.status
         ):
-            tasks[key] = _with(task, status, message)
+            tasks[key] = replace(task, status=status, message=message)
+    claimed = []
     graph = {k: [d for d in specs[k].depends_on if d in tasks] for k in tasks if k in specs}
     for key in TopologicalSorter(graph).static_order():
         task = tasks[key]
-        if task.status is not TaskStatus.PENDING:
-            continue
         upstream = [tasks[d] for d in graph[key]]
-        if not all(u.status.done for u in upstream):
+        if task.status is not TaskStatus.PENDING or not all(u.status.done for u in upstream):
             continue
         skip = _skip_reason(specs[key].run_if, upstream)
         if skip is not None:
             if store.set_task(run.id, key, TaskStatus.SKIPPED, message=skip, only_if=task.status):
-                tasks[key] = _with(task, TaskStatus.SKIPPED, skip)
-            continue
-        if not store.claim(run.id, key, claimer):
-            continue  # another scheduler took it
-        try:
-            job_id = launch(schedule, run, specs[key])
-        except Exception as err:
-            log.warning("schedule %s run %s task %s: %s", schedule.id, run.id, key, err)
-            message = f"could not submit: {err}"
-            store.set_task(run.id, key, TaskStatus.FAILED, message=message)
-            tasks[key] = _with(task, TaskStatus.FAILED, message)
-            continue
-        store.set_task(run.id, key, TaskStatus.RUNNING, job_id=job_id)
-        tasks[key] = _with(task, TaskStatus.RUNNING, None)
-        result.submitted.append(job_id)
+                tasks[key] = replace(task, status=TaskStatus.SKIPPED, message=skip)
+        elif store.claim(run.id, key, claimer):  # else another scheduler took it
+            tasks[key] = replace(task, status=TaskStatus.SUBMITTING)
+            claimed.append((schedule, run, specs[key]))
     if all(t.status.done for t in tasks.values()):
         outcome, message = _outcome(list(tasks.values()))
         store.end_run(run.id, outcome, message, now)
         result.ended.append(run.id)
+    return claimed
 
 
 def _refreshed(store: ScheduleStore, task: TaskRun, known: bool) -> tuple[TaskStatus, str | None]:
@@ -198,10 +222,6 @@ def _outcome(tasks: list[TaskRun]) -> tuple[RunStatus, str | None]:
     if cancelled:
         return RunStatus.CANCELLED, f"cancelled: {', '.join(cancelled)}"
     return RunStatus.SUCCEEDED, None
-
-
-def _with(task: TaskRun, status: TaskStatus, message: str | None) -> TaskRun:
-    return replace(task, status=status, message=message)
 
 
 def this_process() -> str:
