@@ -42,7 +42,7 @@ def open_notebook(browser: Any, lab: Lab, name: str, app: str) -> Any:
     page.on("console", lambda m: page.console_lines.append(f"{m.type}: {m.text}"))
     page.on("requestfailed", lambda r: page.console_lines.append(f"request failed: {r.url}"))
     page.goto(f"{lab.url}{NOTEBOOK_URL[app].format(name=name)}?token={lab.token}")
-    page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=60_000)
+    page.wait_for_selector(".jp-Notebook .jp-CodeCell .cm-content", timeout=60_000)
     return page
 
 
