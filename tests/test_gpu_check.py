@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from scripts.gpu_check import wheelhouse
 from scripts.gpu_check.compare import agreement
 from scripts.gpu_check.tolerances import GPU_FIELDS, PROCESS_MEMORY
 from tests.fake_nvml import FakeGpu, Scenario, default_uuid, env_for
@@ -221,3 +222,35 @@ def test_a_value_that_does_not_move_may_not_differ_between_our_reads() -> None:
     ok, note = agreement(PROCESS_MEMORY, [100, 300], 100.0)
     assert not ok
     assert note == "our own readings differ"
+
+
+# -- the wheelhouse and the install step -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "never"),
+    [
+        ("torch", True), ("triton", True), ("nvidia-cudnn-cu13", True), ("nvidia-nccl-cu13", True),
+        ("nvidia-ml-py", False),  # pynvml: jupyter_air's own requirement
+        ("torchmetrics", False), ("mlflow", False),
+    ],
+)  # fmt: skip
+def test_the_wheelhouse_never_takes_torch_or_the_cuda_libraries(name: str, never: bool) -> None:
+    assert bool(wheelhouse.NEVER.match(wheelhouse.normalize(name))) is never
+
+
+def test_the_machines_packages_are_read_by_their_normalized_names() -> None:
+    held = wheelhouse.device_packages()
+    assert {"torch", "numpy", "pyarrow", "typing-extensions", "nvidia-ml-py"} <= held
+    assert not any(name.startswith("#") for name in held)
+
+
+def test_without_a_wheelhouse_gpu_check_says_how_to_make_one(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu-check"), "--report-dir", str(tmp_path / "r")],
+        env={**os.environ, "AIR_GPU_CHECK_HOME": str(tmp_path / "home")},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "run scripts/gpu-wheelhouse" in proc.stderr
+    assert not (tmp_path / "home" / "venv").exists()
