@@ -64,11 +64,17 @@ def main(argv: list[str]) -> int:
     from nbclient.exceptions import CellExecutionError
 
     from ..jobs.store import JobStore
-    from .store import ScheduleStore
+    from .store import ScheduleStore, UnknownSchedule
 
     schedule_id, task_key = argv
-    task = ScheduleStore(JobStore()).get(schedule_id).spec.task(task_key)
-    assert task.notebook is not None, f"task {task_key} is not a notebook task"
+    try:
+        task = ScheduleStore(JobStore()).get(schedule_id).spec.task(task_key)
+    except (UnknownSchedule, StopIteration):
+        print(f"schedule {schedule_id} or its task {task_key} was deleted", file=sys.stderr)
+        return 1
+    if task.notebook is None:
+        print(f"task {task_key} is not a notebook task", file=sys.stderr)
+        return 1
     nb = nbformat.reads(task.notebook, as_version=4)
     cell = nbformat.v4.new_code_cell(parameters_cell(task.parameters))
     cell.metadata["tags"] = [PARAMETERS_TAG]
