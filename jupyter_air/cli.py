@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from .jobs import cancel
+from .jobs.documents import job_document
 from .jobs.permissions import (
     BadGrant,
     Forbidden,
     Identity,
     JobAccess,
     Level,
-    check_change,
     merged,
     os_identity,
     parse_grant,
@@ -38,7 +38,6 @@ from .jobs.permissions import (
 from .jobs.sharing import mirror
 from .jobs.spec import Workload
 from .jobs.store import JOB_ID, Job, JobStore, StoreError, UnknownJob
-from .jobs.views import job_document
 from .logs.query import BadFilter, LogFilter, LogLine, read_all, read_tail
 from .logs.text import format_line
 from .paths import UnsafeHome
@@ -198,22 +197,23 @@ def _run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str | None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .jobs.checks import Refused, check_submission
     from .jobs.workload_file import WorkloadError, load
 
     try:
         spec = load(args.file, args.override)
-        check_change(os_identity().name, spec.grants, ())
+        check_submission(
+            spec,
+            os_identity().name,
+            nproc_per_node=spec.compute.nproc_per_node,
+            override="--oversubscribe (compute.oversubscribe: true)",
+            oversubscribe=args.oversubscribe,
+            reach_cluster=not args.dry_run,
+        )
     except WorkloadError as err:
         raise CliError(str(err)) from None
-    except BadGrant as err:
-        raise CliError(f"{args.file}: permissions: {err}") from None
-    if spec.backend == "local" and not (args.oversubscribe or spec.compute.oversubscribe):
-        from .jobs.capacity import TooManyRanks, check_here
-
-        try:
-            check_here(spec.compute.nproc_per_node, "--oversubscribe (compute.oversubscribe: true)")
-        except TooManyRanks as err:
-            raise CliError(f"{args.file}: compute.nproc_per_node: {err}") from None
+    except Refused as err:
+        raise CliError(f"{args.file}: {err.field}: {err}" if err.field else str(err)) from None
     working_dir = (args.file.parent / spec.working_dir).resolve()
     if args.dry_run:
         print(
@@ -224,14 +224,6 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if not working_dir.is_dir():
         raise CliError(f"working_dir {working_dir} is not a directory")
-    if spec.backend == "ray":
-        from .jobs.ray_cluster import ClusterError, check_reachable, require_ray, resolve_address
-
-        try:
-            require_ray()
-            check_reachable(resolve_address(spec.ray_address))
-        except ClusterError as err:
-            raise CliError(str(err)) from None
     store = _store()
     job = _submit(store, spec, working_dir)
     print(

@@ -17,9 +17,10 @@ import cloudpickle
 from pydantic import ValidationError
 
 from ..job_dir import AttemptDir
-from ..jobs import cancel, capacity
+from ..jobs import cancel
+from ..jobs.checks import Refused, check_grants, check_submission
 from ..jobs.follow import LogFollower
-from ..jobs.permissions import BadGrant, Grant, check_change, kernel_owner
+from ..jobs.permissions import kernel_owner
 from ..jobs.spec import Workload
 from ..jobs.store import JobStore
 from ..jobs.workload_file import Submission, describe
@@ -71,10 +72,11 @@ class Options:
     #: Grants at submission: ``bob:CAN_VIEW``, ``group:ml-team:CAN_MANAGE_RUN``.
     share: list[str] = field(default_factory=list)
 
-    def validate(self) -> tuple[Grant, ...]:
-        """Refuse what cannot run; the grants to make. The rules a workload file obeys
-        are ``Submission``'s, named here as the flags; the rest are the kernel's own."""
-        grants = self._submission().grants
+    def validate(self) -> Submission:
+        """Refuse what cannot run; the submission the options make. The rules a workload
+        file obeys are ``Submission``'s, named here as the flags, and the grants are
+        checked by ``checks``; the rest are the kernel's own."""
+        submission = self._submission()
         if self.timeout is not None and not self.timeout > 0:
             raise OptionError(f"--timeout must be a number of seconds > 0, got {self.timeout}")
         if self.output_ranks not in ("all", "0", "none"):
@@ -85,10 +87,10 @@ class Options:
         if self.background and self.out:
             raise OptionError("--out cannot bring values back from a --background job")
         try:
-            check_change(kernel_owner(), grants, ())
-        except BadGrant as err:
-            raise OptionError(f"--share: {err}") from None
-        return grants
+            check_grants(kernel_owner(), submission)
+        except Refused as err:
+            raise _option_error(err) from None
+        return submission
 
     def _submission(self) -> Submission:
         fields = {
@@ -170,19 +172,21 @@ def default_nproc() -> int:
 
 def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any] | None) -> Any:
     """Run a payload as a job and return rank 0's value (None for a background job)."""
-    grants = options.validate()
+    submission = options.validate()
+    grants = submission.grants
     payload_bytes = payload.dumps()  # refuses unpicklable names before anything exists
-    ray_address = None
-    if options.backend == "ray":
-        ray_address = _check_cluster(options.ray_address)
-        nproc = options.nproc_per_node or 1  # the nodes' GPUs are not known from here
-    else:
-        nproc = options.nproc_per_node or default_nproc()
-        if not options.oversubscribe:
-            try:
-                capacity.check_here(nproc, "--oversubscribe (oversubscribe=True for @distributed)")
-            except capacity.TooManyRanks as err:
-                raise OptionError(str(err)) from None
+    # On Ray the nodes' GPUs are not known from here: one rank each unless told.
+    nproc = options.nproc_per_node or (1 if options.backend == "ray" else default_nproc())
+    try:
+        ray_address = check_submission(
+            submission,
+            kernel_owner(),
+            nproc_per_node=nproc,
+            override="--oversubscribe (oversubscribe=True for @distributed)",
+            ray_address=configured_ray_address() if options.backend == "ray" else None,
+        )
+    except Refused as err:
+        raise _option_error(err) from None
 
     from mlflow import MlflowClient
 
@@ -250,17 +254,9 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
     return _follow(store, job.id, view, max_attempts, user_ns, end_run)
 
 
-def _check_cluster(address: str | None) -> str:
-    """Ray installed and the cluster answering, before a job or a run exists."""
-    from ..jobs.ray_cluster import ClusterError, check_reachable, require_ray, resolve_address
-
-    resolved = resolve_address(address or configured_ray_address())
-    try:
-        require_ray()
-        check_reachable(resolved)
-    except ClusterError as err:
-        raise OptionError(str(err)) from None
-    return resolved
+def _option_error(err: Refused) -> OptionError:
+    """A refusal, said with the magic's flag where it names the workload-file field."""
+    return OptionError(f"{FLAGS[err.field]}: {err}" if err.field == "permissions" else str(err))
 
 
 def configured_ray_address() -> str | None:
