@@ -255,3 +255,32 @@ def test_the_scheduler_submits_without_importing_mlflow_or_torch(workdir: Path) 
     assert len(doc["submitted"]) == 1
     job = cancel.wait(JobStore(workdir / "air"), doc["submitted"][0], 120)
     assert job.status == "SUCCEEDED"
+
+
+def test_one_scheduler_per_air_home_its_files_private_and_stop(workdir: Path) -> None:
+    (workdir / "report.ipynb").write_text(json.dumps(NOTEBOOK))
+    (workdir / "report.yaml").write_text(REPORT)
+    air("schedule", "create", "-f", "report.yaml")
+    home = workdir / "air"
+    first = running(home)
+    assert first is not None
+    second = subprocess.run(
+        [sys.executable, "-m", "jupyter_air.schedules.scheduler"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert second.returncode == 0  # it found the lock held and left
+    assert running(home) == first
+    for name in ("scheduler.json", "scheduler.lock", "scheduler.log"):
+        assert (home / name).stat().st_mode & 0o077 == 0, name
+    status = air("scheduler", "status")
+    assert status["running"] is True
+    assert status["pid"] == first.pid
+    stopped = air("scheduler", "stop")
+    assert stopped["pid"] == first.pid
+    assert running(home) is None
+    assert air("scheduler", "status")["running"] is False
+    air("schedule", "delete", "report")
+    air("schedule", "list")  # with no schedule left, no scheduler is started
+    assert running(home) is None
