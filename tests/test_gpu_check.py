@@ -20,6 +20,9 @@ from scripts.gpu_check.tolerances import GPU_FIELDS, PROCESS_MEMORY
 from tests.fake_nvml import FakeGpu, Scenario, default_uuid, env_for
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The kit starts a kernel, a job, a Jupyter server and pytest: on a loaded shared
+#: machine that takes minutes (about 50 s on an idle one).
+pytestmark = pytest.mark.timeout(600)
 MiB, GiB = 1024**2, 1024**3
 RANK_MEMORY = 4 * GiB + 12_345  # what the fake driver says the job's rank holds
 
@@ -89,7 +92,7 @@ def kit(fake_nvml_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts" / "gpu-check"), "--no-install",
          "--report-dir", str(tmp / "report"), *small, "--hold-mib", "64", "--side", "64"],
-        env=env, capture_output=True, text=True, timeout=280, check=False,
+        env=env, capture_output=True, text=True, timeout=540, check=False,
     )  # fmt: skip
     driver.stop.set()
     report_json = tmp / "report" / "gpu-check.json"

@@ -104,11 +104,10 @@ class Run:
         server = Server(self.env, self.notebooks, self.work / "server.log")
         kernel: Kernel | None = None
         try:
-            started = time.monotonic()
-            kernel = Kernel(self.env, self.notebooks)
-            self.report.timings["seconds kernel start"] = round(time.monotonic() - started, 2)
-            self.step("load_ext", CELL, lambda: self.load_extension(kernel))
-            self.step("too_many_ranks_refused", CELL, lambda: self.refused(kernel, len(gpus)))
+            kernel = self.start_kernel()
+            if kernel is not None:
+                self.step("load_ext", CELL, lambda: self.load_extension(kernel))
+                self.step("too_many_ranks_refused", CELL, lambda: self.refused(kernel, len(gpus)))
             self.job_cell(kernel, server)
         finally:
             if kernel is not None:
@@ -137,6 +136,16 @@ class Run:
             problems or "every requirement met by the wheelhouse or the machine's packages",
         )  # fmt: skip
 
+    def start_kernel(self) -> Kernel | None:
+        started = time.monotonic()
+        try:
+            kernel = Kernel(self.env, self.notebooks)
+        except Exception as err:
+            self.report.failed("kernel_start", CELL, f"{type(err).__name__}: {err}")
+            return None
+        self.report.timings["seconds kernel start"] = round(time.monotonic() - started, 2)
+        return kernel
+
     def load_extension(self, kernel: Kernel) -> None:
         out = kernel.run("%load_ext jupyter_air", timeout=120)
         self.report.expect(
@@ -158,19 +167,20 @@ class Run:
 
     # -- the job -------------------------------------------------------------------------
 
-    def job_cell(self, kernel: Kernel, server: Server) -> None:
-        """The job's cell runs while steps 2 to 4 read the GPU; without it they still run,
-        and what needs the job is skipped with the reason."""
+    def job_cell(self, kernel: Kernel | None, server: Server) -> None:
+        """The job's cell runs while steps 2 to 4 read the GPU; without it (or without a
+        kernel) they still run, and what needs the job is skipped with the reason."""
         cell = LOAD_CELL.format(
             dir=self.work, hold_mib=self.args.hold_mib, side=self.args.side, limit=300
         )
-        msg_id, started = kernel.start(cell), time.monotonic()
-        out = Execution()
-        ready = self.ready = self.wait_ready(kernel, msg_id, out, timeout=240)
-        self.report.timings["seconds cell to rank up"] = round(time.monotonic() - started, 2)
+        msg_id, started, out = kernel.start(cell) if kernel else "", time.monotonic(), Execution()
+        ready = None
+        if kernel is not None:
+            ready = self.ready = self.wait_ready(kernel, msg_id, out, timeout=240)
+            self.report.timings["seconds cell to rank up"] = round(time.monotonic() - started, 2)
         if ready is None:
-            why = f"the rank never said it was up: {out.error} {out.text[-500:]}"
-            self.report.failed("job_started", CELL, why)
+            why = f"{out.error} {out.text[-500:]}" if kernel else "no kernel (kernel_start)"
+            self.report.failed("job_started", CELL, f"the rank never said it was up: {why}")
             for name, step in JOB_CHECKS:
                 self.report.skipped(name, step, "the job did not start (job_started)")
         else:
@@ -181,7 +191,7 @@ class Run:
             self.step("sampler_timing", TIMING, self.timing)
         finally:
             (self.work / "stop").touch()
-        if ready is not None:
+        if kernel is not None and ready is not None:
             started = time.monotonic()
             kernel.collect(msg_id, timeout=180, into=out)
             self.report.timings["seconds stop to cell end"] = round(time.monotonic() - started, 2)
