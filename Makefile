@@ -18,11 +18,12 @@ endif
 LAB_URL := http://$(HOST):$(PORT)/lab?token=$(TOKEN)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help setup system demo lab test lint typecheck jstest pytest bench clean
+.PHONY: help setup system demo lab test check lint typecheck jstest pytest pytest-fast bench clean
 
 help:
 	@echo "make demo   set everything up and start JupyterLab with jupyter_air"
 	@echo "make test   set everything up and run lint, type checks and every test"
+	@echo "make check  the fast loop: lint, types, jest, and pytest without browser and Ray tests"
 	@echo "make bench  run the benchmarks (results: docs/benchmarks.md)"
 
 ## --- setup ------------------------------------------------------------------------
@@ -74,6 +75,9 @@ lab: demo
 
 test: setup lint typecheck jstest pytest
 
+# The fast loop while developing: what `make test` runs, less the browser and Ray tests.
+check: setup lint typecheck jstest pytest-fast
+
 lint:
 	$(BIN)/ruff check jupyter_air tests bench scripts
 	$(BIN)/ruff format --check jupyter_air tests bench scripts
@@ -89,6 +93,9 @@ jstest: node_modules/.package-lock.json
 pytest:
 	mkdir -p test-artifacts
 	$(PY) -m pytest -ra
+
+pytest-fast:
+	$(PY) -m pytest -ra -m "not browser and not ray"
 
 bench: setup
 	$(PY) bench/bench_gpu.py

@@ -37,7 +37,15 @@ CHROMIUM_ARGS = [
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
-pytestmark = pytest.mark.browser
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/ui drives a browser: marked ``browser``, so that
+    ``-m "not browser"`` leaves them out (a conftest's ``pytestmark`` marks nothing)."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.browser)
 
 
 @dataclass
