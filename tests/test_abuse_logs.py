@@ -17,6 +17,7 @@ from tornado.httpclient import HTTPClientError
 from traitlets import TraitError
 
 from jupyter_air.jobs.follow import LogFollower
+from jupyter_air.jobs.retention import prune, retention_days
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.capture import LINE_LIMIT, RankLog, StreamSplitter, parse_record, plain_lines
@@ -29,7 +30,6 @@ from jupyter_air.logs.query import (
     read_page,
     read_tail,
 )
-from jupyter_air.logs.retention import prune, retention_days
 from jupyter_air.server.app import AirExtension
 
 MiB = 1 << 20

@@ -300,7 +300,7 @@ def test_air_get_and_list_show_no_secret(
 
 
 def test_a_job_document_shows_where_it_tracks_without_credentials(secret_job: str) -> None:
-    from jupyter_air.jobs.views import job_document
+    from jupyter_air.jobs.documents import job_document
 
     store = JobStore()
     doc = job_document(store, store.get(secret_job), cli._run_link)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from jupyter_air.gpu.view_model import GpuHistory, GpuPoller
-from jupyter_air.gpu.view_sources import (
+from jupyter_air.kernel.gpu_sources import (
     KernelSource,
     ServerSource,
     SourceUnavailable,
@@ -305,9 +305,9 @@ def test_a_stalled_server_costs_the_view_a_bounded_wait(
     """A server that accepts and never answers: the view's thread gives up."""
     import socket
 
-    from jupyter_air.gpu import view_sources
+    from jupyter_air.kernel import gpu_sources
 
-    monkeypatch.setattr(view_sources, "REQUEST_TIMEOUT", 0.5)
+    monkeypatch.setattr(gpu_sources, "REQUEST_TIMEOUT", 0.5)
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jupyter_air.tracking.permissions import Grant, MirrorReport, mirror_grants
+from jupyter_air.tracking.permissions import MirrorReport, PermissionChange, mirror_grants
 
 PASSWORDS = {name: f"{name}-{secrets.token_urlsafe(12)}" for name in ("admin", "alice", "bob")}
 
@@ -179,7 +179,9 @@ def can_read(servers: Servers, username: str, experiment_id: str) -> bool:
     return True
 
 
-def mirror_as_alice(servers: Servers, experiment_id: str, *grants: Grant) -> MirrorReport:
+def mirror_as_alice(
+    servers: Servers, experiment_id: str, *grants: PermissionChange
+) -> MirrorReport:
     with as_user("alice"):
         return mirror_grants(servers.auth, experiment_id, grants)
 
@@ -187,7 +189,7 @@ def mirror_as_alice(servers: Servers, experiment_id: str, *grants: Grant) -> Mir
 def test_a_grant_lets_the_grantee_read_the_experiment(servers: Servers, experiment: str) -> None:
     assert not can_read(servers, "bob", experiment)
 
-    report = mirror_as_alice(servers, experiment, Grant("bob", "CAN_VIEW"))
+    report = mirror_as_alice(servers, experiment, PermissionChange("bob", "CAN_VIEW"))
 
     assert report.status == "app"
     assert [(o.grantee, o.action, o.permission) for o in report.outcomes] == [
@@ -199,27 +201,29 @@ def test_a_grant_lets_the_grantee_read_the_experiment(servers: Servers, experime
 
 
 def test_a_level_change_updates_and_a_revoke_deletes(servers: Servers, experiment: str) -> None:
-    mirror_as_alice(servers, experiment, Grant("bob", "CAN_VIEW"))
+    mirror_as_alice(servers, experiment, PermissionChange("bob", "CAN_VIEW"))
 
-    report = mirror_as_alice(servers, experiment, Grant("bob", "CAN_MANAGE_RUN"))
+    report = mirror_as_alice(servers, experiment, PermissionChange("bob", "CAN_MANAGE_RUN"))
     assert [(o.action, o.permission) for o in report.outcomes] == [("updated", "EDIT")]
     assert permission_of(servers, "bob", experiment) == "EDIT"
 
-    mirror_as_alice(servers, experiment, Grant("bob", "CAN_MANAGE"))
+    mirror_as_alice(servers, experiment, PermissionChange("bob", "CAN_MANAGE"))
     assert permission_of(servers, "bob", experiment) == "MANAGE"
 
-    report = mirror_as_alice(servers, experiment, Grant("bob", None))
+    report = mirror_as_alice(servers, experiment, PermissionChange("bob", None))
     assert [o.action for o in report.outcomes] == ["removed"]
     assert permission_of(servers, "bob", experiment) == "NO_PERMISSIONS"
     assert not can_read(servers, "bob", experiment)
 
-    again = mirror_as_alice(servers, experiment, Grant("bob", None))
+    again = mirror_as_alice(servers, experiment, PermissionChange("bob", None))
     assert [(o.action, o.error) for o in again.outcomes] == [("absent", None)]
 
 
 def test_the_granting_user_keeps_their_own_permission(servers: Servers, experiment: str) -> None:
     """A grant naming the MLflow user who makes it would replace their MANAGE: left alone."""
-    report = mirror_as_alice(servers, experiment, Grant("alice", "CAN_VIEW"), Grant("alice", None))
+    report = mirror_as_alice(
+        servers, experiment, PermissionChange("alice", "CAN_VIEW"), PermissionChange("alice", None)
+    )
 
     assert [o.action for o in report.outcomes] == ["own", "own"]
     assert report.status == "unasked"
@@ -231,7 +235,10 @@ def test_an_unknown_grantee_is_reported_and_not_created(servers: Servers, experi
     from mlflow.server.auth.client import AuthServiceClient
 
     report = mirror_as_alice(
-        servers, experiment, Grant("nobody", "CAN_VIEW"), Grant("bob", "CAN_VIEW")
+        servers,
+        experiment,
+        PermissionChange("nobody", "CAN_VIEW"),
+        PermissionChange("bob", "CAN_VIEW"),
     )
 
     nobody, bob = report.outcomes
@@ -246,7 +253,10 @@ def test_an_unknown_grantee_is_reported_and_not_created(servers: Servers, experi
 
 def test_group_grants_are_reported_as_not_mirrored(servers: Servers, experiment: str) -> None:
     report = mirror_as_alice(
-        servers, experiment, Grant("ml-team", "CAN_VIEW", group=True), Grant("bob", "CAN_VIEW")
+        servers,
+        experiment,
+        PermissionChange("ml-team", "CAN_VIEW", group=True),
+        PermissionChange("bob", "CAN_VIEW"),
     )
 
     assert [(o.grantee, o.group, o.action) for o in report.outcomes] == [
@@ -254,17 +264,19 @@ def test_group_grants_are_reported_as_not_mirrored(servers: Servers, experiment:
         ("ml-team", True, "not-mirrored"),
     ]
     assert "group grants are not mirrored" in report.lines()[1]
-    only_groups = mirror_grants(servers.auth, experiment, [Grant("ml-team", None, group=True)])
+    only_groups = mirror_grants(
+        servers.auth, experiment, [PermissionChange("ml-team", None, group=True)]
+    )
     assert only_groups.status == "unasked"
 
 
 def test_a_reader_cannot_change_who_has_the_experiment(servers: Servers, experiment: str) -> None:
     """READ does not let bob use grants to take alice's MANAGE away or to raise his own."""
-    mirror_as_alice(servers, experiment, Grant("bob", "CAN_VIEW"))
+    mirror_as_alice(servers, experiment, PermissionChange("bob", "CAN_VIEW"))
 
     with as_user("bob"):
-        report = mirror_grants(servers.auth, experiment, [Grant("alice", None)])
-        raised = mirror_grants(servers.auth, experiment, [Grant("bob", "CAN_MANAGE")])
+        report = mirror_grants(servers.auth, experiment, [PermissionChange("alice", None)])
+        raised = mirror_grants(servers.auth, experiment, [PermissionChange("bob", "CAN_MANAGE")])
 
     assert report.status == "failed"
     assert report.outcomes[0].error == f"MANAGE on experiment {experiment} is needed to share it"
@@ -276,7 +288,7 @@ def test_a_reader_cannot_change_who_has_the_experiment(servers: Servers, experim
 def test_refused_credentials_are_reported_without_them(servers: Servers, experiment: str) -> None:
     wrong = "Wrong-" + secrets.token_urlsafe(8)
     with as_user("alice", wrong):
-        report = mirror_grants(servers.auth, experiment, [Grant("bob", "CAN_VIEW")])
+        report = mirror_grants(servers.auth, experiment, [PermissionChange("bob", "CAN_VIEW")])
 
     assert report.status == "failed"
     assert "refused the credentials" in str(report.outcomes[0].error)
@@ -286,8 +298,8 @@ def test_refused_credentials_are_reported_without_them(servers: Servers, experim
 
 def test_a_server_without_the_app_is_named_once(servers: Servers) -> None:
     with as_user("alice"):
-        first = mirror_grants(servers.plain, "0", [Grant("bob", "CAN_VIEW")])
-        second = mirror_grants(servers.plain, "0", [Grant("carol", "CAN_MANAGE")])
+        first = mirror_grants(servers.plain, "0", [PermissionChange("bob", "CAN_VIEW")])
+        second = mirror_grants(servers.plain, "0", [PermissionChange("carol", "CAN_MANAGE")])
 
     assert (first.status, second.status) == ("no-app", "no-app")
     assert first.lines() == [
@@ -302,7 +314,9 @@ def test_a_server_that_is_down_is_reported_without_credentials(servers: Servers)
     port = free_port()
     uri = f"http://alice:{PASSWORDS['alice']}@127.0.0.1:{port}"
     with as_user("alice"):
-        report = mirror_grants(uri, "1", [Grant("bob", "CAN_VIEW"), Grant("carol", None)])
+        report = mirror_grants(
+            uri, "1", [PermissionChange("bob", "CAN_VIEW"), PermissionChange("carol", None)]
+        )
 
     assert report.status == "failed"
     assert [o.action for o in report.outcomes] == ["failed", "failed"]
@@ -320,7 +334,10 @@ def test_a_server_that_never_answers_costs_one_timeout() -> None:
         silent.listen()
         uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
         report = mirror_grants(
-            uri, "1", [Grant("bob", "CAN_VIEW"), Grant("eve", "CAN_VIEW")], timeout=0.5
+            uri,
+            "1",
+            [PermissionChange("bob", "CAN_VIEW"), PermissionChange("eve", "CAN_VIEW")],
+            timeout=0.5,
         )
 
     assert report.status == "failed"
@@ -331,7 +348,9 @@ def test_a_server_that_never_answers_costs_one_timeout() -> None:
 
 def test_a_spent_budget_tries_nothing(servers: Servers, experiment: str) -> None:
     with as_user("alice"):
-        report = mirror_grants(servers.auth, experiment, [Grant("bob", "CAN_VIEW")], budget=0)
+        report = mirror_grants(
+            servers.auth, experiment, [PermissionChange("bob", "CAN_VIEW")], budget=0
+        )
 
     assert report.outcomes[0].error == "MLflow took too long: the remaining grants were not tried"
     assert permission_of(servers, "bob", experiment) == "NO_PERMISSIONS"
@@ -374,7 +393,7 @@ def test_an_app_older_than_the_grant_api_is_not_taken_for_no_app() -> None:
         return 404, "text/html", b"<h1>Not Found</h1>"
 
     with fake_server(old_app) as uri:
-        report = mirror_grants(uri, "1", [Grant("bob", "CAN_VIEW")])
+        report = mirror_grants(uri, "1", [PermissionChange("bob", "CAN_VIEW")])
 
     assert (report.status, report.notice) == ("failed", None)
     assert report.outcomes[0].error == (
@@ -391,7 +410,7 @@ def test_credentials_echoed_by_the_server_are_masked() -> None:
         return 400, "application/json", body.encode()
 
     with fake_server(echoing_app) as uri, as_user("alice", token=token):
-        report = mirror_grants(uri, "1", [Grant("bob", "CAN_VIEW")])
+        report = mirror_grants(uri, "1", [PermissionChange("bob", "CAN_VIEW")])
 
     assert report.status == "app"
     (failed,) = report.failures
@@ -406,7 +425,7 @@ def test_an_unusable_mlflow_setting_is_reported_not_raised(
 ) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_INSECURE_TLS", "maybe")
 
-    report = mirror_grants("http://127.0.0.1:9", "1", [Grant("bob", "CAN_VIEW")])
+    report = mirror_grants("http://127.0.0.1:9", "1", [PermissionChange("bob", "CAN_VIEW")])
 
     assert report.status == "failed"
     assert "ValueError: MLFLOW_TRACKING_INSECURE_TLS value must be" in str(report.outcomes[0].error)
@@ -414,7 +433,7 @@ def test_an_unusable_mlflow_setting_is_reported_not_raised(
 
 @pytest.mark.parametrize("uri", ["sqlite:////tmp/x/mlflow.db", "file:///tmp/x/mlruns", "mlruns"])
 def test_local_stores_have_nothing_to_mirror(uri: str) -> None:
-    report = mirror_grants(uri, "1", [Grant("bob", "CAN_VIEW")])
+    report = mirror_grants(uri, "1", [PermissionChange("bob", "CAN_VIEW")])
 
     assert (report.status, report.outcomes, report.lines()) == ("local", (), [])
 

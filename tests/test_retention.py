@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_air.jobs.documents import job_document
+from jupyter_air.jobs.retention import prune, retention_days
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
-from jupyter_air.jobs.views import job_document
-from jupyter_air.logs.retention import prune, retention_days
 
 DAY = 86400.0
 

@@ -37,7 +37,9 @@ def mirror(
         return None
     levels = store.experiment_levels(w.tracking_uri, w.experiment_id, set(changed))
     changes = [
-        permissions.Grant(p.name, levels[p].name if p in levels else None, p.kind == "group")
+        permissions.PermissionChange(
+            p.name, levels[p].name if p in levels else None, p.kind == "group"
+        )
         for p in changed
     ]
     return permissions.mirror_grants(w.tracking_uri, w.experiment_id, changes)

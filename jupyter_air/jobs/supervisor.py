@@ -257,7 +257,7 @@ class Supervisor:
     def run(self) -> int:
         """Every attempt, then the job's end; whatever the job started, and its pickled
         payload, go when this process does, however it ends (see ``reaper``)."""
-        from ..logs.retention import prune_in_background, retention_days
+        from .retention import prune_in_background, retention_days
 
         prune_in_background(self.store, retention_days())
         reaper = Reaper({"AIR_JOB_ID": self.job.id})

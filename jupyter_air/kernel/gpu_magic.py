@@ -70,7 +70,7 @@ class AirGpuMagics(Magics):
             raise UsageError(f"--interval must be at least 1 second, got {args.interval}")
         if not args.idle_timeout >= 5:
             raise UsageError(f"--idle-timeout must be at least 5 seconds, got {args.idle_timeout}")
-        from ..gpu.view_sources import SourceUnavailable, find_source  # NVML, psutil
+        from .gpu_sources import SourceUnavailable, find_source  # NVML, psutil
 
         try:
             source = find_source(args.source, interval=args.interval)

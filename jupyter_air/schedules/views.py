@@ -12,9 +12,9 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from ..jobs.documents import RunLink
 from ..jobs.permissions import Identity
 from ..jobs.store import JobStore, UnknownJob
-from ..jobs.views import RunLink
 from ..redact import redact, without_userinfo
 from .model import Schedule, ScheduleRun
 from .service import Schedules

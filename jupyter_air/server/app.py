@@ -9,8 +9,8 @@ from jupyter_server.extension.application import ExtensionApp
 from traitlets import Float, TraitError, validate
 
 from ..gpu.sampler import GpuSampler
+from ..jobs.retention import DEFAULT_DAYS, check_days, prune_in_background
 from ..jobs.store import JobStore, settle_periodically
-from ..logs.retention import DEFAULT_DAYS, check_days, prune_in_background
 from ..tracking.ui_server import MlflowUi
 from .gpu_handlers import GpuHandler, GpuSampleHandler, JobGpuHandler
 from .jobs_handlers import JOB, REQUEST_BUSY_TIMEOUT, jobs_handlers

@@ -19,6 +19,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..jobs import cancel
+from ..jobs.documents import job_document
 from ..jobs.permissions import (
     BadGrant,
     Grant,
@@ -31,7 +32,6 @@ from ..jobs.permissions import (
 )
 from ..jobs.sharing import mirror
 from ..jobs.store import JOB_ID, Job, JobStore
-from ..jobs.views import job_document
 from ..logs.query import BadFilter, LogFilter, read_all, read_page, read_tail
 from ..logs.text import format_line
 from ..tracking.stores import store_key

@@ -37,7 +37,7 @@ Status = Literal["local", "unasked", "no-app", "app", "failed"]
 Action = Literal["set", "updated", "removed", "absent", "own", "not-mirrored", "failed"]
 
 
-class Grant(NamedTuple):
+class PermissionChange(NamedTuple):
     """A job grant as made: ``level`` None is a revoke."""
 
     grantee: str
@@ -46,7 +46,7 @@ class Grant(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ChangeResult:
     """What became of one grant on the experiment: ``permission`` is the MLflow
     permission the grantee now holds through it (None: none)."""
 
@@ -78,11 +78,11 @@ class MirrorReport:
 
     status: Status
     experiment_id: str
-    outcomes: tuple[Outcome, ...] = ()
+    outcomes: tuple[ChangeResult, ...] = ()
     notice: str | None = None
 
     @property
-    def failures(self) -> tuple[Outcome, ...]:
+    def failures(self) -> tuple[ChangeResult, ...]:
         return tuple(o for o in self.outcomes if o.error is not None)
 
     def lines(self) -> list[str]:
@@ -115,13 +115,13 @@ _told_lock = threading.Lock()
 def mirror_grants(
     tracking_uri: str,
     experiment_id: str,
-    grants: Sequence[Grant | tuple[str, str | None]],
+    grants: Sequence[PermissionChange | tuple[str, str | None]],
     *,
     timeout: float = TIMEOUT,
     budget: float = BUDGET,
 ) -> MirrorReport:
     """Set (or delete, for a revoke) each grantee's permission on ``experiment_id``."""
-    wanted = [Grant(*g) for g in grants]
+    wanted = [PermissionChange(*g) for g in grants]
     for g in wanted:
         if g.level is not None and g.level not in EXPERIMENT_PERMISSION:
             raise ValueError(f"unknown permission level {g.level!r}")
@@ -129,12 +129,14 @@ def mirror_grants(
         return MirrorReport("local", experiment_id)
     users = [g for g in wanted if not g.group]
     groups = [
-        Outcome(g.grantee, True, g.level, "not-mirrored", error=_GROUPS) for g in wanted if g.group
+        ChangeResult(g.grantee, True, g.level, "not-mirrored", error=_GROUPS)
+        for g in wanted
+        if g.group
     ]
     if not users:
         return MirrorReport("unasked", experiment_id, tuple(groups))
     mirror = _Mirror(tracking_uri, experiment_id, timeout, time.monotonic() + budget)
-    outcomes: list[Outcome] = []
+    outcomes: list[ChangeResult] = []
     try:
         for g in users:
             outcomes.append(mirror.apply(g))
@@ -144,7 +146,7 @@ def mirror_grants(
             return MirrorReport("no-app", experiment_id, notice=_no_app_notice(tracking_uri))
         reason = mirror.clean(stop.reason)
         outcomes += [
-            Outcome(g.grantee, False, g.level, "failed", error=reason)
+            ChangeResult(g.grantee, False, g.level, "failed", error=reason)
             for g in users[len(outcomes) :]
         ]
     failed = any(o.error for o in outcomes)
@@ -180,24 +182,26 @@ class _Mirror:
         self.secrets: list[str] = []
         self.client: Any = None
 
-    def apply(self, g: Grant) -> Outcome:
+    def apply(self, g: PermissionChange) -> ChangeResult:
         if self.client is None:
             self.username, self.secrets = _caller(self.tracking_uri)
             self.client = _client(self.tracking_uri)
         if g.grantee == self.username:  # replacing their own MANAGE would lock them out
-            return Outcome(g.grantee, False, g.level, "own")
+            return ChangeResult(g.grantee, False, g.level, "own")
         if g.level is None:
             return self._revoke(g)
         permission = EXPERIMENT_PERMISSION[g.level]
         try:
             self._call("grant_user_permission", g.grantee, permission)
-            return Outcome(g.grantee, False, g.level, "set", permission)
+            return ChangeResult(g.grantee, False, g.level, "set", permission)
         except _Refused as r:
             if r.code == "RESOURCE_DOES_NOT_EXIST":
                 error = f"MLflow has no user {g.grantee} (jupyter_air never creates MLflow users)"
-                return Outcome(g.grantee, False, g.level, "failed", error=error)
+                return ChangeResult(g.grantee, False, g.level, "failed", error=error)
             if r.code != "RESOURCE_ALREADY_EXISTS":
-                return Outcome(g.grantee, False, g.level, "failed", error=self.clean(r.message))
+                return ChangeResult(
+                    g.grantee, False, g.level, "failed", error=self.clean(r.message)
+                )
         # A level change: the app's grant API only inserts, so delete, then grant again.
         with suppress(_Refused):  # revoked by someone else meanwhile: granting is still right
             self._call("revoke_user_permission", g.grantee)
@@ -205,17 +209,17 @@ class _Mirror:
             self._call("grant_user_permission", g.grantee, permission)
         except _Refused as r:
             error = f"the previous permission was removed, the new one refused: {r.message}"
-            return Outcome(g.grantee, False, g.level, "failed", error=self.clean(error))
-        return Outcome(g.grantee, False, g.level, "updated", permission)
+            return ChangeResult(g.grantee, False, g.level, "failed", error=self.clean(error))
+        return ChangeResult(g.grantee, False, g.level, "updated", permission)
 
-    def _revoke(self, g: Grant) -> Outcome:
+    def _revoke(self, g: PermissionChange) -> ChangeResult:
         try:
             self._call("revoke_user_permission", g.grantee)
         except _Refused as r:
             if r.code == "RESOURCE_DOES_NOT_EXIST":  # no such permission, or no such user
-                return Outcome(g.grantee, False, None, "absent")
-            return Outcome(g.grantee, False, None, "failed", error=self.clean(r.message))
-        return Outcome(g.grantee, False, None, "removed")
+                return ChangeResult(g.grantee, False, None, "absent")
+            return ChangeResult(g.grantee, False, None, "failed", error=self.clean(r.message))
+        return ChangeResult(g.grantee, False, None, "removed")
 
     def _call(self, method: str, username: str, *permission: str) -> None:
         """One request; ``_Refused`` for an answer about this grant, ``_Stop`` for one

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlencode
 
+from ..gpu.owners import job_of, owner_of
+from ..gpu.sampler import GpuSampler
 from ..tracking.ui_links import JupyterServer, current_jupyter_server
-from .owners import job_of, owner_of
-from .sampler import GpuSampler
 
 #: Seconds one request to the server may take before the view says it failed.
 REQUEST_TIMEOUT = 10.0

@@ -14,7 +14,7 @@ import shutil
 import threading
 import time
 
-from ..jobs.store import JobStore
+from .store import JobStore
 
 log = logging.getLogger(__name__)
 

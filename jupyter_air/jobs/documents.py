@@ -1,4 +1,4 @@
-"""Jobs as their JSON document (docs/api.md), for the server and ``air --output json``.
+"""Jobs as their JSON documents (docs/api.md), for the server and ``air --output json``.
 
 A document is what others see of a job: secrets are redacted (``redact``), and the
 workload's environment, whose values may be secrets, is not in it at all.
