@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -395,3 +396,28 @@ def test_two_processes_ticking_one_store_never_fire_a_time_or_a_task_twice(
     keys = [(run_id, key) for run_id, key, _ in launched]
     assert len(keys) == len(set(keys)) == 40  # prep and train of each run, once
     assert {r.status for r in runs} == {RunStatus.SUCCEEDED}
+
+
+def test_a_task_claimed_by_a_scheduler_that_died_fails_one_on_another_host_waits(
+    schedules: Schedules, launch: FakeLaunch, tmp_path: Path
+) -> None:
+    import socket
+
+    s = create(schedules, tmp_path, chain())
+    first = schedules.run_now(ME, s.id)
+    second = schedules.store.add_run_now(s, schedules.clock() + 1)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    gone = f"{socket.gethostname()}:{dead.stdout.strip()}:{time.time()}"
+    assert schedules.store.claim(first.id, "prep", gone)
+    assert schedules.store.claim(second, "prep", "elsewhere:4242:1.0")
+    tick(schedules.store, launch, schedules.clock() + 2)
+    prep = {r.id: r.tasks[0] for r in schedules.runs(ME, s.id)}
+    assert prep[first.id].status is TaskStatus.FAILED
+    assert prep[first.id].message == "the scheduler submitting it stopped before it was submitted"
+    assert prep[second].status is TaskStatus.SUBMITTING  # its scheduler runs elsewhere
+    assert launch.launched == []

@@ -179,7 +179,7 @@ class TaskRun:
     job_id: str | None
     message: str | None
     previous_job_ids: tuple[str, ...] = ()
-    claimed_by: str | None = None  # the scheduler submitting it ("pid:start time")
+    claimed_by: str | None = None  # who submits it: "host:pid:start time"
 
 
 @dataclass(frozen=True)

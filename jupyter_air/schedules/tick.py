@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from graphlib import TopologicalSorter
@@ -225,16 +226,20 @@ def _outcome(tasks: list[TaskRun]) -> tuple[RunStatus, str | None]:
 
 
 def this_process() -> str:
-    """This process as a claimer: its pid and start time (a reused pid is not it)."""
+    """This process as a claimer: its host, pid and start time (a reused pid is not it)."""
     import psutil
 
-    return f"{os.getpid()}:{psutil.Process().create_time()}"
+    return f"{socket.gethostname()}:{os.getpid()}:{psutil.Process().create_time()}"
 
 
 def _claimer_alive(claimer: str | None) -> bool:
+    """Whether the process that claimed a task may still submit it. One on another
+    machine sharing the store cannot be seen from here: it is taken to be alive."""
     if not claimer:
         return False
-    pid, _, started = claimer.partition(":")
+    host, pid, started = claimer.rsplit(":", 2) if claimer.count(":") >= 2 else ("", "", "")
+    if host != socket.gethostname():
+        return bool(host)
     try:
         return alive(int(pid), started_by=float(started))
     except ValueError:
