@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
+import os
+import signal
+import threading
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +23,9 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
+from jupyter_air.identity import Identity
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.schedules import schedule_file, scheduler
 from jupyter_air.schedules.service import Schedules
 from jupyter_air.server import schedules_handlers
 from tests.test_server_permissions import jp_server_config  # noqa: F401 (several identities)
@@ -439,3 +446,44 @@ async def test_every_route_refuses_requests_without_a_token(
 async def test_a_schedule_id_that_is_not_one_is_a_404(jp_fetch: Any) -> None:
     status, _ = await refusal(jp_fetch, "alice", "GET", "schedules", "0123456789ab")
     assert status == 404
+
+
+def test_the_server_restarts_a_killed_scheduler_and_stopping_it_leaves_the_scheduler(
+    store: JobStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backstop thread of the server extension: a scheduler killed with -9 is started
+    again while a schedule exists; stopping the server's thread leaves the scheduler up."""
+    spec = schedule_file.from_dict(
+        {
+            "name": "far",
+            "schedule": {"cron": "0 2 1 1 *", "pause_status": "PAUSED"},
+            "tasks": [{"task_key": "t", "workload": {"command": "true"}}],
+        },
+        tmp_path,
+    )
+    Schedules(store).create(Identity("alice"), spec, tracking_uri=f"sqlite:///{tmp_path}/m.db")
+    monkeypatch.setattr(schedules_handlers, "ensure_scheduler", scheduler.ensure_scheduler)
+    stop = threading.Event()
+    thread = schedules_handlers.keep_scheduler_running(store, 0.2, stop, logging.getLogger("test"))
+    try:
+
+        def up(unlike: int | None = None) -> int:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                info = scheduler.running(store.home)
+                if info is not None and info.pid != unlike:
+                    return info.pid
+                time.sleep(0.05)
+            raise AssertionError("no scheduler running")
+
+        first = up()
+        os.kill(first, signal.SIGKILL)
+        second = up(unlike=first)
+        stop.set()
+        thread.join(10)
+        assert not thread.is_alive()
+        assert scheduler.running(store.home) is not None
+        assert scheduler.running(store.home).pid == second  # type: ignore[union-attr]
+    finally:
+        stop.set()
+        scheduler.stop(store.home)

@@ -1,0 +1,132 @@
+"""The Schedules view as a user meets it, in headless chromium, in JupyterLab and in
+Jupyter Notebook 7: "Schedule this notebook" in the notebook's toolbar opens the form in
+the right sidebar, the form previews the cron's next fire times, the saved schedule fires
+(a Quartz cron with a seconds field, every 4 s) through the real per-user scheduler, its
+run's task succeeds, and the task's logs open in the logs view. The schedule is paused
+once it has fired, so that the run looked at stays among the last shown."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_air.schedules import scheduler
+from tests.fake_nvml import Scenario
+from tests.ui.conftest import Lab
+from tests.ui.notebook_pages import open_notebook, put_notebook
+
+PANEL = ".jp-air-Schedules"
+FORM = f"{PANEL} .jp-air-ScheduleForm"
+BUTTON = '[data-command="jupyter-air:schedule-notebook"]'
+EVERY_4S = "0/4 * * * * ?"
+
+
+@pytest.fixture(scope="module")
+def air_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("air")
+    yield home
+    scheduler.stop(home)  # the scheduler outlives the servers: that is its point
+
+
+def start(start_lab: Callable[..., Lab], air_home: Path, app: str) -> Lab:
+    lab = start_lab(
+        Scenario(gpus=[]),
+        settings={"jupyter-air:schedules": {"pollInterval": 1}},
+        env={
+            "AIR_HOME": str(air_home),
+            "MLFLOW_TRACKING_URI": f"sqlite:///{air_home}/mlflow.db",
+            "CUDA_VISIBLE_DEVICES": "",
+        },
+        app=app,
+    )
+    put_notebook(lab, "nightly.ipynb", ["print('scheduled hello')"])
+    return lab
+
+
+def card(name: str) -> str:
+    return f'{PANEL} .jp-air-Schedules-card[data-schedule-name="{name}"]'
+
+
+def schedule_from_the_toolbar(page: Any, name: str, artifacts: Path, shot: str) -> None:
+    """Open the form from the notebook's toolbar, check its preview, save."""
+    page.click(f".jp-NotebookPanel-toolbar {BUTTON}")
+    page.wait_for_selector(FORM, state="visible")
+    assert "nightly.ipynb" in page.text_content(f"{FORM} .jp-air-ScheduleForm-title")
+    page.fill(f"{FORM} .jp-air-ScheduleForm-name input", name)
+    page.fill(f"{FORM} .jp-air-ScheduleForm-cron input", "61 * * * *")
+    page.wait_for_selector(f"{FORM} .jp-air-ScheduleForm-preview .jp-mod-error")
+    assert "minute" in page.text_content(f"{FORM} .jp-air-ScheduleForm-preview")
+    assert page.is_disabled(f"{FORM} .jp-air-ScheduleForm-save")
+    page.fill(f"{FORM} .jp-air-ScheduleForm-cron input", EVERY_4S)
+    page.fill(f"{FORM} .jp-air-ScheduleForm-timezone input", "UTC")
+    page.wait_for_function(
+        "s => document.querySelectorAll(s).length === 5",
+        arg=f"{FORM} .jp-air-ScheduleForm-times li",
+    )
+    times = page.eval_on_selector_all(
+        f"{FORM} .jp-air-ScheduleForm-times li", "ns => ns.map(n => n.textContent)"
+    )
+    seconds = [datetime.strptime(t, "%Y-%m-%d %H:%M:%S %z").second for t in times]
+    assert all(s % 4 == 0 for s in seconds), times
+    assert "not this kernel's variables" in page.text_content(f"{FORM} .jp-air-ScheduleForm-note")
+    page.screenshot(path=str(artifacts / f"{shot}-form.png"))
+    page.click(f"{FORM} .jp-air-ScheduleForm-save")
+    page.wait_for_selector(card(name), timeout=30_000)
+    page.wait_for_selector(FORM, state="detached")  # the form closed
+
+
+def see_it_fire(page: Any, name: str, artifacts: Path, shot: str) -> str:
+    """Wait for a run, pause the schedule, wait for the run's task to succeed; its job id."""
+    page.wait_for_selector(f"{card(name)} .jp-air-Schedules-run", timeout=60_000)
+    page.click(f"{card(name)} .jp-air-Schedules-pause")
+    page.wait_for_selector(f'{card(name)}[data-pause-status="PAUSED"]', timeout=30_000)
+    done = f'{card(name)} .jp-air-Schedules-taskRun[data-status="SUCCEEDED"]'
+    page.wait_for_selector(done, timeout=240_000)
+    assert page.text_content(f"{card(name)} .jp-air-Schedules-task") == "notebook (nightly.ipynb)"
+    assert "every 4 seconds" in page.text_content(f"{card(name)} .jp-air-Schedules-cron").lower()
+    mlflow = page.get_attribute(f"{done} .jp-air-Schedules-mlflow", "href")
+    assert "/jupyter-air/mlflow/" in mlflow
+    page.screenshot(path=str(artifacts / f"{shot}-panel.png"))
+    return str(page.get_attribute(f"{done} .jp-air-Schedules-logs", "data-job-id"))
+
+
+def open_the_tasks_logs(page: Any, name: str, job_id: str, view: str) -> None:
+    done = f'{card(name)} .jp-air-Schedules-taskRun[data-status="SUCCEEDED"]'
+    page.click(f'{done} .jp-air-Schedules-logs[data-job-id="{job_id}"]')
+    page.wait_for_selector(f"{view} .jp-air-JobLogs-jobId", timeout=30_000)
+    assert page.text_content(f"{view} .jp-air-JobLogs-jobId") == job_id
+    page.wait_for_function(
+        "s => /succeeded/i.test(document.querySelector(s)?.textContent ?? '')",
+        arg=f"{view} .jp-air-JobLogs-status",
+        timeout=30_000,
+    )
+
+
+#: Frontend -> the schedule's name there, and where it opens a job's logs (Notebook 7's
+#: main area holds the one notebook, so the logs view opens under it).
+FRONTENDS = {
+    "jupyterlab": ("nightly", "#jp-main-dock-panel"),
+    "notebook": ("nb7", "#jp-down-stack"),
+}
+
+
+@pytest.mark.parametrize("app", list(FRONTENDS))
+def test_schedule_the_notebook_from_its_toolbar_see_it_fire_and_open_its_tasks_logs(
+    browser: Any, start_lab: Callable[..., Lab], air_home: Path, artifacts: Path, app: str
+) -> None:
+    name, logs_area = FRONTENDS[app]
+    shot = f"schedules-{app}"
+    lab = start(start_lab, air_home, app)
+    page = open_notebook(browser, lab, "nightly.ipynb", app)
+    try:
+        schedule_from_the_toolbar(page, name, artifacts, shot)
+        assert page.query_selector(f"#jp-right-stack {PANEL}") is not None  # the right sidebar
+        job_id = see_it_fire(page, name, artifacts, shot)
+        open_the_tasks_logs(page, name, job_id, logs_area)
+        page.screenshot(path=str(artifacts / f"{shot}-logs.png"))
+    finally:
+        page.close()
