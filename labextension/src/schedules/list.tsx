@@ -106,9 +106,14 @@ function TaskRun(props: {
 
 function Run(props: {
   run: IScheduleRun;
+  schedule: ISchedule;
+  model: SchedulesModel;
   actions: IScheduleActions;
 }): JSX.Element {
-  const { run, actions } = props;
+  const { run, schedule, model, actions } = props;
+  const repairable =
+    (run.status === 'FAILED' || run.status === 'CANCELLED') &&
+    allows(schedule, 'run-now');
   return (
     <li
       className="jp-air-Schedules-run"
@@ -127,6 +132,17 @@ function Run(props: {
         {run.trigger === 'RUN_NOW' && ' (run now)'}
         {run.message && (
           <span className="jp-air-Schedules-message"> · {run.message}</span>
+        )}
+        {repairable && (
+          <button
+            type="button"
+            className="jp-air-Schedules-link jp-air-Schedules-repair"
+            title="Re-run the failed tasks, and those after them, in this run"
+            disabled={model.isPending(schedule.id)}
+            onClick={() => void model.repair(schedule.id, run.id)}
+          >
+            repair
+          </button>
         )}
       </div>
       {run.tasks.length > 0 && (
@@ -204,7 +220,13 @@ function Card(props: {
       {schedule.last_runs.length > 0 ? (
         <ul className="jp-air-Schedules-runs" aria-label="Last runs">
           {schedule.last_runs.map(run => (
-            <Run key={run.id} run={run} actions={actions} />
+            <Run
+              key={run.id}
+              run={run}
+              schedule={schedule}
+              model={model}
+              actions={actions}
+            />
           ))}
         </ul>
       ) : (

@@ -90,14 +90,8 @@ export class SchedulesModel extends PollingModel {
    * a button has nobody to throw to.
    */
   async act(id: string, action: ScheduleAction): Promise<void> {
-    if (this._pending.has(id)) {
-      return;
-    }
-    this._pending.add(id);
-    this._actionError = null;
-    this.emitChanged();
-    try {
-      const path = `schedules/${encodeURIComponent(id)}`;
+    const path = `schedules/${encodeURIComponent(id)}`;
+    await this._acting(id, async () => {
       if (action === 'delete') {
         await this._request<void>(path, { method: 'DELETE' });
         this._schedules = (this._schedules ?? []).filter(s => s.id !== id);
@@ -114,6 +108,40 @@ export class SchedulesModel extends PollingModel {
           })
         );
       }
+    });
+  }
+
+  /**
+   * Re-run a run's failed and cancelled tasks, and those skipped after them,
+   * inside the same run (CAN_MANAGE_RUN, as "run now"); refusals as for `act`.
+   */
+  async repair(scheduleId: string, runId: number): Promise<void> {
+    await this._acting(scheduleId, async () => {
+      await this._request<IScheduleRun>(`schedule-runs/${runId}/repair`, {
+        method: 'POST',
+        body: JSON.stringify({ rerun_all_failed: true })
+      });
+    });
+  }
+
+  protected async fetch(_kind: FetchKind): Promise<void> {
+    const answer = await this._request<{ schedules: ISchedule[] }>('schedules');
+    this._schedules = sortByName(answer.schedules);
+  }
+
+  /** One action on a schedule at a time; the list is read again after it. */
+  private async _acting(
+    id: string,
+    action: () => Promise<void>
+  ): Promise<void> {
+    if (this._pending.has(id)) {
+      return;
+    }
+    this._pending.add(id);
+    this._actionError = null;
+    this.emitChanged();
+    try {
+      await action();
     } catch (error) {
       this._actionError = describeError(error);
     } finally {
@@ -121,11 +149,6 @@ export class SchedulesModel extends PollingModel {
       this.emitChanged();
     }
     await this.refresh().catch(() => undefined);
-  }
-
-  protected async fetch(_kind: FetchKind): Promise<void> {
-    const answer = await this._request<{ schedules: ISchedule[] }>('schedules');
-    this._schedules = sortByName(answer.schedules);
   }
 
   private _replace(schedule: ISchedule): void {

@@ -108,6 +108,17 @@ class FakeServer {
       this.schedules = [...this.schedules, made];
       return made as T;
     }
+    if (endPoint.startsWith('schedule-runs/')) {
+      const run = Number(endPoint.split('/')[1]);
+      if (run !== 7) {
+        throw new APIError(
+          `schedule run ${run} is still running`,
+          'conflict',
+          409
+        );
+      }
+      return { id: run, tasks: [] } as unknown as T;
+    }
     const [, id, action] = endPoint.split('/');
     const found = this.schedules.find(s => s.id === id)!;
     if (method === 'DELETE') {
@@ -180,6 +191,19 @@ describe('SchedulesModel', () => {
     await until(() => model.schedules !== null);
     await model.act('s2', 'run-now');
     expect(model.startedRun).toMatchObject({ id: 7, schedule_id: 's2' });
+  });
+
+  it('repairs a run by its id and keeps a refusal', async () => {
+    model.active = true;
+    await until(() => model.schedules !== null);
+    await model.repair('s1', 7);
+    expect(server.sent('POST')[0]).toMatchObject({
+      endPoint: 'schedule-runs/7/repair',
+      body: { rerun_all_failed: true }
+    });
+    expect(model.actionError).toBeNull();
+    await model.repair('s1', 8);
+    expect(model.actionError).toBe('schedule run 8 is still running');
   });
 
   it('a deleted schedule leaves the list at once', async () => {
