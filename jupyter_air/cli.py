@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .jobs import cancel
-from .jobs.documents import job_document
+from .jobs.documents import job_document, job_documents
 from .jobs.permissions import (
     BadGrant,
     Forbidden,
@@ -288,7 +288,7 @@ def _list(args: argparse.Namespace) -> int:
     store = _settled_store()
     jobs = store.jobs(active_only=not args.all_status, limit=args.limit, visible_to=os_identity())
     if args.output == "json":
-        print(json.dumps([job_document(store, j, _run_link) for j in jobs], indent=2))
+        print(json.dumps(job_documents(store, jobs, _run_link), indent=2))
         return 0
     if not jobs:
         print("no active jobs" if not args.all_status else "no jobs")

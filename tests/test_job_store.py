@@ -6,12 +6,14 @@ import os
 import sqlite3
 import subprocess
 import sys
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
 
 from jupyter_air.jobs.cancel import Elsewhere, cancel
+from jupyter_air.jobs.documents import job_documents
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 
@@ -83,3 +85,44 @@ def test_a_pid_reused_by_a_later_process_is_not_the_supervisor(tmp_path: Path) -
     # now (this test) started much later: the pid was reused, the supervisor is gone.
     store.update(job.id, status="RUNNING", supervisor_pid=os.getpid(), started=1.0)
     assert store.get(job.id).status == "FAILED"
+
+
+def test_active_jobs_whose_supervisor_died_do_not_take_the_places_of_live_ones(
+    tmp_path: Path,
+) -> None:
+    store = JobStore(tmp_path)
+    running = store.create(Workload(kind="command", command=["true"]))
+    store.update(running.id, status="RUNNING", supervisor_pid=os.getpid())
+    orphans = [orphan(store) for _ in range(3)]  # newer than the live job
+
+    assert [j.id for j in store.jobs(active_only=True, limit=1)] == [running.id]
+    assert [j.id for j in store.jobs(active_only=True, limit=2)] == [running.id]
+    assert [j.id for j in store.jobs(limit=2)] == orphans[:-3:-1]
+
+
+def test_a_page_of_job_documents_reads_the_store_a_fixed_number_of_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JobStore(tmp_path)
+    statements: list[str] = []
+    connect = store._connect
+
+    @contextmanager
+    def traced() -> Iterator[sqlite3.Connection]:
+        with connect() as db:
+            db.set_trace_callback(statements.append)
+            yield db
+
+    monkeypatch.setattr(store, "_connect", traced)
+
+    def page_of(count: int) -> int:
+        for _ in range(count):
+            job = store.create(Workload(kind="command", command=["true"]))
+            store.start_attempt(job.id, 1, "run-1")
+            store.start_attempt(job.id, 2, "run-2")
+        statements.clear()
+        documents = job_documents(store, store.jobs(limit=count))
+        assert [len(d["attempts"]) for d in documents] == [2] * count
+        return len(statements)
+
+    assert page_of(2) == page_of(25) == 2

@@ -11,21 +11,35 @@ from typing import Any
 
 from ..job_dir import AttemptDir
 from ..redact import redact, without_userinfo
-from .store import Job, JobStore
+from .store import Attempt, Job, JobStore
 
 #: (tracking URI, experiment id, run id) -> the run's page in an MLflow UI, or None.
 RunLink = Callable[[str, str, str], str | None]
 
 
-def job_document(store: JobStore, job: Job, run_link: RunLink | None = None) -> dict[str, Any]:
+def job_documents(
+    store: JobStore, jobs: list[Job], run_link: RunLink | None = None
+) -> list[dict[str, Any]]:
+    """The documents of a page of jobs, their attempts read in one query."""
+    attempts = store.attempts_of(jobs)
+    return [job_document(store, job, run_link, attempts[job.id]) for job in jobs]
+
+
+def job_document(
+    store: JobStore,
+    job: Job,
+    run_link: RunLink | None = None,
+    attempts: list[Attempt] | None = None,
+) -> dict[str, Any]:
+    """``attempts``: the job's, when already read (see ``job_documents``)."""
     w = job.workload
-    attempts = []
-    for a in store.attempts(job.id):
+    documents = []
+    for a in store.attempts(job.id) if attempts is None else attempts:
         url = None
         if run_link is not None and a.run_id and w.tracking_uri and w.experiment_id:
             url = run_link(w.tracking_uri, w.experiment_id, a.run_id)
             url = without_userinfo(url) if url else None
-        attempts.append(
+        documents.append(
             {
                 "attempt": a.attempt,
                 "status": a.status,
@@ -56,7 +70,7 @@ def job_document(store: JobStore, job: Job, run_link: RunLink | None = None) -> 
         "run_name": w.run_name,
         "tracking_uri": _shown(w.tracking_uri),
         "logs_expired": not store.job_dir(job.id).exists(),
-        "attempts": attempts,
+        "attempts": documents,
     }
 
 

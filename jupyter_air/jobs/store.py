@@ -14,6 +14,7 @@ command of the CLI), so that no request waits for the write lock.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import re
@@ -101,6 +102,8 @@ class Job:
     ended: float | None
     message: str | None
 
+    #: Read as failed: active in the database, but its supervisor died unrecorded.
+    supervisor_gone: bool = False
     @property
     def done(self) -> bool:
         return self.status not in ACTIVE
@@ -230,7 +233,8 @@ class JobStore:
         visible_to: Identity | None = None,
     ) -> list[Job]:
         """Newest first; with ``visible_to``, only the jobs that identity may view (it
-        owns them or holds a grant, itself or through a group), chosen in SQL."""
+        owns them or holds a grant, itself or through a group), chosen in SQL. Active
+        jobs whose supervisor died are not active: read past them to fill ``limit``."""
         where: list[str] = []
         params: list[str] = []
         if active_only:
@@ -242,12 +246,20 @@ class JobStore:
         if where:
             query += " WHERE " + " AND ".join(where)
         query += " ORDER BY created DESC"
-        if limit is not None:
-            query += f" LIMIT {int(limit)}"
+        if limit is None:
+            with self._connect() as db:
+                rows = db.execute(query, params).fetchall()
+            found = [_seen(_job(row)) for row in rows]
+            return [job for job in found if not (active_only and job.done)]
+        found = []
         with self._connect() as db:
-            rows = db.execute(query, params).fetchall()
-        found = [_seen(_job(row)) for row in rows]
-        return [job for job in found if not (active_only and job.done)]
+            for offset in itertools.count(0, int(limit)):
+                rows = db.execute(f"{query} LIMIT {int(limit)} OFFSET {offset}", params).fetchall()
+                jobs = [_seen(_job(row)) for row in rows]
+                found += [job for job in jobs if not (active_only and job.done)]
+                if len(rows) < limit or len(found) >= limit:
+                    return found[:limit]
+        raise AssertionError("unreachable")
 
     def visible_ids(self, who: Identity, ids: set[str]) -> set[str]:
         """Which of these jobs ``who`` may view (unknown ids are not)."""
@@ -409,27 +421,50 @@ class JobStore:
             rows = db.execute(
                 "SELECT * FROM attempts WHERE job_id = ? ORDER BY attempt", (job_id,)
             ).fetchall()
-        message = orphaned(_job(job)) if job is not None else None
-        found = [
-            Attempt(
-                job_id=row["job_id"],
-                attempt=row["attempt"],
-                status=row["status"],
-                run_id=row["run_id"],
-                started=row["started"],
-                ended=row["ended"],
-                exit_codes=json.loads(row["exit_codes"]) if row["exit_codes"] else None,
-                failed_rank=row["failed_rank"],
-                message=row["message"],
-            )
-            for row in rows
-        ]
-        if message is None:
-            return found
-        return [
-            replace(a, status="FAILED", message=message) if a.status == "RUNNING" else a
-            for a in found
-        ]
+        return _attempts(rows, orphaned(_job(job)) if job is not None else None)
+
+    def attempts_of(self, jobs: list[Job]) -> dict[str, list[Attempt]]:
+        """The attempts of each of these jobs (as read), in one query: a page of jobs."""
+        if not jobs:
+            return {}
+        marks = ", ".join("?" * len(jobs))
+        with self._connect() as db:
+            rows = db.execute(
+                f"SELECT * FROM attempts WHERE job_id IN ({marks}) ORDER BY job_id, attempt",
+                [job.id for job in jobs],
+            ).fetchall()
+        by_job: dict[str, list[sqlite3.Row]] = {job.id: [] for job in jobs}
+        for row in rows:
+            by_job[row["job_id"]].append(row)
+        # A job read as failed (its supervisor gone) has its running attempt failed too.
+        return {
+            job.id: _attempts(by_job[job.id], job.message if job.supervisor_gone else None)
+            for job in jobs
+        }
+
+
+def _attempts(rows: list[sqlite3.Row], orphan_message: str | None) -> list[Attempt]:
+    """Attempt rows; a running one failed with ``orphan_message`` (its supervisor gone)."""
+    found = [
+        Attempt(
+            job_id=row["job_id"],
+            attempt=row["attempt"],
+            status=row["status"],
+            run_id=row["run_id"],
+            started=row["started"],
+            ended=row["ended"],
+            exit_codes=json.loads(row["exit_codes"]) if row["exit_codes"] else None,
+            failed_rank=row["failed_rank"],
+            message=row["message"],
+        )
+        for row in rows
+    ]
+    if orphan_message is None:
+        return found
+    return [
+        replace(a, status="FAILED", message=orphan_message) if a.status == "RUNNING" else a
+        for a in found
+    ]
 
 
 def settle_periodically(store: JobStore, interval: float, stop: threading.Event) -> None:
@@ -464,7 +499,9 @@ def orphaned(job: Job) -> str | None:
 def _seen(job: Job) -> Job:
     """The job as it is: failed if ``orphaned`` (its end time is unknown until settled)."""
     message = orphaned(job)
-    return job if message is None else replace(job, status="FAILED", message=message)
+    if message is None:
+        return job
+    return replace(job, status="FAILED", message=message, supervisor_gone=True)
 
 
 def new_job_id() -> str:

@@ -19,7 +19,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..jobs import cancel
-from ..jobs.documents import job_document
+from ..jobs.documents import job_document, job_documents
 from ..jobs.permissions import (
     BadGrant,
     Grant,
@@ -115,7 +115,7 @@ class JobsHandler(JobsBase):
 
         def documents() -> list[dict[str, Any]]:
             jobs = self.store.jobs(active_only=active_only, limit=limit, visible_to=who)
-            return [job_document(self.store, job, self._run_link) for job in jobs]
+            return job_documents(self.store, jobs, self._run_link)
 
         self.write_json({"jobs": await in_store_thread(documents)})
 
