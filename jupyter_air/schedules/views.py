@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from ..identity import Identity
 from ..jobs.documents import RunLink
-from ..jobs.permissions import Identity
 from ..jobs.store import JobStore, UnknownJob
 from ..redact import redact, without_userinfo
 from .model import Schedule, ScheduleRun
@@ -61,6 +61,7 @@ def schedule_document(
                 "run_if": t.run_if.value,
                 "experiment_name": t.experiment_name,
                 "notebook": t.notebook_path,
+                "parameters": t.parameters,
             }
             for t in spec.tasks
         ],

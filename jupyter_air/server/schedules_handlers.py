@@ -22,7 +22,7 @@ import yaml
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..jobs.permissions import Identity, kernel_owner
+from ..identity import Identity, server_owner
 from ..jobs.store import JobStore
 from ..schedules.cron import CronError
 from ..schedules.model import Schedule, ScheduleRun, ScheduleSpec
@@ -81,7 +81,7 @@ class SchedulesBase(JobsBase):
         return doc
 
     def require_server_owner(self, who: Identity, doing: str) -> None:
-        owner = kernel_owner()
+        owner = server_owner()
         if who.name != owner:
             raise web.HTTPError(
                 403,
@@ -200,7 +200,9 @@ class ScheduleHandler(SchedulesBase):
         make = self.spec_maker(self.body())
 
         def update() -> Schedule:
-            return self.schedules.update(who, schedule_id, make())
+            schedule = self.schedules.update(who, schedule_id, make())
+            ensure_scheduler(self.store)
+            return schedule
 
         await self.write_schedule(await self.call(update), who)
 
@@ -228,8 +230,16 @@ class ScheduleActionHandler(SchedulesBase):
 
             await self.write_run(await self.call(run_now))
             return
-        change = self.schedules.pause if action == "pause" else self.schedules.resume
-        await self.write_schedule(await self.call(change, who, schedule_id), who)
+        if action == "pause":
+            await self.write_schedule(await self.call(self.schedules.pause, who, schedule_id), who)
+            return
+
+        def resume() -> Schedule:
+            schedule = self.schedules.resume(who, schedule_id)
+            ensure_scheduler(self.store)
+            return schedule
+
+        await self.write_schedule(await self.call(resume), who)
 
 
 class ScheduleRunsHandler(SchedulesBase):
