@@ -92,7 +92,7 @@ class Tracking:
 
     def new_run(self, job_id: str, attempt: int, tags: dict[str, str]) -> str:
         client, runs, _ = self._mlflow()
-        tags = {**tags, "air.attempt": str(attempt)}
+        tags = {"air.job_id": job_id, **tags, "air.attempt": str(attempt)}
         return str(
             runs.start_run(
                 client,
