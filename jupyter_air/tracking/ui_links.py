@@ -106,11 +106,15 @@ def _experiment_route(base: str, experiment_id: str) -> str:
 def current_jupyter_server(
     environ: Mapping[str, str] | None = None, runtime_dir: Path | None = None
 ) -> JupyterServer | None:
-    """The Jupyter server that started this kernel; else the only one running; else None.
+    """The Jupyter server that started this kernel; outside a kernel (``air``, a shell),
+    the only one running; else None.
 
-    Kernels started by a Jupyter server carry its pid in ``JPY_PARENT_PID``. This reads
-    the runtime files as ``jupyter_server.serverapp.list_running_servers`` does,
-    without importing the server (and tornado) into the kernel.
+    Kernels carry the pid of what started them in ``JPY_PARENT_PID``. A kernel that no
+    Jupyter server started (nbclient, VS Code) gets None, never some other server that
+    happens to run: its links would name a server that knows nothing of this kernel
+    and may not serve its store. This reads the runtime files as
+    ``jupyter_server.serverapp.list_running_servers`` does, without importing the
+    server (and tornado) into the kernel.
     """
     env = os.environ if environ is None else environ
     if runtime_dir is None:
@@ -119,9 +123,8 @@ def current_jupyter_server(
         runtime_dir = Path(jupyter_runtime_dir())
     servers = list(_running_servers(runtime_dir))
     parent = env.get("JPY_PARENT_PID")
-    for server in servers:
-        if str(server.pid) == parent:
-            return server
+    if parent:
+        return next((server for server in servers if str(server.pid) == parent), None)
     return servers[0] if len(servers) == 1 else None
 
 
