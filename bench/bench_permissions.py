@@ -36,8 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from jupyter_air.identity import Identity, os_user  # noqa: E402
 from jupyter_air.jobs.documents import job_document  # noqa: E402
-from jupyter_air.jobs.permissions import Grant, Identity, Level, Principal, os_user  # noqa: E402
+from jupyter_air.jobs.permissions import Grant, Level, Principal  # noqa: E402
 from jupyter_air.jobs.spec import Workload  # noqa: E402
 from jupyter_air.jobs.store import JobStore  # noqa: E402
 

@@ -28,8 +28,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-from jupyter_air.jobs.permissions import os_identity  # noqa: E402
+from jupyter_air.identity import os_identity  # noqa: E402
 from jupyter_air.jobs.spec import Workload  # noqa: E402
 from jupyter_air.jobs.store import JobStore  # noqa: E402
 from jupyter_air.schedules.model import Schedule, ScheduleRun, TaskSpec  # noqa: E402

@@ -22,16 +22,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from .identity import Identity, os_identity
 from .jobs import cancel
 from .jobs.documents import job_document, job_documents
 from .jobs.permissions import (
     BadGrant,
     Forbidden,
-    Identity,
     JobAccess,
     Level,
     merged,
-    os_identity,
     parse_grant,
     parse_principal,
 )
@@ -247,8 +246,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _submit(store: JobStore, spec: Any, working_dir: Path) -> Job:
+    from .identity import mlflow_user
     from .jobs.submit import submit
-    from .kernel.session import user_name
     from .tracking.targets import ExperimentRef, current_tracking_uri
 
     target = ExperimentRef(
@@ -274,7 +273,7 @@ def _submit(store: JobStore, spec: Any, working_dir: Path) -> Job:
         target,
         owner=os_identity().name,
         grants=spec.grants,
-        user=user_name(),
+        user=mlflow_user(),
         extra_tags={"air.command": redact(spec.command)},
     ).job
 
@@ -443,12 +442,13 @@ def _follow(
 
 
 def _download(directory: Path, flt: LogFilter, target: Path, attempt: int) -> int:
+    from .job_dir import JobDir
     from .logs.query import log_files
 
     written = []
     for f in log_files(directory, flt):
-        # The download's own layout (as --help says), not a job's directory.
-        path = target / f"attempt_{attempt}" / f"node_{f.node}" / f"rank_{f.rank}.log"
+        # The download has a job directory's layout (as --help says): JobDir names it.
+        path = JobDir(target).attempt(attempt).rank_log(f.node, f.rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         one = LogFilter(**{**flt.__dict__, "node": f.node, "rank": f.rank})
         count = 0

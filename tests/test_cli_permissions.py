@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_air.jobs.permissions import Identity, Level, os_identity, parse_grant
+from jupyter_air.identity import Identity, os_identity
+from jupyter_air.jobs.permissions import Level, parse_grant
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 

@@ -8,18 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_air.identity import Identity, os_identity, server_owner
 from jupyter_air.jobs.permissions import (
     BadGrant,
     Forbidden,
     Grant,
-    Identity,
     JobAccess,
     Level,
     Principal,
     grant_from_json,
-    kernel_owner,
     merged,
-    os_identity,
     parse_grant,
     parse_principal,
 )
@@ -137,9 +135,9 @@ def test_a_cell_job_belongs_to_the_hub_user_whose_server_runs_the_kernel(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("JUPYTERHUB_USER", "alice")
-    assert kernel_owner() == "alice"
+    assert server_owner() == "alice"
     monkeypatch.delenv("JUPYTERHUB_USER")
-    assert kernel_owner() == os_identity().name
+    assert server_owner() == os_identity().name
 
 
 # -- the store --------------------------------------------------------------------

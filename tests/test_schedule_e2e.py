@@ -223,7 +223,7 @@ def test_a_notebook_task_keeps_its_executed_notebook_and_its_cell_is_a_job(
 FIRE_IN_A_FRESH_PROCESS = """
 import json, sys
 from pathlib import Path
-from jupyter_air.jobs.permissions import os_identity
+from jupyter_air.identity import os_identity
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.schedules.scheduler import Scheduler
 from jupyter_air.schedules.service import Schedules

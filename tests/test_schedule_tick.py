@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_air.jobs.permissions import Identity, Level
+from jupyter_air.identity import Identity
+from jupyter_air.jobs.permissions import Level
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.schedules.model import (

@@ -22,9 +22,10 @@ from jupyter_server.auth.identity import IdentityProvider, User
 from tornado.httpclient import HTTPClientError
 
 from jupyter_air.gpu.sampler import GpuSampler
+from jupyter_air.identity import Identity, os_identity
 from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.hints import Hint, write_hints
-from jupyter_air.jobs.permissions import Identity, Level, os_identity, parse_grant
+from jupyter_air.jobs.permissions import Level, parse_grant
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from tests.conftest import WriteScenario

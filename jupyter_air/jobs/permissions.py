@@ -9,14 +9,12 @@ is a user name and the groups it belongs to (JupyterHub's on a Hub, the OS's for
 from __future__ import annotations
 
 import enum
-import getpass
-import grp
-import os
-import pwd
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from ..identity import Identity
 
 
 class Level(enum.IntEnum):
@@ -64,12 +62,6 @@ class Grant:
 
     def __str__(self) -> str:
         return f"{self.principal}:{self.level.name}"
-
-
-@dataclass(frozen=True)
-class Identity:
-    name: str
-    groups: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -172,36 +164,3 @@ def check_change(owner: str, grants: Iterable[Grant], revoke: Iterable[Principal
     for p in [g.principal for g in grants] + list(revoke):
         if p == Principal("user", owner):
             raise BadGrant(f"{owner} owns the job: the owner's CAN_MANAGE cannot be changed")
-
-
-# -- identities -----------------------------------------------------------------------
-
-
-def os_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
-
-
-def os_identity() -> Identity:
-    """The OS user running this process and the OS groups it belongs to (the CLI's caller,
-    and every caller of a Jupyter server without a Hub)."""
-    name = os_user()
-    try:
-        gids = os.getgrouplist(name, pwd.getpwnam(name).pw_gid)
-    except (KeyError, OSError):
-        gids = os.getgroups()
-    groups = set()
-    for gid in gids:
-        try:
-            groups.add(grp.getgrgid(gid).gr_name)
-        except KeyError:
-            continue
-    return Identity(name, frozenset(groups))
-
-
-def kernel_owner() -> str:
-    """Who owns a job submitted from a kernel: on a Hub, the user whose server runs it
-    (whoever typed into it), else the OS user."""
-    return os.environ.get("JUPYTERHUB_USER") or os_user()

@@ -29,10 +29,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..identity import Identity, os_user
 from ..job_dir import JobDir
 from ..paths import air_home, make_private, on_network_filesystem, private_dir, tighten
 from ..procs import alive
-from .permissions import Grant, Identity, JobAccess, Level, Principal, check_change, os_user
+from .permissions import Grant, JobAccess, Level, Principal, check_change
 from .spec import Workload
 
 JOB_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")  # what new_job_id() makes
@@ -101,9 +102,9 @@ class Job:
     started: float | None
     ended: float | None
     message: str | None
-
     #: Read as failed: active in the database, but its supervisor died unrecorded.
     supervisor_gone: bool = False
+
     @property
     def done(self) -> bool:
         return self.status not in ACTIVE

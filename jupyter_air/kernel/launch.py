@@ -16,18 +16,18 @@ from typing import Any
 import cloudpickle
 from pydantic import ValidationError
 
+from ..identity import mlflow_user, server_owner
 from ..job_dir import AttemptDir
 from ..jobs import cancel
 from ..jobs.checks import Refused, check_grants, check_submission
 from ..jobs.follow import LogFollower
-from ..jobs.permissions import kernel_owner
 from ..jobs.spec import Workload
 from ..jobs.store import JobStore
 from ..jobs.workload_file import Submission, describe
 from ..logs.query import LogFilter
 from .capture import Payload
 from .display import OPEN_RUN, JobView
-from .session import cell_id, notebook_path, user_name
+from .session import cell_id, notebook_path
 
 #: The magic's flags, as the rules of ``Submission`` name what they speak of.
 FLAGS = {
@@ -87,7 +87,7 @@ class Options:
         if self.background and self.out:
             raise OptionError("--out cannot bring values back from a --background job")
         try:
-            check_grants(kernel_owner(), submission)
+            check_grants(server_owner(), submission)
         except Refused as err:
             raise _option_error(err) from None
         return submission
@@ -180,7 +180,7 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
     try:
         ray_address = check_submission(
             submission,
-            kernel_owner(),
+            server_owner(),
             nproc_per_node=nproc,
             override="--oversubscribe (oversubscribe=True for @distributed)",
             ray_address=configured_ray_address() if options.backend == "ray" else None,
@@ -194,7 +194,7 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
     from ..jobs.submit import submit
     from ..tracking import runs
 
-    user, notebook = user_name(), notebook_path()
+    user, notebook = mlflow_user(), notebook_path()
     with runs.quiet_store_setup():
         target = runs.resolve_target(options.experiment, user, notebook)
     workload = Workload(
@@ -217,7 +217,7 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
         store,
         workload,
         target,
-        owner=kernel_owner(),
+        owner=server_owner(),
         grants=grants,
         payload=payload_bytes,
         source=source,

@@ -18,8 +18,9 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from ..identity import mlflow_user
 from ..tracking import experiment_runs as er
-from .session import notebook_path, user_name
+from .session import notebook_path
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -111,7 +112,7 @@ def _experiment(client: MlflowClient, option: str | None) -> dict[str, str]:
         from ..tracking.runs import default_experiment_name
 
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or default_experiment_name(
-            user_name(), notebook_path()
+            mlflow_user(), notebook_path()
         )
         found = er.experiment_by_name(client, name)
     if found is None:

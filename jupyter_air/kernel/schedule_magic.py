@@ -18,7 +18,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ..jobs.permissions import Forbidden, Identity, kernel_owner, os_identity
+from ..identity import Identity, os_identity, server_owner
+from ..jobs.permissions import Forbidden
 from .session import notebook_path
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ class AirScheduleMagics(Magics):
         from ..schedules.service import NameTaken, Schedules, UnknownSchedule
 
         schedules = Schedules()
-        who = Identity(kernel_owner(), os_identity().groups)
+        who = Identity(server_owner(), os_identity().groups)
         try:
             if args.action is None:
                 if not args.cron:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import os
 
 
@@ -22,14 +21,3 @@ def cell_id() -> str | None:
     parent = kernel.get_parent("shell") if hasattr(kernel, "get_parent") else {}
     value = (parent or {}).get("metadata", {}).get("cellId")
     return value if isinstance(value, str) and 0 < len(value) <= 100 else None
-
-
-def user_name() -> str:
-    """The Jupyter identity where a hub tells it, else the OS user."""
-    for variable in ("JUPYTERHUB_USER", "JUPYTER_USER"):
-        if os.environ.get(variable):
-            return os.environ[variable]
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"

@@ -16,7 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..jobs.permissions import BadGrant, Forbidden, Level, os_identity
+from ..identity import os_identity
+from ..jobs.permissions import BadGrant, Forbidden, Level
 from ..jobs.store import JobStore, StoreError
 from ..paths import UnsafeHome
 from .cron import CronError

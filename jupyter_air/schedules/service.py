@@ -18,7 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..jobs.permissions import Forbidden, Identity, Level
+from ..identity import Identity
+from ..jobs.permissions import Forbidden, Level
 from ..jobs.store import JobStore
 from . import cron, schedule_file
 from .model import PauseStatus, RunStatus, Schedule, ScheduleRun, ScheduleSpec, TaskStatus

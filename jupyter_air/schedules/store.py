@@ -18,7 +18,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ..jobs.permissions import Grant, Identity, JobAccess, Level, Principal
+from ..identity import Identity
+from ..jobs.permissions import Grant, JobAccess, Level, Principal
 from ..jobs.store import JobStore
 from .model import (
     RunStatus,

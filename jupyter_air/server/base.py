@@ -17,7 +17,8 @@ from jupyter_server.auth.identity import (
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from ..jobs.permissions import BadGrant, Forbidden, Identity, os_identity
+from ..identity import Identity, os_identity
+from ..jobs.permissions import BadGrant, Forbidden
 from ..jobs.store import UnknownJob
 
 #: jupyter_server's own logins (a token, a password): they authenticate the one user who

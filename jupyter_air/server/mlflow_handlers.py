@@ -21,7 +21,7 @@ from tornado.httputil import HTTPHeaders
 from tornado.netutil import Resolver
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
-from ..jobs.permissions import kernel_owner
+from ..identity import server_owner
 from ..tracking.ui_server import MlflowUi, UiUnavailable, UnknownStore
 from .base import AirHandler
 
@@ -109,7 +109,7 @@ class MlflowUiHandler(AirHandler):
         job grants cannot narrow it: only the user whose server this is may open it
         (on a Hub, not the users it is shared with; they read a job's logs through the
         logs view, as its grants allow)."""
-        owner = kernel_owner()
+        owner = server_owner()
         if self.caller().name != owner:
             raise web.HTTPError(
                 403,

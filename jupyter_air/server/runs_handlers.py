@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..jobs.permissions import Identity, kernel_owner
+from ..identity import Identity, server_owner
 from ..redact import without_userinfo
 from ..tracking import experiment_runs as er
 from ..tracking.stores import KEY, lookup_store, store_key
@@ -65,7 +65,7 @@ class RunsBase(JobsBase):
         super().initialize(store)
 
     def is_owner(self, who: Identity) -> bool:
-        return who.name == kernel_owner()
+        return who.name == server_owner()
 
     def tracking_uri(self) -> str:
         key = self.get_query_argument("store", "")
@@ -148,10 +148,10 @@ class NotebookRunsHandler(RunsBase):
         elif self.is_owner(who) and env_store() is not None:
             uri = env_store()
             assert uri is not None
-            from ..kernel.session import user_name
+            from ..identity import mlflow_user
             from ..tracking.runs import default_experiment_name
 
-            name = default_experiment_name(user_name(), path)
+            name = default_experiment_name(mlflow_user(), path)
             client = er.client_for(uri)
             doc = await in_mlflow_thread(er.experiment_by_name, client, name)
             experiment_id, source = (doc["id"], "default") if doc else (None, "none")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_air.jobs.permissions import os_user
+from jupyter_air.identity import os_user
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.procs import alive
 from tests.kernel.conftest import Execution, Kernel, job_processes, running_job
