@@ -101,7 +101,7 @@ function Form(props: {
           max={MAX_RANKS}
           step={1}
           value={Number.isFinite(f.nproc_per_node) ? f.nproc_per_node : ''}
-          title="Ranks per node of the notebook's %%air_distributed cells that name none"
+          title="Each run defines nproc_per_node with it: write %%air_distributed -n {nproc_per_node} in the notebook"
           onChange={event =>
             form.set('nproc_per_node', event.target.valueAsNumber)
           }
