@@ -67,7 +67,13 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="air", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="submit a workload file as a job")
+    run = sub.add_parser(
+        "run",
+        help="submit a workload file as a job",
+        description="Submit a workload file as a job. The command's `python` is the "
+        "interpreter air runs under: its directory comes first on the ranks' PATH, "
+        "unless the workload's env sets PATH.",
+    )
     run.add_argument("-f", "--file", required=True, type=Path, help="the workload YAML")
     run.add_argument(
         "--override",
@@ -262,7 +268,7 @@ def _submit(store: JobStore, spec: Any, working_dir: Path) -> Job:
         backend=spec.backend,
         ray_address=spec.ray_address,
         max_retries=spec.max_retries,
-        env=spec.env,
+        env=_rank_env(spec.env),
         background=True,  # nobody's kernel: the job outlives this shell
         working_dir=str(working_dir),
         run_name=spec.run_name,
@@ -276,6 +282,15 @@ def _submit(store: JobStore, spec: Any, working_dir: Path) -> Job:
         user=mlflow_user(),
         extra_tags={"air.command": redact(spec.command)},
     ).job
+
+
+def _rank_env(env: dict[str, str]) -> dict[str, str]:
+    """The workload's env, with air's own interpreter first on PATH unless it sets PATH:
+    ``python train.py`` then runs where air's packages are, as the magic does."""
+    if "PATH" in env:
+        return env
+    here = str(Path(sys.executable).parent)  # a venv's bin, never resolved out of it
+    return {**env, "PATH": os.pathsep.join([here, os.environ.get("PATH", os.defpath)])}
 
 
 # -- list / get ----------------------------------------------------------------------

@@ -285,3 +285,29 @@ def test_a_closed_pipe_ends_quietly_with_status_0(workdir: Path) -> None:
         )  # fmt: skip
         assert (piped.returncode, piped.stderr) == (0, ""), command
         assert len(piped.stdout.splitlines()) == 1
+
+
+SHOW_PATH = """experiment_name: cli-test
+command: sh -c 'echo "PATH=$PATH"; echo "python=$(command -v python)"'
+"""
+
+
+def rank_says(watched: subprocess.CompletedProcess[str], name: str) -> str:
+    (line,) = [line for line in watched.stdout.splitlines() if f" INFO {name}=" in line]
+    return line.split(f" INFO {name}=", 1)[1]
+
+
+def test_a_workload_s_python_is_the_one_air_runs_under_unless_its_env_sets_path(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no activated venv
+    (workdir / "path.yaml").write_text(SHOW_PATH)
+    watched = air("run", "-f", "path.yaml", "--watch")
+    here = str(Path(sys.executable).parent)
+    assert rank_says(watched, "PATH") == f"{here}:/usr/bin:/bin"
+    assert rank_says(watched, "python") == f"{here}/python"
+
+    (workdir / "own.yaml").write_text(SHOW_PATH + "env:\n  PATH: /opt/tools:/usr/bin:/bin\n")
+    watched = air("run", "-f", "own.yaml", "--watch")
+    assert rank_says(watched, "PATH") == "/opt/tools:/usr/bin:/bin"
+    assert "interpreter air runs under" in " ".join(air("run", "--help").stdout.split())
