@@ -8,13 +8,17 @@ docs/benchmarks.md, "Live view").
 2. The kernel's CPU for the view over a 10,000-step run (rank 0 logs 10,000 steps of 2
    metrics over about 30 s, plus system metrics every second): the kernel process's
    CPU time with the view minus without, per second of the cell, as % of one core.
-3. One chart update in Chromium, 8 GPUs x 720 points (16 traces, plus a metric):
-   ``Plotly.extendTraces`` with one new point per trace (what the view sends) against
-   ``Plotly.react`` with the whole data (what a figure widget's full resend redraws),
-   median of 30 each, in the same page: from the call to plotly's promise (the SVG
-   redrawn; the browser's paint after it is not counted).
+3. One chart update in Chromium, 8 GPUs x 720 points (utilization and memory, the host's
+   CPU and a metric of 720 steps): the view before issue 18 (every point of 17 traces on
+   two rows, ``Plotly.extendTraces`` with one new point each) against live_chart.js
+   itself (its ``extend`` message: the points kept, each trace cut to one point per
+   pixel of its panel, ``Plotly.react``), alternated in one page, median of 30 each,
+   from the call to plotly's promise (the browser's paint after it is not counted).
+4. The quickstart's training cell: seconds from its first ``log_metrics`` call to the
+   kernel's message that brings that point to the page, ``--runs`` times.
 
-Run: ``.venv/bin/python bench/bench_live_view.py [--runs 3]``.
+Run: ``.venv/bin/python bench/bench_live_view.py [--runs 3]`` (``--chromium-only``: part
+3, ``--first-point-only``: part 4).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ for first in range(0, 10_000, 100):  # 100 steps every 0.3 s: 10,000 steps in ab
     client.log_batch(run, metrics=batch)
     time.sleep(max(0.0, start + 0.3 * (first // 100 + 1) - time.time()))
 """
+QUICKSTART = ROOT / "notebooks" / "quickstart.ipynb"
 MODE = "from jupyter_air.kernel.live_view import live_view_config\nlive_view_config().mode = {!r}"
 
 
@@ -155,7 +160,7 @@ def history(gpus: int = 8, samples: int = 720) -> tuple[dict[str, Any], dict[str
                 points.append(Point(key, i, random.uniform(0, 100), start + i * 10_000))
     chart = RunChart()
     update = chart.add(1, points, None)
-    return {"type": "add", "traces": [t.plotly() for t in update.added]}, chart.layout()
+    return {"type": "add", "traces": [t.plotly() for t in update.added]}, chart.layout(legend=False)
 
 
 def old_figure(add: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -203,10 +208,49 @@ def chromium_update(samples: int = 720) -> dict[str, float]:
     return {**result, "new_points_per_trace_drawn": drawn}
 
 
+def first_point(kernel: Kernel, air_home: Path, runs: int) -> list[float]:
+    """Seconds from the quickstart's first ``log_metrics`` call (the MLflow timestamp of
+    ``train_loss`` at step 0) to the kernel's message that brings that point to the page
+    (its header's date), with the live view on, ``runs`` times."""
+    import nbformat
+    from dateutil.parser import isoparse
+    from mlflow import MlflowClient
+
+    from jupyter_air.jobs.store import JobStore
+
+    cells = [c.source for c in nbformat.read(QUICKSTART, as_version=4).cells]
+    assert kernel.run(MODE.format("widget")).error is None
+    assert kernel.run(cells[3]).error is None  # the model and the data
+    out = []
+    for _ in range(runs):
+        msg_id = kernel.start(cells[5])
+        sent = None
+        while True:
+            msg = kernel.client.get_iopub_msg(timeout=600)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            data = msg["content"].get("data", {})
+            custom = data.get("content", {}) if data.get("method") == "custom" else {}
+            names = [t["name"] for t in custom.get("traces", [])]
+            if sent is None and "train_loss" in names:
+                sent = isoparse(str(msg["header"]["date"])).timestamp()
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+        assert sent is not None, "no train_loss point reached the page"
+        store = JobStore(air_home)
+        job = max(store.jobs(), key=lambda j: j.id)
+        run_id = store.attempts(job.id)[0].run_id or ""
+        history = MlflowClient(job.workload.tracking_uri).get_metric_history(run_id, "train_loss")
+        (step0,) = [m for m in history if m.step == 0]
+        out.append(round(sent - step0.timestamp / 1000, 2))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--chromium-only", action="store_true", help="only part 3")
+    parser.add_argument("--first-point-only", action="store_true", help="only part 4")
     args = parser.parse_args()
     if args.chromium_only:
         print(json.dumps(chromium_update(), indent=2))
@@ -225,6 +269,10 @@ def main() -> None:
     results: dict[str, Any] = {}
     try:
         assert kernel.run("%load_ext jupyter_air\nimport mlflow").error is None
+        if args.first_point_only:
+            first = first_point(kernel, work / "air", args.runs)
+            print(json.dumps({"first_point_s": first}, indent=2))
+            return
         cell(kernel, "static", "%%air_distributed -n 1\n1")  # the store and experiment
         walls: dict[str, list[float]] = {"widget": [], "static": []}
         for _ in range(args.runs):
@@ -242,6 +290,7 @@ def main() -> None:
             "kernel_cpu_s": {"widget": round(live_cpu, 2), "static": round(static_cpu, 2)},
             "view_cpu_percent_of_one_core": round((live_cpu - static_cpu) / live_wall * 100, 2),
         }
+        results["first_point_s"] = first_point(kernel, work / "air", args.runs)
     finally:
         kernel.shutdown()
     update = chromium_update()

@@ -2,11 +2,11 @@
 //
 // The kernel sends only new points, as custom messages: {type: "add", traces} for new
 // traces and {type: "extend", indices, x, y} for new points of existing ones; the
-// layout (panels, legend) is the synced `figure_layout`. The points are kept per model
+// layout (panels) is the synced `figure_layout`; the legend is HTML under the plot. The points are kept per model
 // (not per view), so a view rendered later, or twice, draws them all. Each draw gives
 // plotly at most one point per pixel of a trace's panel (minMaxBuckets), whatever the
 // history's length: plotly redraws every trace's whole path on any change, so the
-// cost of an update follows the points drawn. plotly.js itself is a model of its own
+// cost of an update follows the points drawn (and the legend, hence ours in HTML). plotly.js itself is a model of its own
 // (`plotly`, made once per kernel), evaluated once per page.
 
 const charts = new Map();
@@ -14,7 +14,7 @@ const LIBRARIES = Symbol.for("jupyter_air.plotly");
 
 function chartOf(model) {
   const id = model.get("chart_id");
-  if (!charts.has(id)) charts.set(id, { traces: [], views: new Set() });
+  if (!charts.has(id)) charts.set(id, { traces: [], hidden: new Set(), views: new Set() });
   return charts.get(id);
 }
 
@@ -69,17 +69,18 @@ export function minMaxBuckets(x, y, lo, hi, buckets) {
 
 // What plotly is given: each trace cut to its panel's width in pixels, over the range
 // the panel shows (the data's, or the user's zoom).
-export function drawn(plot, traces) {
+export function drawn(plot, traces, hidden = new Set()) {
   const full = plot._fullLayout;
   return traces.map((trace) => {
     const axis = full?.[`xaxis${trace.xaxis.slice(1)}`];
     const pixels = Math.max(40, Math.round(axis?._length ?? plot.clientWidth));
-    if (trace.x.length <= pixels) return trace;
+    const visible = hidden.has(trace.legendgroup) ? "legendonly" : true;
+    if (trace.x.length <= pixels) return { ...trace, visible }; // plotly writes into it
     let lo = trace.x[0];
     let hi = trace.x[trace.x.length - 1];
     if (axis && axis.autorange === false) [lo, hi] = axis.range.map(axis.r2l);
     const [x, y] = minMaxBuckets(trace.x, trace.y, lo, hi, Math.floor(pixels / 2));
-    return { ...trace, x, y };
+    return { ...trace, x, y, visible };
   });
 }
 
@@ -114,19 +115,56 @@ function initialize({ model }) {
   });
 }
 
+// The legend, in HTML: an entry per trace, a click hides or shows its group (a metric's
+// attempts, a GPU's utilization and memory). Plotly's own would be laid out again, text
+// measured, on every update.
+function drawLegend(legend, chart, redraw) {
+  legend.replaceChildren(
+    ...chart.traces.map((trace) => {
+      const item = document.createElement("span");
+      item.className = "jp-air-LiveChart-legendItem";
+      item.dataset.group = trace.legendgroup;
+      item.style.cssText = "cursor: pointer; margin-right: 14px; white-space: nowrap";
+      item.style.opacity = chart.hidden.has(trace.legendgroup) ? "0.4" : "1";
+      const swatch = document.createElement("span");
+      const dash = trace.line.dash === "solid" ? "solid" : "dotted";
+      swatch.style.cssText = `display: inline-block; width: 18px; margin: 0 4px 3px 0; border-top: 2px ${dash} ${trace.line.color}`;
+      item.append(swatch, trace.name);
+      item.addEventListener("click", () => {
+        const group = trace.legendgroup;
+        if (!chart.hidden.delete(group)) chart.hidden.add(group);
+        redraw();
+      });
+      return item;
+    }),
+  );
+}
+
 async function render({ model, el }) {
   const chart = chartOf(model);
   const plot = document.createElement("div");
   plot.className = "jp-air-LiveChart-plot";
+  const legend = document.createElement("div");
+  legend.className = "jp-air-LiveChart-legend";
+  legend.style.cssText = "padding: 0 0 6px 55px; font-size: 12px; line-height: 20px";
   el.classList.add("jp-air-LiveChart");
-  el.append(plot);
+  el.append(plot, legend);
   const Plotly = await plotlyOf(model);
   let revision = 0;
+  let legendOf = null;
   const view = {
     // Returns plotly's promise (the benchmark waits on it).
     draw() {
-      const layout = { ...model.get("figure_layout"), datarevision: ++revision };
-      return Plotly.react(plot, drawn(plot, chart.traces), layout, {
+      const shown = `${chart.traces.length} ${[...chart.hidden]}`;
+      if (shown !== legendOf) {
+        legendOf = shown;
+        drawLegend(legend, chart, () => {
+          for (const other of chart.views) other.draw();
+        });
+      }
+      // A copy: plotly writes its computed ranges into the layout it is given.
+      const layout = { ...structuredClone(model.get("figure_layout")), datarevision: ++revision };
+      return Plotly.react(plot, drawn(plot, chart.traces, chart.hidden), layout, {
         displaylogo: false,
         responsive: true,
       });

@@ -115,7 +115,7 @@ SYSTEM_HEIGHT = 150
 TITLE_HEIGHT = 50
 LEGEND_LINE = 22
 LEGEND_PER_LINE = 6
-MARGIN = {"l": 55, "r": 20, "t": 26, "b": 40}
+MARGIN = {"l": 55, "r": 20, "t": 50, "b": 40}  # t: plotly's toolbar above the titles
 #: Metric panels side by side at most.
 COLUMNS = 3
 #: The shortest span a panel's x axis shows: 10 steps, 60 seconds (a single point
@@ -240,10 +240,11 @@ class RunChart:
         label = name if attempt == 1 else f"{name} (attempt {attempt})"
         return Trace(key, attempt, label, panel, series, color)
 
-    def layout(self) -> dict[str, Any]:
+    def layout(self, legend: bool = True) -> dict[str, Any]:
         """Metric panels in rows of up to three, the system panels in the last row, each
-        titled; a legend of every trace under them. Its size follows what is drawn, so an
-        empty row never leaves a blank."""
+        titled; plotly's legend of every trace under them, unless ``legend`` is False
+        (the live chart draws its own: plotly lays its legend out again on every update).
+        Its size follows what is drawn, so an empty row never leaves a blank."""
         metric_panels = sorted(self._panels.values(), key=lambda p: p.axis)
         system_panels = sorted(
             {t.panel for t in self.traces if t.panel.system}, key=lambda p: p.axis
@@ -255,12 +256,12 @@ class RunChart:
         if system_panels:
             rows.append((SYSTEM_HEIGHT, system_panels))
         plot_height = sum(TITLE_HEIGHT + height for height, _ in rows) - TITLE_HEIGHT
-        legend_lines = math.ceil(len(self.traces) / LEGEND_PER_LINE)
+        legend_lines = math.ceil(len(self.traces) / LEGEND_PER_LINE) if legend else 0
         margin = {**MARGIN, "b": MARGIN["b"] + LEGEND_LINE * legend_lines}
         layout: dict[str, Any] = {
             "height": max(plot_height, METRIC_HEIGHT) + margin["t"] + margin["b"],
             "margin": margin,
-            "showlegend": bool(self.traces),
+            "showlegend": legend and bool(self.traces),
             "legend": {"orientation": "h", "x": 0, "xanchor": "left", "yanchor": "top"},
             "hovermode": "closest",
             "uirevision": "live",  # a redraw keeps the user's zoom and legend choices
@@ -288,8 +289,10 @@ class RunChart:
 
     def _axes(self, panel: Panel, x: tuple[float, float], y: tuple[float, float]) -> dict[str, Any]:
         suffix = "" if panel.axis == 1 else str(panel.axis)
-        xaxis: dict[str, Any] = {"domain": list(x), "anchor": f"y{suffix}", "automargin": True}
-        yaxis: dict[str, Any] = {"domain": list(y), "anchor": f"x{suffix}", "automargin": True}
+        # Fixed margins (no ``automargin``): measuring tick labels makes plotly lay the
+        # figure out twice on every update.
+        xaxis: dict[str, Any] = {"domain": list(x), "anchor": f"y{suffix}"}
+        yaxis: dict[str, Any] = {"domain": list(y), "anchor": f"x{suffix}"}
         xs = [v for t in self.traces if t.panel == panel for v in (t.x[0], t.x[-1]) if t.x]
         if panel.system:
             xaxis.update(type="date", tickformat="%H:%M:%S", hoverformat="%H:%M:%S")
@@ -298,8 +301,12 @@ class RunChart:
         else:
             xaxis.update(tickformat="d", hoverformat="d")
             shortest = MIN_STEPS
-        if xs and max(xs) - min(xs) < shortest:  # else autorange
-            xaxis["range"] = [min(xs), min(xs) + shortest]
+        # Said both ways: a redraw that keeps the same ``uirevision`` keeps what it is not
+        # told otherwise, plotly's own autorange included.
+        if xs and max(xs) - min(xs) < shortest:
+            xaxis.update(range=[min(xs), min(xs) + shortest], autorange=False)
+        else:
+            xaxis["autorange"] = True
         return {f"xaxis{suffix}": xaxis, f"yaxis{suffix}": yaxis}
 
     def figure(self, max_points: int | None = None) -> dict[str, Any]:
@@ -436,13 +443,13 @@ def _plotly_library() -> Any:
     every chart widget refers to it, and a page evaluates it once (live_chart.js keeps it
     by version). In each chart's module it would cross the wire, and be parsed, once per
     cell, and anywidget gives a model's module 2 s to load before it logs "Failed to
-    initialize model"."""
-    import anywidget
+    initialize model". A plain ipywidgets model (no view, no module of its own), so that
+    no anywidget timer runs while its 4.6 MB arrive."""
+    import ipywidgets
     import plotly
     import traitlets
 
-    class PlotlyLibrary(anywidget.AnyWidget):
-        _esm = traitlets.Unicode("export default {};").tag(sync=True)
+    class PlotlyLibrary(ipywidgets.Widget):  # type: ignore[misc]
         version = traitlets.Unicode().tag(sync=True)
         source = traitlets.Unicode().tag(sync=True)
 
@@ -454,7 +461,7 @@ def _plotly_library() -> Any:
 def _chart_widget_class() -> Any:
     import anywidget
     import traitlets
-    from ipywidgets import widget_serialization
+    from ipywidgets import Widget, widget_serialization
 
     class ChartWidget(anywidget.AnyWidget):
         _esm = traitlets.Unicode(
@@ -462,7 +469,7 @@ def _chart_widget_class() -> Any:
         ).tag(sync=True)
         chart_id = traitlets.Unicode().tag(sync=True)
         figure_layout = traitlets.Dict().tag(sync=True)
-        plotly = traitlets.Instance(anywidget.AnyWidget).tag(sync=True, **widget_serialization)
+        plotly = traitlets.Instance(Widget).tag(sync=True, **widget_serialization)
 
         def push(self, update: Update, layout: dict[str, Any]) -> None:
             """Only what changed crosses the wire: new traces and new points as messages,
@@ -520,7 +527,7 @@ class Live:
         import ipywidgets
 
         self._status = ipywidgets.HTML()
-        self._chart = chart_widget(self.feed.chart.layout())
+        self._chart = chart_widget(self.feed.chart.layout(legend=False))
         self._box = ipywidgets.VBox([ipywidgets.HTML(header_html), self._status, self._chart])
         self.handle = display(self._box, display_id=True)
         self.reserve()
@@ -542,7 +549,7 @@ class Live:
         if self._chart is not None and self.feed.due():
             update = self.feed.read(attempts, gpus)
             if update:
-                self._chart.push(update, self.feed.chart.layout())
+                self._chart.push(update, self.feed.chart.layout(legend=False))
 
     def finish(
         self,
