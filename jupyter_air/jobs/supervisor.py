@@ -357,11 +357,13 @@ class Supervisor:
                 self._ranks.close()
         except Exception as err:
             log.error("could not release attempt %d's ranks: %s", attempt.number, err)
+        if not over or self._follower_gone:
+            reaper.remove(attempt.files.result)  # a retry follows, or nobody reads it
+        if over:  # what the job started is swept now: none of it waits for MLflow
+            reaper.close(wait=REAPER_WAIT)
         self._end_run(attempt, end.status)
         if over and workload.background:
             self._end_job(end)  # nobody follows: "done" means its run is finished too
-        if not over or self._follower_gone:
-            reaper.remove(attempt.files.result)  # a retry follows, or nobody reads it
 
     def _record_attempt_end(self, number: int, end: AttemptEnd) -> None:
         self._open = None
@@ -452,7 +454,7 @@ class Supervisor:
             master_port=free_port(),
             max_restarts=workload.max_retries,
             env=extra,
-            command=list(workload.command) if workload.kind == "command" else [],
+            command=list(workload.command) if workload.kind != "python" else [],
             working_dir=workload.working_dir,
         )
         return LocalNode(launch, files, workload.working_dir, attempt.hints)
