@@ -114,19 +114,25 @@ FRONTENDS = {
 }
 
 
-@pytest.mark.parametrize("app", list(FRONTENDS))
+@pytest.fixture(params=list(FRONTENDS))
+def page(
+    request: pytest.FixtureRequest, browser: Any, start_lab: Callable[..., Lab], air_home: Path
+) -> Iterator[Any]:
+    """The notebook's page in each frontend (a fixture, so a failure keeps a screenshot)."""
+    app = request.param
+    page = open_notebook(browser, start(start_lab, air_home, app), "nightly.ipynb", app)
+    page.app = app
+    yield page
+    page.close()
+
+
 def test_schedule_the_notebook_from_its_toolbar_see_it_fire_and_open_its_tasks_logs(
-    browser: Any, start_lab: Callable[..., Lab], air_home: Path, artifacts: Path, app: str
+    page: Any, artifacts: Path
 ) -> None:
-    name, logs_area = FRONTENDS[app]
-    shot = f"schedules-{app}"
-    lab = start(start_lab, air_home, app)
-    page = open_notebook(browser, lab, "nightly.ipynb", app)
-    try:
-        schedule_from_the_toolbar(page, name, artifacts, shot)
-        assert page.query_selector(f"#jp-right-stack {PANEL}") is not None  # the right sidebar
-        job_id = see_it_fire(page, name, artifacts, shot)
-        open_the_tasks_logs(page, name, job_id, logs_area)
-        page.screenshot(path=str(artifacts / f"{shot}-logs.png"))
-    finally:
-        page.close()
+    name, logs_area = FRONTENDS[page.app]
+    shot = f"schedules-{page.app}"
+    schedule_from_the_toolbar(page, name, artifacts, shot)
+    assert page.query_selector(f"#jp-right-stack {PANEL}") is not None  # the right sidebar
+    job_id = see_it_fire(page, name, artifacts, shot)
+    open_the_tasks_logs(page, name, job_id, logs_area)
+    page.screenshot(path=str(artifacts / f"{shot}-logs.png"))
