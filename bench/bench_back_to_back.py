@@ -2,7 +2,8 @@
 
 Side by side, in one kernel:
 1. ``--alone`` trivial ``%%air_distributed -n 1`` cells, each once every process of the
-   previous job has ended and the runs' tail process is idle: what one cell costs alone;
+   previous job has ended and the runs' tail process is idle: what one cell costs alone
+   (half before, half after 2., so that a machine whose load changes weighs on both);
 2. ``--cells`` of the same cell back to back, each as soon as the previous one returned.
 
 The target (issue 17): the back-to-back cells take at most 1.5x ``cells`` times one
@@ -145,6 +146,15 @@ def cell(kernel: Kernel) -> float:
     return execution.seconds
 
 
+def alone_cells(kernel: Kernel, home: Path, count: int) -> list[float]:
+    """``count`` cells, each with nothing of an earlier job left running."""
+    seconds = []
+    for _ in range(count):
+        seconds.append(cell(kernel))
+        settle(kernel, home)
+    return seconds
+
+
 def check_runs(store: JobStore, tracking_uri: str) -> dict[str, int]:
     """Every job's runs: ended, their logs attached, their system metrics recorded."""
     from mlflow import MlflowClient
@@ -183,15 +193,13 @@ def main() -> None:
         store = JobStore(home)
         cell(kernel)  # the first call creates the MLflow store and the experiment
         settle(kernel, home)
-        alone = []
-        for _ in range(args.alone):
-            alone.append(cell(kernel))
-            settle(kernel, home)
+        alone = alone_cells(kernel, home, args.alone // 2)
         with FinishedJobsRss(kernel_pid(kernel), store) as rss:
             started = time.monotonic()
             back_to_back = [cell(kernel) for _ in range(args.cells)]
             wall = time.monotonic() - started
             settle(kernel, home)
+        alone += alone_cells(kernel, home, args.alone - args.alone // 2)
         counts = check_runs(store, tracking_uri)
     finally:
         kernel.shutdown()

@@ -6,8 +6,9 @@ idle (the input pipeline or the CPU is the bottleneck), a GPU's memory is nearly
 for a long time while its GPU is idle (likely a hang, e.g. a collective waiting for a
 peer). Each hint carries the figure behind it.
 
-The supervisor feeds the NVML samples its system metrics take and the ranks' last
-output times; it writes the current hints to the attempt's hints file (private, replaced
+The supervisor feeds, for every backend, the NVML samples its system metrics take (the
+local node's; each Ray node agent's, sent with its polls) and the ranks' last output
+times; it writes the current hints to the attempt's hints file (private, replaced
 whole), where the kernel's live view and the server's GPU panel read them, and tags the
 run with each hint raised (``air.hint.<kind>``). Thresholds come from the environment
 the supervisor inherits (see ``Thresholds.from_env``).

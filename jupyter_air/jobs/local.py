@@ -32,6 +32,9 @@ INTERRUPT_GRACE = 5.0
 TERMINATE_GRACE = 3.0
 #: Seconds the output of exited ranks is still read, once what held it open is gone.
 LEFTOVER_GRACE = 1.0
+#: Seconds the pipes of exited ranks get to reach their end before something is taken
+#: to hold them open.
+LEFTOVER_DRAIN = 0.2
 
 
 @dataclass
@@ -46,8 +49,11 @@ class _Rank:
 class LocalRanks:
     """Start, watch and stop the ranks of one attempt on this machine."""
 
-    def __init__(self, specs: Sequence[RankSpec]) -> None:
+    def __init__(self, specs: Sequence[RankSpec], reaper: Reaper | None = None) -> None:
+        """``reaper``: the watchdog of the process that owns these ranks (a supervisor's)
+        to tell of their groups; without one, the ranks get a watchdog of their own."""
         self._specs = list(specs)
+        self._shared_reaper = reaper
         self._ranks: list[_Rank] = []
         self._rule = StopRule()
         self._selector = selectors.DefaultSelector()
@@ -79,7 +85,7 @@ class LocalRanks:
         """Start every rank and return once all have exited."""
         rule = self._rule
         rule.begin(timeout)
-        reaper = Reaper(_rank_match(self._specs))
+        reaper = self._shared_reaper or Reaper(_rank_match(self._specs))
         try:
             for spec in self._specs:
                 if rule.due() is not None:
@@ -91,7 +97,10 @@ class LocalRanks:
             self._watch(rule, reaper)
             return rule.end(self._exit_codes())
         finally:
-            reaper.close()
+            if reaper is self._shared_reaper:  # the attempt's leftovers go before a retry
+                sweep(_rank_match(self._specs), patience=1.0)
+            else:
+                reaper.close()
 
     def _watch(self, rule: StopRule, reaper: Reaper) -> None:
         """Read output until every rank has exited and its pipes are drained, stopping the
@@ -113,13 +122,21 @@ class LocalRanks:
             rule.due()
             if rule.stop is not None and not self._all_exited():
                 self._stop_all(interrupt_first=rule.stop.interrupts)
-            if self._selector.get_map() and self._all_exited():
+            if self._selector.get_map() and self._output_held():
                 self._end_leftovers()
         for rank in self._ranks:
             rank.process.wait()
             for splitter in rank.splitters.values():
                 splitter.flush()
             rank.log.close()
+
+    def _output_held(self) -> bool:
+        """Every rank has exited a while ago, yet some output is still open: something a
+        rank started outside its group holds it (their groups' end closes the rest)."""
+        exits = [r.exited_at for r in self._ranks]
+        if not exits or None in exits:
+            return False
+        return time.monotonic() - max(e for e in exits if e is not None) > LEFTOVER_DRAIN
 
     def _exit_codes(self) -> list[int | None]:
         codes: list[int | None] = [r.process.returncode for r in self._ranks]
@@ -217,10 +234,15 @@ class LocalNode:
     ``RayNodes``'s interface: ``cancel``, ``run``, ``close``."""
 
     def __init__(
-        self, launch: NodeLaunch, files: JobDir, cwd: str | None, hints: HintRecorder | None
+        self,
+        launch: NodeLaunch,
+        files: JobDir,
+        cwd: str | None,
+        hints: HintRecorder | None,
+        reaper: Reaper | None = None,
     ) -> None:
         specs = node_specs(launch, files, cwd=cwd)
-        self._ranks = LocalRanks(specs)
+        self._ranks = LocalRanks(specs, reaper)
         if hints is not None:
             cuda = {spec.rank: spec.env.get("CUDA_VISIBLE_DEVICES") for spec in specs}
             hints.start(rank_gpus(cuda), self._ranks.last_output)

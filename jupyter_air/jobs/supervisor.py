@@ -286,7 +286,7 @@ class Supervisor:
                 if self._cancelled.is_set():
                     break
                 attempt = self._start(number, reaper)
-                end = self._run_attempt(attempt)
+                end = self._run_attempt(attempt, reaper)
                 over = (
                     end.status is not Outcome.FAILED
                     or end.final
@@ -331,10 +331,10 @@ class Supervisor:
         )
         return Attempt(number, run_id, files, guard, metrics, hints)
 
-    def _run_attempt(self, attempt: Attempt) -> AttemptEnd:
+    def _run_attempt(self, attempt: Attempt, reaper: Reaper) -> AttemptEnd:
         """The attempt's ranks, on its backend, until every one has exited."""
         try:
-            self._ranks = self._nodes(attempt)
+            self._ranks = self._nodes(attempt, reaper)
             if self._cancelled.is_set():
                 self._ranks.cancel()
             return self._ranks.run(timeout=self.job.workload.timeout)
@@ -425,7 +425,7 @@ class Supervisor:
         except Exception as err:
             log.error("could not end MLflow run %s: %s", first_run, err)
 
-    def _nodes(self, attempt: Attempt) -> Ranks:
+    def _nodes(self, attempt: Attempt, reaper: Reaper) -> Ranks:
         job, workload = self.job, self.job.workload
         extra = {**workload.env, **_mlflow_env(workload, attempt.run_id)}
         files = JobDir(self.store.job_dir(job.id))
@@ -457,7 +457,7 @@ class Supervisor:
             command=list(workload.command) if workload.kind != "python" else [],
             working_dir=workload.working_dir,
         )
-        return LocalNode(launch, files, workload.working_dir, attempt.hints)
+        return LocalNode(launch, files, workload.working_dir, attempt.hints, reaper)
 
 
 def _none() -> Future[Any]:
