@@ -48,7 +48,8 @@ class CliError(Exception):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser(argv).parse_args(argv)
     try:
         return int(args.func(args))
     except CliError as err:
@@ -63,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="air", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -161,9 +162,12 @@ def _parser() -> argparse.ArgumentParser:
     _output(permissions)
     permissions.set_defaults(func=_permissions)
 
-    from .schedules.cli import add_commands  # air schedule ..., air scheduler status|stop
+    # air schedule ..., air scheduler status|stop: their parsers (cron, pydantic models)
+    # load only for them or the list of commands, not for every other command.
+    if not argv or argv[0] in ("schedule", "scheduler", "-h", "--help"):
+        from .schedules.cli import add_commands
 
-    add_commands(sub)
+        add_commands(sub)
     return parser
 
 
@@ -457,13 +461,13 @@ def _follow(
 
 
 def _download(directory: Path, flt: LogFilter, target: Path, attempt: int) -> int:
-    from .job_dir import JobDir
     from .logs.query import log_files
 
     written = []
     for f in log_files(directory, flt):
-        # The download has a job directory's layout (as --help says): JobDir names it.
-        path = JobDir(target).attempt(attempt).rank_log(f.node, f.rank)
+        # The download's own layout, attempt_K/node_N/rank_R.log (as --help says and
+        # tests/test_cli.py checks): not a job's directory, which has logs/ in between.
+        path = target / f"attempt_{attempt}" / f"node_{f.node}" / f"rank_{f.rank}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
         one = LogFilter(**{**flt.__dict__, "node": f.node, "rank": f.rank})
         count = 0

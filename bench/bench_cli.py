@@ -1,0 +1,218 @@
+"""The ``air`` CLI against the tools it replaces (issue 17; see docs/benchmarks.md).
+
+Side by side in this one script, arms alternating within each round, medians kept:
+
+1. ``watch``: a job whose 2 ranks print N lines each (250,000 by default), submitted
+   with ``air run -f`` and waited for (its end in the job store), vs the same job with
+   ``air run -f --watch`` printing every line (counted). Target: <= 1.3x.
+2. ``follow``: ``LogFollower`` over that finished job's logs, in this process: lines/s
+   (wall and CPU); and ``air logs ID`` to /dev/null end to end. Target: >= 200,000/s.
+3. ``submit``: the CPU time of the ``air run -f`` process, beside the CPU time of a bare
+   ``import mlflow`` (what the submitting side paid before). Target: <= 0.5 s.
+4. ``trivial``: ``air run -f --watch`` of a 2-rank job printing one line per rank vs
+   ``torchrun --nproc_per_node 2`` on the same script. Target: <= 1.3x.
+5. ``search``: ``air logs ID --rank 1 --search WORD`` vs ``grep -i WORD`` on the same
+   rank's log file (250,000 lines, 1 in 100 matching), end to end as processes. Target:
+   <= 3x.
+
+Run: ``.venv/bin/python bench/bench_cli.py [--lines 250000] [--rounds 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from jupyter_air.jobs.follow import LogFollower  # noqa: E402
+from jupyter_air.jobs.store import JobStore  # noqa: E402
+
+BIN = Path(sys.executable).parent
+CHATTY = """import os, sys
+rank, n = os.environ["RANK"], int(sys.argv[1])
+for i in range(n):
+    print(f"rank {rank} step {i} loss 0.{i % 1000:03d} lr 3e-4 tokens/s 12345"
+          + (" checkpoint saved" if i % 100 == 0 else ""))
+"""
+TRIVIAL = """import os
+print("rank", os.environ["RANK"], "of", os.environ["WORLD_SIZE"])
+"""
+
+
+def workload(name: str, command: str) -> str:
+    return f"experiment_name: bench-cli\ncommand: {command}\ncompute:\n  nproc_per_node: 2\n"
+
+
+def cpu_of_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run(argv: list[str], env: dict[str, str], cwd: Path, out: Any = subprocess.DEVNULL) -> float:
+    """Wall seconds of one process, checked."""
+    start = time.perf_counter()
+    subprocess.run(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.PIPE, check=True)
+    return time.perf_counter() - start
+
+
+def submitted(output: str) -> str:
+    return output.split()[1]
+
+
+def wait_done(store: JobStore, job_id: str) -> None:
+    while not store.get(job_id).done:
+        time.sleep(0.02)
+
+
+class Bench:
+    def __init__(self, work: Path, lines: int) -> None:
+        self.work, self.lines = work, lines
+        self.env = {
+            **os.environ,
+            "AIR_HOME": str(work / "air"),
+            "MLFLOW_TRACKING_URI": f"sqlite:///{work}/mlflow.db",
+            "JUPYTER_RUNTIME_DIR": str(work / "runtime"),  # no Jupyter server: no links
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        os.environ.update({k: self.env[k] for k in ("AIR_HOME", "MLFLOW_TRACKING_URI")})
+        self.store = JobStore(work / "air")
+        (work / "chatty.py").write_text(CHATTY)
+        (work / "trivial.py").write_text(TRIVIAL)
+        (work / "chatty.yaml").write_text(workload("chatty", f"python chatty.py {lines}"))
+        (work / "trivial.yaml").write_text(workload("trivial", "python trivial.py"))
+        self.air = [sys.executable, "-m", "jupyter_air.cli"]
+        self.chatty_job: str | None = None
+
+    def no_watch(self) -> float:
+        start = time.perf_counter()
+        result = subprocess.run(
+            [*self.air, "run", "-f", "chatty.yaml"],
+            env=self.env, cwd=self.work, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        job_id = submitted(result.stdout)
+        wait_done(self.store, job_id)
+        self.chatty_job = job_id
+        return time.perf_counter() - start
+
+    def watch(self) -> float:
+        out = self.work / "watched.txt"
+        with out.open("w") as f:
+            seconds = run(
+                [*self.air, "run", "-f", "chatty.yaml", "--watch"], self.env, self.work, f
+            )
+        printed = sum(1 for line in out.open() if " step " in line)
+        assert printed == 2 * self.lines, f"--watch printed {printed} of {2 * self.lines} lines"
+        return seconds
+
+    def follower(self) -> dict[str, float]:
+        assert self.chatty_job is not None
+        start, cpu = time.perf_counter(), time.process_time()
+        count = sum(
+            len(lines) for _, lines in LogFollower(self.store, self.chatty_job).follow(interval=0)
+        )
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        assert count == 2 * self.lines
+        logs = run([*self.air, "logs", self.chatty_job], self.env, self.work)
+        return {
+            "lines_per_s_wall": count / wall,
+            "lines_per_s_cpu": count / cpu,
+            "air_logs_lines_per_s": count / logs,
+        }
+
+    def submit_cpu(self) -> dict[str, float]:
+        before = cpu_of_children()
+        result = subprocess.run(
+            [*self.air, "run", "-f", "trivial.yaml"],
+            env=self.env, cwd=self.work, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        air_cpu = cpu_of_children() - before
+        wait_done(self.store, submitted(result.stdout))
+        before = cpu_of_children()
+        subprocess.run([sys.executable, "-c", "import mlflow"], check=True)
+        return {"air_run_cpu_s": air_cpu, "import_mlflow_cpu_s": cpu_of_children() - before}
+
+    def trivial_watch(self) -> float:
+        return run([*self.air, "run", "-f", "trivial.yaml", "--watch"], self.env, self.work)
+
+    def torchrun(self) -> float:
+        argv = [str(BIN / "torchrun"), "--nproc_per_node", "2", "trivial.py"]
+        return run(argv, self.env, self.work)
+
+    def search(self) -> dict[str, float]:
+        assert self.chatty_job is not None
+        log = self.store.attempt_dir(self.chatty_job, 1) / "logs" / "node_0" / "rank_1.log"
+        ours = [*self.air, "logs", self.chatty_job, "--rank", "1", "--search", "CHECKPOINT"]
+        grep = ["grep", "-i", "CHECKPOINT", str(log)]
+        return {"air_s": run(ours, self.env, self.work), "grep_s": run(grep, self.env, self.work)}
+
+
+def median(rounds: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in rounds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=250_000, help="lines per rank")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if shutil.which("torchrun", path=str(BIN)) is None:
+        sys.exit("torchrun is missing from the venv (pip install torch)")
+    work = Path(tempfile.mkdtemp(prefix="bench-cli-"))
+    bench = Bench(work, args.lines)
+    bench.trivial_watch()  # untimed: the store's and the experiment's first use, warm caches
+    rounds: list[dict[str, float]] = []
+    arms: list[tuple[str, Callable[[], Any]]] = [
+        ("no_watch_s", bench.no_watch),
+        ("watch_s", bench.watch),
+        ("torchrun_s", bench.torchrun),
+        ("trivial_watch_s", bench.trivial_watch),
+    ]
+    for number in range(args.rounds):
+        result: dict[str, float] = {}
+        for name, arm in arms if number % 2 == 0 else arms[::-1]:
+            result[name] = arm()
+        result.update(bench.follower())
+        result.update(bench.submit_cpu())
+        result.update(bench.search())
+        print(json.dumps({k: round(v, 3) for k, v in result.items()}), flush=True)
+        rounds.append(result)
+    m = {key: median(rounds, key) for key in rounds[0]}
+    print(
+        f"\n{args.rounds} rounds, medians ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}):"
+    )
+    print(
+        f"- watch {m['watch_s']:.2f} s vs no watch {m['no_watch_s']:.2f} s: "
+        f"{m['watch_s'] / m['no_watch_s']:.2f}x (target <= 1.3x)"
+    )
+    print(
+        f"- follower {m['lines_per_s_wall']:,.0f} lines/s wall, {m['lines_per_s_cpu']:,.0f} "
+        f"lines/s CPU; air logs {m['air_logs_lines_per_s']:,.0f} lines/s (target >= 200,000)"
+    )
+    print(
+        f"- air run -f {m['air_run_cpu_s']:.2f} s CPU; import mlflow alone "
+        f"{m['import_mlflow_cpu_s']:.2f} s (target <= 0.5 s)"
+    )
+    print(
+        f"- trivial watch {m['trivial_watch_s']:.2f} s vs torchrun {m['torchrun_s']:.2f} s: "
+        f"{m['trivial_watch_s'] / m['torchrun_s']:.2f}x (target <= 1.3x)"
+    )
+    print(f"- search {m['air_s']:.3f} s vs grep -i {m['grep_s']:.3f} s: "
+          f"{m['air_s'] / m['grep_s']:.1f}x (target <= 3x)")  # fmt: skip
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
