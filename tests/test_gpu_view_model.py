@@ -368,6 +368,8 @@ def test_without_a_gpu_the_view_says_why_in_one_line_and_draws_only_the_host() -
         titles = [a.text for a in view.figure.layout.annotations]
         assert titles == ["Host (%)"], "no empty GPU charts"
         assert [t.name for t in view.figure.data] == ["host CPU", "host memory"]
+        assert view.figure.layout.yaxis.visible is False
+        assert view.figure.layout.yaxis4.domain == (0.0, 1.0)
         assert reason in view.status.value
         assert view.figure.layout.height < 300
     finally:
@@ -375,11 +377,14 @@ def test_without_a_gpu_the_view_says_why_in_one_line_and_draws_only_the_host() -
 
 
 def test_gpus_get_a_chart_row_per_metric_titled_clear_of_the_toolbar_with_24_hour_times() -> None:
-    from jupyter_air.kernel.gpu_magic import _figure
+    from jupyter_air.kernel.gpu_magic import _figure, _show_rows
 
-    figure = _figure(with_gpus=True)
+    figure = _figure()
+    _show_rows(figure, with_gpus=True)
     titles = [a.text for a in figure.layout.annotations]
     assert titles == ["GPU utilization (%)", "GPU memory (%)", "GPU temperature (°C)", "Host (%)"]
     assert {a.xanchor for a in figure.layout.annotations} == {"left"}, "the toolbar is right"
+    tops = [figure.layout[f"yaxis{k}"].domain[1] for k in ("", 2, 3, 4)]
+    assert tops == sorted(tops, reverse=True), "rows top to bottom, none hidden"
     assert figure.layout.xaxis.tickformat == "%H:%M"
     assert figure.layout.xaxis.hoverformat == "%H:%M:%S"

@@ -100,8 +100,8 @@ class GpuView:
         self.close_button = w.Button(description="Close", icon="times", tooltip="Stop this view")
         self.status = w.HTML()
         self.cards = w.HTML()
-        self._with_gpus = False
-        self.figure = _figure(with_gpus=False)
+        self._with_gpus: bool | None = None  # what the charts' rows are laid out for
+        self.figure = _figure()
         header = w.HBox(
             [self.title, self.range, self.refresh, self.resume, self.close_button],
             layout=w.Layout(align_items="center"),
@@ -154,9 +154,8 @@ class GpuView:
     def _draw(self, history: GpuHistory) -> None:
         if bool(history.gpus) != self._with_gpus:  # the GPU rows, only with GPUs
             self._with_gpus = bool(history.gpus)
-            old, self.figure = self.figure, _figure(self._with_gpus)
-            self.box.children = [*self.box.children[:-1], self.figure]
-            old.close()
+            with self.figure.batch_update():
+                _show_rows(self.figure, self._with_gpus)
         seconds = RANGES[self.range_key]
         start = history.window(seconds)
         x = [datetime.fromtimestamp(t) for t in history.t[start:]]
@@ -171,10 +170,9 @@ class GpuView:
                 (f"GPU {i} temperature", 3, gpu["temp"][start:]),
             ]
         total_mem = history.host.get("mem_total_mib")
-        host_row = len(ROWS) if self._with_gpus else 1
         series += [
-            ("host CPU", host_row, history.cpu[start:]),
-            ("host memory", host_row, [_percent(v, total_mem) for v in history.mem[start:]]),
+            ("host CPU", len(ROWS), history.cpu[start:]),
+            ("host memory", len(ROWS), [_percent(v, total_mem) for v in history.mem[start:]]),
         ]
         with self.figure.batch_update():
             if len(self.figure.data) != len(series):
@@ -193,28 +191,62 @@ class GpuView:
                 self.figure.update_xaxes(range=ends)
 
 
-def _figure(with_gpus: bool) -> Any:
-    """The charts: a row per GPU metric then the host's, or the host's alone where there
-    is no GPU (no empty GPU charts). Titles sit at the left, clear of plotly's toolbar;
-    times are 24-hour."""
+#: Chart layout: the height of a row and the gap between two, in pixels.
+ROW_HEIGHT = 170
+ROW_GAP = 50
+
+
+def _figure() -> Any:
+    """The charts, a row per GPU metric then the host's (``_rows_layout`` shows the GPU
+    rows only where there are GPUs); 24-hour times."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    rows = ROWS if with_gpus else ROWS[-1:]
-    figure = make_subplots(
-        rows=len(rows), cols=1, shared_xaxes=True, vertical_spacing=0.08 if with_gpus else 0.0,
-        subplot_titles=[f"{title} ({unit})" for title, unit in rows],
-    )  # fmt: skip
-    figure.update_annotations(x=0, xanchor="left", font={"size": 13})
+    figure = make_subplots(rows=len(ROWS), cols=1, shared_xaxes=True)
     figure.update_layout(
-        height=170 * len(rows) + 90, margin={"l": 50, "r": 20, "t": 40, "b": 30},
-        hovermode="x unified", legend={"orientation": "h"}, template="plotly_white",
+        margin={"l": 50, "r": 20, "t": 40, "b": 30}, hovermode="x unified",
+        legend={"orientation": "h"}, template="plotly_white",
     )  # fmt: skip
     figure.update_xaxes(tickformat="%H:%M", hoverformat="%H:%M:%S")
-    for row, (_, unit) in enumerate(rows, start=1):
+    for row, (_, unit) in enumerate(ROWS, start=1):
         if unit == "%":
             figure.update_yaxes(range=[0, 100], row=row, col=1)
+    _show_rows(figure, with_gpus=False)
     return go.FigureWidget(figure)
+
+
+def _show_rows(figure: Any, with_gpus: bool) -> None:
+    layout = _rows_layout(with_gpus)
+    figure.layout.annotations = layout.pop("annotations")  # replaced, not merged
+    figure.update_layout(layout)
+
+
+def _rows_layout(with_gpus: bool) -> dict[str, Any]:
+    """Domains, titles and height of the chart rows: every row with GPUs, else only the
+    host's (no empty GPU charts). Changed in place: a new figure widget shown in the
+    view's place would be drawn empty. Titles sit at the left, clear of plotly's
+    toolbar at the right."""
+    shown = list(range(len(ROWS))) if with_gpus else [len(ROWS) - 1]
+    plot = ROW_HEIGHT * len(shown) + ROW_GAP * (len(shown) - 1)
+    layout: dict[str, Any] = {"height": plot + 70, "annotations": []}
+    for k in range(len(ROWS)):
+        axis = "yaxis" if k == 0 else f"yaxis{k + 1}"
+        if k not in shown:
+            layout[axis] = {"visible": False, "domain": [0, 0]}
+            layout[axis.replace("y", "x")] = {"visible": False}
+            continue
+        place = shown.index(k)
+        top = plot - place * (ROW_HEIGHT + ROW_GAP)
+        domain = [(top - ROW_HEIGHT) / plot, top / plot]
+        layout[axis] = {"visible": True, "domain": domain}
+        layout[axis.replace("y", "x")] = {"visible": True}
+        title, unit = ROWS[k]
+        layout["annotations"].append(
+            {"text": f"{title} ({unit})", "x": 0, "y": domain[1], "xref": "paper",
+             "yref": "paper", "xanchor": "left", "yanchor": "bottom", "showarrow": False,
+             "font": {"size": 13}}
+        )  # fmt: skip
+    return layout
 
 
 def _text(poller: GpuPoller) -> str:

@@ -1,6 +1,7 @@
 """``%air_gpu`` as a user sees it, in JupyterLab and in Jupyter Notebook 7: the widget
 shows the fake driver's GPUs, read from the Jupyter server's sampler, with plotly charts,
-and its Refresh button samples at once."""
+and its Refresh button samples at once; on a machine without a GPU it says why in one
+line and draws only the host's chart."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.fake_nvml import Scenario
 from tests.ui.conftest import Lab
 from tests.ui.notebook_pages import open_notebook, put_notebook, run_cell
 from tests.ui.test_gpu_panel import two_gpus
@@ -108,3 +110,36 @@ def test_an_idle_view_pauses_and_hovering_its_chart_resumes_it(page: Any) -> Non
         chart.hover(position={"x": box["width"] - dx, "y": box["height"] / 2})
     page.wait_for_selector(f"{status} >> text=Updated every 1 s", timeout=30_000)
     assert not page.is_visible(f'{idle} >> button:has-text("Resume")')
+
+
+def test_without_a_gpu_the_view_says_why_and_draws_only_the_host(
+    start_lab: Callable[..., Lab], browser: Any, app: str, artifacts: Path
+) -> None:
+    """The driver is not loaded (nvmlInit fails), as on a machine without a GPU."""
+    lab = start_lab(Scenario(init_error="DRIVER_NOT_LOADED"), app=app)
+    put_notebook(lab, "nogpu.ipynb", [CELL])
+    page = open_notebook(browser, lab, "nogpu.ipynb", app)
+    try:
+        run_cell(page, 0)
+        page.wait_for_selector(f"{VIEW} .jp-air-GpuView-nogpu", timeout=60_000)
+        line = page.text_content(f"{VIEW} .jp-air-GpuView-nogpu")
+        assert line.startswith("No GPU here: ")
+        assert line.endswith("Host CPU and memory below.")
+        page.wait_for_selector(
+            f"{VIEW} .js-plotly-plot .scatterlayer .trace", state="attached", timeout=60_000
+        )
+        titles = page.eval_on_selector_all(
+            f"{VIEW} .js-plotly-plot .annotation-text", "nodes => nodes.map(n => n.textContent)"
+        )
+        assert titles == ["Host (%)"], "no empty GPU charts"
+        assert page.locator(f"{VIEW} .jp-air-GpuView-gpu").count() == 0
+        # The header's buttons share one line's middle.
+        middles = page.eval_on_selector_all(
+            f"{VIEW} .widget-hbox >> nth=0 >> button",
+            "nodes => nodes.filter(n => n.offsetParent)"
+            ".map(n => { const r = n.getBoundingClientRect(); return r.top + r.height / 2; })",
+        )
+        assert max(middles) - min(middles) < 3, middles
+        page.screenshot(path=str(artifacts / f"air-gpu-nogpu-{app}.png"), full_page=True)
+    finally:
+        page.close()
