@@ -1,10 +1,11 @@
 """Back-to-back trivial cells from one kernel vs the same cell alone (see docs/benchmarks.md).
 
 Side by side, in one kernel:
-1. ``--alone`` trivial ``%%air_distributed -n 1`` cells, each once every process of the
-   previous job has ended and the runs' tail process is idle: what one cell costs alone
-   (half before, half after 2., so that a machine whose load changes weighs on both);
-2. ``--cells`` of the same cell back to back, each as soon as the previous one returned.
+1. trivial ``%%air_distributed -n 1`` cells alone, each once every process of the
+   previous job has ended and the runs' tail process is idle: what one cell costs alone;
+2. the same cell back to back, each as soon as the previous one returned.
+Both in ``--blocks`` alternating blocks (``--alone`` and ``--cells`` in all), so that a
+machine whose load changes (other users, other tests) weighs on both alike.
 
 The target (issue 17): the back-to-back cells take at most 1.5x ``cells`` times one
 alone, and the processes of finished jobs (their supervisors and watchdogs, and the
@@ -146,6 +147,10 @@ def cell(kernel: Kernel) -> float:
     return execution.seconds
 
 
+def _share(total: int, blocks: int, block: int) -> int:
+    return total // blocks + (block < total % blocks)
+
+
 def alone_cells(kernel: Kernel, home: Path, count: int) -> list[float]:
     """``count`` cells, each with nothing of an earlier job left running."""
     seconds = []
@@ -177,6 +182,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=100)
     parser.add_argument("--alone", type=int, default=10)
+    parser.add_argument("--blocks", type=int, default=5)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="air-bench-b2b-"))
     home = work / "air"
@@ -193,13 +199,17 @@ def main() -> None:
         store = JobStore(home)
         cell(kernel)  # the first call creates the MLflow store and the experiment
         settle(kernel, home)
-        alone = alone_cells(kernel, home, args.alone // 2)
+        alone: list[float] = []
+        back_to_back: list[float] = []
+        wall = 0.0
         with FinishedJobsRss(kernel_pid(kernel), store) as rss:
-            started = time.monotonic()
-            back_to_back = [cell(kernel) for _ in range(args.cells)]
-            wall = time.monotonic() - started
-            settle(kernel, home)
-        alone += alone_cells(kernel, home, args.alone - args.alone // 2)
+            for block in range(args.blocks):
+                alone += alone_cells(kernel, home, _share(args.alone, args.blocks, block))
+                started = time.monotonic()
+                for _ in range(_share(args.cells, args.blocks, block)):
+                    back_to_back.append(cell(kernel))
+                wall += time.monotonic() - started
+                settle(kernel, home)
         counts = check_runs(store, tracking_uri)
     finally:
         kernel.shutdown()

@@ -8,7 +8,8 @@ attempt), and takes the job down when it is cancelled or the kernel that follows
 dies. The first attempt's run was created by the kernel, so links show at once; a job
 submitted without MLflow (``air run``) gets its experiment and first run made here.
 The job's end is recorded before anything on the MLflow side that may fail or take
-memory, so nothing there changes a job's outcome.
+memory, so nothing there changes a job's outcome; each run's tail (its last metrics
+sample, its end, its logs) is handed to the user's tail process (``run_tails``).
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ class Tracking:
 
     ``import mlflow`` costs about 2 s of CPU, taken from the ranks while they start. So
     it happens in the background, at the lowest priority, once the first system-metrics
-    sample is due, or at once when something needs MLflow (a retry's new run, the end
-    of the job). A job shorter than the metrics interval never competes with it.
+    sample is due, or at once when something needs MLflow (a retry's new run, a hint's
+    tag). A job shorter than the metrics interval never imports it at all: its run's
+    tail is done by the user's tail process, which keeps MLflow loaded.
     """
 
     def __init__(
