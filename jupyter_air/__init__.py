@@ -46,8 +46,10 @@ def load_ipython_extension(ipython: Any) -> None:
     from .kernel.magics import AirMagics
     from .kernel.runs_magic import AirRunsMagics
     from .kernel.schedule_magic import AirScheduleMagics
+    from .kernel.session_magic import AirSessionMagics
 
     ipython.register_magics(AirMagics)
     ipython.register_magics(AirGpuMagics)
     ipython.register_magics(AirRunsMagics)
     ipython.register_magics(AirScheduleMagics)
+    ipython.register_magics(AirSessionMagics)

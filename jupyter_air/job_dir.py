@@ -4,6 +4,8 @@
 
     jobs/<id>/payload.pkl                 the pickled cell or function (python jobs)
     jobs/<id>/supervisor.log              the supervisor's own log
+    jobs/<id>/session.sock                a warm session's channel (the kernel listens)
+    jobs/<id>/session_cells.jsonl         a warm session's cells: number, run, start, end
     jobs/<id>/attempt_K/result.pkl        rank 0's value (written whole: .tmp, then renamed)
     jobs/<id>/attempt_K/error_rank_R.txt  a failing rank's traceback
     jobs/<id>/attempt_K/hints.json        the efficiency hints now raised
@@ -29,6 +31,8 @@ from .paths import write_private
 
 PAYLOAD = "payload.pkl"
 SUPERVISOR_LOG = "supervisor.log"
+SESSION_SOCKET = "session.sock"
+SESSION_CELLS = "session_cells.jsonl"
 RESULT = "result.pkl"
 HINTS = "hints.json"
 NODES = "nodes.json"
@@ -159,6 +163,14 @@ class JobDir:
     @property
     def supervisor_log(self) -> Path:
         return self.path / SUPERVISOR_LOG
+
+    @property
+    def session_socket(self) -> Path:
+        return self.path / SESSION_SOCKET
+
+    @property
+    def session_cells(self) -> Path:
+        return self.path / SESSION_CELLS
 
     def attempt(self, number: int) -> AttemptDir:
         return AttemptDir(self.path / f"attempt_{number}")

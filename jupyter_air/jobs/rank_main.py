@@ -36,17 +36,17 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def run_cell(source: str, namespace: dict[str, Any]) -> Any:
+def run_cell(source: str, namespace: dict[str, Any], filename: str = CELL_FILE) -> Any:
     """Execute like IPython: the value of a final expression is the cell's result."""
-    linecache.cache[CELL_FILE] = (len(source), None, source.splitlines(True), CELL_FILE)
-    tree = ast.parse(source, CELL_FILE)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    tree = ast.parse(source, filename)
     last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
     if last is not None:
         tree.body.pop()
-    exec(compile(tree, CELL_FILE, "exec"), namespace)
+    exec(compile(tree, filename, "exec"), namespace)
     if last is None:
         return None
-    return eval(compile(ast.Expression(last.value), CELL_FILE, "eval"), namespace)
+    return eval(compile(ast.Expression(last.value), filename, "eval"), namespace)
 
 
 #: The job's MLflow variables: what MLflow's own calls remove from them is put back.

@@ -14,8 +14,9 @@ Backend = Literal["local", "ray"]
 class Workload:
     """One submission's description; stored as JSON with the job."""
 
-    #: "python": a pickled cell or function (payload.pkl in the job dir); "command": argv.
-    kind: Literal["python", "command"]
+    #: "python": a pickled cell or function (payload.pkl in the job dir); "command": argv;
+    #: "session": warm ranks (``command`` is their loop) that run cells the kernel sends.
+    kind: Literal["python", "command", "session"]
     nproc_per_node: int = 1
     nnodes: int = 1
     #: "local": ranks on this machine; "ray": one node agent per node of a Ray cluster.

@@ -111,6 +111,14 @@ class AirMagics(Magics):
         metavar="NAME",
         help="Bring NAME back from rank 0 into the notebook (repeatable).",
     )
+    @argument(
+        "--session",
+        action="store_true",
+        help=(
+            "Run the cell on the warm ranks of %%air_session start (their names stay "
+            "between cells); only --out and --output-ranks apply."
+        ),
+    )
     @cell_magic
     def air_distributed(self, line: str, cell: str) -> Any:
         """Run the cell on N worker processes with the torchrun environment, as one job
@@ -128,6 +136,12 @@ class AirMagics(Magics):
             args = parse_argstring(self.air_distributed, line)
         except UsageError as err:  # argparse's own message names the option
             raise UsageError(f"{err}; {SEE_HELP}") from None
+        if args.session:
+            from .session_magic import run_session_cell
+
+            assert self.shell is not None
+            _only_session_options(line)
+            return run_session_cell(cell, list(args.out), args.output_ranks, self.shell.user_ns)
         try:
             options = Options(
                 nproc_per_node=args.nproc_per_node,
@@ -152,3 +166,15 @@ class AirMagics(Magics):
             return run(payload, options, cell, user_ns)
         except (OptionError, UnpicklableName, SyntaxError) as err:
             raise UsageError(f"{err}; {SEE_HELP}") from None
+
+
+def _only_session_options(line: str) -> None:
+    """A session's ranks, environment and run were chosen by ``%air_session start``."""
+    allowed = {"--session", "--out", "--output-ranks"}
+    for word in line.split():
+        flag = word.split("=", 1)[0]
+        if flag.startswith("-") and flag not in allowed:
+            raise UsageError(
+                f"{flag} does not apply to a --session cell (give it to %air_session start); "
+                f"{SEE_HELP}"
+            )

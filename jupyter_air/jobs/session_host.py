@@ -1,0 +1,212 @@
+"""The kernel's side of a warm session: its job's ranks, reached through ``session_wire``.
+
+A session is one job of kind "session" whose ranks run ``session_rank``. This object
+listens on the job's socket, waits for every rank, sends cells and collects their
+replies, interrupts a running cell, and ends the session: on ``stop``, after
+``idle_timeout`` seconds without a cell, or when a rank's process dies (then every rank
+is stopped by the node agent's stop rule and the reason is the job's message). Once
+ended, it says why. It knows nothing of IPython or MLflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..job_dir import JobDir
+from ..paths import private_opener
+from . import cancel
+from . import session_wire as wire
+from .store import JobStore
+
+#: Seconds the ranks get to leave after ``stop``, then the job is cancelled.
+STOP_WAIT = 15.0
+#: Seconds the node agent gets to stop every rank once one died.
+DEATH_WAIT = 15.0
+
+
+class SessionEnded(RuntimeError):
+    """The session is over; the message says why."""
+
+
+class Session:
+    """A session's job and the channel to its ranks (thread-safe: an idle timer may end it)."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        job_id: str,
+        nproc: int,
+        idle_timeout: float | None,
+        on_end: Callable[[str], None] = lambda status: None,
+    ) -> None:
+        self.store, self.job_id, self.nproc = store, job_id, nproc
+        self.files = JobDir(store.job_dir(job_id))
+        self.idle_timeout = idle_timeout
+        self.pids: dict[int, int] = {}
+        self.cells = 0
+        self.last_used = time.time()
+        #: Why the session ended, once it has; why it is ending, while it stops.
+        self.ended: str | None = None
+        self.stopping: str | None = None
+        self._on_end = on_end
+        self._lock = threading.RLock()
+        self._busy = False
+        self._timer: threading.Timer | None = None
+        self._ranks: dict[int, socket.socket] = {}
+        self._replies: dict[int, dict[str, Any]] = {}
+        self._selector = selectors.DefaultSelector()
+        self._server = wire.listen(self.files.session_socket)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Return once every rank has said hello; raise ``SessionEnded`` if the job ends
+        (or ``timeout`` passes) first."""
+        self._server.settimeout(0.1)
+        deadline = time.monotonic() + timeout
+        while len(self._ranks) < self.nproc:
+            try:
+                sock, _ = self._server.accept()
+            except TimeoutError:
+                if self.store.get(self.job_id).done:
+                    self._end(f"the ranks did not start: {self._job_message()}")
+                    raise SessionEnded(self.ended) from None
+                if time.monotonic() > deadline:
+                    self.stop(f"the ranks did not start within {timeout:g} s")
+                    raise SessionEnded(self.ended) from None
+                continue
+            sock.settimeout(None)
+            hello = wire.receive(sock) if wire.same_user(sock) else None
+            if hello is None or hello.get("op") != wire.Op.HELLO.value:
+                sock.close()  # not one of ours
+                continue
+            self._ranks[hello["rank"]] = sock
+            self.pids[hello["rank"]] = hello["pid"]
+            self._selector.register(sock, selectors.EVENT_READ, hello["rank"])
+        self._idle_from_now()
+
+    def send_cell(self, payload: bytes, run_id: str) -> int:
+        """Start a cell on every rank (``run_id``: its MLflow run); its number."""
+        with self._lock:
+            self.check()
+            self._busy = True
+            self.cells += 1
+            self._replies = {}
+            for sock in self._ranks.values():
+                wire.send(sock, wire.Op.CELL, number=self.cells, payload=payload, run_id=run_id)
+            return self.cells
+
+    def collect(
+        self, tick: Callable[[], None], until: float | None = None
+    ) -> dict[int, dict[str, Any]] | None:
+        """Every rank's reply to the running cell, calling ``tick`` between looks; None
+        if ``until`` (a monotonic time) passes first. Replies already read are kept, so
+        a call cut short by an interrupt can be made again. A rank whose channel closes
+        has died: the session ends (``SessionEnded``)."""
+        while len(self._replies) < len(self._ranks):
+            for key, _ in self._selector.select(0.05):
+                rank: int = key.data
+                message = wire.receive(key.fileobj)  # type: ignore[arg-type]
+                if message is None:
+                    self._lost(rank)
+                elif message.get("op") == wire.Op.DONE.value:
+                    self._replies[rank] = message
+            tick()
+            if until is not None and time.monotonic() > until:
+                return None
+        with self._lock:
+            self._busy = False
+            self._idle_from_now()
+        return dict(self._replies)
+
+    def interrupt(self) -> None:
+        """``KeyboardInterrupt`` in every rank's running cell."""
+        for sock in list(self._ranks.values()):
+            with contextlib.suppress(OSError):
+                wire.send(sock, wire.Op.INTERRUPT)
+
+    def check(self) -> None:
+        """Raise ``SessionEnded`` if the session is over (its job may have been cancelled)."""
+        if self.ended is None and self.store.get(self.job_id).done:
+            self._end(f"its job ended: {self._job_message()}")
+        if self.ended is not None:
+            raise SessionEnded(self.ended)
+
+    def stop(self, reason: str) -> None:
+        """Let every rank leave, cancel the job if they do not, and end the session."""
+        with self._lock:
+            if self.ended is not None:
+                return
+            self.stopping = reason
+            for sock in self._ranks.values():
+                with contextlib.suppress(OSError):
+                    wire.send(sock, wire.Op.STOP)
+            if not self._wait_done(STOP_WAIT):
+                cancel.cancel(self.store, self.job_id)
+                cancel.wait(self.store, self.job_id, STOP_WAIT)
+            self._end(reason)
+
+    def record_cell(self, record: dict[str, Any]) -> None:
+        """One line of the session's cells file: which cell ran when (the logs' lines of
+        that time are the cell's), in which MLflow run."""
+        with open(self.files.session_cells, "a", opener=private_opener) as out:
+            out.write(json.dumps(record) + "\n")
+
+    def _lost(self, rank: int) -> None:
+        """Rank ``rank``'s process died: the node agent stops the others and the job
+        fails with how it died; the session ends saying so."""
+        with self._lock:
+            if self.ended is None:
+                if not self._wait_done(DEATH_WAIT):
+                    cancel.cancel(self.store, self.job_id)
+                    cancel.wait(self.store, self.job_id, DEATH_WAIT)
+                self._end(f"rank {rank}'s process ended: {self._job_message()}")
+        raise SessionEnded(self.ended)
+
+    def _wait_done(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.store.get(self.job_id).done:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def _job_message(self) -> str:
+        job = self.store.get(self.job_id)
+        attempts = self.store.attempts(self.job_id)
+        message = job.message or (attempts[-1].message if attempts else None)
+        return message or str(job.status).lower()
+
+    def _end(self, reason: str) -> None:
+        with self._lock:
+            self.ended = reason
+            if self._timer is not None:
+                self._timer.cancel()
+            for sock in self._ranks.values():
+                with contextlib.suppress(KeyError, ValueError):
+                    self._selector.unregister(sock)
+                sock.close()
+            self._server.close()
+            self.files.session_socket.unlink(missing_ok=True)
+            self._on_end(str(self.store.get(self.job_id).status))
+
+    def _idle_from_now(self) -> None:
+        self.last_used = time.time()
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.idle_timeout:
+            self._timer = threading.Timer(self.idle_timeout, self._idle)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _idle(self) -> None:
+        with self._lock:
+            if self._busy or self.ended is not None:
+                return
+            minutes = (self.idle_timeout or 0) / 60
+            self.stop(f"stopped after {minutes:g} min without a cell (--idle-timeout)")

@@ -1,0 +1,183 @@
+"""One warm rank of a session: run the cells the kernel sends, in one namespace.
+
+``python -m jupyter_air.jobs.session_rank``, started by the job's node agent like any
+rank (the torchrun environment, its output captured into its rank log). It connects to
+the kernel through the job directory's socket (``session_wire``) and runs each cell in
+the same fresh ``__main__``, so names, models and the process group stay between cells.
+``MLFLOW_RUN_ID`` is the cell's own run while it runs. The kernel's interrupt raises
+``KeyboardInterrupt`` in the running cell only; a SIGINT from outside while no cell runs
+(a cancel) ends the rank. The kernel's channel closing (its kernel died) ends it too.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from ..job_dir import JobDir
+from ..paths import air_home
+from . import rank_main
+from . import session_wire as wire
+from .rank_main import exit_now, keep_run_in_environment, run_cell
+
+#: Seconds a rank tries to reach its kernel before giving up.
+CONNECT_WAIT = 300.0
+
+
+class _Cells:
+    """Whether a cell runs now, so that an interrupt reaches only a running cell."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = False
+        self.asked = False  # the kernel asked for an interrupt (a late one is ignored)
+
+    def interrupt(self) -> None:
+        with self.lock:
+            self.asked = True
+            if self.running:
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    def on_sigint(self, signum: int, frame: types.FrameType | None) -> None:
+        if self.running or not self.asked:
+            raise KeyboardInterrupt  # in the cell; or, between cells, a cancel: leave
+
+
+class _CountingStream:
+    """``sys.stdout``/``sys.stderr`` as they were, counting the lines written through
+    them, so the kernel knows how many of a cell's lines to wait for in the logs."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.lines = 0
+
+    def write(self, text: str) -> int:
+        self.lines += text.count("\n")
+        return int(self._stream.write(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def user_traceback(err: BaseException) -> str:
+    """The traceback from the user's code on, without the frames that ran the cell."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, rank_main.__file__):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(err), err, tb or err.__traceback__))
+
+
+def _result(value: Any, outputs: dict[str, Any]) -> bytes:
+    """Rank 0's value and requested names; what cannot be pickled comes back as its repr."""
+    try:
+        return bytes(cloudpickle.dumps({"value": value, "outputs": outputs, "unpicklable": {}}))
+    except Exception as err:
+        reprs = {"value": repr(value), **{n: repr(v) for n, v in outputs.items()}}
+        data = {"value": None, "outputs": {}, "unpicklable": reprs, "why": str(err)}
+        return bytes(cloudpickle.dumps(data))
+
+
+def _end_cell_run(run_id: str) -> None:
+    """A run the cell's code made active (``mlflow.log_metric`` starts one from
+    ``MLFLOW_RUN_ID``) is left at the cell's end, so the next cell logs into its own."""
+    fluent = sys.modules.get("mlflow.tracking.fluent")
+    if fluent is None:
+        return
+    active = fluent.active_run()
+    if active is not None and active.info.run_id == run_id:
+        fluent.end_run()  # the kernel sets the run's real status after the cell
+
+
+def _connect(path: Path) -> Any:
+    deadline = time.monotonic() + CONNECT_WAIT
+    while True:
+        try:
+            return wire.connect(path)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+def main() -> int:
+    rank = int(os.environ["RANK"])
+    sock = _connect(JobDir.under(air_home(), os.environ["AIR_JOB_ID"]).session_socket)
+    wire.send(sock, wire.Op.HELLO, rank=rank, pid=os.getpid())
+    keep_run_in_environment()
+    main_module = types.ModuleType("__main__")
+    sys.modules["__main__"] = main_module
+    namespace = main_module.__dict__
+    namespace["__builtins__"] = __builtins__
+    cells = _Cells()
+    out, err = _CountingStream(sys.stdout), _CountingStream(sys.stderr)
+    sys.stdout, sys.stderr = out, err
+    signal.signal(signal.SIGINT, cells.on_sigint)
+    inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
+
+    def read() -> None:
+        while (message := wire.receive(sock)) is not None:
+            if message["op"] == wire.Op.INTERRUPT.value:
+                cells.interrupt()
+            else:
+                inbox.put(message)
+        inbox.put(None)  # the kernel is gone
+
+    threading.Thread(target=read, name="air-session-channel", daemon=True).start()
+    try:
+        while (message := inbox.get()) is not None and message["op"] == wire.Op.CELL.value:
+            before = out.lines + err.lines
+            reply = _run(message, namespace, rank, cells)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            reply["lines"] = out.lines + err.lines - before
+            wire.send(sock, wire.Op.DONE, **reply)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _run(message: dict[str, Any], namespace: dict[str, Any], rank: int, cells: _Cells) -> Any:
+    number: int = message["number"]
+    payload: dict[str, Any] = cloudpickle.loads(message["payload"])
+    os.environ["MLFLOW_RUN_ID"] = message["run_id"]
+    os.environ["AIR_CELL"] = str(number)
+    reply: dict[str, Any] = {"number": number, "rank": rank, "ok": True, "interrupted": False}
+    reply.update(error=None, result=None)
+    with cells.lock:
+        cells.running, cells.asked = True, False
+    try:
+        for alias, module in payload.get("modules", {}).items():
+            namespace[alias] = importlib.import_module(module)
+        namespace.update(payload.get("names", {}))
+        value = run_cell(payload["source"], namespace, f"<air_session cell {number}>")
+    except BaseException as err:  # the cell fails; the rank and its namespace stay
+        with cells.lock:
+            cells.running = False
+        reply["ok"] = False
+        reply["interrupted"] = isinstance(err, KeyboardInterrupt)
+        reply["error"] = user_traceback(err)
+        sys.stderr.write("KeyboardInterrupt\n" if reply["interrupted"] else reply["error"])
+        return reply
+    finally:
+        with cells.lock:
+            cells.running = False
+        _end_cell_run(message["run_id"])
+    if rank == 0:
+        outputs = {n: namespace[n] for n in payload.get("outputs", []) if n in namespace}
+        reply["result"] = _result(value, outputs)
+    return reply
+
+
+if __name__ == "__main__":
+    exit_now(main())

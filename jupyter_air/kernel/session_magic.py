@@ -1,0 +1,118 @@
+"""``%air_session start|status|stop`` and the cells of ``%%air_distributed --session``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from ..jobs.session_host import SessionEnded
+from .capture import UnpicklableName, cell_payload
+from .launch import OptionError, Options, parse_env
+from .warm_session import WarmSession
+
+SEE_HELP = "see %air_session? for the options"
+#: The kernel's session (one at a time).
+_current: WarmSession | None = None
+
+
+def run_session_cell(cell: str, out: list[str], output_ranks: str, user_ns: dict[str, Any]) -> Any:
+    """What ``%%air_distributed --session`` does: the cell on the warm ranks."""
+    if _current is None:
+        raise UsageError("no session is running: start one with %air_session start -n N")
+    try:
+        _current.session.check()
+    except SessionEnded as err:
+        raise UsageError(
+            f"the session (job {_current.job_id}) ended: {err}; "
+            "start a new one with %air_session start"
+        ) from None
+    try:
+        payload = cell_payload(cell, user_ns, out).dumps()
+    except (UnpicklableName, SyntaxError) as err:
+        raise UsageError(str(err)) from None
+    return _current.run_cell(payload, cell, output_ranks, user_ns)
+
+
+@magics_class
+class AirSessionMagics(Magics):
+    @magic_arguments()
+    @argument("action", choices=["start", "status", "stop"], help="What to do.")
+    @argument(
+        "-n",
+        "--nproc-per-node",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Ranks (default: one per visible GPU, or 1 without GPUs).",
+    )
+    @argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Environment variable for every rank (repeatable).",
+    )
+    @argument("--experiment", help="MLflow experiment name (wins over mlflow.set_experiment()).")
+    @argument("--run-name", help="The session's MLflow run name.")
+    @argument(
+        "--oversubscribe",
+        action="store_true",
+        help="Start the ranks even when they are more than this machine holds.",
+    )
+    @argument(
+        "--idle-timeout",
+        type=float,
+        default=30.0,
+        metavar="MINUTES",
+        help="Stop the session after this many minutes without a cell (0: never).",
+    )
+    @line_magic
+    def air_session(self, line: str) -> None:
+        """Warm ranks kept between cells: start them once, then run cells on them with
+        ``%%air_distributed --session``; each rank keeps its names (models, the process
+        group) until ``%air_session stop``, the idle timeout, or the kernel's end.
+
+        Example:
+
+            %air_session start -n 2
+        """
+        global _current
+        try:
+            args = parse_argstring(self.air_session, line)
+        except UsageError as err:
+            raise UsageError(f"{err}; {SEE_HELP}") from None
+        if args.action == "status":
+            print(_current.describe() if _current is not None else "no session")
+        elif args.action == "stop":
+            if _current is None or _current.session.ended is not None:
+                print("no session is running")
+                return
+            _current.stop()
+            print(_current.describe())
+        else:
+            if _current is not None and _current.session.ended is None:
+                raise UsageError(
+                    f"a session is running (job {_current.job_id}): %air_session stop first"
+                )
+            try:
+                options = Options(
+                    nproc_per_node=args.nproc_per_node,
+                    experiment=args.experiment,
+                    run_name=args.run_name,
+                    env=parse_env(args.env),
+                    oversubscribe=args.oversubscribe,
+                )
+                _current = WarmSession(options, args.idle_timeout)
+            except OptionError as err:
+                raise UsageError(f"{err}; {SEE_HELP}") from None
+            except SessionEnded as err:
+                raise UsageError(f"the session could not start: {err}") from None
+            links = _current.links(_current.run_id)
+            print(
+                f"Session job {_current.job_id}: {_current.session.nproc} ranks ready; "
+                f"run {_current.run_name}: {links['run'] or links.get('open run')}\n"
+                "Run cells on them with %%air_distributed --session; %air_session stop ends it."
+            )

@@ -1,0 +1,223 @@
+"""A warm session from the kernel: start it as one job with one MLflow run, run cells on
+its ranks (each cell a child run), stop it.
+
+The cell's output streams through the job's logs as a fresh cell's does (``JobView``);
+its failure and interrupt read as a fresh cell's (``JobFailed``, ``Interrupted``). The
+child run is made before the cell (its id is the ranks' ``MLFLOW_RUN_ID``); its source,
+its end and the cells file are written after the cell, off its critical path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import cloudpickle
+
+from ..identity import mlflow_user, server_owner
+from ..jobs.checks import Refused, check_submission
+from ..jobs.follow import LogFollower
+from ..jobs.session_host import Session, SessionEnded
+from ..jobs.spec import Workload
+from ..jobs.store import JobStore
+from ..logs.query import LogFilter
+from .display import JobView
+from .launch import (
+    Interrupted,
+    JobFailed,
+    OptionError,
+    Options,
+    _option_error,
+    _result,
+    default_nproc,
+    job_links,
+)
+from .session import cell_id, notebook_path
+
+#: Seconds the ranks get to start and reach the kernel.
+START_WAIT = 300.0
+#: Seconds the ranks get to leave an interrupted cell before the session is stopped.
+INTERRUPT_WAIT = 10.0
+#: Seconds the ranks' last lines get to reach the logs once every rank answered.
+DRAIN = 2.0
+RANK_LOOP = "jupyter_air.jobs.session_rank"
+
+
+class WarmSession:
+    """The kernel's one session: its job, its parent run, its cells."""
+
+    def __init__(self, options: Options, idle_timeout_min: float) -> None:
+        submission = options.validate()
+        nproc = options.nproc_per_node or default_nproc()
+        try:
+            check_submission(
+                submission, server_owner(), nproc_per_node=nproc, override="--oversubscribe"
+            )
+        except Refused as err:
+            raise _option_error(err) from None
+        if idle_timeout_min < 0:
+            raise OptionError(f"--idle-timeout must be minutes >= 0, got {idle_timeout_min:g}")
+        from mlflow import MlflowClient
+
+        from ..jobs.submit import submit
+        from ..tracking import runs
+
+        self._runs = runs
+        user, notebook = mlflow_user(), notebook_path()
+        with runs.quiet_store_setup():
+            self.target = runs.resolve_target(options.experiment, user, notebook)
+        workload = Workload(
+            kind="session",
+            nproc_per_node=nproc,
+            env=options.env,
+            working_dir=os.getcwd(),
+            run_name=options.run_name,
+            command=[sys.executable, "-u", "-m", RANK_LOOP],
+        )
+        self.store = JobStore()
+        submitted = submit(
+            self.store,
+            workload,
+            self.target,
+            owner=server_owner(),
+            grants=submission.grants,
+            notebook=notebook,
+            user=user,
+            extra_tags={"air.session": "true"},
+            watch_pid=os.getpid(),
+        )
+        assert submitted.run_id is not None
+        self.job_id, self.run_id, self.run_name = (
+            submitted.job.id,
+            submitted.run_id,
+            submitted.run_name,
+        )
+        self.client = MlflowClient(self.target.tracking_uri)
+        self._tail = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-session-runs")
+        self.session = Session(
+            self.store, self.job_id, nproc, idle_timeout_min * 60 or None, self._parent_ended
+        )
+        self._follower = LogFollower(self.store, self.job_id, LogFilter(progress=True))
+        try:
+            self.session.wait_ready(START_WAIT)
+        except KeyboardInterrupt:
+            self.session.stop("interrupted while starting")
+            raise
+
+    def links(self, run_id: str) -> dict[str, str | None]:
+        return job_links(self.target.tracking_uri, self.target.experiment_id, run_id, self.job_id)
+
+    def run_cell(
+        self, payload: bytes, source: str, output_ranks: str, user_ns: dict[str, Any]
+    ) -> Any:
+        """Run one cell (its pickled ``Payload``) on the warm ranks; rank 0's value
+        (``--out`` names land in ``user_ns``)."""
+        self.session.check()
+        number = self.session.cells + 1
+        tags = {"air.job_id": self.job_id, "air.session_cell": str(number)}
+        if (cell := cell_id()) is not None:
+            tags["air.cell_id"] = cell
+        run_id = self._runs.start_run(
+            self.client, self.target.experiment_id, tags, f"cell {number}", self.run_id
+        )
+        self._follower.poll()  # what came between cells (nothing, usually) is not this cell's
+        view = JobView(self.job_id, output_ranks)
+        view.header(f"cell {number}", self.links(run_id))
+        started = time.time()
+
+        seen: dict[int, int] = {}
+
+        def tick() -> None:
+            self._show(view, seen)
+
+        status = "FAILED"
+        try:
+            self.session.send_cell(payload, run_id)
+            replies = self._collect(tick)
+            self._drain(view, seen, {r: reply.get("lines", 0) for r, reply in replies.items()})
+            failed = sorted(r for r, reply in replies.items() if not reply["ok"])
+            if any(replies[r]["interrupted"] for r in failed):
+                status = "CANCELLED"
+                raise Interrupted(f"interrupted; the session (job {self.job_id}) is still up")
+            if failed:
+                rank = failed[0]
+                raise JobFailed(
+                    f"cell {number} failed on rank {rank}; the session and its names stay",
+                    replies[rank]["error"],
+                    view.showed_all_of(rank),
+                )
+            status = "SUCCEEDED"
+            result = replies[0]["result"]
+            return _result(cloudpickle.loads(result) if result else None, user_ns)
+        except SessionEnded as err:
+            self._show(view, seen)
+            raise JobFailed(f"the session ended: {err}") from None
+        finally:
+            record = {"cell": number, "run_id": run_id, "cell_id": tags.get("air.cell_id")}
+            record.update(started=started, ended=time.time(), status=status)
+            self._tail.submit(self._end_cell, record, source)
+
+    def _collect(self, tick: Any) -> dict[int, dict[str, Any]]:
+        try:
+            replies = self.session.collect(tick)
+        except KeyboardInterrupt:
+            self.session.interrupt()
+            replies = self.session.collect(tick, time.monotonic() + INTERRUPT_WAIT)
+            if replies is None:
+                why = f"a rank was still in its cell {INTERRUPT_WAIT:g} s after an interrupt"
+                self.session.stop(why)
+                raise Interrupted(f"interrupted; the session ended: {self.session.ended}") from None
+        assert replies is not None
+        return replies
+
+    def _show(self, view: JobView, seen: dict[int, int]) -> None:
+        lines = self._follower.poll()
+        for line in lines:
+            if not line.progress:
+                seen[line.rank] = seen.get(line.rank, 0) + 1
+        view.show(1, lines)
+
+    def _drain(self, view: JobView, seen: dict[int, int], written: dict[int, int]) -> None:
+        """The lines each rank wrote before it answered, once the node agent logged them
+        (or ``DRAIN`` seconds passed: those left show in the logs only)."""
+        deadline = time.monotonic() + DRAIN
+        while True:
+            self._show(view, seen)
+            if all(seen.get(r, 0) >= n for r, n in written.items()):
+                return
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.005)
+
+    def _end_cell(self, record: dict[str, Any], source: str) -> None:
+        try:
+            self.client.log_text(record["run_id"], source, "code/cell.py")
+            self._runs.end_run(self.client, record["run_id"], record["status"])
+            self.session.record_cell(record)
+        except Exception as err:  # the cell's outcome stands
+            print(f"warning: cell {record['cell']}'s run not finished: {err}", file=sys.stderr)
+
+    def _parent_ended(self, status: str) -> None:
+        self._tail.submit(self._runs.end_run, self.client, self.run_id, status)
+
+    def stop(self, reason: str = "stopped by %air_session stop") -> None:
+        self.session.stop(reason)
+        self._tail.shutdown(wait=True)
+
+    def describe(self) -> str:
+        s = self.session
+        head = f"session job {self.job_id}: {s.nproc} ranks, {s.cells} cells, run {self.run_name}"
+        if s.ended is None and s.stopping is not None:
+            return f"{head}\nstopping: {s.stopping}"
+        if s.ended is None:
+            with_timeout = f" (stops after {s.idle_timeout / 60:g} min)" if s.idle_timeout else ""
+            try:
+                s.check()
+                idle = time.time() - s.last_used
+                return f"{head}\nidle for {idle:,.0f} s{with_timeout}; pids {s.pids}"
+            except SessionEnded:
+                pass
+        return f"{head}\nended: {s.ended}"

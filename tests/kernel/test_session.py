@@ -1,0 +1,166 @@
+"""Warm sessions in a real kernel: ``%air_session start`` once, then
+``%%air_distributed --session`` cells on the same two gloo ranks."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+from mlflow import MlflowClient
+
+from jupyter_air.jobs.store import JobStore
+from tests.kernel.conftest import Kernel, job_processes
+
+SESSION_JOB = re.compile(r"Session job (\d{8}-\d{6}-[0-9a-f]{6})")
+
+
+def start(kernel: Kernel, options: str = "") -> str:
+    started = kernel.run(f"%air_session start -n 2 --oversubscribe {options}")
+    assert started.error is None, started.traceback
+    found = SESSION_JOB.search(started.text)
+    assert found, started.text
+    return found.group(1)
+
+
+def cell(kernel: Kernel, body: str, flags: str = "") -> str:
+    done = kernel.run(f"%%air_distributed --session {flags}\n{body}")
+    return done.value()
+
+
+def test_a_session_cell_needs_a_session_and_only_its_own_options(kernel: Kernel) -> None:
+    refused = kernel.run("%%air_distributed --session\n1")
+    assert "UsageError: no session is running: start one with %air_session start" in (
+        refused.stderr
+    )
+    refused = kernel.run("%%air_distributed --session -n 2\n1")
+    assert "UsageError: -n does not apply to a --session cell" in refused.stderr
+
+
+def test_a_session_keeps_names_process_group_and_takes_kernel_names(
+    kernel: Kernel, air_home: Path, kernel_env: dict[str, str]
+) -> None:
+    job_id = start(kernel)
+    assert (
+        cell(
+            kernel,
+            "import torch, torch.distributed as dist\n"
+            "dist.init_process_group('gloo')\nseen = 0\ndist.get_world_size()",
+        )
+        == "2"
+    )
+    kernel.run("scale = 10")
+    for expected in ("10", "20", "30"):
+        total = cell(
+            kernel, "seen += 1\nt = torch.tensor([seen * scale // 2])\ndist.all_reduce(t)\nint(t)"
+        )
+        assert total == expected  # two ranks, one warm group, `seen` kept
+    kernel.run("scale = 100")  # a kernel name changed between cells is sent again
+    assert cell(kernel, "scale * seen") == "300"
+
+    printed = kernel.run(
+        "%%air_distributed --session --out rank_env\n"
+        "import os\nprint('hello from', os.environ['RANK'])\n"
+        "rank_env = os.environ['MLFLOW_RUN_ID']"
+    )
+    assert "hello from 0" in printed.text
+    assert "hello from 1" in printed.text
+    assert printed.error is None, printed.traceback
+
+    failed = kernel.run(
+        "%%air_distributed --session\nif dist.get_rank() == 1:\n"
+        "    raise ValueError('boom on one rank')\n"
+    )
+    assert failed.error is not None
+    assert "failed on rank 1" in failed.traceback
+    assert "boom on one rank" in failed.text
+    assert cell(kernel, "seen") == "3"  # the session and its names stay
+
+    # MLflow: the session's run, and a child per cell carrying its metrics
+    logged = kernel.run(
+        "%%air_distributed --session\nimport mlflow\n"
+        "if dist.get_rank() == 0:\n    mlflow.log_metric('lr_probe', 0.5)\n"
+    )
+    assert logged.error is None, logged.traceback
+    kernel.run("%air_session stop")
+    client = MlflowClient(kernel_env["MLFLOW_TRACKING_URI"])
+    parent_id = JobStore(air_home).attempts(job_id)[0].run_id
+    assert parent_id is not None
+    children = client.search_runs(
+        [client.get_run(parent_id).info.experiment_id],
+        f"tags.mlflow.parentRunId = '{parent_id}'",
+    )
+    assert len(children) == 9
+    by_cell = {int(r.data.tags["air.session_cell"]): r for r in children}
+    assert sorted(by_cell) == list(range(1, 10))
+    assert by_cell[9].data.metrics == {"lr_probe": 0.5}
+    assert by_cell[6].info.run_id == kernel.run("rank_env").value().strip("'")  # --out
+    assert by_cell[7].info.status == "FAILED"
+    assert by_cell[8].info.status == "FINISHED"
+    assert by_cell[7].data.tags["air.job_id"] == job_id
+    assert JobStore(air_home).get(job_id).workload.kind == "session"
+    assert not job_processes(job_id)
+
+
+def test_an_interrupted_cell_leaves_the_session_usable(kernel: Kernel) -> None:
+    start(kernel)
+    kernel.run("%%air_distributed --session\nx = 41")
+    msg = kernel.start(
+        "%%air_distributed --session\nimport time\n"
+        "print('sleeping', flush=True)\nfor _ in range(600):\n    time.sleep(0.1)\n"
+    )
+    time.sleep(3)
+    kernel.interrupt()
+    interrupted = kernel.collect(msg)
+    assert interrupted.error is not None
+    assert "KeyboardInterrupt" in interrupted.traceback
+    assert "still up" in interrupted.traceback
+    assert cell(kernel, "x + 1") == "42"
+    kernel.run("%air_session stop")
+
+
+def test_a_dead_rank_ends_the_session_and_the_next_cell_says_why(kernel: Kernel) -> None:
+    job_id = start(kernel)
+    rank_1 = next(p for p in job_processes(job_id) if p.environ().get("RANK") == "1")
+    msg = kernel.start("%%air_distributed --session\nimport time\ntime.sleep(60)\n")
+    time.sleep(2)
+    os.kill(rank_1.pid, signal.SIGKILL)
+    during = kernel.collect(msg)
+    assert during.error is not None
+    assert "the session ended: rank 1's process ended" in during.traceback
+    assert "SIGKILL" in during.traceback
+    deadline = time.monotonic() + 10
+    while job_processes(job_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not job_processes(job_id)  # rank 0, in its cell, was stopped too
+    after = kernel.run("%%air_distributed --session\n1")
+    assert "UsageError: the session" in after.stderr
+    assert "SIGKILL" in after.stderr
+    assert "start a new one with %air_session start" in after.stderr
+
+
+def test_an_idle_session_stops_itself(kernel: Kernel) -> None:
+    job_id = start(kernel, "--idle-timeout 0.05")  # 3 s
+    deadline = time.monotonic() + 60
+    while job_processes(job_id) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not job_processes(job_id)
+    while "ended:" not in (status := kernel.run("%air_session status").text):
+        assert time.monotonic() < deadline, status
+        time.sleep(0.5)
+    assert "without a cell (--idle-timeout)" in status
+
+
+def test_a_dead_kernel_takes_its_session_down(kernel_env: dict[str, str], air_home: Path) -> None:
+    doomed = Kernel(kernel_env, cwd=air_home)
+    assert doomed.run("%load_ext jupyter_air").error is None
+    job_id = start(doomed)
+    assert len(job_processes(job_id)) == 2
+    doomed.client.stop_channels()
+    doomed.manager.shutdown_kernel(now=True)  # SIGKILL: no goodbye from the kernel
+    deadline = time.monotonic() + 10
+    while job_processes(job_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not job_processes(job_id)
