@@ -3,16 +3,18 @@ its ranks (each cell a child run), stop it.
 
 The cell's output streams through the job's logs as a fresh cell's does (``JobView``);
 its failure and interrupt read as a fresh cell's (``JobFailed``, ``Interrupted``). The
-child run is made before the cell (its id is the ranks' ``MLFLOW_RUN_ID``); its source,
-its end and the cells file are written after the cell, off its critical path.
+child run of the next cell is made ahead, while none waits (its id is the ranks'
+``MLFLOW_RUN_ID``); its name, tags, source, end and the cells file are written after
+the cell: no MLflow call is on a cell's critical path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import cloudpickle
@@ -97,6 +99,7 @@ class WarmSession:
         )
         self.client = MlflowClient(self.target.tracking_uri)
         self._tail = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-session-runs")
+        self._next_run: Future[str] | None = None
         self.session = Session(
             self.store, self.job_id, nproc, idle_timeout_min * 60 or None, self._parent_ended
         )
@@ -106,6 +109,7 @@ class WarmSession:
         except KeyboardInterrupt:
             self.session.stop("interrupted while starting")
             raise
+        self._next_run = self._tail.submit(self._new_run)
 
     def links(self, run_id: str) -> dict[str, str | None]:
         return job_links(self.target.tracking_uri, self.target.experiment_id, run_id, self.job_id)
@@ -117,12 +121,11 @@ class WarmSession:
         (``--out`` names land in ``user_ns``)."""
         self.session.check()
         number = self.session.cells + 1
-        tags = {"air.job_id": self.job_id, "air.session_cell": str(number)}
+        tags = {"air.session_cell": str(number), "mlflow.runName": f"cell {number}"}
         if (cell := cell_id()) is not None:
             tags["air.cell_id"] = cell
-        run_id = self._runs.start_run(
-            self.client, self.target.experiment_id, tags, f"cell {number}", self.run_id
-        )
+        assert self._next_run is not None  # made once the ranks were ready
+        run_id = self._next_run.result()
         self._follower.poll()  # what came between cells (nothing, usually) is not this cell's
         view = JobView(self.job_id, output_ranks)
         view.header(f"cell {number}", self.links(run_id))
@@ -158,7 +161,9 @@ class WarmSession:
         finally:
             record = {"cell": number, "run_id": run_id, "cell_id": tags.get("air.cell_id")}
             record.update(started=started, ended=time.time(), status=status)
-            self._tail.submit(self._end_cell, record, source)
+            self._tail.submit(self._end_cell, record, tags, source)
+            if self.session.ended is None:
+                self._next_run = self._tail.submit(self._new_run)
 
     def _collect(self, tick: Any) -> dict[int, dict[str, Any]]:
         try:
@@ -192,8 +197,20 @@ class WarmSession:
                 return
             time.sleep(0.005)
 
-    def _end_cell(self, record: dict[str, Any], source: str) -> None:
+    def _new_run(self) -> str:
+        """The next cell's child run, made while no cell waits for it (a run costs tens
+        of milliseconds); named and tagged when its cell has run."""
+        tags = {"air.job_id": self.job_id, "air.session_cell": "next"}
+        return str(
+            self._runs.start_run(
+                self.client, self.target.experiment_id, tags, "next cell", self.run_id
+            )
+        )
+
+    def _end_cell(self, record: dict[str, Any], tags: dict[str, str], source: str) -> None:
         try:
+            for key, value in tags.items():
+                self.client.set_tag(record["run_id"], key, value)
             self.client.log_text(record["run_id"], source, "code/cell.py")
             self._runs.end_run(self.client, record["run_id"], record["status"])
             self.session.record_cell(record)
@@ -202,6 +219,13 @@ class WarmSession:
 
     def _parent_ended(self, status: str) -> None:
         self._tail.submit(self._runs.end_run, self.client, self.run_id, status)
+        self._tail.submit(self._discard_next_run)
+
+    def _discard_next_run(self) -> None:
+        """The run made for a cell that never came."""
+        if (made := self._next_run) is not None:
+            with contextlib.suppress(Exception):
+                self.client.delete_run(made.result())
 
     def stop(self, reason: str = "stopped by %air_session stop") -> None:
         self.session.stop(reason)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
+from jupyter_air.jobs import cancel
 from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Kernel, job_processes
 
@@ -139,6 +140,18 @@ def test_a_dead_rank_ends_the_session_and_the_next_cell_says_why(kernel: Kernel)
     assert "UsageError: the session" in after.stderr
     assert "SIGKILL" in after.stderr
     assert "start a new one with %air_session start" in after.stderr
+
+
+def test_air_cancel_ends_a_session(kernel: Kernel, air_home: Path) -> None:
+    job_id = start(kernel)
+    assert cancel.cancel(JobStore(air_home), job_id)  # what `air cancel ID` does
+    deadline = time.monotonic() + 30
+    while job_processes(job_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not job_processes(job_id)
+    after = kernel.run("%%air_distributed --session\n1")
+    assert "UsageError: the session" in after.stderr
+    assert "cancelled" in after.stderr
 
 
 def test_an_idle_session_stops_itself(kernel: Kernel) -> None:
