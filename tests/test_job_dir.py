@@ -23,7 +23,8 @@ def test_the_store_lays_out_jobs_through_job_dir(tmp_path: Path) -> None:
     files = JobDir(store.job_dir(job.id))
     assert files.path == tmp_path / "jobs" / job.id
     assert files.attempt(2).path == store.attempt_dir(job.id, 2)
-    assert files.payload.parent == files.path and files.supervisor_log.parent == files.path
+    assert files.payload.parent == files.path
+    assert files.supervisor_log.parent == files.path
 
 
 def test_attempts_and_rank_logs_are_listed_in_order_and_strangers_ignored(tmp_path: Path) -> None:
@@ -57,7 +58,8 @@ def test_result_files_are_the_value_and_tracebacks_only(tmp_path: Path) -> None:
 
 def test_json_files_are_private_and_read_back_or_empty(tmp_path: Path) -> None:
     attempt = AttemptDir(tmp_path / "attempt_1")
-    assert attempt.read_nodes() == [] and attempt.read_gpu(0) is None
+    assert attempt.read_nodes() == []
+    assert attempt.read_gpu(0) is None
     attempt.write_nodes([{"node": 0}])
     attempt.write_gpu(1, {"samples": {}})
     assert attempt.read_nodes() == [{"node": 0}]
@@ -66,7 +68,8 @@ def test_json_files_are_private_and_read_back_or_empty(tmp_path: Path) -> None:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
     attempt.nodes.write_text("{not json")
     attempt.gpu(1).write_text("[1]")
-    assert attempt.read_nodes() == [] and attempt.read_gpu(1) is None
+    assert attempt.read_nodes() == []
+    assert attempt.read_gpu(1) is None
 
 
 def test_no_other_module_spells_a_job_directory_file_name() -> None:
@@ -75,7 +78,11 @@ def test_no_other_module_spells_a_job_directory_file_name() -> None:
     for path in PACKAGE.rglob("*.py"):
         if path.name == "job_dir.py" or "labextension" in path.parts:
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        exempt = {id(n) for f in ast.walk(tree) if _other_layout(path, f) for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if id(node) in exempt:
+                continue
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 text = node.value
             elif isinstance(node, ast.JoinedStr):
@@ -89,12 +96,18 @@ def test_no_other_module_spells_a_job_directory_file_name() -> None:
     assert offenders == []
 
 
+def _other_layout(path: Path, node: ast.AST) -> bool:
+    """``air logs --download-to``'s own layout (attempt_K/node_N/rank_R.log, no logs/ in
+    between, as its --help says): a copy's names, not a job directory's."""
+    return path.name == "cli.py" and isinstance(node, ast.FunctionDef) and node.name == "_download"
+
+
 def _docs(node: ast.AST, path: Path) -> bool:
     """Docstrings and comments may name files: they are not paths the code builds."""
     tree = ast.parse(path.read_text())
     for parent in ast.walk(tree):
         body = getattr(parent, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
-            if body[0].value is node:
-                return True
+        first = body[0] if isinstance(body, list) and body else None
+        if isinstance(first, ast.Expr) and first.value is node:
+            return True
     return False
