@@ -340,9 +340,13 @@ def test_bad_options_are_a_usage_error_before_anything_starts(
     assert len(JobStore(air_home).jobs()) == jobs_before
 
 
-def test_a_usage_error_shows_the_usage(kernel: Kernel) -> None:
+def test_a_refused_rank_count_names_the_option_and_points_to_the_help(kernel: Kernel) -> None:
+    # Issue 18: one line and a pointer to %%air_distributed?, not the whole usage.
     execution = kernel.run("%%air_distributed -n 0\nprint('never')")
-    assert "%air_distributed [-n NPROC_PER_NODE]" in execution.stderr
+    assert execution.stderr.startswith("UsageError: ")
+    assert "-n" in execution.stderr
+    assert execution.stderr.rstrip().endswith("; see %%air_distributed? for the options")
+    assert "never" not in execution.stdout
 
 
 def test_a_name_that_cannot_be_pickled_stops_the_launch_and_says_which(
