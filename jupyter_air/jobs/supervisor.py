@@ -87,7 +87,10 @@ class Tracking:
 
             from ..tracking import runs, system_metrics
 
-            client = MlflowClient(self._workload.tracking_uri)
+            # MlflowClient opens (and, for a new sqlite store, migrates) the store at once:
+            # under the store's lock, or a kernel creating it too fails the migration.
+            with runs.quiet_store_setup(self._workload.tracking_uri):
+                client = MlflowClient(self._workload.tracking_uri)
             self._ready.set_result((client, runs, system_metrics))
         except BaseException as err:
             self._ready.set_exception(err)

@@ -67,7 +67,7 @@ def test_two_kernels_and_the_cli_at_once_lose_nothing(
         for k in kernels:
             k.shutdown()
 
-    assert cli.returncode == 0, cli.stderr
+    assert cli.returncode == 0, cli.stdout + cli.stderr
     assert all(r.returncode == 0 for r in readers)
     assert len(results) == 2
     store = JobStore(air_home)
