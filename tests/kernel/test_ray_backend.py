@@ -28,6 +28,7 @@ from tests.kernel.test_distributed_magic import (
     job_id_of,
     mlflow_client,
     runs_of_job,
+    supervised_until_its_end,
     wait_done,
 )
 
@@ -158,6 +159,7 @@ def test_ddp_across_two_nodes_agrees_and_logs_per_node(kernel: Kernel, air_home:
     (run,) = runs_of_job(air_home, job_id)
     assert run.info.status == "FINISHED"
     client = mlflow_client(air_home)
+    supervised_until_its_end(store.get(job_id))  # it attaches the logs after the job's end
     for node, rank in ((0, 0), (1, 1)):
         logs = {a.path for a in client.list_artifacts(run.info.run_id, f"logs/node_{node}")}
         assert logs == {f"logs/node_{node}/rank_{rank}.log"}
