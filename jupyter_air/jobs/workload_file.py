@@ -135,8 +135,9 @@ class WorkloadFile(Submission):
         return self.mlflow_run_name or self.experiment_name
 
 
-def load(path: Path, overrides: list[str] = ()) -> WorkloadFile:  # type: ignore[assignment]
-    """Read, override (``compute.nproc_per_node=4``) and validate a workload file."""
+def read_mapping(path: Path, example: str) -> tuple[yaml.Node | None, dict[str, Any]]:
+    """A YAML file's mapping and its node tree (for line numbers in errors); ``example``
+    is a field shown when the file holds something else."""
     try:
         text = path.read_text()
     except OSError as err:
@@ -150,9 +151,13 @@ def load(path: Path, overrides: list[str] = ()) -> WorkloadFile:  # type: ignore
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise WorkloadError(f"{path}: not valid YAML{where}: {problem}") from None
     if not isinstance(data, dict):
-        raise WorkloadError(
-            f"{path}: expected a mapping of fields, like 'command: python train.py'"
-        )
+        raise WorkloadError(f"{path}: expected a mapping of fields, like '{example}'")
+    return node, data
+
+
+def load(path: Path, overrides: list[str] = ()) -> WorkloadFile:  # type: ignore[assignment]
+    """Read, override (``compute.nproc_per_node=4``) and validate a workload file."""
+    node, data = read_mapping(path, "command: python train.py")
     for override in overrides:
         _apply(data, override)
     try:

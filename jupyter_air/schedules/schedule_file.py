@@ -15,7 +15,6 @@ from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..jobs import workload_file
@@ -142,18 +141,9 @@ class ScheduleFile(_Strict):
 def load(path: Path) -> ScheduleSpec:
     """Read and validate a schedule file; workload files and notebooks relative to it."""
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise ScheduleFileError(f"{path}: {err.strerror}") from None
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ScheduleFileError(f"{path}: not valid YAML{where}") from None
-    if not isinstance(data, dict):
-        raise ScheduleFileError(f"{path}: expected a mapping of fields, like 'name: nightly'")
+        node, data = workload_file.read_mapping(path, "name: nightly")
+    except WorkloadError as err:
+        raise ScheduleFileError(str(err)) from None
     try:
         model = ScheduleFile.model_validate(data)
     except ValidationError as err:
