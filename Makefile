@@ -106,6 +106,11 @@ bench: setup
 	$(PY) bench/bench_live_view.py
 	$(PY) bench/bench_runs.py
 	$(PY) bench/bench_panel_update.py
+	$(PY) bench/bench_cli.py
+	$(PY) bench/bench_back_to_back.py
+	$(PY) bench/bench_soak.py
+	$(PY) bench/bench_schedules.py
+	$(PY) bench/bench_session.py
 
 clean:
 	rm -rf lib jupyter_air/labextension tsconfig.tsbuildinfo tests/fake_nvml/.build test-artifacts
