@@ -1,4 +1,4 @@
-"""The job store's view of jobs whose supervisor is gone."""
+"""The job store: its view of jobs whose supervisor is gone, and how its commits reach the disk."""
 
 from __future__ import annotations
 
@@ -126,3 +126,49 @@ def test_a_page_of_job_documents_reads_the_store_a_fixed_number_of_times(
         return len(statements)
 
     assert page_of(2) == page_of(25) == 2
+
+
+# -- commits: no fsync each in WAL mode, durable across a process killed outright -----------
+
+SYNCHRONOUS = {1: "NORMAL", 2: "FULL"}  # PRAGMA synchronous's numbers
+
+
+def synchronous(store: JobStore) -> str:
+    with store.connect() as db:
+        return SYNCHRONOUS[int(db.execute("PRAGMA synchronous").fetchone()[0])]
+
+
+def test_a_wal_store_commits_without_an_fsync_and_keeps_jobs_of_a_process_killed_outright(
+    tmp_path: Path,
+) -> None:
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, pathlib, signal, sys\n"
+            "from jupyter_air.jobs.spec import Workload\n"
+            "from jupyter_air.jobs.store import JobStore\n"
+            "job = JobStore(pathlib.Path(sys.argv[1])).create(Workload(kind='command'))\n"
+            "print(job.id, flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == -9, killed.stderr
+    store = JobStore(tmp_path)
+    assert store.wal
+    assert synchronous(store) == "NORMAL"
+    assert store.get(killed.stdout.strip()).status == "PENDING"
+
+
+def test_a_store_on_a_network_filesystem_keeps_an_fsync_per_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_air import paths
+
+    monkeypatch.setattr(paths, "filesystem_type", lambda path: "nfs4")
+    store = JobStore(tmp_path)
+    assert not store.wal
+    assert synchronous(store) == "FULL"
