@@ -6,11 +6,13 @@ the kernel through the job directory's socket (``session_wire``) and runs each c
 the same fresh ``__main__``, so names, models and the process group stay between cells.
 ``MLFLOW_RUN_ID`` is the cell's own run while it runs. The kernel's interrupt raises
 ``KeyboardInterrupt`` in the running cell only; a SIGINT from outside while no cell runs
-(a cancel) ends the rank. The kernel's channel closing (its kernel died) ends it too.
+(a cancel) ends the rank. The kernel's channel closing with no stop (its kernel died)
+ends it too, through the cancel that the supervisor's watch over the kernel sends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import queue
@@ -33,6 +35,8 @@ from .rank_main import exit_now, keep_run_in_environment, run_cell
 
 #: Seconds a rank tries to reach its kernel before giving up.
 CONNECT_WAIT = 300.0
+#: Seconds a rank whose kernel died waits for the supervisor's cancel.
+KERNEL_GONE_WAIT = 10.0
 
 
 class _Cells:
@@ -141,10 +145,22 @@ def main() -> int:
             sys.stdout.flush()
             sys.stderr.flush()
             reply["lines"] = out.lines + err.lines - before
-            wire.send(sock, wire.Op.DONE, **reply)
+            with contextlib.suppress(OSError):  # the kernel is gone: the next get says so
+                wire.send(sock, wire.Op.DONE, **reply)
+        if message is None:
+            return _kernel_gone()
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _kernel_gone() -> int:
+    """The kernel's channel closed with no stop: the kernel died. Leaving now would read as
+    a job that succeeded; the supervisor, which watches the kernel, cancels the job within
+    a second or so (a SIGINT here). Should it not, the rank leaves as failed."""
+    time.sleep(KERNEL_GONE_WAIT)
+    print("the kernel's channel closed without a stop; leaving", file=sys.stderr)
+    return 1
 
 
 def _run(message: dict[str, Any], namespace: dict[str, Any], rank: int, cells: _Cells) -> Any:

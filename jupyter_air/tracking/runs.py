@@ -147,4 +147,14 @@ def resume_run(client: MlflowClient, run_id: str, tags: Mapping[str, str]) -> No
 
 
 def end_run(client: MlflowClient, run_id: str, job_status: str) -> None:
-    client.set_terminated(run_id, status=RUN_STATUS.get(job_status, "FAILED"))
+    """The run's end, and the same end for its children still running: nothing can end
+    them once their parent's job is over (a session's run made ahead for a cell that
+    never came, a nested run in a rank that was killed). Children first, so a reader who
+    sees the parent ended sees them ended too."""
+    status = RUN_STATUS.get(job_status, "FAILED")
+    experiment_id = client.get_run(run_id).info.experiment_id
+    running = f"tags.mlflow.parentRunId = '{run_id}' and attributes.status = 'RUNNING'"
+    while children := client.search_runs([experiment_id], running):  # a page at a time
+        for child in children:
+            client.set_terminated(child.info.run_id, status=status)
+    client.set_terminated(run_id, status=status)

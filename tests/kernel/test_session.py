@@ -14,6 +14,7 @@ from mlflow import MlflowClient
 from jupyter_air.jobs import cancel
 from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Kernel, job_processes
+from tests.kernel.test_distributed_magic import supervised_until_its_end, wait_done
 
 SESSION_JOB = re.compile(r"Session job (\d{8}-\d{6}-[0-9a-f]{6})")
 
@@ -166,14 +167,40 @@ def test_an_idle_session_stops_itself(kernel: Kernel) -> None:
     assert "without a cell (--idle-timeout)" in status
 
 
-def test_a_dead_kernel_takes_its_session_down(kernel_env: dict[str, str], air_home: Path) -> None:
+def test_a_killed_kernel_takes_its_session_down_and_ends_every_run(
+    kernel_env: dict[str, str], air_home: Path
+) -> None:
+    """kill -9 of the kernel between cells: its ranks go, the job is cancelled, and the
+    session's run, the cell's run and the run made ahead for the next cell all end."""
     doomed = Kernel(kernel_env, cwd=air_home)
-    assert doomed.run("%load_ext jupyter_air").error is None
-    job_id = start(doomed)
-    assert len(job_processes(job_id)) == 2
-    doomed.client.stop_channels()
-    doomed.manager.shutdown_kernel(now=True)  # SIGKILL: no goodbye from the kernel
-    deadline = time.monotonic() + 10
-    while job_processes(job_id) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not job_processes(job_id)
+    try:
+        assert doomed.run("%load_ext jupyter_air").error is None
+        job_id = start(doomed)
+        assert cell(doomed, "x = 1\nx") == "1"
+        assert len(job_processes(job_id)) == 2
+        client = MlflowClient(kernel_env["MLFLOW_TRACKING_URI"])
+        store = JobStore(air_home)
+        parent_id = str(store.attempts(job_id)[0].run_id)
+        deadline = time.monotonic() + 30
+        while cell_runs(client, parent_id) != [("1", "FINISHED"), ("next", "RUNNING")]:
+            assert time.monotonic() < deadline, cell_runs(client, parent_id)
+            time.sleep(0.2)
+        os.kill(doomed.manager.provisioner.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+        killed_at = time.monotonic()
+        while job_processes(job_id) and time.monotonic() < killed_at + 10:
+            time.sleep(0.2)
+        assert not job_processes(job_id)
+        job = wait_done(air_home, job_id)
+        assert job.status == "CANCELLED"
+        supervised_until_its_end(job)
+    finally:
+        doomed.shutdown()
+    assert client.get_run(parent_id).info.status == "KILLED"
+    assert cell_runs(client, parent_id) == [("1", "FINISHED"), ("next", "KILLED")]
+
+
+def cell_runs(client: MlflowClient, parent_id: str) -> list[tuple[str, str]]:
+    """(air.session_cell, status) of each child run of a session's run."""
+    experiment_id = client.get_run(parent_id).info.experiment_id
+    children = client.search_runs([experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'")
+    return sorted((r.data.tags["air.session_cell"], r.info.status) for r in children)
