@@ -5,7 +5,8 @@ a stopped Jupyter server nor a closed shell stops a schedule. One per AIR_HOME: 
 holds ``scheduler.lock`` (flock) while it lives and writes its pid and start time to
 ``scheduler.json`` (a reused pid is not taken for it). It sleeps until the next due
 time, or until a change wakes it (SIGUSR1), ticks, and sleeps again: no CPU between
-fires; while runs are active it looks at their jobs every ``POLL_ACTIVE`` seconds. It
+fires (the sleep is a ``select`` on a pipe that signals write to, see ``Wakeup``);
+while runs are active it looks at their jobs every ``POLL_ACTIVE`` seconds. It
 imports no MLflow and no torch (the jobs' supervisors do that). With no schedule and
 no active run left it exits; ``ensure_scheduler`` starts it again when one exists.
 """
@@ -17,10 +18,10 @@ import fcntl
 import json
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,6 +121,34 @@ def stop(home: Path, wait: float = 10.0) -> SchedulerInfo | None:
     return info
 
 
+class Wakeup:
+    """A sleep that any caught signal ends, through ``signal.set_wakeup_fd``: the signal's
+    number is written to a pipe, so one that arrives before the sleep begins still ends
+    it, and the Python handler takes no lock. (A ``threading.Event`` set from a handler
+    deadlocks when the signal lands while the loop holds the Event's own lock, in
+    ``clear`` or ``wait``.) Main thread only, as signal handlers are."""
+
+    def __init__(self) -> None:
+        self.read, self.write = os.pipe()
+        for fd in (self.read, self.write):
+            os.set_blocking(fd, False)
+            os.set_inheritable(fd, False)
+        self.previous = signal.set_wakeup_fd(self.write, warn_on_full_buffer=False)
+
+    def sleep(self, seconds: float) -> None:
+        """Until ``seconds`` have passed or a signal was caught since the last sleep."""
+        ready, _, _ = select.select([self.read], [], [], max(0.0, seconds))
+        if ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self.read, 512):
+                    pass
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self.previous)
+        os.close(self.read)
+        os.close(self.write)
+
+
 class Scheduler:
     """The loop: tick, sleep until the next due time or a wake-up, until stopped."""
 
@@ -131,14 +160,12 @@ class Scheduler:
         self.store = ScheduleStore(jobs)
         self.launch = Launcher(jobs)
         self.claimer = this_process()
-        self.woken = threading.Event()
         self.stopping = False
 
-    def run(self) -> None:
+    def run(self, wakeup: Wakeup) -> None:
         from .tick import tick
 
         while not self.stopping:
-            self.woken.clear()
             now = time.time()
             try:
                 result = tick(self.store, self.launch, now, self.claimer)
@@ -146,12 +173,13 @@ class Scheduler:
                     log.info("fired schedule run %s", run_id)
             except Exception:  # a locked or broken store: try again soon, stay up
                 log.exception("tick failed")
-                self.woken.wait(5.0)
+                wakeup.sleep(5.0)
                 continue
             active = bool(self.store.active_runs())
             if not active and self.store.count() == 0 and self._exit_when_idle():
                 return
-            self.woken.wait(self._sleep(time.time(), active))
+            if not self.stopping:
+                wakeup.sleep(self._sleep(time.time(), active))
 
     def _sleep(self, now: float, active: bool) -> float:
         due = self.store.next_due()
@@ -170,9 +198,9 @@ class Scheduler:
         return False
 
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        """Only a flag: the signal itself ends the sleep (``Wakeup``)."""
         if signum != signal.SIGUSR1:
             self.stopping = True
-        self.woken.set()
 
 
 def write_record(home: Path) -> None:
@@ -207,16 +235,18 @@ def main() -> int:
         log.info("another scheduler runs for %s", jobs.home)
         return 0
     scheduler = Scheduler(jobs)
+    wakeup = Wakeup()
     for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, scheduler.on_signal)
     write_record(jobs.home)
     log.info("scheduler %s started for %s", os.getpid(), jobs.home)
     try:
-        scheduler.run()
+        scheduler.run(wakeup)
     finally:
         if (info := running(jobs.home)) is not None and info.pid == os.getpid():
             (jobs.home / RECORD).unlink(missing_ok=True)
         lock.close()
+        wakeup.close()
     log.info("scheduler %s stopped", os.getpid())
     return 0
 
