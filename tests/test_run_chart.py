@@ -50,6 +50,17 @@ def test_a_single_system_sample_gets_a_minute_wide_24_hour_axis_and_a_marker() -
     assert end - start == MIN_SPAN_MS
 
 
+def test_three_steps_get_an_axis_of_three_steps_a_tick_each_and_fifty_plotlys_own() -> None:
+    axis = chart_of([Point("loss", s, 1.0, NOW) for s in range(3)]).layout()["xaxis4"]
+    assert axis["range"] == [-0.5, 2.5], "not padded to ten steps"
+    assert axis["dtick"] == 1
+    assert axis["autorange"] is False
+    axis = chart_of([Point("loss", s, 1.0, NOW) for s in range(50)]).layout()["xaxis4"]
+    assert axis["autorange"] is True
+    assert "dtick" not in axis
+    assert "range" not in axis
+
+
 def test_another_jobs_gpu_is_not_drawn_and_a_gpus_two_traces_share_a_color() -> None:
     points = [
         Point(f"system/gpu_{g}_{what}_percentage", 0, 10.0, NOW)

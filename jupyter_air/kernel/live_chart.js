@@ -2,12 +2,17 @@
 //
 // The kernel sends only new points, as custom messages: {type: "add", traces} for new
 // traces and {type: "extend", indices, x, y} for new points of existing ones; the
-// layout (panels) is the synced `figure_layout`; the legend is HTML under the plot. The points are kept per model
-// (not per view), so a view rendered later, or twice, draws them all. Each draw gives
-// plotly at most one point per pixel of a trace's panel (minMaxBuckets), whatever the
-// history's length: plotly redraws every trace's whole path on any change, so the
-// cost of an update follows the points drawn (and the legend, hence ours in HTML). plotly.js itself is a model of its own
-// (`plotly`, made once per kernel), evaluated once per page.
+// layout (panels) is the synced `figure_layout`. The points are kept per model (not per
+// view), so a view rendered later, or twice, draws them all. plotly.js itself is a model
+// of its own (`plotly`, made once per kernel), evaluated once per page.
+//
+// Why an update is cheap: plotly lays out and redraws the whole figure on any change of
+// its data (`extendTraces` included), so what it is given is what an update costs. It
+// gets at most one point per pixel of a trace's panel (minMaxBuckets), whatever the
+// history's length, and no text it would measure again each time: the legend and the
+// panels' titles (the layout's annotations) are HTML over and under the plot, laid out
+// by the browser once, and the axes' tick labels are not checked against the edges
+// (`ticklabeloverflow`, in live_view.py).
 
 const charts = new Map();
 const LIBRARIES = Symbol.for("jupyter_air.plotly");
@@ -75,12 +80,14 @@ export function drawn(plot, traces, hidden = new Set()) {
     const axis = full?.[`xaxis${trace.xaxis.slice(1)}`];
     const pixels = Math.max(40, Math.round(axis?._length ?? plot.clientWidth));
     const visible = hidden.has(trace.legendgroup) ? "legendonly" : true;
-    if (trace.x.length <= pixels) return { ...trace, visible }; // plotly writes into it
+    // Typed arrays: plotly takes them as they are on a linear axis, where it converts
+    // an array's every value (a fifth of an update); a copy, as plotly writes into it.
+    const typed = (x, y) => ({ ...trace, x: Float64Array.from(x), y: Float64Array.from(y), visible });
+    if (trace.x.length <= pixels) return typed(trace.x, trace.y);
     let lo = trace.x[0];
     let hi = trace.x[trace.x.length - 1];
     if (axis && axis.autorange === false) [lo, hi] = axis.range.map(axis.r2l);
-    const [x, y] = minMaxBuckets(trace.x, trace.y, lo, hi, Math.floor(pixels / 2));
-    return { ...trace, x, y, visible };
+    return typed(...minMaxBuckets(trace.x, trace.y, lo, hi, Math.floor(pixels / 2)));
   });
 }
 
@@ -140,15 +147,41 @@ function drawLegend(legend, chart, redraw) {
   );
 }
 
+// The panels' titles (the layout's annotations: `<b>title</b>` at a panel's top left
+// corner, in paper coordinates) as HTML over the plot, placed again only when the
+// titles or the plot's size change. Plotly would draw and measure them on every update.
+function placeTitles(titles, plot, annotations) {
+  const size = plot._fullLayout._size;
+  const placed = JSON.stringify([size, annotations]);
+  if (titles.dataset.placed === placed) return;
+  titles.dataset.placed = placed;
+  titles.replaceChildren(
+    ...annotations.map((annotation) => {
+      const title = document.createElement("b");
+      title.className = "jp-air-LiveChart-title";
+      // The text is plotly's (escaped) HTML: only its text is shown.
+      title.textContent = new DOMParser().parseFromString(annotation.text, "text/html").body.textContent;
+      const left = size.l + annotation.x * size.w;
+      const bottom = size.t + (1 - annotation.y) * size.h - 2;
+      title.style.cssText = `position: absolute; left: ${left}px; top: ${bottom}px; transform: translateY(-100%); white-space: nowrap; pointer-events: none`;
+      return title;
+    }),
+  );
+}
+
 async function render({ model, el }) {
   const chart = chartOf(model);
   const plot = document.createElement("div");
   plot.className = "jp-air-LiveChart-plot";
+  const titles = document.createElement("div");
+  titles.className = "jp-air-LiveChart-titles";
+  titles.style.cssText = "font: 12px 'Open Sans', verdana, arial, sans-serif; color: #444";
   const legend = document.createElement("div");
   legend.className = "jp-air-LiveChart-legend";
   legend.style.cssText = "padding: 0 0 6px 55px; font-size: 12px; line-height: 20px";
   el.classList.add("jp-air-LiveChart");
-  el.append(plot, legend);
+  el.style.position = "relative"; // the titles' frame
+  el.append(plot, titles, legend);
   const Plotly = await plotlyOf(model);
   let revision = 0;
   let legendOf = null;
@@ -163,12 +196,14 @@ async function render({ model, el }) {
         });
       }
       // A copy: plotly writes its computed ranges into the layout it is given.
-      const layout = { ...structuredClone(model.get("figure_layout")), datarevision: ++revision };
+      const { annotations = [], ...figure } = structuredClone(model.get("figure_layout"));
+      const layout = { ...figure, datarevision: ++revision };
       // Not `responsive`: plotly then measures its container's style on every redraw,
       // which doubled the cost of an update; the ResizeObserver below resizes it.
-      return Plotly.react(plot, drawn(plot, chart.traces, chart.hidden), layout, {
-        displaylogo: false,
-      });
+      const config = { displaylogo: false };
+      return Plotly.react(plot, drawn(plot, chart.traces, chart.hidden), layout, config).then(() =>
+        placeTitles(titles, plot, annotations),
+      );
     },
   };
   await view.draw();

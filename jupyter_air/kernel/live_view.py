@@ -118,10 +118,12 @@ LEGEND_PER_LINE = 6
 MARGIN = {"l": 55, "r": 20, "t": 50, "b": 40}  # t: plotly's toolbar above the titles
 #: Metric panels side by side at most.
 COLUMNS = 3
-#: The shortest span a panel's x axis shows: 10 steps, 60 seconds (a single point
-#: otherwise gets an axis of milliseconds, or of fractional steps).
-MIN_STEPS = 10.0
+#: The shortest span a system panel's x axis shows (a single sample otherwise gets an
+#: axis of milliseconds).
 MIN_SPAN_MS = 60_000.0
+#: Below this span of steps, a metric panel shows just its steps, a tick each (plotly's
+#: own ticks would be fractional steps).
+FEW_STEPS = 10.0
 
 
 @dataclass(frozen=True)
@@ -289,24 +291,26 @@ class RunChart:
 
     def _axes(self, panel: Panel, x: tuple[float, float], y: tuple[float, float]) -> dict[str, Any]:
         suffix = "" if panel.axis == 1 else str(panel.axis)
-        # Fixed margins (no ``automargin``): measuring tick labels makes plotly lay the
-        # figure out twice on every update.
-        xaxis: dict[str, Any] = {"domain": list(x), "anchor": f"y{suffix}"}
-        yaxis: dict[str, Any] = {"domain": list(y), "anchor": f"x{suffix}"}
+        # Fixed margins (no ``automargin``) and tick labels not checked against the
+        # figure's edges (``ticklabeloverflow``): measuring tick labels makes plotly lay
+        # the figure out twice, and took a third of a live update.
+        unchecked = {"ticklabeloverflow": "allow"}
+        xaxis: dict[str, Any] = {"domain": list(x), "anchor": f"y{suffix}", **unchecked}
+        yaxis: dict[str, Any] = {"domain": list(y), "anchor": f"x{suffix}", **unchecked}
         xs = [v for t in self.traces if t.panel == panel for v in (t.x[0], t.x[-1]) if t.x]
+        xaxis["autorange"] = True
         if panel.system:
             xaxis.update(type="date", tickformat="%H:%M:%S", hoverformat="%H:%M:%S")
             yaxis["range"] = [0, 105]
-            shortest = MIN_SPAN_MS
+            if xs and max(xs) - min(xs) < MIN_SPAN_MS:
+                xaxis.update(range=[min(xs), min(xs) + MIN_SPAN_MS], autorange=False)
         else:
             xaxis.update(tickformat="d", hoverformat="d")
-            shortest = MIN_STEPS
+            if xs and max(xs) - min(xs) < FEW_STEPS:
+                # A tick per step, over the steps there are (half a step either side).
+                xaxis.update(range=[min(xs) - 0.5, max(xs) + 0.5], autorange=False, dtick=1)
         # Said both ways: a redraw that keeps the same ``uirevision`` keeps what it is not
         # told otherwise, plotly's own autorange included.
-        if xs and max(xs) - min(xs) < shortest:
-            xaxis.update(range=[min(xs), min(xs) + shortest], autorange=False)
-        else:
-            xaxis["autorange"] = True
         return {f"xaxis{suffix}": xaxis, f"yaxis{suffix}": yaxis}
 
     def figure(self, max_points: int | None = None) -> dict[str, Any]:

@@ -136,7 +136,7 @@ def test_the_chart_grows_while_the_job_runs_a_panel_per_metric_with_a_legend(
     )
     assert METRICS | {"GPU 0 util %", "CPU %"} <= set(legend)
     titles = page.eval_on_selector_all(
-        f"{PLOT} .annotation-text", "nodes => nodes.map(n => n.textContent)"
+        f"{VIEW} .jp-air-LiveChart-title", "nodes => nodes.map(n => n.textContent)"
     )
     assert {"train_loss", "train_accuracy", "lr", "GPU utilization %"} <= set(titles)
     links = page.eval_on_selector_all(
