@@ -3,6 +3,7 @@ ranks, real MLflow. Few and long on purpose: each fired task is a whole job."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -187,7 +188,7 @@ def test_a_chain_every_two_seconds_pause_resume_and_a_killed_scheduler(workdir: 
     assert len(missed) >= 2
     assert all(r["status"] == "SKIPPED" for r in missed)
     missed_times = sorted(datetime.fromisoformat(r["scheduled_time"]) for r in missed)
-    gaps = {(b - a).total_seconds() for a, b in zip(missed_times, missed_times[1:])}
+    gaps = {(b - a).total_seconds() for a, b in itertools.pairwise(missed_times)}
     assert gaps == {2.0}  # every time while it was down, none lost
     # catch_up: latest -- the latest missed time fired, recorded by the same tick
     caught_up = [r for r in after if r["created"] == missed[0]["created"] and r not in missed]
@@ -294,3 +295,49 @@ def test_one_scheduler_per_air_home_its_files_private_and_stop(workdir: Path) ->
     air("schedule", "delete", "report")
     air("schedule", "list")  # with no schedule left, no scheduler is started
     assert running(home) is None
+
+
+EVERY_TWO_SECONDS = """\
+name: beyond-the-server
+schedule:
+  quartz_cron_expression: "*/2 * * * * ?"
+max_concurrent_runs: 1
+tasks:
+  - task_key: t
+    workload: {command: "true"}
+"""
+
+
+def test_stopping_the_jupyter_server_does_not_stop_a_schedule(workdir: Path) -> None:
+    """Made through the REST API of a real server, which starts the scheduler; the
+    server stopped (SIGTERM: its extensions' stop hooks run), the schedule still fires."""
+    from tests.kernel.test_abuse_processes import Server
+
+    server = Server(dict(os.environ), workdir)
+    try:
+        created = server.api("jupyter-air/schedules", {"yaml": EVERY_TWO_SECONDS})
+        home = workdir / "air"
+        info = until(lambda: running(home), 60, 0.1)
+        # out of the server's process group and session: a group kill or a hangup misses it
+        assert os.getpgid(info.pid) != os.getpgid(server.process.pid)
+        assert os.getsid(info.pid) == info.pid
+    finally:
+        server.process.terminate()
+        server.process.wait(60)
+    stopped_at = time.time()
+    assert running(home) == info
+
+    def fired_after_the_stop() -> list[dict[str, Any]]:
+        runs = air("schedule", "runs", created["id"], "--limit", "20")
+        return [
+            r
+            for r in runs
+            if datetime.fromisoformat(r["scheduled_time"]).timestamp() > stopped_at
+            and r["tasks"][0]["job_id"] is not None
+        ]
+
+    run = until(fired_after_the_stop, 120)[-1]
+    assert run["status"] != "SKIPPED"
+    job = cancel.wait(JobStore(home), run["tasks"][0]["job_id"], 120)
+    assert job.status == "SUCCEEDED"
+    assert running(home) == info  # the same scheduler throughout
