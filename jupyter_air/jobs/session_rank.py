@@ -1,4 +1,5 @@
-"""One warm rank of a session: run the cells the kernel sends, in one namespace.
+"""One warm rank of a session: run the cells (and functions) the kernel sends, in one
+namespace.
 
 ``python -m jupyter_air.jobs.session_rank``, started by the job's node agent like any
 rank (the torchrun environment, its output captured into its rank log). It connects to
@@ -92,6 +93,33 @@ def _result(value: Any, outputs: dict[str, Any]) -> bytes:
         return bytes(cloudpickle.dumps(data))
 
 
+def _in_namespace(function: Any, namespace: dict[str, Any]) -> Any:
+    """A function from the kernel (``@distributed(session=True)``) made to read and write
+    the rank's namespace, as a cell does: the kernel names it reads (shipped with it by
+    cloudpickle, in globals of their own) are set there first, and it and the notebook
+    functions shipped with it see the names earlier session cells made."""
+    if not isinstance(function, types.FunctionType):
+        return function  # a callable object: it keeps its own state
+    shipped = function.__globals__
+    for name, value in shipped.items():
+        if not name.startswith("__"):
+            namespace[name] = _rebound(value, namespace) if _shares(value, shipped) else value
+    return _rebound(function, namespace)
+
+
+def _shares(value: Any, shipped: dict[str, Any]) -> bool:
+    return isinstance(value, types.FunctionType) and value.__globals__ is shipped
+
+
+def _rebound(function: types.FunctionType, namespace: dict[str, Any]) -> types.FunctionType:
+    code, closure = function.__code__, function.__closure__
+    rebound = types.FunctionType(code, namespace, function.__name__, function.__defaults__, closure)
+    rebound.__kwdefaults__ = function.__kwdefaults__
+    rebound.__qualname__ = function.__qualname__
+    rebound.__dict__.update(function.__dict__)
+    return rebound
+
+
 def _end_cell_run(run_id: str) -> None:
     """A run the cell's code made active (``mlflow.log_metric`` starts one from
     ``MLFLOW_RUN_ID``) is left at the cell's end, so the next cell logs into its own."""
@@ -173,10 +201,14 @@ def _run(message: dict[str, Any], namespace: dict[str, Any], rank: int, cells: _
     with cells.lock:
         cells.running, cells.asked = True, False
     try:
-        for alias, module in payload.get("modules", {}).items():
-            namespace[alias] = importlib.import_module(module)
-        namespace.update(payload.get("names", {}))
-        value = run_cell(payload["source"], namespace, f"<air_session cell {number}>")
+        if payload["kind"] == "function":
+            function = _in_namespace(payload["function"], namespace)
+            value = function(*payload["args"], **payload["kwargs"])
+        else:
+            for alias, module in payload.get("modules", {}).items():
+                namespace[alias] = importlib.import_module(module)
+            namespace.update(payload.get("names", {}))
+            value = run_cell(payload["source"], namespace, f"<air_session cell {number}>")
     except BaseException as err:  # the cell fails; the rank and its namespace stay
         with cells.lock:
             cells.running = False

@@ -1,4 +1,6 @@
-"""``@distributed``: the magic's job for a function, with ``fn.distributed(...)``."""
+"""``@distributed``: the magic's job for a function, with ``fn.distributed(...)``; with
+``session=True``, a call on the warm ranks of ``%air_session start``, as
+``%%air_distributed --session`` runs a cell there."""
 
 from __future__ import annotations
 
@@ -21,23 +23,33 @@ class DistributedFunction(Generic[P, R]):
     them on rank 0 (``torch.distributed.gather_object``) and return the list.
     """
 
-    def __init__(self, fn: Callable[P, R], options: Options) -> None:
+    def __init__(self, fn: Callable[P, R], options: Options, session: bool = False) -> None:
         options.validate()
         functools.update_wrapper(self, fn)
         self._fn = fn
         self._options = options
+        self._session = session
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self._fn(*args, **kwargs)
 
     def distributed(self, *args: P.args, **kwargs: P.kwargs) -> R | None:
         """Run on every rank as one job (one MLflow run); rank 0's return value, or None
-        for a background job."""
+        for a background job. With ``session=True``: on the session's warm ranks, in each
+        rank's namespace (names earlier session cells made are there), as a child run."""
         payload = Payload(kind="function", function=self._fn, args=args, kwargs=kwargs)
         try:
             source = inspect.getsource(self._fn)
         except (OSError, TypeError):
             source = repr(self._fn)
+        if self._session:
+            from .warm_session import WarmSession
+
+            session, title = WarmSession.running(), getattr(self._fn, "__name__", None)
+            value: R | None = session.run_cell(
+                payload.dumps(), source, self._options.output_ranks, None, title
+            )
+            return value
         return run(payload, self._options, source, None)  # type: ignore[no-any-return]
 
 
@@ -50,13 +62,23 @@ def distributed(
 def distributed(fn: Callable[P, R] | None = None, **options: Any) -> Any:
     """``@distributed(nproc_per_node=2, experiment=..., max_retries=1, ...)``: the options
     of ``%%air_distributed`` as keyword arguments (``env`` is a dict, ``share`` a list of
-    grants such as ``["bob:CAN_VIEW"]``, ``out`` is not needed: return what you want back)."""
+    grants such as ``["bob:CAN_VIEW"]``, ``out`` is not needed: return what you want back).
+    ``@distributed(session=True)`` runs on the session's ranks and takes only
+    ``output_ranks``: the rest belongs to ``%air_session start``."""
+    session = options.pop("session", False)
+    if not isinstance(session, bool):
+        raise TypeError(f"distributed(session=...) must be True or False, got {session!r}")
     unknown = set(options) - {f for f in Options.__dataclass_fields__ if f != "out"}
     if unknown:
         raise TypeError(f"distributed() got unknown option(s): {', '.join(sorted(unknown))}")
+    if session and (whole_job := sorted(set(options) - {"output_ranks"})):
+        raise TypeError(
+            f"{', '.join(whole_job)} does not apply to distributed(session=True) "
+            "(give it to %air_session start)"
+        )
     settings = Options(**options)
 
     def wrap(f: Callable[P, R]) -> DistributedFunction[P, R]:
-        return DistributedFunction(f, settings)
+        return DistributedFunction(f, settings, session)
 
     return wrap(fn) if fn is not None else wrap

@@ -11,29 +11,19 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from ..jobs.session_host import SessionEnded
 from .capture import UnpicklableName, cell_payload
 from .launch import OptionError, Options, parse_env
-from .warm_session import WarmSession
+from .warm_session import NoSession, WarmSession
 
 SEE_HELP = "see %air_session? for the options"
-#: The kernel's session (one at a time).
-_current: WarmSession | None = None
 
 
 def run_session_cell(cell: str, out: list[str], output_ranks: str, user_ns: dict[str, Any]) -> Any:
     """What ``%%air_distributed --session`` does: the cell on the warm ranks."""
-    if _current is None:
-        raise UsageError("no session is running: start one with %air_session start -n N")
     try:
-        _current.session.check()
-    except SessionEnded as err:
-        raise UsageError(
-            f"the session (job {_current.job_id}) ended: {err}; "
-            "start a new one with %air_session start"
-        ) from None
-    try:
+        session = WarmSession.running()
         payload = cell_payload(cell, user_ns, out).dumps()
-    except (UnpicklableName, SyntaxError) as err:
+    except (NoSession, UnpicklableName, SyntaxError) as err:
         raise UsageError(str(err)) from None
-    return _current.run_cell(payload, cell, output_ranks, user_ns)
+    return session.run_cell(payload, cell, output_ranks, user_ns)
 
 
 @magics_class
@@ -79,23 +69,23 @@ class AirSessionMagics(Magics):
 
             %air_session start -n 2
         """
-        global _current
+        current = WarmSession.current
         try:
             args = parse_argstring(self.air_session, line)
         except UsageError as err:
             raise UsageError(f"{err}; {SEE_HELP}") from None
         if args.action == "status":
-            print(_current.describe() if _current is not None else "no session")
+            print(current.describe() if current is not None else "no session")
         elif args.action == "stop":
-            if _current is None or _current.session.ended is not None:
+            if current is None or current.session.ended is not None:
                 print("no session is running")
                 return
-            _current.stop()
-            print(_current.describe())
+            current.stop()
+            print(current.describe())
         else:
-            if _current is not None and _current.session.ended is None:
+            if current is not None and current.session.ended is None:
                 raise UsageError(
-                    f"a session is running (job {_current.job_id}): %air_session stop first"
+                    f"a session is running (job {current.job_id}): %air_session stop first"
                 )
             try:
                 options = Options(
@@ -105,14 +95,14 @@ class AirSessionMagics(Magics):
                     env=parse_env(args.env),
                     oversubscribe=args.oversubscribe,
                 )
-                _current = WarmSession(options, args.idle_timeout)
+                current = WarmSession.current = WarmSession(options, args.idle_timeout)
             except OptionError as err:
                 raise UsageError(f"{err}; {SEE_HELP}") from None
             except SessionEnded as err:
                 raise UsageError(f"the session could not start: {err}") from None
-            links = _current.links(_current.run_id)
+            links = current.links(current.run_id)
             print(
-                f"Session job {_current.job_id}: {_current.session.nproc} ranks ready; "
-                f"run {_current.run_name}: {links['run'] or links.get('open run')}\n"
+                f"Session job {current.job_id}: {current.session.nproc} ranks ready; "
+                f"run {current.run_name}: {links['run'] or links.get('open run')}\n"
                 "Run cells on them with %%air_distributed --session; %air_session stop ends it."
             )

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, ClassVar
 
 import cloudpickle
 
@@ -48,8 +48,29 @@ DRAIN = 2.0
 RANK_LOOP = "jupyter_air.jobs.session_rank"
 
 
+class NoSession(RuntimeError):
+    """A call for the session when none is ready; the message says what to do."""
+
+
 class WarmSession:
     """The kernel's one session: its job, its parent run, its cells."""
+
+    #: The kernel's session (one at a time), whether it still runs or has ended.
+    current: ClassVar[WarmSession | None] = None
+
+    @classmethod
+    def running(cls) -> WarmSession:
+        """The kernel's session, ready for a cell (``NoSession`` says why it is not)."""
+        if (current := cls.current) is None:
+            raise NoSession("no session is running: start one with %air_session start -n N")
+        try:
+            current.session.check()
+        except SessionEnded as err:
+            raise NoSession(
+                f"the session (job {current.job_id}) ended: {err}; "
+                "start a new one with %air_session start"
+            ) from None
+        return current
 
     def __init__(self, options: Options, idle_timeout_min: float) -> None:
         submission = options.validate()
@@ -115,20 +136,26 @@ class WarmSession:
         return job_links(self.target.tracking_uri, self.target.experiment_id, run_id, self.job_id)
 
     def run_cell(
-        self, payload: bytes, source: str, output_ranks: str, user_ns: dict[str, Any]
+        self,
+        payload: bytes,
+        source: str,
+        output_ranks: str,
+        user_ns: dict[str, Any] | None,
+        title: str | None = None,
     ) -> Any:
-        """Run one cell (its pickled ``Payload``) on the warm ranks; rank 0's value
-        (``--out`` names land in ``user_ns``)."""
+        """Run one cell or function (its pickled ``Payload``) on the warm ranks; rank 0's
+        value (``--out`` names land in ``user_ns``). ``title`` names a function's call."""
         self.session.check()
         number = self.session.cells + 1
-        tags = {"air.session_cell": str(number), "mlflow.runName": f"cell {number}"}
+        name = f"cell {number}" if title is None else f"{title} (cell {number})"
+        tags = {"air.session_cell": str(number), "mlflow.runName": name}
         if (cell := cell_id()) is not None:
             tags["air.cell_id"] = cell
         assert self._next_run is not None  # made once the ranks were ready
         run_id = self._next_run.result()
         self._follower.poll()  # what came between cells (nothing, usually) is not this cell's
         view = JobView(self.job_id, output_ranks)
-        view.header(f"cell {number}", self.links(run_id))
+        view.header(name, self.links(run_id))
         started = time.time()
 
         seen: dict[int, int] = {}
@@ -148,7 +175,7 @@ class WarmSession:
             if failed:
                 rank = failed[0]
                 raise JobFailed(
-                    f"cell {number} failed on rank {rank}; the session and its names stay",
+                    f"{name} failed on rank {rank}; the session and its names stay",
                     replies[rank]["error"],
                     view.showed_all_of(rank),
                 )

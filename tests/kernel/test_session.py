@@ -106,6 +106,56 @@ def test_a_session_keeps_names_process_group_and_takes_kernel_names(
     assert not job_processes(job_id)
 
 
+def test_a_session_function_runs_in_the_ranks_namespace_as_a_cell_does(
+    kernel: Kernel, kernel_env: dict[str, str], air_home: Path
+) -> None:
+    """``@distributed(session=True)``: the function sees what session cells made on the
+    ranks, and the kernel names it reads; its call is a child run, its failure a cell's."""
+    refused = kernel.run(
+        "from jupyter_air import distributed\n"
+        "@distributed(session=True)\ndef total(): pass\ntotal.distributed()"
+    )
+    assert refused.error is not None
+    assert refused.error["ename"] == "NoSession"  # none yet, or an earlier test's ended
+    assert "with %air_session start" in refused.error["evalue"]
+    refused = kernel.run("distributed(session=True, nproc_per_node=2)(print)")
+    assert refused.error is not None
+    assert refused.error["evalue"].startswith(
+        "nproc_per_node does not apply to distributed(session=True)"
+    )
+    job_id = start(kernel)
+    made = "import torch, torch.distributed as dist\ndist.init_process_group('gloo')\nw = 5\nw"
+    assert cell(kernel, made) == "5"
+    kernel.run(
+        "factor = 2\n"
+        "def scaled(x):\n    return x * factor\n"
+        "@distributed(session=True)\n"
+        "def total(step):\n"
+        "    global w\n"
+        "    w += step\n"  # the rank's own name, made by a session cell, changed
+        "    t = torch.tensor([scaled(w)])\n"  # a kernel function reading a kernel name
+        "    dist.all_reduce(t)\n"
+        "    if dist.get_rank() == 1 and step < 0:\n"
+        "        raise ValueError('no negative steps')\n"
+        "    return int(t)"
+    )
+    assert kernel.run("total.distributed(1)").value() == "24"  # 2 ranks x (5 + 1) x 2
+    kernel.run("factor = 10")
+    assert kernel.run("total.distributed(step=1)").value() == "140"
+    failed = kernel.run("total.distributed(-1)")
+    assert "total (cell 4) failed on rank 1" in failed.traceback
+    assert "no negative steps" in failed.text
+    assert cell(kernel, "w") == "6"  # the session and the names the function changed stay
+    kernel.run("%air_session stop")
+    client = MlflowClient(kernel_env["MLFLOW_TRACKING_URI"])
+    parent_id = str(JobStore(air_home).attempts(job_id)[0].run_id)
+    experiment_id = client.get_run(parent_id).info.experiment_id
+    calls = client.search_runs(
+        [experiment_id], f"tags.mlflow.parentRunId = '{parent_id}' and run_name = 'total (cell 2)'"
+    )
+    assert [r.data.tags["air.session_cell"] for r in calls] == ["2"]
+
+
 def test_an_interrupted_cell_leaves_the_session_usable(kernel: Kernel) -> None:
     start(kernel)
     kernel.run("%%air_distributed --session\nx = 41")
