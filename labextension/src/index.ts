@@ -5,6 +5,7 @@ import {
 import { ICommandPalette, IThemeManager } from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
+import { followSettings, numberSetting } from './common/settings';
 import { GpuResourcesModel, IGpuPanelSettings, isRangeKey } from './gpu/model';
 import { GpuPanel } from './gpu/panel';
 import { chipIcon } from './icons';
@@ -27,20 +28,12 @@ const SIDEBAR_RANK = 900;
 function readSettings(
   settings: ISettingRegistry.ISettings
 ): Partial<IGpuPanelSettings> {
-  const out: Partial<IGpuPanelSettings> = {};
   const range = settings.get('defaultRange').composite;
-  if (isRangeKey(range)) {
-    out.defaultRange = range;
-  }
-  const interval = settings.get('pollInterval').composite;
-  if (typeof interval === 'number' && Number.isFinite(interval)) {
-    out.pollInterval = interval;
-  }
-  const idle = settings.get('idleTimeout').composite;
-  if (typeof idle === 'number' && Number.isFinite(idle)) {
-    out.idleTimeout = idle;
-  }
-  return out;
+  return {
+    defaultRange: isRangeKey(range) ? range : undefined,
+    pollInterval: numberSetting(settings, 'pollInterval'),
+    idleTimeout: numberSetting(settings, 'idleTimeout')
+  };
 }
 
 /**
@@ -94,21 +87,9 @@ const gpuPlugin: JupyterFrontEndPlugin<void> = {
       });
     }
 
-    if (settingRegistry) {
-      settingRegistry
-        .load(GPU_PLUGIN_ID)
-        .then(settings => {
-          const apply = () => model.updateSettings(readSettings(settings));
-          apply();
-          settings.changed.connect(apply);
-        })
-        .catch(reason => {
-          console.error(
-            `jupyter-air: failed to load the settings of ${GPU_PLUGIN_ID}`,
-            reason
-          );
-        });
-    }
+    void followSettings(settingRegistry, GPU_PLUGIN_ID, settings =>
+      model.updateSettings(readSettings(settings))
+    );
   }
 };
 

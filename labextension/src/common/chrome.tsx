@@ -15,6 +15,12 @@ import * as React from 'react';
 import type { PollingModel } from './model';
 import { IStatus, pausedText, StatusKind } from './status';
 
+/**
+ * The class of a list panel in the right sidebar (runs, schedules): its
+ * frame, colors and scrolling, in labextension/style/sidebar.css.
+ */
+export const SIDEBAR_PANEL_CLASS = 'jp-air-SidebarPanel';
+
 /** The status line (see `statusOf` for what it says, in which order). */
 export function StatusLine(props: {
   status: IStatus;

@@ -18,6 +18,8 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { historyIcon as runsIcon } from '@jupyterlab/ui-components';
 import type { Widget } from '@lumino/widgets';
 
+import { SIDEBAR_PANEL_CLASS } from '../common/chrome';
+import { followSettings, numberSetting } from '../common/settings';
 import { requester } from '../request';
 import { RunsModel } from './model';
 import { RunsPanel } from './panel';
@@ -85,6 +87,7 @@ const runsPlugin: JupyterFrontEndPlugin<void> = {
     const panel = new RunsPanel({ model, actions });
     panel.title.icon = runsIcon;
     panel.title.caption = 'Experiment runs';
+    panel.addClass(SIDEBAR_PANEL_CLASS);
     app.shell.add(panel, 'right', { rank: SIDEBAR_RANK });
 
     const follow = () => {
@@ -103,28 +106,13 @@ const runsPlugin: JupyterFrontEndPlugin<void> = {
       icon: args => (args['isPalette'] ? undefined : runsIcon),
       execute: () => app.shell.activateById(panel.id)
     });
-    settingRegistry
-      ?.load(PLUGIN_ID)
-      .then(settings => {
-        const apply = () => {
-          const size = settings.get('pageSize').composite;
-          if (typeof size === 'number') {
-            model.pageSize = size;
-          }
-          const interval = settings.get('pollInterval').composite;
-          if (typeof interval === 'number' && interval >= 1) {
-            model.pollInterval = interval;
-          }
-        };
-        apply();
-        settings.changed.connect(apply);
-      })
-      .catch(reason =>
-        console.error(
-          `jupyter-air: failed to load ${PLUGIN_ID} settings`,
-          reason
-        )
-      );
+    void followSettings(settingRegistry, PLUGIN_ID, settings => {
+      model.pageSize = numberSetting(settings, 'pageSize') ?? model.pageSize;
+      const interval = numberSetting(settings, 'pollInterval', 1);
+      if (interval !== undefined) {
+        model.pollInterval = interval;
+      }
+    });
 
     palette?.addItem({
       command: CommandIDs.openRuns,

@@ -17,6 +17,8 @@ import { Dialog, ICommandPalette, showDialog } from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import type { Widget } from '@lumino/widgets';
 
+import { SIDEBAR_PANEL_CLASS } from '../common/chrome';
+import { followSettings, numberSetting } from '../common/settings';
 import { requester } from '../request';
 import { ScheduleForm } from './form';
 import { scheduleIcon } from './icon';
@@ -80,6 +82,7 @@ const schedulesPlugin: JupyterFrontEndPlugin<void> = {
     const panel = new SchedulesPanel({ model, actions });
     panel.title.icon = scheduleIcon;
     panel.title.caption = 'Schedules';
+    panel.addClass(SIDEBAR_PANEL_CLASS);
     app.shell.add(panel, 'right', { rank: SIDEBAR_RANK });
 
     // The notebook last in focus: in Notebook 7 the sidebar never becomes current.
@@ -129,24 +132,12 @@ const schedulesPlugin: JupyterFrontEndPlugin<void> = {
       args: { isPalette: true }
     });
 
-    settingRegistry
-      ?.load(PLUGIN_ID)
-      .then(settings => {
-        const apply = () => {
-          const interval = settings.get('pollInterval').composite;
-          if (typeof interval === 'number' && interval >= 1) {
-            model.pollInterval = interval;
-          }
-        };
-        apply();
-        settings.changed.connect(apply);
-      })
-      .catch(reason =>
-        console.error(
-          `jupyter-air: failed to load ${PLUGIN_ID} settings`,
-          reason
-        )
-      );
+    void followSettings(settingRegistry, PLUGIN_ID, settings => {
+      const interval = numberSetting(settings, 'pollInterval', 1);
+      if (interval !== undefined) {
+        model.pollInterval = interval;
+      }
+    });
   }
 };
 
