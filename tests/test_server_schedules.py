@@ -149,6 +149,44 @@ async def test_the_form_schedules_a_notebook_and_the_list_shows_its_cron_in_word
     assert one["name"] == "train"
 
 
+async def test_the_form_makes_a_task_graph_around_the_notebook(
+    jp_fetch: Any, notebook: str, jp_root_dir: Path
+) -> None:
+    (jp_root_dir / "reports").mkdir()
+    (jp_root_dir / "reports" / "summary.ipynb").write_text(json.dumps(NOTEBOOK))
+    tasks = [
+        {"task_key": "prep", "workload": {"command": "python prep.py"}},
+        {
+            "task_key": "train",
+            "notebook": notebook,
+            "parameters": {"nproc_per_node": 2},
+            "depends_on": [{"task_key": "prep"}],
+        },
+        {
+            "task_key": "report",
+            "notebook": "reports/summary.ipynb",
+            "depends_on": [{"task_key": "train"}],
+            "run_if": "ALL_DONE",
+        },
+    ]
+    made = await call(
+        jp_fetch,
+        "alice",
+        "POST",
+        "schedules",
+        body={"notebook": notebook, "cron": "30 2 * * *", "tasks": tasks},
+    )
+    assert made["name"] == "train"
+    assert [(t["task_key"], t["kind"], t["depends_on"], t["run_if"]) for t in made["tasks"]] == [
+        ("prep", "workload", [], "ALL_SUCCESS"),
+        ("train", "notebook", ["prep"], "ALL_SUCCESS"),
+        ("report", "notebook", ["train"], "ALL_DONE"),
+    ]
+    assert made["tasks"][2]["notebook"].endswith("reports/summary.ipynb")
+    schedule = Schedules(JobStore()).store.get(made["id"])
+    assert schedule.spec.tasks[1].parameters == {"nproc_per_node": 2}
+
+
 async def test_a_schedule_file_keeps_its_task_graph(jp_fetch: Any) -> None:
     made = await chain(jp_fetch)
     assert [(t["task_key"], t["depends_on"]) for t in made["tasks"]] == [
@@ -238,6 +276,39 @@ BAD_FORMS = [
     ({"notebook": "work/train.ipynb", "cron": "0 2 * * *", "ranks": 2}, "unknown field 'ranks'"),
     ({"notebook": "work/train.ipynb", "cron": "0 2 * * *", "nproc_per_node": "2"}, "integer"),
     ({"notebook": "work/train.ipynb", "cron": "0 2 * * *", "name": "no spaces"}, "letters"),
+    ({"notebook": "work/train.ipynb", "cron": "0 2 * * *", "tasks": []}, "list of tasks"),
+    ({"notebook": "work/train.ipynb", "cron": "0 2 * * *", "tasks": ["prep"]}, "list of tasks"),
+    (
+        {"notebook": "work/train.ipynb", "cron": "0 2 * * *", "nproc_per_node": 2, "tasks": [{}]},
+        "ranks are each task's",
+    ),
+    (
+        {
+            "notebook": "work/train.ipynb",
+            "cron": "0 2 * * *",
+            "tasks": [{"task_key": "t", "notebook": "../../etc/x.ipynb"}],
+        },
+        "outside the server's root",
+    ),
+    (
+        {
+            "notebook": "work/train.ipynb",
+            "cron": "0 2 * * *",
+            "tasks": [
+                {
+                    "task_key": "a",
+                    "workload": {"command": "true"},
+                    "depends_on": [{"task_key": "b"}],
+                },
+                {
+                    "task_key": "b",
+                    "workload": {"command": "true"},
+                    "depends_on": [{"task_key": "a"}],
+                },
+            ],
+        },
+        "cycle",
+    ),
 ]
 
 

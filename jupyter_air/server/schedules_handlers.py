@@ -49,6 +49,7 @@ FORM_FIELDS: dict[str, type] = {
     "timezone": str,
     "nproc_per_node": int,
     "experiment": str,
+    "tasks": list,
 }
 
 
@@ -111,12 +112,12 @@ class SchedulesBase(JobsBase):
         for key, kind in FORM_FIELDS.items():
             value = doc.get(key)
             if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
-                raise web.HTTPError(
-                    400, f"{key!r} must be a{'n integer' if kind is int else ' string'}"
-                )
+                said = {int: "n integer", str: " string", list: " list"}[kind]
+                raise web.HTTPError(400, f"{key!r} must be a{said}")
         if not doc.get("notebook") or not doc.get("cron"):
             raise web.HTTPError(400, "'notebook' and 'cron' are needed")
         notebook = self.in_root(doc["notebook"], "notebook")
+        tasks = self._form_tasks(doc)
         return lambda: notebook_spec(
             self.schedules,
             notebook,
@@ -125,7 +126,27 @@ class SchedulesBase(JobsBase):
             timezone=doc.get("timezone") or "UTC",
             nproc_per_node=doc.get("nproc_per_node") or 1,
             experiment=doc.get("experiment") or None,
+            tasks=tasks,
         )
+
+    def _form_tasks(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        """The form's task graph, if it gives one: a schedule file's tasks, whose
+        notebooks are named from the server's root (made absolute here). Ranks are then
+        each task's own."""
+        tasks = doc.get("tasks")
+        if tasks is None:
+            return []
+        if doc.get("nproc_per_node") is not None:
+            raise web.HTTPError(400, "with 'tasks', ranks are each task's, not the form's")
+        if not tasks or not all(isinstance(t, dict) for t in tasks):
+            raise web.HTTPError(400, "'tasks' is a list of tasks, as a schedule file has them")
+        resolved = []
+        for task in tasks:
+            path = task.get("notebook")
+            if isinstance(path, str) and path:
+                task = {**task, "notebook": str(self.in_root(path, "notebook"))}
+            resolved.append(task)
+        return resolved
 
     def _from_yaml(self, doc: dict[str, Any]) -> Callable[[], ScheduleSpec]:
         if set(doc) - {"yaml", "base_dir"}:
