@@ -16,7 +16,8 @@ from IPython.core.magic_arguments import (
 from traitlets import Unicode
 
 from .capture import UnpicklableName, cell_payload
-from .launch import OptionError, Options, parse_env, run
+from .job_options import options_from, whole_job_options
+from .launch import OptionError, run
 
 #: Where a refused option points the user.
 SEE_HELP = "see %%air_distributed? for the options"
@@ -43,38 +44,7 @@ class AirMagics(Magics):
 
     @magic_arguments()
     @kwds(formatter_class=CellMagicHelpFormatter)
-    @argument(
-        "-n",
-        "--nproc-per-node",
-        type=int,
-        default=None,
-        metavar="N",
-        help=(
-            "Ranks per node (default: one per visible GPU, or 1 without GPUs; "
-            "1 with --backend ray)."
-        ),
-    )
-    @argument("--nnodes", type=int, default=1, help="Machines (more than 1 needs --backend ray).")
-    @argument(
-        "--backend",
-        default="local",
-        help="local: ranks on this machine; ray: one node agent per node of a Ray cluster.",
-    )
-    @argument(
-        "--ray-address",
-        default=None,
-        help="Ray cluster for --backend ray (default: c.AirMagics.ray_address, $RAY_ADDRESS).",
-    )
-    @argument("--experiment", help="MLflow experiment name (wins over mlflow.set_experiment()).")
-    @argument("--run-name", help="MLflow run name (default: MLflow's generated name).")
-    @argument("--max-retries", type=int, default=0, help="Attempts after a failed one (default 0).")
-    @argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="Environment variable for every rank (repeatable).",
-    )
+    @whole_job_options()
     @argument(
         "--output-ranks",
         default="all",
@@ -85,24 +55,6 @@ class AirMagics(Magics):
         "--background",
         action="store_true",
         help="Submit and return at once; the job keeps going and writes to its logs.",
-    )
-    @argument(
-        "--oversubscribe",
-        action="store_true",
-        help=(
-            "Start the ranks even when they are more than this machine's GPUs, or more "
-            "than 4 per core without GPUs (refused otherwise)."
-        ),
-    )
-    @argument(
-        "--share",
-        action="append",
-        default=[],
-        metavar="[group:]NAME:LEVEL",
-        help=(
-            "Grant a Hub user or group a permission on the job (repeatable): CAN_VIEW, "
-            "CAN_MANAGE_RUN or CAN_MANAGE, e.g. bob:CAN_VIEW, group:ml-team:CAN_MANAGE_RUN."
-        ),
     )
     @argument(
         "--out",
@@ -143,22 +95,7 @@ class AirMagics(Magics):
             _only_session_options(line)
             return run_session_cell(cell, list(args.out), args.output_ranks, self.shell.user_ns)
         try:
-            options = Options(
-                nproc_per_node=args.nproc_per_node,
-                nnodes=args.nnodes,
-                backend=args.backend,
-                ray_address=args.ray_address,
-                experiment=args.experiment,
-                run_name=args.run_name,
-                max_retries=args.max_retries,
-                env=parse_env(args.env),
-                output_ranks=args.output_ranks,
-                timeout=args.timeout,
-                background=args.background,
-                out=list(args.out),
-                oversubscribe=args.oversubscribe,
-                share=list(args.share),
-            )
+            options = options_from(args)
             options.validate()
             assert self.shell is not None
             user_ns = self.shell.user_ns

@@ -10,7 +10,8 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from ..jobs.session_host import SessionEnded
 from .capture import UnpicklableName, cell_payload
-from .launch import OptionError, Options, parse_env
+from .job_options import options_from, whole_job_options
+from .launch import OptionError
 from .warm_session import NoSession, WarmSession
 
 SEE_HELP = "see %air_session? for the options"
@@ -30,28 +31,7 @@ def run_session_cell(cell: str, out: list[str], output_ranks: str, user_ns: dict
 class AirSessionMagics(Magics):
     @magic_arguments()
     @argument("action", choices=["start", "status", "stop"], help="What to do.")
-    @argument(
-        "-n",
-        "--nproc-per-node",
-        type=int,
-        default=None,
-        metavar="N",
-        help="Ranks (default: one per visible GPU, or 1 without GPUs).",
-    )
-    @argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="Environment variable for every rank (repeatable).",
-    )
-    @argument("--experiment", help="MLflow experiment name (wins over mlflow.set_experiment()).")
-    @argument("--run-name", help="The session's MLflow run name.")
-    @argument(
-        "--oversubscribe",
-        action="store_true",
-        help="Start the ranks even when they are more than this machine holds.",
-    )
+    @whole_job_options("nproc_per_node", "env", "experiment", "run_name", "oversubscribe")
     @argument(
         "--idle-timeout",
         type=float,
@@ -88,13 +68,7 @@ class AirSessionMagics(Magics):
                     f"a session is running (job {current.job_id}): %air_session stop first"
                 )
             try:
-                options = Options(
-                    nproc_per_node=args.nproc_per_node,
-                    experiment=args.experiment,
-                    run_name=args.run_name,
-                    env=parse_env(args.env),
-                    oversubscribe=args.oversubscribe,
-                )
+                options = options_from(args)
                 current = WarmSession.current = WarmSession(options, args.idle_timeout)
             except OptionError as err:
                 raise UsageError(f"{err}; {SEE_HELP}") from None

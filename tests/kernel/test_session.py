@@ -13,6 +13,10 @@ from mlflow import MlflowClient
 
 from jupyter_air.jobs import cancel
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.kernel.job_options import options_from
+from jupyter_air.kernel.launch import Options
+from jupyter_air.kernel.magics import AirMagics
+from jupyter_air.kernel.session_magic import AirSessionMagics
 from tests.kernel.conftest import Kernel, job_processes
 from tests.kernel.test_distributed_magic import supervised_until_its_end, wait_done
 
@@ -39,6 +43,27 @@ def test_a_session_cell_needs_a_session_and_only_its_own_options(kernel: Kernel)
     )
     refused = kernel.run("%%air_distributed --session -n 2\n1")
     assert "UsageError: -n does not apply to a --session cell" in refused.stderr
+
+
+def test_session_start_takes_the_whole_job_options_of_a_cell_by_one_definition() -> None:
+    """``%air_session start`` and ``%%air_distributed`` share each whole-job option: the
+    same flags, default and help; the session's are read back as a cell's are."""
+    cell_options = {a.dest: a for a in AirMagics.air_distributed.parser._actions}
+    session_parser = AirSessionMagics.air_session.parser
+    session_options = {a.dest: a for a in session_parser._actions}
+    shared = sorted(set(cell_options) & set(session_options) - {"help"})
+    assert shared == ["env", "experiment", "nproc_per_node", "oversubscribe", "run_name"]
+    for dest in shared:
+        ours, theirs = session_options[dest], cell_options[dest]
+        assert (ours.option_strings, ours.default, ours.help) == (
+            theirs.option_strings,
+            theirs.default,
+            theirs.help,
+        )
+    args = session_parser.parse_args(
+        ["start", "-n", "3", "--env", "A=1", "--run-name", "warm", "--idle-timeout", "5"]
+    )
+    assert options_from(args) == Options(nproc_per_node=3, env={"A": "1"}, run_name="warm")
 
 
 def test_a_session_keeps_names_process_group_and_takes_kernel_names(

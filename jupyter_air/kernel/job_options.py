@@ -1,0 +1,101 @@
+"""The options of a whole job, defined once for ``%%air_distributed`` and
+``%air_session start`` (IPython ``magic_arguments``), and read back as ``Options``.
+
+A session is one job: its ranks, environment, experiment and grants are chosen when it
+starts, so the session's magic takes these same options, by the same flags and help.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from IPython.core.magic_arguments import argument
+
+from .launch import Options, parse_env
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Each whole-job option by its ``Options`` field, in the order help lists them.
+WHOLE_JOB: dict[str, Callable[[Any], Any]] = {
+    "nproc_per_node": argument(
+        "-n",
+        "--nproc-per-node",
+        type=int,
+        default=None,
+        metavar="N",
+        help=(
+            "Ranks per node (default: one per visible GPU, or 1 without GPUs; "
+            "1 with --backend ray)."
+        ),
+    ),
+    "nnodes": argument(
+        "--nnodes", type=int, default=1, help="Machines (more than 1 needs --backend ray)."
+    ),
+    "backend": argument(
+        "--backend",
+        default="local",
+        help="local: ranks on this machine; ray: one node agent per node of a Ray cluster.",
+    ),
+    "ray_address": argument(
+        "--ray-address",
+        default=None,
+        help="Ray cluster for --backend ray (default: c.AirMagics.ray_address, $RAY_ADDRESS).",
+    ),
+    "experiment": argument(
+        "--experiment", help="MLflow experiment name (wins over mlflow.set_experiment())."
+    ),
+    "run_name": argument("--run-name", help="MLflow run name (default: MLflow's generated name)."),
+    "max_retries": argument(
+        "--max-retries", type=int, default=0, help="Attempts after a failed one (default 0)."
+    ),
+    "env": argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Environment variable for every rank (repeatable).",
+    ),
+    "oversubscribe": argument(
+        "--oversubscribe",
+        action="store_true",
+        help=(
+            "Start the ranks even when they are more than this machine's GPUs, or more "
+            "than 4 per core without GPUs (refused otherwise)."
+        ),
+    ),
+    "share": argument(
+        "--share",
+        action="append",
+        default=[],
+        metavar="[group:]NAME:LEVEL",
+        help=(
+            "Grant a Hub user or group a permission on the job (repeatable): CAN_VIEW, "
+            "CAN_MANAGE_RUN or CAN_MANAGE, e.g. bob:CAN_VIEW, group:ml-team:CAN_MANAGE_RUN."
+        ),
+    ),
+}
+
+
+def whole_job_options(*names: str) -> Callable[[F], F]:
+    """The named whole-job options (every one when none is named) on a magic, as if each
+    ``@argument`` were written where this decorator is."""
+    chosen = [WHOLE_JOB[name] for name in names or WHOLE_JOB]
+
+    def add(magic: F) -> F:
+        for option in reversed(chosen):  # decorators apply from the bottom up
+            magic = option(magic)
+        return magic
+
+    return add
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    """The ``Options`` of a magic's parsed arguments (those it does not take keep their
+    defaults); a bad ``--env`` raises ``OptionError``."""
+    fields = Options.__dataclass_fields__
+    given = {name: value for name, value in vars(args).items() if name in fields}
+    if "env" in given:
+        given["env"] = parse_env(given["env"])
+    return Options(**given)
