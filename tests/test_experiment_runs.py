@@ -15,6 +15,7 @@ from jupyter_air.tracking.experiment_runs import (
     differing_params,
     legend_names,
     nest,
+    time_origin,
     user_metrics_first,
 )
 
@@ -111,3 +112,17 @@ def test_runs_that_share_a_name_get_distinct_legend_names() -> None:
         "other",
         "99" * 16,
     ]
+
+
+def test_a_compared_runs_time_starts_at_its_first_point_of_the_users_metrics() -> None:
+    run = {"run_id": "a", "start_time": 1_000}
+    metrics = {
+        "system/cpu_utilization_percentage": {"a": [{"timestamp": 1_500}]},  # before ranks
+        "loss": {"a": [{"timestamp": 18_000}, {"timestamp": 19_000}]},
+        "eval_accuracy": {"a": [{"timestamp": 40_000}], "b": [{"timestamp": 2_000}]},
+    }
+    assert time_origin(run, metrics) == 18_000, "not the run's start, nor a system sample"
+    only_system = {
+        "system/cpu_utilization_percentage": metrics["system/cpu_utilization_percentage"]
+    }
+    assert time_origin(run, only_system) == 1_000, "without the user's metrics: the start"

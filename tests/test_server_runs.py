@@ -199,8 +199,11 @@ async def test_compare_gives_curves_and_the_params_that_differ(
 ) -> None:
     first, second = tracked.runs["first"], tracked.runs["second"]
     doc = await get(jp_fetch, "runs/compare", store=key, runs=f"{first},{second}")
-    # Each run's start (MLflow ms): the panel plots "by time" from it.
+    # "By time" counts from each run's first point of the user's metrics (its loss here).
     assert all(isinstance(run["start_time"], int) for run in doc["runs"])
+    assert [run["time_origin"] for run in doc["runs"]] == [
+        doc["metrics"]["loss"][run][0]["timestamp"] for run in (first, second)
+    ]
     assert doc["params"] == {"lr": {first: "0.1", second: "0.2"}}
     curves = doc["metrics"]["loss"]
     assert [p["step"] for p in curves[first]] == [0, 1, 2]

@@ -122,7 +122,7 @@ def _experiment(client: MlflowClient, option: str | None) -> dict[str, str]:
 
 class RunsView:
     """The page of runs as a table, a checkbox per run, and the comparison of the picked
-    runs (metric curves overlaid by step or by time since each run started, the params
+    runs (metric curves overlaid by step or by time since each run's first point, the params
     that differ). The user's own metrics come first; MLflow's ``system/*`` metrics are
     behind the "system metrics" switch."""
 
@@ -204,9 +204,9 @@ class RunsView:
         self.picker = w.VBox(layout=w.Layout(max_height="220px", overflow="auto"))
         self.metric = w.Dropdown(description="Metric")
         self.axis = w.ToggleButtons(
-            options=[("by step", "step"), ("by time since start", "time")],
+            options=[("by step", "step"), ("by time since first point", "time")],
             value="step",
-            tooltips=["Each run's steps", "Seconds since each run started"],
+            tooltips=["Each run's steps", "Seconds since each run's first point"],
         )
         self.system = w.Checkbox(
             value=False, description="system metrics", indent=False,
@@ -269,9 +269,9 @@ class RunsView:
         )
 
 
-#: The x axis of a comparison: each run's steps, or seconds since each run started (so
-#: runs started minutes apart overlay).
-_AXIS_TITLES = {"step": "step", "time": "seconds since the run started"}
+#: The x axis of a comparison: each run's steps, or seconds since each run's first point
+#: (so runs started minutes apart overlay).
+_AXIS_TITLES = {"step": "step", "time": "seconds since the run's first point"}
 #: The tables' style: dates and ids on one line, numbers right-aligned.
 TABLE_STYLE = (
     ".jp-air-RunsView-table td, .jp-air-RunsView-table th "
@@ -361,12 +361,13 @@ def _params_table(doc: dict[str, Any]) -> str:
 
 
 def _traces(doc: dict[str, Any], metric: str | None, axis: str) -> list[dict[str, Any]]:
-    """One line per run of ``metric``, by step or by seconds since the run started."""
+    """One line per run of ``metric``, by step or by seconds since the run's first point
+    (``time_origin``, see ``experiment_runs.time_origin``)."""
     names = er.legend_names(doc["runs"])
-    starts = {run["run_id"]: run.get("start_time") for run in doc["runs"]}
+    origins = {run["run_id"]: run.get("time_origin") for run in doc["runs"]}
     traces = []
     for run_id, points in (doc["metrics"].get(metric) or {}).items():
-        start = starts.get(run_id) or (points[0]["timestamp"] if points else 0)
+        start = origins.get(run_id) or (points[0]["timestamp"] if points else 0)
         xs = [p["step"] if axis == "step" else (p["timestamp"] - start) / 1000 for p in points]
         ys = [p["value"] for p in points]
         traces.append({"x": xs, "y": ys, "mode": "lines+markers", "name": names[run_id]})

@@ -258,14 +258,38 @@ def compare(
     """Metric curves of these runs (every metric any of them has, unless named) and the
     params that differ between them."""
     keys = list(metric_keys) or sorted({key for row in rows for key in row["metrics"]})
-    return {
-        "runs": [{k: row[k] for k in ("run_id", "name", "status", "start_time")} for row in rows],
-        "params": differing_params(rows),
-        "metrics": {
-            key: {row["run_id"]: metric_history(client, row["run_id"], key) for row in rows}
-            for key in keys
-        },
+    metrics = {
+        key: {row["run_id"]: metric_history(client, row["run_id"], key) for row in rows}
+        for key in keys
     }
+    return {
+        "runs": [
+            {
+                **{k: row[k] for k in ("run_id", "name", "status", "start_time")},
+                "time_origin": time_origin(row, metrics),
+            }
+            for row in rows
+        ],
+        "params": differing_params(rows),
+        "metrics": metrics,
+    }
+
+
+def time_origin(
+    row: dict[str, Any], metrics: dict[str, dict[str, list[dict[str, Any]]]]
+) -> int | None:
+    """Where a compared run's time starts (Unix ms): its first point of any of the user's
+    metrics (the training's first step logged), the same for every metric of the run; its
+    start where it has none (None when MLflow has no start either). Not the run's start
+    alone: the job makes the run before its ranks start, which put every curve seconds
+    (a minute on a busy machine) away from zero."""
+    firsts: list[int] = [
+        point["timestamp"]
+        for key, series in metrics.items()
+        if not is_system_metric(key)
+        for point in series.get(row["run_id"], [])
+    ]
+    return min(firsts, default=row["start_time"])
 
 
 def is_system_metric(key: str) -> bool:

@@ -144,7 +144,7 @@ def test_runs_by_time_start_at_zero_and_same_named_runs_stay_apart(
         traces = dict(ast.literal_eval(drawn.value()))
         assert traces[f"a ({twin.info.run_id[:7]})"] == [0.0, 1.0, 2.0]
         assert f"a ({runs['a'][:7]})" in traces
-        assert all(x[0] >= 0 for x in traces.values()), "seconds since each run started"
+        assert all(x[0] >= 0 for x in traces.values()), "seconds since each run's first point"
     finally:
         client.delete_run(twin.info.run_id)
 

@@ -16,7 +16,7 @@ import type { ICompare } from './types';
 
 const AXIS_OPTIONS = [
   { value: XAxis.Step, label: 'by step' },
-  { value: XAxis.Time, label: 'by time since start' }
+  { value: XAxis.Time, label: 'by time since first point' }
 ];
 
 function isXAxis(value: string): value is XAxis {

@@ -1,6 +1,6 @@
 /**
  * The curves of a comparison: one trace per run, named so that runs of the
- * same name stay apart, by step or by time since each run started.
+ * same name stay apart, by step or by time since each run's first point.
  */
 
 import { elapsedUnit } from '../common/time';
@@ -9,7 +9,7 @@ import type { ICompare, ICompareRun } from './types';
 /** What the x axis of the comparison shows. */
 export enum XAxis {
   Step = 'step',
-  /** Time since each run started, so that runs started apart overlay. */
+  /** Time since each run's first point, so that runs started apart overlay. */
   Time = 'time'
 }
 
@@ -48,8 +48,9 @@ export interface ICurves {
 
 /**
  * The traces of `metric` for each compared run. By time, x is the time
- * since the run's start (its first point's time when the start is unknown),
- * in seconds, minutes or hours as the longest run needs.
+ * since the run's first point (`time_origin`: the first step the training
+ * logged, not MLflow's start of the run, which the job makes before its
+ * ranks start), in seconds, minutes or hours as the longest run needs.
  */
 export function curves(
   compare: ICompare,
@@ -70,8 +71,8 @@ export function curves(
     };
   }
   const elapsed = compare.runs.map((run, i) => {
-    const start = run.start_time ?? points[i][0]?.timestamp ?? 0;
-    return points[i].map(p => p.timestamp - start);
+    const origin = run.time_origin ?? points[i][0]?.timestamp ?? 0;
+    return points[i].map(p => p.timestamp - origin);
   });
   let span = 0;
   for (const times of elapsed) {
@@ -81,7 +82,7 @@ export function curves(
   }
   const unit = elapsedUnit(span);
   return {
-    xTitle: `time since run start (${unit.label})`,
+    xTitle: `time since the run's first point (${unit.label})`,
     curves: compare.runs.map((_, i) => ({
       name: names[i],
       x: elapsed[i].map(ms => ms / unit.ms),

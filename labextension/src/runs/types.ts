@@ -67,6 +67,11 @@ export interface ICompareRun {
   status: RunStatus;
   /** MLflow's start time (Unix ms). */
   start_time: number | null;
+  /**
+   * Where the run's time starts (Unix ms): its first point of the user's
+   * metrics, else its start (see `time_origin` in experiment_runs.py).
+   */
+  time_origin: number | null;
 }
 
 /** `GET jupyter-air/runs/compare`: curves and the params that differ. */

@@ -6,9 +6,15 @@ const MINUTE = 60_000;
 function run(
   id: string,
   name: string | null,
-  start: number | null = 0
+  origin: number | null = 0
 ): ICompareRun {
-  return { run_id: id, name, status: 'FINISHED', start_time: start };
+  return {
+    run_id: id,
+    name,
+    status: 'FINISHED',
+    start_time: origin === null ? null : origin - 17_000,
+    time_origin: origin
+  };
 }
 
 describe('legend names', () => {
@@ -54,9 +60,11 @@ describe('the curves of a comparison', () => {
     }
   };
 
-  it('by time, start each run at zero: runs an hour apart overlay', () => {
+  it('by time, start each run at its time origin: runs an hour apart overlay', () => {
+    // The origin (the server's: the run's first point of the user's metrics), not
+    // MLflow's start, made 17 s before.
     const drawn = curves(compare, 'loss', XAxis.Time);
-    expect(drawn.xTitle).toBe('time since run start (min)');
+    expect(drawn.xTitle).toBe("time since the run's first point (min)");
     expect(drawn.curves.map(c => c.name)).toEqual(['first', 'second']);
     expect(drawn.curves.map(c => c.x)).toEqual([
       [1, 10],
@@ -65,7 +73,7 @@ describe('the curves of a comparison', () => {
     expect(drawn.curves[1].y).toEqual([0.9, null]);
   });
 
-  it('by time, count from the first point of a run whose start is unknown', () => {
+  it('by time, count from the first point of a run without an origin', () => {
     const unknown = { ...compare, runs: [run('a', 'first', null)] };
     const drawn = curves(unknown, 'loss', XAxis.Time);
     expect(drawn.curves[0].x).toEqual([0, 9]);
@@ -78,7 +86,7 @@ describe('the curves of a comparison', () => {
       metrics: { loss: { a: [{ step: 0, timestamp: 45_000, value: 1 }] } }
     };
     const drawn = curves(short, 'loss', XAxis.Time);
-    expect(drawn.xTitle).toBe('time since run start (s)');
+    expect(drawn.xTitle).toBe("time since the run's first point (s)");
     expect(drawn.curves[0].x).toEqual([45]);
   });
 
