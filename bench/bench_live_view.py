@@ -111,18 +111,18 @@ NEW_UPDATE = """async ([esm, add, layout, n]) => {
   const handlers = {};
   const state = {chart_id: 'bench', figure_layout: layout, plotly: 'IPY_MODEL_lib'};
   const library = {get: (k) => ({version: 'bench', source: 'module.exports = Plotly;'})[k]};
-  const model = {get: (k) => state[k], on: (e, f) => { handlers[e] = f; },
+  const model = {get: (k) => state[k], on: (e, f) => { handlers[e] = f; }, send: () => {},
                  widget_manager: {get_model: async () => library}};
   widget.initialize({model});
   const el = document.createElement('div');
   el.style.width = '1200px';
   document.body.append(el);
   await widget.render({model, el});
-  await handlers['msg:custom'](add);
+  await handlers['msg:custom']({...add, revision: 1});
   const indices = add.traces.map((_, i) => i);
   return async (k) => {
     const start = performance.now();
-    await handlers['msg:custom']({type: 'extend', indices,
+    await handlers['msg:custom']({type: 'extend', indices, revision: k + 2,
       x: add.traces.map(t => [t.x[n - 1] + (k + 1) * (t.meta.metric ? 1 : 10000)]),
       y: indices.map(() => [Math.random() * 100])});
     return performance.now() - start;

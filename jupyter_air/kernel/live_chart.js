@@ -19,11 +19,29 @@ const LIBRARIES = Symbol.for("jupyter_air.plotly");
 
 function chartOf(model) {
   const id = model.get("chart_id");
-  if (!charts.has(id)) charts.set(id, { traces: [], hidden: new Set(), views: new Set() });
+  if (!charts.has(id)) charts.set(id, { traces: [], hidden: new Set(), views: new Set(), revision: 0 });
   return charts.get(id);
 }
 
-function keep(chart, msg) {
+// Keep a message's points if it follows those kept (its `revision` is the next): a page
+// loaded while the job runs (a reload) missed the first messages, so it asks the kernel
+// for the history, all the points up to a revision, and keeps what follows it. Returns
+// whether the chart changed.
+function keep(chart, msg, ask) {
+  if (msg.type === "history") {
+    if (msg.revision < chart.revision) return false;
+    chart.traces = msg.traces.map((trace) => ({ ...trace, x: trace.x.slice(), y: trace.y.slice() }));
+    chart.revision = msg.revision;
+    chart.asked = false;
+    return true;
+  }
+  if (msg.revision <= chart.revision) return false; // in the history already
+  if (msg.revision > chart.revision + 1) {
+    if (!chart.asked) ask(); // missed some: the history brings them
+    chart.asked = true;
+    return false;
+  }
+  chart.revision = msg.revision;
   if (msg.type === "add") {
     for (const trace of msg.traces) chart.traces.push({ ...trace, x: trace.x.slice(), y: trace.y.slice() });
   } else if (msg.type === "extend") {
@@ -35,6 +53,7 @@ function keep(chart, msg) {
       }
     });
   }
+  return true;
 }
 
 // The lowest and the highest point of each of `buckets` equal spans of [lo, hi], in x
@@ -113,10 +132,16 @@ async function plotlyOf(model) {
 
 function initialize({ model }) {
   const chart = chartOf(model);
-  model.on("msg:custom", (msg) => {
-    keep(chart, msg);
-    for (const view of chart.views) view.draw();
-  });
+  const ask = () => model.send({ type: "history" });
+  // Returns the views' draws (the benchmark waits on them).
+  model.on("msg:custom", (msg) => keep(chart, msg, ask) && Promise.all([...chart.views].map((view) => view.draw())));
+  // A chart shown as the job starts has missed nothing; one restored by a reloaded page
+  // has missed what came before (the answer waits for the cell's end where the
+  // frontend sends widget messages on the cell's own shell, not a subshell).
+  if (chart.revision === 0) {
+    chart.asked = true;
+    ask();
+  }
   model.on("change:figure_layout", () => {
     for (const view of chart.views) view.draw();
   });

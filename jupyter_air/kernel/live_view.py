@@ -18,9 +18,10 @@ import html
 import math
 import os
 import re
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -468,6 +469,11 @@ def _chart_widget_class() -> Any:
     from ipywidgets import Widget, widget_serialization
 
     class ChartWidget(anywidget.AnyWidget):
+        """Sends a ``RunChart``'s new points as numbered messages, and all of them to a
+        page that asks (``{"type": "history"}``: a page reloaded while the job runs gets
+        the models from the kernel, through a subshell, but not the messages it missed).
+        The page keeps a message only if it follows the points it has."""
+
         _esm = traitlets.Unicode(
             Path(__file__).with_name("live_chart.js").read_text(encoding="utf-8")
         ).tag(sync=True)
@@ -475,32 +481,53 @@ def _chart_widget_class() -> Any:
         figure_layout = traitlets.Dict().tag(sync=True)
         plotly = traitlets.Instance(Widget).tag(sync=True, **widget_serialization)
 
-        def push(self, update: Update, layout: dict[str, Any]) -> None:
-            """Only what changed crosses the wire: new traces and new points as messages,
-            the layout (panels and legend follow the traces) as the synced trait."""
-            if update.added:
-                self.send({"type": "add", "traces": [t.plotly() for t in update.added]})
-            if update.extended:
-                indices = sorted(update.extended)
-                self.send(
-                    {
-                        "type": "extend",
-                        "indices": indices,
-                        "x": [update.extended[i][0] for i in indices],
-                        "y": [update.extended[i][1] for i in indices],
-                    }
-                )
-            if layout != self.figure_layout:
-                self.figure_layout = layout
+        def __init__(self, chart: RunChart, **kwargs: Any) -> None:
+            super().__init__(figure_layout=chart.layout(legend=False), **kwargs)
+            self.chart = chart
+            self.revision = 0  # messages of points sent
+            # A history request is answered on a subshell's thread while the cell's
+            # thread reads and sends new points: one at a time.
+            self._lock = threading.Lock()
+            self.on_msg(self._answer)
+
+        def follow(self, read: Callable[[], Update]) -> None:
+            """Read new points into the chart (``read``) and send them: together, so that
+            a history is never sent between a read and its send."""
+            with self._lock:
+                update = read()
+                if update.added:
+                    self._numbered({"type": "add", "traces": [t.plotly() for t in update.added]})
+                if update.extended:
+                    indices = sorted(update.extended)
+                    self._numbered(
+                        {
+                            "type": "extend",
+                            "indices": indices,
+                            "x": [update.extended[i][0] for i in indices],
+                            "y": [update.extended[i][1] for i in indices],
+                        }
+                    )
+                layout = self.chart.layout(legend=False)
+                if layout != self.figure_layout:
+                    self.figure_layout = layout
+
+        def _numbered(self, message: dict[str, Any]) -> None:
+            self.revision += 1
+            self.send({**message, "revision": self.revision})
+
+        def _answer(self, _: Any, content: Any, buffers: Any) -> None:
+            if isinstance(content, dict) and content.get("type") == "history":
+                with self._lock:
+                    traces = [t.plotly() for t in self.chart.traces]
+                    self.send({"type": "history", "traces": traces, "revision": self.revision})
 
     return ChartWidget
 
 
-def chart_widget(layout: dict[str, Any]) -> Any:
-    """A live chart widget (imports anywidget, so only where widgets are drawn)."""
-    return _chart_widget_class()(
-        chart_id=uuid.uuid4().hex, figure_layout=layout, plotly=_plotly_library()
-    )
+def chart_widget(chart: RunChart) -> Any:
+    """A live chart widget of ``chart`` (imports anywidget, so only where widgets are
+    drawn)."""
+    return _chart_widget_class()(chart, chart_id=uuid.uuid4().hex, plotly=_plotly_library())
 
 
 def hints_html(hints: Sequence[Mapping[str, Any]]) -> str:
@@ -531,7 +558,7 @@ class Live:
         import ipywidgets
 
         self._status = ipywidgets.HTML()
-        self._chart = chart_widget(self.feed.chart.layout(legend=False))
+        self._chart = chart_widget(self.feed.chart)
         self._box = ipywidgets.VBox([ipywidgets.HTML(header_html), self._status, self._chart])
         self.handle = display(self._box, display_id=True)
         self.reserve()
@@ -551,9 +578,7 @@ class Live:
 
     def tick(self, attempts: Sequence[tuple[int, str]], gpus: Sequence[int] | None) -> None:
         if self._chart is not None and self.feed.due():
-            update = self.feed.read(attempts, gpus)
-            if update:
-                self._chart.push(update, self.feed.chart.layout(legend=False))
+            self._chart.follow(lambda: self.feed.read(attempts, gpus))
 
     def finish(
         self,

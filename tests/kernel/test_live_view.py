@@ -204,6 +204,7 @@ def test_the_widget_view_sends_each_new_point_once_then_leaves_static_outputs(
                 steps[names[index]] += xs
     sent = steps["train_loss"]
     assert sent == list(range(len(sent))), "every point once, in order"
+    assert [m["revision"] for m in custom] == list(range(1, len(custom) + 1)), "numbered"
     assert len(sent) >= 12, "most points were sent while the job ran"
     extends = [m for m in custom if m["type"] == "extend"]
     assert len(extends) >= 2, "points arrive while the job runs, a few at a time"
