@@ -124,6 +124,7 @@ def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     logs.add_argument("--lines", type=int, help="only the last N lines")
     logs.add_argument("--search", help="case-insensitive substring")
     logs.add_argument("--regex", action="store_true", help="--search is a regular expression")
+    logs.add_argument("--cell", type=int, metavar="N", help="a session's cell N only")
     logs.add_argument(
         "--follow",
         action="store_true",
@@ -396,6 +397,13 @@ def _logs(args: argparse.Namespace) -> int:
         )
     except BadFilter as err:
         raise CliError(str(err)) from None
+    if args.cell is not None:
+        from .jobs.session_cells import NoCell, NotASession, cell_filter
+
+        try:
+            flt = cell_filter(store, job, flt, args.cell)
+        except (NotASession, NoCell) as err:
+            raise CliError(str(err)) from None
     directory = store.attempt_dir(job.id, attempt)
     if args.download_to is not None:
         return _download(directory, flt, args.download_to, attempt)

@@ -11,7 +11,6 @@ ended, it says why. It knows nothing of IPython or MLflow.
 from __future__ import annotations
 
 import contextlib
-import json
 import selectors
 import socket
 import threading
@@ -20,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ..job_dir import JobDir
-from ..paths import private_opener
 from . import cancel
 from . import session_wire as wire
 from .store import JobStore
@@ -150,12 +148,6 @@ class Session:
                 cancel.cancel(self.store, self.job_id)
                 cancel.wait(self.store, self.job_id, STOP_WAIT)
             self._end(reason)
-
-    def record_cell(self, record: dict[str, Any]) -> None:
-        """One line of the session's cells file: which cell ran when (the logs' lines of
-        that time are the cell's), in which MLflow run."""
-        with open(self.files.session_cells, "a", opener=private_opener) as out:
-            out.write(json.dumps(record) + "\n")
 
     def _lost(self, rank: int) -> None:
         """Rank ``rank``'s process died: the node agent stops the others and the job

@@ -20,8 +20,10 @@ from typing import Any, ClassVar
 import cloudpickle
 
 from ..identity import mlflow_user, server_owner
+from ..jobs import session_cells
 from ..jobs.checks import Refused, check_submission
 from ..jobs.follow import LogFollower
+from ..jobs.session_cells import CellRecord
 from ..jobs.session_host import Session, SessionEnded
 from ..jobs.spec import Workload
 from ..jobs.store import JobStore
@@ -186,8 +188,8 @@ class WarmSession:
             self._show(view, seen)
             raise JobFailed(f"the session ended: {err}") from None
         finally:
-            record = {"cell": number, "run_id": run_id, "cell_id": tags.get("air.cell_id")}
-            record.update(started=started, ended=time.time(), status=status)
+            notebook_cell = tags.get("air.cell_id")
+            record = CellRecord(number, run_id, notebook_cell, started, time.time(), status)
             self._tail.submit(self._end_cell, record, tags, source)
             if self.session.ended is None:
                 self._next_run = self._tail.submit(self._new_run)
@@ -234,15 +236,15 @@ class WarmSession:
             )
         )
 
-    def _end_cell(self, record: dict[str, Any], tags: dict[str, str], source: str) -> None:
+    def _end_cell(self, record: CellRecord, tags: dict[str, str], source: str) -> None:
         try:
             for key, value in tags.items():
-                self.client.set_tag(record["run_id"], key, value)
-            self.client.log_text(record["run_id"], source, "code/cell.py")
-            self._runs.end_run(self.client, record["run_id"], record["status"])
-            self.session.record_cell(record)
+                self.client.set_tag(record.run_id, key, value)
+            self.client.log_text(record.run_id, source, "code/cell.py")
+            self._runs.end_run(self.client, record.run_id, record.status)
+            session_cells.record(self.session.files, record)
         except Exception as err:  # the cell's outcome stands
-            print(f"warning: cell {record['cell']}'s run not finished: {err}", file=sys.stderr)
+            print(f"warning: cell {record.cell}'s run not finished: {err}", file=sys.stderr)
 
     def _parent_ended(self, status: str) -> None:
         self._tail.submit(self._runs.end_run, self.client, self.run_id, status)

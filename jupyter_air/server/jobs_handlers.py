@@ -30,6 +30,7 @@ from ..jobs.permissions import (
     merged,
     principal_from_json,
 )
+from ..jobs.session_cells import NoCell, NotASession, cell_filter
 from ..jobs.sharing import mirror
 from ..jobs.store import JOB_ID, Job, JobStore
 from ..logs.query import BadFilter, LogFilter, read_all, read_page, read_tail
@@ -98,6 +99,19 @@ class JobsBase(AirHandler):
         except BadFilter as err:
             raise web.HTTPError(400, str(err)) from None
 
+    async def of_cell(self, job: Job, flt: LogFilter) -> LogFilter:
+        """``cell=N``: a session's lines of its cell N only (the job's level already
+        checked, so a caller without it learns nothing of its cells)."""
+        number = self.int_argument("cell", None, 1, 1 << 31)
+        if number is None:
+            return flt
+        try:
+            return await in_store_thread(cell_filter, self.store, job, flt, number)
+        except NotASession as err:
+            raise web.HTTPError(400, str(err)) from None
+        except NoCell as err:
+            raise web.HTTPError(404, str(err)) from None
+
     async def attempt_of(self, job: Job) -> tuple[int, int]:
         attempts = len(await in_store_thread(self.store.attempts, job.id))
         attempt = self.int_argument("attempt", max(attempts, 1), 1, max(attempts, 1))
@@ -132,7 +146,7 @@ class JobLogsHandler(JobsBase):
     @authorized
     async def get(self, job_id: str) -> None:
         job = await self.job(job_id)
-        flt = self.log_filter()
+        flt = await self.of_cell(job, self.log_filter())
         attempt, attempts = await self.attempt_of(job)
         limit = self.int_argument("limit", 1000, 1, 10_000) or 1000
         tail = self.int_argument("tail", None, 1, 10_000)
@@ -165,7 +179,7 @@ class JobLogsDownloadHandler(JobsBase):
     @authorized
     async def get(self, job_id: str) -> None:
         job = await self.job(job_id)
-        flt = self.log_filter()
+        flt = await self.of_cell(job, self.log_filter())
         attempt, _ = await self.attempt_of(job)
         name = f"{job.id}-attempt-{attempt}.log"
         self.set_header("Content-Type", "text/plain; charset=utf-8")

@@ -11,12 +11,14 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from jupyter_air.jobs import cancel
+from jupyter_air.job_dir import JobDir
+from jupyter_air.jobs import cancel, session_cells
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.kernel.job_options import options_from
 from jupyter_air.kernel.launch import Options
 from jupyter_air.kernel.magics import AirMagics
 from jupyter_air.kernel.session_magic import AirSessionMagics
+from jupyter_air.logs.query import LogFilter, read_all
 from tests.kernel.conftest import Kernel, job_processes
 from tests.kernel.test_distributed_magic import supervised_until_its_end, wait_done
 
@@ -127,8 +129,18 @@ def test_a_session_keeps_names_process_group_and_takes_kernel_names(
     assert by_cell[7].info.status == "FAILED"
     assert by_cell[8].info.status == "FINISHED"
     assert by_cell[7].data.tags["air.job_id"] == job_id
-    assert JobStore(air_home).get(job_id).workload.kind == "session"
+    store = JobStore(air_home)
+    assert store.get(job_id).workload.kind == "session"
     assert not job_processes(job_id)
+
+    # the logs of one cell: what its ranks printed, and nothing of the other cells
+    cells = session_cells.cells(JobDir(store.job_dir(job_id)))
+    assert [(c.cell, c.run_id) for c in cells] == [
+        (n, by_cell[n].info.run_id) for n in range(1, 10)
+    ]
+    sixth = session_cells.cell_filter(store, store.get(job_id), LogFilter(), 6)
+    printed_in_6 = sorted(line.text for line in read_all(store.attempt_dir(job_id, 1), sixth))
+    assert printed_in_6 == ["hello from 0", "hello from 1"]
 
 
 def test_a_session_function_runs_in_the_ranks_namespace_as_a_cell_does(

@@ -1,0 +1,71 @@
+"""A session's cells file (``jobs/<id>/session_cells.jsonl``): which cell ran when, in
+which MLflow run.
+
+A session's ranks write one log each for the session's whole life; the lines of a cell
+are those of its time span. So the logs of one cell are the session's logs narrowed to
+that span (``cell_filter``), for ``air logs --cell`` and the logs route's ``cell``
+parameter alike: one reader, with the job's own permission checked first by the caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+from ..job_dir import JobDir
+from ..logs.query import LogFilter
+from ..paths import private_opener
+from .store import Job, JobStore
+
+
+@dataclass(frozen=True)
+class CellRecord:
+    """One cell of a session, once it has run."""
+
+    cell: int  # its number in the session, from 1 (its child run is named after it)
+    run_id: str
+    cell_id: str | None  # the notebook cell's id, when the front end sent it
+    started: float
+    ended: float
+    status: str  # the job status its run ended with: SUCCEEDED, FAILED, CANCELLED
+
+
+class NotASession(ValueError):
+    """Cells were asked of a job that is not a session."""
+
+
+class NoCell(LookupError):
+    """The session has no ended cell of that number."""
+
+
+def record(files: JobDir, cell: CellRecord) -> None:
+    with open(files.session_cells, "a", opener=private_opener) as out:
+        out.write(json.dumps(dataclasses.asdict(cell)) + "\n")
+
+
+def cells(files: JobDir) -> list[CellRecord]:
+    """The session's ended cells, in order (a line cut by a crash is left out)."""
+    try:
+        text = files.session_cells.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    found = []
+    for line in text.splitlines():
+        try:
+            found.append(CellRecord(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue
+    return found
+
+
+def cell_filter(store: JobStore, job: Job, flt: LogFilter, number: int) -> LogFilter:
+    """``flt`` narrowed to the lines of cell ``number`` of session ``job``."""
+    if job.workload.kind != "session":
+        raise NotASession(f"job {job.id} is not a session: it has no cells")
+    for cell in cells(JobDir(store.job_dir(job.id))):
+        if cell.cell == number:
+            since = cell.started if flt.since is None else max(flt.since, cell.started)
+            until = cell.ended if flt.until is None else min(flt.until, cell.ended)
+            return dataclasses.replace(flt, since=since, until=until)
+    raise NoCell(f"session {job.id} has no ended cell {number}")
