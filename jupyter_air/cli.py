@@ -251,9 +251,24 @@ def _run(args: argparse.Namespace) -> int:
     if not args.watch:
         return 0
     _follow(store, job.id, LogFilter(node=0), None)
-    job = store.get(job.id)
-    print(f"Job {job.id} {job.status.lower()}" + (f": {job.message}" if job.message else ""))
-    return 0 if job.status == "SUCCEEDED" else 1
+    return _watched(store, job.id)
+
+
+def _watched(store: JobStore, job_id: str) -> int:
+    """The end of ``--watch``: the outcome and the last attempt's run, as soon as the
+    outcome is known; the run's MLflow tail (its end, its logs as artifacts) goes on
+    in the background, and ``air get`` shows the job ended once it is done."""
+    from .jobs.follow import outcome
+
+    job = store.get(job_id)
+    status, message = outcome(store, job_id) or (job.status, job.message)
+    attempts = store.attempts(job_id)
+    if attempts and attempts[-1].run_id:
+        run_id, w = attempts[-1].run_id, job.workload
+        link = w.experiment_id and _run_link(w.tracking_uri or "", w.experiment_id, run_id)
+        print(f"  run:  {link or run_id}")
+    print(f"Job {job_id} {status.lower()}" + (f": {message}" if message else ""))
+    return 0 if status == "SUCCEEDED" else 1
 
 
 def _submit(store: JobStore, spec: Any, working_dir: Path) -> Job:

@@ -66,7 +66,8 @@ def test_what_a_job_writes_is_private(
 ) -> None:
     store = JobStore()
     # The process boundary: no supervisor starts, the job only records one.
-    monkeypatch.setattr(submit.subprocess, "Popen", lambda *a, **k: SimpleNamespace(pid=1))
+    fake = SimpleNamespace(pid=1, wait=lambda: 0)  # reaped by start_job as it exits
+    monkeypatch.setattr(submit.subprocess, "Popen", lambda *a, **k: fake)
     job = submit.start_job(store, Workload(kind="python"), b"the notebook's state")
     attempt = store.attempt_dir(job.id, 1)
     RankLog(attempt / "logs" / "node_0" / "rank_0.log").close()

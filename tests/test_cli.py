@@ -72,9 +72,12 @@ def test_a_retried_workload_is_one_job_with_two_attempts_and_two_runs(workdir: P
     job_id = submitted_id(watched)
     assert "--- attempt 2 ---" in watched.stdout
     assert watched.stdout.rstrip().endswith(f"Job {job_id} succeeded")
+    # --watch ends with the outcome; the runs' MLflow tails (end, logs) finish after it.
+    assert cancel.wait(JobStore(workdir / "air"), job_id, 60).status == "SUCCEEDED"
 
     doc = json.loads(air("get", job_id, "--output", "json").stdout)
     assert doc["status"] == "SUCCEEDED"
+    assert f"  run:  {doc['attempts'][1]['run_id']}\n" in watched.stdout
     assert [(a["attempt"], a["status"], a["failed_rank"]) for a in doc["attempts"]] == [
         (1, "FAILED", 1),
         (2, "SUCCEEDED", None),
@@ -211,6 +214,7 @@ def test_a_command_that_cannot_start_fails_the_job_saying_why(workdir: Path) -> 
     assert watched.returncode == 1
     job_id = submitted_id(watched)
     assert "rank 0 could not start: [Errno 2] No such file or directory" in watched.stdout
+    assert cancel.wait(JobStore(workdir / "air"), job_id, 60).done  # its run's tail too
     doc = json.loads(air("get", job_id, "--output", "json").stdout)
     assert doc["status"] == "FAILED"
     assert doc["attempts"][0]["failed_rank"] == 0

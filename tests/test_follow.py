@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_air.jobs.follow import LogFollower
+from jupyter_air.jobs.follow import LogFollower, outcome
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.query import CHUNK, RECORD_LIMIT, LogFilter, LogLine
@@ -144,3 +144,36 @@ def test_a_stop_ends_following_a_job_that_goes_on(store: JobStore, job_id: str) 
     stops = iter([False, False, True])
     got = list(LogFollower(store, job_id).follow(stop=lambda: next(stops), interval=0.01))
     assert [[line.text for line in lines] for _, lines in got] == [["still running"]]
+
+
+def test_following_ends_with_the_last_attempt_s_outcome_not_the_job_s_later_record(
+    store: JobStore,
+) -> None:
+    """A job nobody's kernel follows (``air run``) is recorded as ended only after its
+    run's MLflow tail; ``--watch`` ends as soon as the outcome is known."""
+    job_id = store.create(Workload(kind="command", command=["true"], max_retries=1)).id
+    store.update(job_id, status="RUNNING")
+    rank_log(store, job_id, 1, 0).write_bytes(record(1, "try 1"))
+    store.start_attempt(job_id, 1, None)
+    assert outcome(store, job_id) is None, "still running"
+    store.end_attempt(job_id, 1, "FAILED", [1], 0, "rank 0 exited with code 1")
+    assert outcome(store, job_id) is None, "a retry is left: the job goes on"
+    rank_log(store, job_id, 2, 0).write_bytes(record(2, "try 2"))
+    store.start_attempt(job_id, 2, None)
+    store.end_attempt(job_id, 2, "FAILED", [1], 0, "rank 0 exited with code 1")
+    assert outcome(store, job_id) == ("FAILED", "rank 0 exited with code 1")
+    assert store.get(job_id).status == "RUNNING", "the job's own end is not recorded yet"
+    assert [(attempt, line.text) for attempt, line in followed(LogFollower(store, job_id))] == [
+        (1, "try 1"),
+        (2, "try 2"),
+    ]
+    store.update(job_id, status="CANCELLED", message="cancelled")
+    assert outcome(store, job_id) == ("CANCELLED", "cancelled"), "the job's record wins"
+
+
+def test_a_success_is_the_outcome_at_once_whatever_retries_are_left(store: JobStore) -> None:
+    job_id = store.create(Workload(kind="command", command=["true"], max_retries=3)).id
+    store.update(job_id, status="RUNNING")
+    store.start_attempt(job_id, 1, None)
+    store.end_attempt(job_id, 1, "SUCCEEDED", [0, 0])
+    assert outcome(store, job_id) == ("SUCCEEDED", None)

@@ -3,17 +3,33 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import shutil
 import stat
+import subprocess
+import tempfile
 import threading
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs import run_tails
-from jupyter_air.jobs.run_tails import Answer, Tail, TailProcess
+from jupyter_air.jobs.run_tails import (
+    Answer,
+    MadeRun,
+    NewRun,
+    NoAnswer,
+    RunNotMade,
+    Tail,
+    TailProcess,
+)
 from jupyter_air.logs.capture import RankLog
+from jupyter_air.paths import private_dir, write_private
+
+NOBODY = 65534
 
 
 def mode(path: Path) -> int:
@@ -71,38 +87,197 @@ def test_an_artifact_store_that_fails_is_said_on_the_run_and_the_run_still_ends(
     assert run.data.tags["air.logs"].startswith("not attached: ")
 
 
+def serve_once(home: Path) -> None:
+    """What the process does with the requests it finds (without starting one)."""
+    process = TailProcess(home)
+    for request in process._pending():
+        process._take(request)
+    process._tails.shutdown(wait=True)
+
+
 def test_requests_are_private_and_answered_in_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Only this user can ask (the spool is 0700, each request 0600): nobody else can
-    make the process end or tag someone's runs."""
+    """Only this user can ask (the spool is 0700, each request and answer 0600): nobody
+    else can make the process end or tag someone's runs, nor read what it answers."""
     done: list[str] = []
     seen_modes: list[int] = []
+    real_answer = TailProcess._answer
 
     def finish(self: TailProcess, tail: Tail) -> Answer:
-        request = self.spool / f"{tail.name}.json"
-        seen_modes.append(mode(request))
+        seen_modes.append(mode(self.spool / f"{tail.name}.taken"))
         done.append(tail.name)
         return Answer(logs_error="no artifact store" if tail.attempt == 2 else None)
 
+    def answer(self: TailProcess, taken: Path, body: dict[str, object]) -> None:
+        real_answer(self, taken, body)
+        seen_modes.append(mode(taken.with_suffix(".done")))
+
     monkeypatch.setattr(TailProcess, "finish", finish)
-    monkeypatch.setattr(run_tails, "ensure_running", lambda home: serve_once(home))
-
-    def serve_once(home: Path) -> None:
-        """What the process does with the requests it finds (without starting one)."""
-        process = TailProcess(home)
-        for request in process._pending():
-            process._do(request)
-
+    monkeypatch.setattr(TailProcess, "_answer", answer)
+    monkeypatch.setattr(run_tails, "ensure_running", serve_once)
     answers = [
         run_tails.hand_over(tmp_path, Tail("j", n, f"r{n}", "SUCCEEDED", "u", "d", False))
         for n in (1, 2)
     ]
-    assert done == ["j-1", "j-2"]
+    assert done == ["tail-j-1", "tail-j-2"]
     assert answers == [Answer(), Answer(logs_error="no artifact store")]
     assert mode(tmp_path / "tails") == 0o700
-    assert seen_modes == [0o600, 0o600]
-    assert list((tmp_path / "tails").glob("j-*")) == [], "requests and answers are removed"
+    assert seen_modes == [0o600] * 4
+    assert list((tmp_path / "tails").glob("tail-j-*")) == [], "requests and answers are removed"
+
+
+def new_run(uri: str, attempt: int = 1, experiment_id: str | None = None) -> NewRun:
+    return NewRun(
+        "j", attempt, uri, experiment_id, "named only", None, {"air.job_id": "j"}, "sweep", None
+    )
+
+
+def test_a_new_run_is_made_with_its_experiment_and_tags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow import MlflowClient
+
+    monkeypatch.setattr(run_tails, "ensure_running", serve_once)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    first = run_tails.make_run(tmp_path, new_run(uri))
+    retry = run_tails.make_run(tmp_path, new_run(uri, 2, first.experiment_id))
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("named only")
+    assert experiment is not None
+    assert first.experiment_id == retry.experiment_id == experiment.experiment_id
+    run = client.get_run(first.run_id)
+    assert (run.info.status, run.info.run_name) == ("RUNNING", "sweep")
+    assert run.data.tags["air.job_id"] == "j"
+    assert "air logs j" in run.data.tags["mlflow.note.content"], "its page links to the logs"
+    assert retry.run_id != first.run_id
+    assert list((tmp_path / "tails").glob("run-*")) == []
+
+
+def test_mlflow_refusing_the_run_is_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_tails, "ensure_running", serve_once)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with pytest.raises(RunNotMade, match="999"):
+        run_tails.make_run(tmp_path, new_run(uri, experiment_id="999"))
+
+
+def test_nobody_taking_a_run_request_withdraws_it_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supervisor then makes the run itself: the request must not be made later."""
+    monkeypatch.setattr(run_tails, "ensure_running", lambda home: None)
+    with pytest.raises(NoAnswer):
+        run_tails.make_run(tmp_path, new_run("sqlite:///x.db"), take_timeout=0.2)
+    assert list((tmp_path / "tails").iterdir()) == []
+
+
+def test_a_process_that_died_with_the_request_taken_is_no_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def take_and_die(home: Path) -> None:
+        for request in (home / "tails").glob("*.json"):
+            request.rename(request.with_suffix(".taken"))
+
+    monkeypatch.setattr(run_tails, "ensure_running", take_and_die)
+    with pytest.raises(NoAnswer):
+        run_tails.make_run(tmp_path, new_run("sqlite:///x.db"))
+
+
+def test_a_new_run_is_not_kept_waiting_by_a_tail_under_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large log being attached must not delay the next job's ranks."""
+    attaching, release = threading.Event(), threading.Event()
+
+    def finish(self: TailProcess, tail: Tail) -> Answer:
+        attaching.set()
+        release.wait(30)
+        return Answer()
+
+    monkeypatch.setattr(TailProcess, "finish", finish)
+    monkeypatch.setattr(
+        TailProcess, "make", lambda self, request: {"run_id": "r", "experiment_id": "1"}
+    )
+    monkeypatch.setattr(run_tails, "ensure_running", lambda home: None)
+    monkeypatch.setattr(run_tails, "IDLE_EXIT", 0.2)
+    spool = private_dir(tmp_path / "tails")
+    fd = os.open(spool / run_tails.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    serving = threading.Thread(target=TailProcess(tmp_path).serve, args=(fd,))
+    serving.start()
+    tail = Tail("a", 1, "r0", "SUCCEEDED", "u", "d", False)
+    handed: list[Answer] = []
+    handing = threading.Thread(target=lambda: handed.append(run_tails.hand_over(tmp_path, tail)))
+    handing.start()
+    try:
+        assert attaching.wait(10)
+        assert run_tails.make_run(tmp_path, new_run("u"), take_timeout=10) == MadeRun("r", "1")
+        assert not handed, "made while the tail was still under way"
+    finally:
+        release.set()
+        handing.join(10)
+        serving.join(10)
+        os.close(fd)
+    assert handed == [Answer()]
+    assert not serving.is_alive()
+
+
+def test_a_request_the_user_did_not_write_is_refused_unanswered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[NewRun] = []
+
+    def make(self: TailProcess, request: NewRun) -> dict[str, str]:
+        made.append(request)
+        return {}
+
+    monkeypatch.setattr(TailProcess, "make", make)
+    spool = private_dir(tmp_path / "tails")
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps(asdict(new_run("u"))))
+    (spool / "run-j-1.json").symlink_to(elsewhere)
+    loose = spool / "run-j-2.json"
+    loose.write_text(json.dumps(asdict(new_run("u", 2))))
+    loose.chmod(0o666)
+    if os.geteuid() == 0:
+        foreign = spool / "run-j-3.json"
+        foreign.write_text(json.dumps(asdict(new_run("u", 3))))
+        os.chown(foreign, NOBODY, NOBODY)
+    serve_once(tmp_path)
+    assert made == []
+    assert list(spool.iterdir()) == [], "refused, and nothing answered"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_another_user_can_neither_ask_nor_read_an_answer() -> None:
+    home = Path(tempfile.mkdtemp())
+    try:
+        home.chmod(0o755)  # the store's own folder readable: only the spool's mode stops them
+        spool = private_dir(home / "tails")
+        write_private(spool / "run-j-1.done", json.dumps({"run_id": "secret"}))
+        attack = f"""
+import os, sys
+assert "tails" in os.listdir({str(home)!r}), "the store can be seen"
+for attempt in (
+    lambda: open({str(spool / "run-x-1.json")!r}, "w"),
+    lambda: open({str(spool / "run-j-1.done")!r}).read(),
+    lambda: os.listdir({str(spool)!r}),
+):
+    try:
+        attempt()
+    except PermissionError:
+        continue
+    sys.exit("allowed")
+"""
+        result = subprocess.run(
+            ["/usr/bin/python3", "-c", attack], user=NOBODY, capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr
+        assert sorted(p.name for p in spool.iterdir()) == ["run-j-1.done"]
+    finally:
+        shutil.rmtree(home)
 
 
 def test_the_process_leaves_once_idle_and_at_once_without_its_store(

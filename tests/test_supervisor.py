@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from jupyter_air.jobs.hints import HintRecorder
 from jupyter_air.jobs.local import LocalRanks
 from jupyter_air.jobs.node_launch import RankSpec
 from jupyter_air.jobs.outcome import AttemptEnd, Outcome, Stop, StopRule
-from jupyter_air.jobs.run_tails import Answer, Tail
+from jupyter_air.jobs.run_tails import Answer, MadeRun, NewRun, NoAnswer, RunNotMade, Tail
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 
@@ -228,3 +229,84 @@ def test_a_kernel_that_died_cancels_its_job(tmp_path: Path, tails: list[Tail]) -
     ended = store.get(job_id)
     assert (ended.status, ended.message) == ("CANCELLED", "cancelled")
     assert [t.status for t in tails] == ["CANCELLED"]
+
+
+# -- who makes a job's runs: the tail process, or the supervisor when it cannot ----------
+
+
+def named_only(store: JobStore, tmp_path: Path) -> str:
+    """A job as ``air run`` submits it: an experiment named, no run made yet."""
+    workload = Workload(
+        kind="command",
+        command=[sys.executable, "-c", "import os; print(os.environ['MLFLOW_RUN_ID'])"],
+        tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
+        experiment_name="named only",
+        tags={"air.command": "python -c ..."},
+    )
+    return store.create(workload).id
+
+
+def supervisor_of_named_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_run: Callable[[Path, NewRun], MadeRun]
+) -> tuple[JobStore, supervisor.Supervisor]:
+    """That job's supervisor, whose tail process answers with ``make_run``."""
+    monkeypatch.setattr(supervisor, "make_run", make_run)
+    store = JobStore(tmp_path)
+    return store, supervisor.Supervisor(store, named_only(store, tmp_path), None)
+
+
+def test_the_tail_process_makes_the_run_and_mlflow_is_not_loaded_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tails: list[Tail]
+) -> None:
+    asked: list[NewRun] = []
+
+    def make_run(home: Path, request: NewRun) -> MadeRun:
+        asked.append(request)
+        return MadeRun("run-from-tails", "7")
+
+    store, sup = supervisor_of_named_only(tmp_path, monkeypatch, make_run)
+    job_id = sup.job.id
+    assert sup.run() == 0
+    [request] = asked
+    assert (request.experiment_id, request.experiment_name) == (None, "named only")
+    assert (request.tags["air.job_id"], request.tags["air.attempt"]) == (job_id, "1")
+    assert request.tags["air.command"] == "python -c ..."
+    assert [a.run_id for a in store.attempts(job_id)] == ["run-from-tails"]
+    assert store.get(job_id).workload.experiment_id == "7", "recorded for the job's links"
+    assert not sup._tracking._ready.done(), "the supervisor never loaded MLflow"
+    log = store.attempt_dir(job_id, 1) / "logs" / "node_0" / "rank_0.log"
+    assert "run-from-tails" in log.read_text(), "the ranks were given that run"
+
+
+def test_without_an_answer_from_the_tail_process_the_supervisor_makes_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tails: list[Tail]
+) -> None:
+    from mlflow import MlflowClient
+
+    def no_answer(home: Path, request: NewRun) -> MadeRun:
+        raise NoAnswer("no answer from the tail process")
+
+    store, sup = supervisor_of_named_only(tmp_path, monkeypatch, no_answer)
+    job_id = sup.job.id
+    assert sup.run() == 0
+    [attempt] = store.attempts(job_id)
+    assert attempt.run_id is not None
+    run = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(attempt.run_id)
+    experiment_id = store.get(job_id).workload.experiment_id
+    assert run.info.experiment_id == experiment_id is not None
+    assert run.data.tags["air.job_id"] == job_id
+    assert [t.run_id for t in tails] == [attempt.run_id]
+
+
+def test_mlflow_refusing_the_run_in_the_tail_process_is_the_jobs_recorded_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tails: list[Tail]
+) -> None:
+    def refused(home: Path, request: NewRun) -> MadeRun:
+        raise RunNotMade("MlflowException('experiment 7 is deleted')")
+
+    store, sup = supervisor_of_named_only(tmp_path, monkeypatch, refused)
+    assert sup.run() == 1
+    ended = store.get(sup.job.id)
+    assert ended.status == "FAILED"
+    assert "experiment 7 is deleted" in (ended.message or "")
+    assert store.attempts(sup.job.id) == [], "no rank started without its run"

@@ -4,7 +4,8 @@
 It reads with the logs view's own reader (``logs.query.read_page``, a cursor of byte
 offsets), a whole read of every rank log at a time, until everything written so far is
 read, and only then waits: a chatty job never leaves it behind. A job's attempts are
-followed in turn, each one read to its end before the next begins.
+followed in turn, each one read to its end before the next begins. Following ends
+with the job's outcome (``outcome``), not with what its supervisor does after it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import time
 from collections.abc import Callable, Iterator
 
 from ..logs.query import LogFilter, LogLine, read_page
-from .store import JobStore
+from .outcome import Outcome
+from .store import Attempt, JobStore
 
 #: Seconds between two looks at a job that wrote nothing new.
 POLL = 0.1
@@ -66,7 +68,8 @@ class LogFollower:
         """(attempt, lines) as they come, until the job ended and its logs are read (or
         ``stop()``); it waits only when nothing new was there."""
         while not stop():
-            ended = self._store.get(self._job_id).done  # before reading: no late line missed
+            # Asked before reading: no line written before the end is missed.
+            ended = outcome(self._store, self._job_id) is not None
             attempt = self.attempt
             lines = self.poll()
             if lines:
@@ -77,3 +80,27 @@ class LogFollower:
                 return
             if not lines:
                 time.sleep(interval)
+
+
+def outcome(store: JobStore, job_id: str) -> tuple[str, str | None] | None:
+    """The job's status and message once its outcome is known, else None.
+
+    That is the job's recorded end, or before it its last attempt's: a job nobody's
+    kernel follows (``air run``, a schedule's) is recorded as ended only once its run's
+    MLflow tail is done too, which changes nothing of the outcome and must not keep
+    ``--watch`` waiting. An attempt is the last when it did not fail, or used the last
+    retry; a failure the supervisor chose not to retry is known at the job's end.
+    """
+    job = store.get(job_id)
+    if job.done:
+        return job.status, job.message
+    attempts = store.attempts(job_id)
+    if attempts and _last(attempts[-1], job.workload.max_retries):
+        return attempts[-1].status, attempts[-1].message
+    return None
+
+
+def _last(attempt: Attempt, max_retries: int) -> bool:
+    if attempt.ended is None:
+        return False
+    return attempt.status != Outcome.FAILED or attempt.attempt > max_retries

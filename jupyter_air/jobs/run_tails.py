@@ -1,30 +1,42 @@
-"""The MLflow tail of each attempt, done by one process per user that keeps MLflow loaded.
+"""The MLflow side of jobs, done by one process per user that keeps MLflow loaded.
 
-Once an attempt's ranks have exited, its run still needs its last system-metrics
-sample, its end, and the ranks' logs as artifacts. Done by each supervisor, that meant
-importing MLflow (about 2 s of CPU and 200 MB) in every finished job's process: ten
-back-to-back cells left ten such processes competing with the next cell's ranks. So a
-supervisor hands the tail to this process, which does tails one at a time, and waits,
-asleep and small, for its answer: the supervisor's log, the job's recorded end and
-"nothing outlives its owner" stay as they were.
+``import mlflow`` costs about 2 s of CPU and 200 MB. Paid by each supervisor, it delayed
+every job's ranks (they need their run's id) and left each finished job's process
+competing with the next one's ranks. So this process does both ends of an attempt's run
+for the supervisors:
 
-Who can reach it: requests are files in ``AIR_HOME/tails/`` (private to the user, like
-every file of the store); the process listens on nothing. How long it lives: it holds a
-lock on ``tails/.lock`` while it runs and exits ``IDLE_EXIT`` seconds after its last
-request, or at once when the store is gone. ``python -m jupyter_air.jobs.run_tails HOME``.
+- **a new run** (and the experiment first, for a job submitted by name only): asked
+  for before the ranks start, answered first, beside any tail under way. The submitting
+  side wakes the process, so that its import overlaps the supervisor's start. A
+  supervisor that gets no answer (no process could start, it died, it is too slow)
+  makes the run itself; an MLflow error is the answer, and fails the job with its cause.
+- **a run's tail** once the ranks have exited: its last system-metrics sample, its end,
+  and the ranks' logs as artifacts, one at a time, in order.
+
+Who can reach it: requests are files in ``AIR_HOME/tails/`` (private to the user, 0700,
+each file 0600, like every file of the store) and it listens on nothing; a request that
+is not a plain file of this user is refused unanswered. A request is claimed (renamed)
+before it is done, so a supervisor that gave up waiting withdraws only one nobody took.
+How long it lives: it holds a lock on ``tails/.lock`` while it runs and exits
+``IDLE_EXIT`` seconds after its last request, or at once when the store is gone.
+``python -m jupyter_air.jobs.run_tails HOME``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import fcntl
 import json
 import logging
 import os
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +53,54 @@ IDLE_EXIT = 20.0
 POLL = 0.02
 #: Seconds a supervisor waits for its tail's answer (a large log takes a while).
 ANSWER_TIMEOUT = 600.0
+#: Seconds a supervisor waits for its new run's request to be taken (a process starting
+#: under load imports MLflow first) before it makes the run itself.
+RUN_TAKE_TIMEOUT = 30.0
+#: Seconds it waits for the run once taken (MLflow's store may be busy a while).
+RUN_ANSWER_TIMEOUT = 120.0
 LOCK = ".lock"
+
+
+class Kind(enum.StrEnum):
+    """What a request asks for; its file's name begins with it."""
+
+    RUN = "run"
+    TAIL = "tail"
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run to make for an attempt, in the experiment of that id or, without one, in
+    the experiment of that name (made with that artifact location if missing)."""
+
+    job_id: str
+    attempt: int
+    tracking_uri: str
+    experiment_id: str | None
+    experiment_name: str | None
+    artifact_location: str | None
+    tags: dict[str, str]
+    run_name: str | None
+    parent_run_id: str | None
+
+    @property
+    def name(self) -> str:
+        return f"{Kind.RUN}-{self.job_id}-{self.attempt}"
+
+
+@dataclass(frozen=True)
+class MadeRun:
+    run_id: str
+    experiment_id: str
+
+
+class NoAnswer(RuntimeError):
+    """No tail process answered: none could start, the one that took the request died,
+    or it was too slow."""
+
+
+class RunNotMade(RuntimeError):
+    """MLflow refused the new run (the error as the tail process saw it)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +119,7 @@ class Tail:
 
     @property
     def name(self) -> str:
-        return f"{self.job_id}-{self.attempt}"
+        return f"{Kind.TAIL}-{self.job_id}-{self.attempt}"
 
 
 @dataclass(frozen=True)
@@ -71,31 +130,79 @@ class Answer:
     logs_error: str | None = None
 
 
+def make_run(home: Path, request: NewRun, take_timeout: float = RUN_TAKE_TIMEOUT) -> MadeRun:
+    """The new run, made by the user's tail process (started if none runs). Raises
+    ``NoAnswer`` (make it elsewhere) or ``RunNotMade`` (MLflow's error)."""
+    done = _ask(home, request.name, asdict(request), take_timeout, RUN_ANSWER_TIMEOUT)
+    if done is None:
+        raise NoAnswer("no answer from the tail process")
+    if done.get("refused"):
+        raise NoAnswer(f"the tail process refused the request: {done['refused']}")
+    if done.get("error"):
+        raise RunNotMade(done["error"])
+    return MadeRun(done["run_id"], done["experiment_id"])
+
+
 def hand_over(home: Path, tail: Tail, timeout: float = ANSWER_TIMEOUT) -> Answer:
     """Ask the user's tail process to do ``tail`` (starting one if none runs), and wait
     for its answer."""
+    done = _ask(home, tail.name, asdict(tail), timeout, timeout)
+    if done is None:
+        return Answer("no answer from the tail process", "no answer from the tail process")
+    if done.get("refused"):
+        return Answer(done["refused"], done["refused"])
+    return Answer(done.get("end_error"), done.get("logs_error"))
+
+
+def _ask(
+    home: Path, name: str, body: dict[str, Any], take_timeout: float, answer_timeout: float
+) -> dict[str, Any] | None:
+    """Put a request in the spool and wait for its answer; None if none comes: nobody
+    took the request within ``take_timeout`` (it is withdrawn), or the process that took
+    it died or took longer than ``answer_timeout``."""
     spool = private_dir(home / "tails")
-    request, answer = spool / f"{tail.name}.json", spool / f"{tail.name}.done"
+    request, answer = spool / f"{name}.json", spool / f"{name}.done"
     answer.unlink(missing_ok=True)
-    tmp = spool / f".{tail.name}.tmp"
-    write_private(tmp, json.dumps(asdict(tail)))
+    tmp = spool / f".{name}.tmp"
+    write_private(tmp, json.dumps(body))
     tmp.replace(request)
     ensure_running(home)
-    deadline = time.monotonic() + timeout
-    checked = time.monotonic()
+    start = checked = time.monotonic()
     while not answer.exists():
-        if time.monotonic() > deadline:
-            request.unlink(missing_ok=True)
-            return Answer("no answer from the tail process", "no answer from the tail process")
-        if time.monotonic() - checked > 1.0:  # it may have died with the request pending
-            checked = time.monotonic()
-            ensure_running(home)
+        now = time.monotonic()
+        if now - checked > 1.0:
+            checked = now
+            if request.exists():
+                ensure_running(home)  # it may have died with the request pending
+            elif not serving(home) and not answer.exists():
+                return None  # taken by a process that died before answering
+        if request.exists() and now - start > take_timeout:
+            with contextlib.suppress(FileNotFoundError):
+                request.unlink()  # withdrawn: nobody took it, nobody will
+                return None
+        if now - start > answer_timeout:
+            return None
         time.sleep(POLL)
     try:
-        done = json.loads(answer.read_text())
+        done: dict[str, Any] = json.loads(answer.read_text())
     finally:
         answer.unlink(missing_ok=True)
-    return Answer(done.get("end_error"), done.get("logs_error"))
+    return done
+
+
+def serving(home: Path) -> bool:
+    """Whether a tail process holds the store's lock."""
+    try:
+        fd = os.open(home / "tails" / LOCK, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing lets the lock go
+    return False
 
 
 def ensure_running(home: Path) -> None:
@@ -127,21 +234,33 @@ def _private(path: str | os.PathLike[str], flags: int) -> int:
 
 
 class TailProcess:
-    """The loop of the process: take requests in order, one at a time."""
+    """The loop of the process: new runs at once, in the loop's own thread; tails one at
+    a time, in order, on a thread of their own, so that a large log being attached never
+    delays the next job's ranks."""
 
     def __init__(self, home: Path) -> None:
         self.spool = home / "tails"
         self._clients: dict[str, Any] = {}
+        self._clients_lock = threading.Lock()
+        self._tails = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-run-tail")
+        self._tail_work: list[Future[None]] = []
 
     def serve(self, lock_fd: int) -> None:
+        try:
+            self._serve(lock_fd)
+        finally:
+            self._tails.shutdown(wait=True)
+
+    def _serve(self, lock_fd: int) -> None:
         idle_since = time.monotonic()
         while self.spool.is_dir():
             pending = self._pending()
             if pending:
-                for request in pending:
-                    self._do(request)
+                self._take(pending[0])
                 idle_since = time.monotonic()
                 continue
+            if self._busy():
+                idle_since = time.monotonic()
             if time.monotonic() - idle_since < IDLE_EXIT:
                 time.sleep(POLL)
                 continue
@@ -154,24 +273,68 @@ class TailProcess:
                 return  # another process took over
             idle_since = time.monotonic()
 
+    def _busy(self) -> bool:
+        self._tail_work = [work for work in self._tail_work if not work.done()]
+        return bool(self._tail_work)
+
     def _pending(self) -> list[Path]:
+        """Requests in the order they are taken: new runs first, then oldest first."""
         found = []
         for path in self.spool.glob("*.json"):
             with contextlib.suppress(OSError):
-                found.append((path.stat().st_mtime, path))
-        return [path for _, path in sorted(found)]
+                found.append((not path.name.startswith(f"{Kind.RUN}-"), path.stat().st_mtime, path))
+        return [path for _, _, path in sorted(found)]
 
-    def _do(self, request: Path) -> None:
+    def _take(self, request: Path) -> None:
+        """Claim the request (its supervisor can no longer withdraw it), then do it."""
+        taken = request.with_suffix(".taken")
         try:
-            tail = Tail(**json.loads(request.read_text()))
-        except (OSError, ValueError, TypeError) as err:
+            request.rename(taken)
+        except FileNotFoundError:
+            return  # withdrawn
+        try:
+            body = _read_request(taken)
+            if request.name.startswith(f"{Kind.RUN}-"):
+                self._answer(taken, self.make(NewRun(**body)))
+            else:
+                tail = Tail(**body)
+                self._tail_work.append(self._tails.submit(self._do_tail, taken, tail))
+        except NotYours as err:  # nobody of this user waits for it: no answer
+            log.error("refused request %s: %s", request.name, err)
+            taken.unlink(missing_ok=True)
+        except (OSError, ValueError, TypeError) as err:  # its sender hears why
             log.error("unreadable request %s: %r", request.name, err)
-            request.unlink(missing_ok=True)
-            return
-        answer = self.finish(tail)
-        write_private(request.with_suffix(".tmp"), json.dumps(asdict(answer)))
-        request.with_suffix(".tmp").replace(request.with_suffix(".done"))
-        request.unlink(missing_ok=True)
+            self._answer(taken, {"refused": repr(err)})
+
+    def _do_tail(self, taken: Path, tail: Tail) -> None:
+        self._answer(taken, asdict(self.finish(tail)))
+
+    def _answer(self, taken: Path, answer: dict[str, Any]) -> None:
+        tmp = taken.with_suffix(".tmp")
+        write_private(tmp, json.dumps(answer))
+        tmp.replace(taken.with_suffix(".done"))
+        taken.unlink(missing_ok=True)
+
+    def make(self, request: NewRun) -> dict[str, Any]:
+        """The run (and its experiment first if only named): its id and its experiment's,
+        or MLflow's error."""
+        from ..tracking import runs
+
+        try:
+            client = self._client(request.tracking_uri)
+            experiment_id = request.experiment_id
+            if experiment_id is None:
+                assert request.experiment_name is not None, "a new run needs an experiment"
+                with runs.quiet_store_setup(request.tracking_uri):
+                    experiment_id = runs.ensure_experiment(
+                        client, request.experiment_name, request.artifact_location
+                    )
+            run_id = runs.start_run(
+                client, experiment_id, request.tags, request.run_name, request.parent_run_id
+            )
+        except Exception as err:
+            return {"error": repr(err)}
+        return asdict(MadeRun(run_id, experiment_id))
 
     def finish(self, tail: Tail) -> Answer:
         """The last sample, the run's end, then the logs: each failure only noted."""
@@ -195,11 +358,38 @@ class TailProcess:
         return Answer(end_error, logs_error)
 
     def _client(self, tracking_uri: str) -> Any:
-        if tracking_uri not in self._clients:
-            from mlflow import MlflowClient
+        """One client per tracking store, shared by both threads; made (and a new sqlite
+        store migrated) under the store's lock, as a kernel may be making it too."""
+        with self._clients_lock:
+            if tracking_uri not in self._clients:
+                from mlflow import MlflowClient
 
-            self._clients[tracking_uri] = MlflowClient(tracking_uri)
-        return self._clients[tracking_uri]
+                from ..tracking.runs import quiet_store_setup
+
+                with quiet_store_setup(tracking_uri):
+                    self._clients[tracking_uri] = MlflowClient(tracking_uri)
+            return self._clients[tracking_uri]
+
+
+class NotYours(Exception):
+    """A request this user did not write (or could not have written alone)."""
+
+
+def _read_request(path: Path) -> dict[str, Any]:
+    """A request's body, if it is a plain file of this user that nobody else may write
+    (the spool is private; this is the check behind it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        raise NotYours(f"not a plain file: {err}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise NotYours(f"not a private file of this user (uid {st.st_uid})")
+        body = json.loads(f.read())
+    if not isinstance(body, dict):
+        raise ValueError("not an object")
+    return body
 
 
 def _last_sample(tail: Tail) -> None:
@@ -229,6 +419,14 @@ def attach_logs(client: Any, run_id: str, attempt_dir: Path) -> None:
             client.log_artifacts(run_id, tmp, artifact_path=files.logs.name)
 
 
+def _preload() -> None:
+    """MLflow, loaded at once: the process is started (by a submission) ahead of the
+    first request it will get, a new run that a job's ranks wait for."""
+    import mlflow  # noqa: F401
+
+    from ..tracking import runs  # noqa: F401
+
+
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     home = Path(argv[0])
@@ -238,6 +436,7 @@ def main(argv: list[str]) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except (BlockingIOError, FileNotFoundError):
         return 0  # another one runs, or the store is gone
+    _preload()
     TailProcess(home).serve(fd)
     return 0
 

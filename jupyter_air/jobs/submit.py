@@ -3,7 +3,9 @@
 Each caller decides what to run (a ``Workload`` without its MLflow fields) and where
 its runs go: a kernel's resolved ``RunTarget``, whose first run is started (or resumed)
 here so that its links show at once; or an ``ExperimentRef``, which imports no MLflow
-in this process: the supervisor makes the experiment and the first run as it starts.
+in this process: the experiment and the first run are made as the supervisor starts, by
+the user's tail process (``run_tails``), woken here so that its import of MLflow
+overlaps the supervisor's start.
 Then the job is recorded with its owner and grants and its supervisor started. Rules on
 the options themselves live in ``workload_file``'s model; checks against this machine
 and the cluster in ``checks``.
@@ -15,6 +17,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -23,6 +26,7 @@ from ..paths import private_opener, write_private
 from ..tracking.stores import register_store
 from ..tracking.targets import ExperimentRef, RunTarget, job_tags
 from .permissions import Grant
+from .run_tails import ensure_running
 from .spec import Workload
 from .store import Job, JobStore, new_job_id
 
@@ -121,9 +125,13 @@ def start_job(
     """Record the job (owned by ``owner``, the OS user by default, with ``grants``) and
     start its supervisor in a session of its own: the last step of ``submit``.
 
-    With ``watch_pid`` the job is cancelled when that process (the kernel) dies.
+    With ``watch_pid`` the job is cancelled when that process (the kernel) dies. The
+    supervisor is reaped by a thread of this process as it exits: a kernel or scheduler
+    that submits many jobs keeps no zombie of theirs.
     """
     job = store.create(workload, job_id=job_id, owner=owner, grants=grants)
+    if workload.tracking_uri and not workload.tags.get("air.first_run_id"):
+        ensure_running(store.home)  # the first run is the tail process's to make
     job_dir = JobDir(store.job_dir(job.id))
     if payload is not None:
         write_private(job_dir.payload, payload)
@@ -139,5 +147,6 @@ def start_job(
             start_new_session=True,
             env={**os.environ, "AIR_HOME": str(store.home)},
         )
+    threading.Thread(target=process.wait, name=f"air-reap-{job.id}", daemon=True).start()
     store.update(job.id, supervisor_pid=process.pid, supervisor_host=socket.gethostname())
     return store.get(job.id)

@@ -6,10 +6,11 @@ that need not delay the ranks), records system metrics into the attempt's run, s
 every rank when one fails, retries up to ``max_retries`` times (a new MLflow run per
 attempt), and takes the job down when it is cancelled or the kernel that follows it
 dies. The first attempt's run was created by the kernel, so links show at once; a job
-submitted without MLflow (``air run``) gets its experiment and first run made here.
+submitted without MLflow (``air run``) gets its experiment and first run made by the
+user's tail process (``run_tails``), which keeps MLflow loaded, or here if it cannot.
 The job's end is recorded before anything on the MLflow side that may fail or take
 memory, so nothing there changes a job's outcome; each run's tail (its last metrics
-sample, its end, its logs) is handed to the user's tail process (``run_tails``).
+sample, its end, its logs) is handed to the tail process too.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
@@ -38,7 +40,7 @@ from .local import LocalNode
 from .node_launch import NodeLaunch
 from .outcome import AttemptEnd, Outcome
 from .reaper import Reaper
-from .run_tails import Answer, Tail, hand_over
+from .run_tails import Answer, NewRun, NoAnswer, Tail, hand_over, make_run
 from .sharing import mirror
 from .spec import Workload
 from .store import JobStore
@@ -56,15 +58,19 @@ class Tracking:
 
     ``import mlflow`` costs about 2 s of CPU, taken from the ranks while they start. So
     it happens in the background, at the lowest priority, once the first system-metrics
-    sample is due, or at once when something needs MLflow (a retry's new run, a hint's
-    tag). A job shorter than the metrics interval never imports it at all: its run's
-    tail is done by the user's tail process, which keeps MLflow loaded.
+    sample is due, or at once when something needs MLflow (a hint's tag). A job shorter
+    than the metrics interval never imports it at all: its runs are made, and their
+    tails done, by the user's tail process, which keeps MLflow loaded.
     """
 
     def __init__(
-        self, workload: Workload, on_experiment: Callable[[str], None] = lambda _: None
+        self,
+        workload: Workload,
+        home: Path,
+        on_experiment: Callable[[str], None] = lambda _: None,
     ) -> None:
         self._workload = workload
+        self._home = home
         self._local = workload.backend == "local"
         self._metrics_lock = threading.Lock()
         self._on_experiment = on_experiment
@@ -96,8 +102,14 @@ class Tracking:
             self._ready.set_exception(err)
 
     def new_run(self, job_id: str, attempt: int, tags: dict[str, str]) -> str:
-        client, runs, _ = self._mlflow()
+        """The attempt's run: made by the tail process unless MLflow is loaded here
+        already, and here when the tail process cannot answer."""
         tags = {"air.job_id": job_id, **tags, "air.attempt": str(attempt)}
+        if not self._ready.done():
+            made = self._made_by_tail_process(job_id, attempt, tags)
+            if made is not None:
+                return made
+        client, runs, _ = self._mlflow()
         return str(
             runs.start_run(
                 client,
@@ -107,6 +119,31 @@ class Tracking:
                 self._workload.parent_run_id,
             )
         )
+
+    def _made_by_tail_process(self, job_id: str, attempt: int, tags: dict[str, str]) -> str | None:
+        """The run's id, or None when the tail process did not answer (MLflow's own
+        refusal is raised: it would refuse here too)."""
+        w = self._workload
+        request = NewRun(
+            job_id,
+            attempt,
+            w.tracking_uri or "",
+            w.experiment_id,
+            w.experiment_name,
+            w.artifact_location,
+            tags,
+            w.run_name,
+            w.parent_run_id,
+        )
+        try:
+            made = make_run(self._home, request)
+        except NoAnswer as err:
+            log.warning("%s: attempt %d's run is made here", err, attempt)
+            return None
+        if w.experiment_id is None:
+            w.experiment_id = made.experiment_id
+            self._on_experiment(made.experiment_id)
+        return made.run_id
 
     def _experiment_id(self, client: Any, runs: Any) -> str:
         """The workload's experiment. One only named (``air run`` imports no MLflow) is
@@ -227,7 +264,7 @@ class Supervisor:
         self._started = time.time()
         self._ranks: Ranks | None = None
         self._open: int | None = None  # the attempt recorded as started, not yet as ended
-        self._tracking = Tracking(self.job.workload, self._experiment_made)
+        self._tracking = Tracking(self.job.workload, store.home, self._experiment_made)
 
     def cancel(self, *_: Any) -> None:
         self._cancelled.set()

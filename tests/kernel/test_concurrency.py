@@ -7,6 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
+from jupyter_air.jobs import cancel
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.query import LogFilter, read_all
 from tests.kernel.conftest import Execution, Kernel
@@ -72,8 +73,8 @@ def test_two_kernels_and_the_cli_at_once_lose_nothing(
     assert len(results) == 2
     store = JobStore(air_home)
     job_ids = [job_id_of(r) for r in results] + [cli.stdout.split()[1]]
-    for job_id in job_ids:
-        assert store.get(job_id).status == "SUCCEEDED"
+    for job_id in job_ids:  # --watch ends with the outcome, before its run's tail is done
+        assert cancel.wait(store, job_id, 60).status == "SUCCEEDED"
         lines = list(read_all(store.attempt_dir(job_id, 1), LogFilter()))
         assert len(lines) == 2 * LINES, f"job {job_id} lost lines"
         for rank in (0, 1):

@@ -309,6 +309,8 @@ def test_air_run_places_a_workload_on_two_nodes(
     )
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job_id = job_id_of_cli(submitted.stdout)
+    # --watch ends with the outcome; the job's end is recorded once its run's tail is done.
+    assert wait_done(air_home, job_id).status == "SUCCEEDED"
     logs = subprocess.run(
         [*air, "logs", job_id], env=kernel_env, capture_output=True, text=True, timeout=60
     ).stdout
