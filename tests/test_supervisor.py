@@ -10,13 +10,15 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
-from jupyter_air.jobs import supervisor
+from jupyter_air.jobs import submit, supervisor
 from jupyter_air.jobs.hints import HintRecorder
 from jupyter_air.jobs.local import LocalRanks
 from jupyter_air.jobs.node_launch import RankSpec
@@ -310,3 +312,26 @@ def test_mlflow_refusing_the_run_in_the_tail_process_is_the_jobs_recorded_end(
     assert ended.status == "FAILED"
     assert "experiment 7 is deleted" in (ended.message or "")
     assert store.attempts(sup.job.id) == [], "no rank started without its run"
+
+
+def test_a_finished_supervisor_is_reaped_by_the_process_that_started_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel or the scheduler submits many jobs and lives on: none of their ended
+    supervisors may stay a zombie until its next spawn."""
+    real_popen = subprocess.Popen
+    started: list[int] = []
+
+    def supervisor_that_ends_at_once(argv: list[str], **kwargs: Any) -> Any:
+        process = real_popen([sys.executable, "-c", "pass"], **kwargs)
+        started.append(process.pid)
+        return process
+
+    monkeypatch.setattr(subprocess, "Popen", supervisor_that_ends_at_once)
+    submit.start_job(JobStore(tmp_path), Workload(kind="command", command=["true"]), None)
+    monkeypatch.undo()
+    [pid] = started
+    deadline = time.monotonic() + 30
+    while psutil.pid_exists(pid):  # a zombie exists until its parent reaps it
+        assert psutil.Process(pid).status() != psutil.STATUS_ZOMBIE or time.monotonic() < deadline
+        time.sleep(0.05)
