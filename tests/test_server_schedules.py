@@ -155,7 +155,7 @@ async def test_the_form_makes_a_task_graph_around_the_notebook(
     (jp_root_dir / "reports").mkdir()
     (jp_root_dir / "reports" / "summary.ipynb").write_text(json.dumps(NOTEBOOK))
     tasks = [
-        {"task_key": "prep", "workload": {"command": "python prep.py"}},
+        {"task_key": "prep", "workload": {"command": "python prep.py --api-key sk-123456"}},
         {
             "task_key": "train",
             "notebook": notebook,
@@ -183,6 +183,8 @@ async def test_the_form_makes_a_task_graph_around_the_notebook(
         ("report", "notebook", ["train"], "ALL_DONE"),
     ]
     assert made["tasks"][2]["notebook"].endswith("reports/summary.ipynb")
+    assert made["tasks"][0]["command"] == "python prep.py --api-key ***"  # shown to viewers
+    assert made["tasks"][1]["command"] is None
     schedule = Schedules(JobStore()).store.get(made["id"])
     assert schedule.spec.tasks[1].parameters == {"nproc_per_node": 2}
 

@@ -61,6 +61,7 @@ def schedule_document(
                 "run_if": t.run_if.value,
                 "experiment_name": t.experiment_name,
                 "notebook": t.notebook_path,
+                "command": _shown(str(t.workload["command"])) if t.workload else None,
                 "parameters": t.parameters,
             }
             for t in spec.tasks

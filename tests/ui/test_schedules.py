@@ -3,7 +3,8 @@ Jupyter Notebook 7: "Schedule this notebook" in the notebook's toolbar opens the
 the right sidebar, the form previews the cron's next fire times, the saved schedule fires
 (a Quartz cron with a seconds field, every 4 s) through the real per-user scheduler, its
 run's task succeeds, and the task's logs open in the logs view. The schedule is paused
-once it has fired, so that the run looked at stays among the last shown."""
+once it has fired, so that the run looked at stays among the last shown. In JupyterLab the
+form also makes a task graph (a command the notebook waits for)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,35 @@ def see_it_fire(page: Any, name: str, artifacts: Path, shot: str) -> str:
     return str(page.get_attribute(f"{done} .jp-air-Schedules-logs", "data-job-id"))
 
 
+def schedule_a_task_graph(page: Any, artifacts: Path, shot: str) -> None:
+    """The form again, as a graph: a command task ``prep`` that the notebook waits for;
+    the saved schedule's card shows prep, then the notebook (a yearly cron: it stays put)."""
+    page.click(f".jp-NotebookPanel-toolbar {BUTTON}")
+    page.wait_for_selector(FORM, state="visible")
+    page.fill(f"{FORM} .jp-air-ScheduleForm-name input", "nightly-graph")
+    page.fill(f"{FORM} .jp-air-ScheduleForm-cron input", "0 3 1 1 *")
+    page.click(f"{FORM} .jp-air-ScheduleForm-addTask button:has-text('Command task')")
+    prep, notebook = f'{FORM} [aria-label="Task 2"]', f'{FORM} [aria-label="Task 1"]'
+    page.fill(f'{prep} [aria-label="Task 2 key"]', "prep")
+    page.fill(f'{prep} [aria-label="Task 2 command"]', "python -c pass")
+    page.uncheck(f"{prep} .jp-air-ScheduleForm-after label:has-text('notebook') input")
+    page.check(f"{notebook} .jp-air-ScheduleForm-after label:has-text('prep') input")
+    save = f"{FORM} .jp-air-ScheduleForm-save"
+    page.wait_for_function("s => !document.querySelector(s).disabled", arg=save)
+    page.screenshot(path=str(artifacts / f"{shot}-graph-form.png"))
+    page.click(save)
+    page.wait_for_selector(card("nightly-graph"), timeout=30_000)
+    stages = page.eval_on_selector_all(
+        f"{card('nightly-graph')} .jp-air-Schedules-stage", "ns => ns.map(n => n.textContent)"
+    )
+    assert stages == ["prep", "notebook (nightly.ipynb)"]
+    assert (
+        page.get_attribute(f"{card('nightly-graph')} [data-task-key='prep']", "title")
+        == "python -c pass"
+    )
+    page.screenshot(path=str(artifacts / f"{shot}-graph-panel.png"))
+
+
 def open_the_tasks_logs(page: Any, name: str, job_id: str, view: str) -> None:
     done = f'{card(name)} .jp-air-Schedules-taskRun[data-status="SUCCEEDED"]'
     page.click(f'{done} .jp-air-Schedules-logs[data-job-id="{job_id}"]')
@@ -134,5 +164,7 @@ def test_schedule_the_notebook_from_its_toolbar_see_it_fire_and_open_its_tasks_l
     schedule_from_the_toolbar(page, name, artifacts, shot)
     assert page.query_selector(f"#jp-right-stack {PANEL}") is not None  # the right sidebar
     job_id = see_it_fire(page, name, artifacts, shot)
+    if page.app == "jupyterlab":  # the same form in both: once is enough
+        schedule_a_task_graph(page, artifacts, shot)
     open_the_tasks_logs(page, name, job_id, logs_area)
     page.screenshot(path=str(artifacts / f"{shot}-logs.png"))

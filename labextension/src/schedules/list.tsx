@@ -42,7 +42,7 @@ function TaskGraph(props: { schedule: ISchedule }): JSX.Element {
               className="jp-air-Schedules-task"
               data-task-key={task.task_key}
               title={
-                (task.notebook ?? '') +
+                (task.notebook ?? task.command ?? '') +
                 (task.depends_on.length
                   ? ` after ${task.depends_on.join(', ')} (${task.run_if})`
                   : '')

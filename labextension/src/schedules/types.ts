@@ -19,14 +19,19 @@ export type TaskStatus = 'PENDING' | 'SUBMITTING' | RunStatus;
 /** The caller's permission on a schedule (the jobs' levels). */
 export type Level = 'CAN_VIEW' | 'CAN_MANAGE_RUN' | 'CAN_MANAGE';
 
+/** When a task whose upstream tasks all ended runs (else it is SKIPPED). */
+export type RunIf = 'ALL_SUCCESS' | 'ALL_DONE' | 'NONE_FAILED';
+
 /** One task of a schedule's graph. */
 export interface ITask {
   task_key: string;
   kind: 'workload' | 'notebook';
   depends_on: string[];
-  run_if: string;
+  run_if: RunIf;
   experiment_name: string | null;
   notebook: string | null;
+  /** A workload task's command line (secrets redacted). */
+  command: string | null;
 }
 
 /** One task of one schedule run: its job, once submitted. */
@@ -90,6 +95,20 @@ export interface IPreview {
   kind: 'quartz' | 'unix';
   words: string;
   next_fire_times: string[];
+}
+
+/**
+ * A task of the form's graph, before it is saved: a notebook (its path from
+ * the server's root) or a command line, with its ranks and the tasks it waits for.
+ */
+export interface ITaskDraft {
+  key: string;
+  kind: 'notebook' | 'command';
+  /** The notebook's path, or the command line. */
+  target: string;
+  ranks: number;
+  dependsOn: string[];
+  runIf: RunIf;
 }
 
 /** The fields of the "Schedule this notebook" form, as `POST schedules` takes them. */

@@ -22,7 +22,8 @@ function task(key: string, depends_on: string[] = []): ITask {
     depends_on,
     run_if: 'ALL_SUCCESS',
     experiment_name: null,
-    notebook: null
+    notebook: null,
+    command: 'python prep.py'
   };
 }
 
@@ -357,6 +358,100 @@ describe('ScheduleForm', () => {
 
   it('names a schedule after the notebook file', () => {
     expect(defaultName('a/b/Report.IPYNB')).toBe('Report');
+  });
+
+  it('is the notebook alone until a task is added, then a chain after it', () => {
+    expect(form.tasks).toEqual([]);
+    form.set('nproc_per_node', 2);
+    form.addTask('command');
+    expect(form.tasks).toEqual([
+      {
+        key: 'notebook',
+        kind: 'notebook',
+        target: 'work/train.ipynb',
+        ranks: 2,
+        dependsOn: [],
+        runIf: 'ALL_SUCCESS'
+      },
+      {
+        key: 'task_2',
+        kind: 'command',
+        target: '',
+        ranks: 1,
+        dependsOn: ['notebook'],
+        runIf: 'ALL_SUCCESS'
+      }
+    ]);
+    expect(form.problem).toBe('Task "task_2": give a command.');
+  });
+
+  it('saves a prep command before the notebook as the task graph', async () => {
+    await until(() => form.preview !== null);
+    form.addTask('command');
+    form.setTask(1, { key: 'prep', target: ' python prep.py ' });
+    form.setWaitsFor(1, 'notebook', false);
+    form.setWaitsFor(0, 'prep', true);
+    form.setTask(0, { runIf: 'NONE_FAILED' });
+    form.addTask('notebook');
+    form.setTask(2, { key: 'report', target: 'reports/summary.ipynb' });
+    expect(form.problem).toBeNull();
+    expect(await form.save()).not.toBeNull();
+    const body = server.sent('POST')[0].body as Record<string, unknown>;
+    expect(body).not.toHaveProperty('nproc_per_node');
+    expect(body.tasks).toEqual([
+      {
+        task_key: 'notebook',
+        notebook: 'work/train.ipynb',
+        parameters: { nproc_per_node: 1 },
+        depends_on: [{ task_key: 'prep' }],
+        run_if: 'NONE_FAILED'
+      },
+      {
+        task_key: 'prep',
+        workload: { command: 'python prep.py', compute: { nproc_per_node: 1 } }
+      },
+      {
+        task_key: 'report',
+        notebook: 'reports/summary.ipynb',
+        parameters: { nproc_per_node: 1 },
+        depends_on: [{ task_key: 'prep' }],
+        run_if: 'ALL_SUCCESS'
+      }
+    ]);
+  });
+
+  it('a renamed task is still waited for; a removed one no longer', () => {
+    form.addTask('notebook');
+    form.addTask('command');
+    form.setTask(1, { key: 'train' });
+    expect(form.tasks[2].dependsOn).toEqual(['train']);
+    form.removeTask(1);
+    expect(form.tasks.map(t => [t.key, t.dependsOn])).toEqual([
+      ['notebook', []],
+      ['task_3', []]
+    ]);
+    form.removeTask(1);
+    form.removeTask(0); // the last task stays: a schedule runs something
+    expect(form.tasks.map(t => t.key)).toEqual(['notebook']);
+  });
+
+  it('refuses a loop, a key used twice, a bad key, a path that is no notebook and bad ranks', () => {
+    form.addTask('notebook');
+    form.setTask(1, { target: 'b.ipynb' });
+    form.setWaitsFor(0, 'task_2', true);
+    expect(form.problem).toBe(
+      'The tasks wait for each other: notebook → task_2 → notebook.'
+    );
+    form.setWaitsFor(0, 'task_2', false);
+    expect(form.problem).toBeNull();
+    form.setTask(1, { key: 'notebook' });
+    expect(form.problem).toBe('Two tasks are called "notebook".');
+    form.setTask(1, { key: 'has space' });
+    expect(form.problem).toMatch(/^Task "has space": a key is letters/);
+    form.setTask(1, { key: 'b', target: 'b.py' });
+    expect(form.problem).toBe('Task "b": a notebook\'s path ends in .ipynb.');
+    form.setTask(1, { target: 'b.ipynb', ranks: 0 });
+    expect(form.problem).toMatch(/^Task "b": Ranks must be/);
   });
 });
 
