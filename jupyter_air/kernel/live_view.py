@@ -309,7 +309,9 @@ class RunChart:
             xaxis.update(tickformat="d", hoverformat="d")
             if xs and max(xs) - min(xs) < FEW_STEPS:
                 # A tick per step, over the steps there are (half a step either side).
-                xaxis.update(range=[min(xs) - 0.5, max(xs) + 0.5], autorange=False, dtick=1)
+                xaxis.update(
+                    range=[min(xs) - 0.5, max(xs) + 0.5], autorange=False, dtick=1, zeroline=False
+                )
         # Said both ways: a redraw that keeps the same ``uirevision`` keeps what it is not
         # told otherwise, plotly's own autorange included.
         return {f"xaxis{suffix}": xaxis, f"yaxis{suffix}": yaxis}

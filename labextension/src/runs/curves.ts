@@ -82,7 +82,7 @@ export function curves(
   }
   const unit = elapsedUnit(span);
   return {
-    xTitle: `time since the run's first point (${unit.label})`,
+    xTitle: `time since first point (${unit.label})`,
     curves: compare.runs.map((_, i) => ({
       name: names[i],
       x: elapsed[i].map(ms => ms / unit.ms),

@@ -2,11 +2,26 @@
  * Text of the runs table's cells.
  */
 
-import { formatDateTime } from '../common/time';
+import { formatClock, formatDateTime } from '../common/time';
 
-/** A run's start (`2026-11-30 19:00:01`, see common/time), from MLflow's ms. */
-export function formatStart(ms: number | null): string {
-  return ms === null ? '' : formatDateTime(ms);
+/**
+ * A run's start in the runs table, from MLflow's ms, as short as a narrow
+ * sidebar needs: the time today (`19:00:01`), the day and minute this year
+ * (`11-30 19:00`), the date before (`2025-11-30`); the whole of it
+ * (`formatDateTime`) is the cell's tooltip. Local time, 24-hour (common/time).
+ */
+export function formatStart(ms: number | null, now = Date.now()): string {
+  if (ms === null) {
+    return '';
+  }
+  const [date, clock] = formatDateTime(ms).split(' ');
+  const [today] = formatDateTime(now).split(' ');
+  if (date === today) {
+    return clock;
+  }
+  return date.slice(0, 4) === today.slice(0, 4)
+    ? `${date.slice(5)} ${formatClock(ms, 'minutes')}`
+    : date;
 }
 
 /** A duration as MLflow's UI words it: `850ms`, `12.3s`, `4.5min`, `2.0h`. */

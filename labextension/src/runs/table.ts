@@ -6,6 +6,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { el } from '../dom';
+import { formatDateTime } from '../common/time';
 import { formatMetric, formatRunDuration, formatStart } from './format';
 import { isSystemMetric } from './metrics';
 import { RunsModel } from './model';
@@ -68,7 +69,8 @@ export class RunsTable extends Widget {
     const metrics = this.model.tableMetrics;
     const titles = [...FIXED, ...page.params.map(p => `param ${p}`)];
     for (const title of titles) {
-      head.appendChild(el('th', '', title));
+      const status = title === 'Status' ? 'jp-air-RunsPanel-statusHead' : '';
+      head.appendChild(el('th', status, title));
     }
     for (const key of metrics) {
       const system = isSystemMetric(key);
@@ -124,6 +126,7 @@ export class RunsTable extends Widget {
     const status = tr.insertCell();
     status.className = `jp-air-RunsPanel-runStatus jp-mod-${run.status.toLowerCase()}`;
     status.textContent = run.status.toLowerCase();
+    status.title = status.textContent; // shown as a dot in a narrow sidebar
 
     const name = tr.insertCell();
     name.className = 'jp-air-RunsPanel-name';
@@ -149,7 +152,10 @@ export class RunsTable extends Widget {
       name.append(' ', cell);
     }
 
-    tr.insertCell().textContent = formatStart(run.start_time);
+    const start = tr.insertCell();
+    start.className = 'jp-air-RunsPanel-start';
+    start.textContent = formatStart(run.start_time);
+    start.title = run.start_time === null ? '' : formatDateTime(run.start_time);
     tr.insertCell().textContent = formatRunDuration(run.duration_ms);
     tr.insertCell().textContent =
       run.attempt === null ? '' : String(run.attempt);

@@ -64,7 +64,7 @@ describe('the curves of a comparison', () => {
     // The origin (the server's: the run's first point of the user's metrics), not
     // MLflow's start, made 17 s before.
     const drawn = curves(compare, 'loss', XAxis.Time);
-    expect(drawn.xTitle).toBe("time since the run's first point (min)");
+    expect(drawn.xTitle).toBe('time since first point (min)');
     expect(drawn.curves.map(c => c.name)).toEqual(['first', 'second']);
     expect(drawn.curves.map(c => c.x)).toEqual([
       [1, 10],
@@ -86,7 +86,7 @@ describe('the curves of a comparison', () => {
       metrics: { loss: { a: [{ step: 0, timestamp: 45_000, value: 1 }] } }
     };
     const drawn = curves(short, 'loss', XAxis.Time);
-    expect(drawn.xTitle).toBe("time since the run's first point (s)");
+    expect(drawn.xTitle).toBe('time since first point (s)');
     expect(drawn.curves[0].x).toEqual([45]);
   });
 

@@ -229,10 +229,13 @@ describe('runs formatting', () => {
     expect(formatRunDuration(7_200_000)).toBe('2.0h');
   });
 
-  it('writes the start date first and 24-hour', () => {
-    expect(formatStart(new Date(2026, 10, 30, 19, 0, 1).getTime())).toBe(
-      '2026-11-30 19:00:01'
-    );
+  it('writes the start as short as it can, 24-hour, date first', () => {
+    const now = new Date(2026, 10, 30, 21, 0, 0).getTime();
+    const at = (...parts: [number, number, number, number, number, number]) =>
+      formatStart(new Date(...parts).getTime(), now);
+    expect(at(2026, 10, 30, 19, 0, 1)).toBe('19:00:01'); // today
+    expect(at(2026, 1, 3, 7, 5, 9)).toBe('02-03 07:05'); // this year
+    expect(at(2025, 10, 30, 19, 0, 1)).toBe('2025-11-30'); // before
     expect(formatStart(null)).toBe('');
   });
 
