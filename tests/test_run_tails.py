@@ -319,3 +319,13 @@ def test_only_one_process_serves_a_store(tmp_path: Path) -> None:
         assert run_tails.main([str(tmp_path)]) == 0  # returns at once: one serves already
     finally:
         os.close(fd)
+
+
+def test_a_process_started_for_a_submission_opens_its_store_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ahead of the run the job's ranks will wait for (a new store is migrated then)."""
+    monkeypatch.setattr(run_tails, "IDLE_EXIT", 0.1)
+    private_dir(tmp_path / "tails")
+    assert run_tails.main([str(tmp_path), f"sqlite:///{tmp_path}/mlflow.db"]) == 0
+    assert (tmp_path / "mlflow.db").stat().st_size > 0

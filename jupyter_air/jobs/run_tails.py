@@ -19,7 +19,7 @@ is not a plain file of this user is refused unanswered. A request is claimed (re
 before it is done, so a supervisor that gave up waiting withdraws only one nobody took.
 How long it lives: it holds a lock on ``tails/.lock`` while it runs and exits
 ``IDLE_EXIT`` seconds after its last request, or at once when the store is gone.
-``python -m jupyter_air.jobs.run_tails HOME``.
+``python -m jupyter_air.jobs.run_tails HOME [TRACKING_URI]``.
 """
 
 from __future__ import annotations
@@ -205,9 +205,11 @@ def serving(home: Path) -> bool:
     return False
 
 
-def ensure_running(home: Path) -> None:
+def ensure_running(home: Path, tracking_uri: str | None = None) -> None:
     """Start the tail process unless one holds the lock. Requests are written first: a
-    process leaving as this runs looks for them again once it has let the lock go."""
+    process leaving as this runs looks for them again once it has let the lock go. A
+    process started with ``tracking_uri`` opens that store as it starts, ahead of the
+    run it will be asked for."""
     spool = private_dir(home / "tails")
     fd = os.open(spool / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -219,7 +221,8 @@ def ensure_running(home: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIR_JOB", "MLFLOW_RUN"))}
     with open(spool / "tails.log", "ab", opener=_private) as out:
         subprocess.Popen(
-            [sys.executable, "-m", "jupyter_air.jobs.run_tails", str(home)],
+            [sys.executable, "-m", "jupyter_air.jobs.run_tails", str(home)]
+            + ([tracking_uri] if tracking_uri else []),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
@@ -357,6 +360,13 @@ class TailProcess:
                 client.set_tag(tail.run_id, "air.logs", f"not attached: {err!r}"[:500])
         return Answer(end_error, logs_error)
 
+    def open_store(self, tracking_uri: str) -> None:
+        """MLflow loaded and this store opened now: a submission starts the process
+        ahead of the first request it will get, a new run that a job's ranks wait for."""
+        from ..tracking import runs  # noqa: F401  (imported here, not on the first run)
+
+        self._client(tracking_uri)
+
     def _client(self, tracking_uri: str) -> Any:
         """One client per tracking store, shared by both threads; made (and a new sqlite
         store migrated) under the store's lock, as a kernel may be making it too."""
@@ -419,14 +429,6 @@ def attach_logs(client: Any, run_id: str, attempt_dir: Path) -> None:
             client.log_artifacts(run_id, tmp, artifact_path=files.logs.name)
 
 
-def _preload() -> None:
-    """MLflow, loaded at once: the process is started (by a submission) ahead of the
-    first request it will get, a new run that a job's ranks wait for."""
-    import mlflow  # noqa: F401
-
-    from ..tracking import runs  # noqa: F401
-
-
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     home = Path(argv[0])
@@ -436,8 +438,13 @@ def main(argv: list[str]) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except (BlockingIOError, FileNotFoundError):
         return 0  # another one runs, or the store is gone
-    _preload()
-    TailProcess(home).serve(fd)
+    process = TailProcess(home)
+    if len(argv) > 1:
+        try:
+            process.open_store(argv[1])
+        except Exception as err:  # its first request says so to its supervisor
+            log.warning("tracking store %s not opened: %r", argv[1], err)
+    process.serve(fd)
     return 0
 
 

@@ -131,7 +131,7 @@ def start_job(
     """
     job = store.create(workload, job_id=job_id, owner=owner, grants=grants)
     if workload.tracking_uri and not workload.tags.get("air.first_run_id"):
-        ensure_running(store.home)  # the first run is the tail process's to make
+        ensure_running(store.home, workload.tracking_uri)  # the tail process makes the run
     job_dir = JobDir(store.job_dir(job.id))
     if payload is not None:
         write_private(job_dir.payload, payload)
