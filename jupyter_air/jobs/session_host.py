@@ -27,6 +27,10 @@ from .store import JobStore
 STOP_WAIT = 15.0
 #: Seconds the node agent gets to stop every rank once one died.
 DEATH_WAIT = 15.0
+#: Seconds the ranks still in a cell get to leave it once interrupted (after another rank
+#: failed the cell, or by the user); one that does not is stuck in C code, typically a
+#: collective waiting for the rank that failed, and the process group is lost.
+LEAVE_WAIT = 10.0
 
 
 class SessionEnded(RuntimeError):
@@ -100,12 +104,17 @@ class Session:
             return self.cells
 
     def collect(
-        self, tick: Callable[[], None], until: float | None = None
+        self, tick: Callable[[], None], interrupted: bool = False
     ) -> dict[int, dict[str, Any]] | None:
-        """Every rank's reply to the running cell, calling ``tick`` between looks; None
-        if ``until`` (a monotonic time) passes first. Replies already read are kept, so
-        a call cut short by an interrupt can be made again. A rank whose channel closes
-        has died: the session ends (``SessionEnded``)."""
+        """Every rank's reply to the running cell, calling ``tick`` between looks.
+
+        Once a rank fails the cell, the ranks still in it are interrupted (a collective
+        may wait for the failed rank forever). Once interrupted (by that, or the user's
+        interrupt: ``interrupted``), a rank still in the cell ``LEAVE_WAIT`` s later is
+        stuck: None (``in_cell`` says which). Replies already read are kept, so a call cut
+        short by the user's interrupt can be made again. A rank whose channel closes has
+        died: the session ends (``SessionEnded``)."""
+        deadline = time.monotonic() + LEAVE_WAIT if interrupted else None
         while len(self._replies) < len(self._ranks):
             for key, _ in self._selector.select(0.05):
                 rank: int = key.data
@@ -114,19 +123,30 @@ class Session:
                     self._lost(rank)
                 elif message.get("op") == wire.Op.DONE.value:
                     self._replies[rank] = message
+                    if not message["ok"] and deadline is None:
+                        self.interrupt()
+                        deadline = time.monotonic() + LEAVE_WAIT
             tick()
-            if until is not None and time.monotonic() > until:
+            if deadline is not None and time.monotonic() > deadline:
                 return None
         with self._lock:
             self._busy = False
             self._idle_from_now()
         return dict(self._replies)
 
+    def replies(self) -> dict[int, dict[str, Any]]:
+        """The replies to the running (or last) cell read so far."""
+        return dict(self._replies)
+
+    def in_cell(self) -> list[int]:
+        """The ranks that have not answered the running cell."""
+        return sorted(set(self._ranks) - set(self._replies))
+
     def interrupt(self) -> None:
-        """``KeyboardInterrupt`` in every rank's running cell."""
-        for sock in list(self._ranks.values()):
+        """``KeyboardInterrupt`` in the running cell of every rank still in it."""
+        for rank in self.in_cell():
             with contextlib.suppress(OSError):
-                wire.send(sock, wire.Op.INTERRUPT)
+                wire.send(self._ranks[rank], wire.Op.INTERRUPT)
 
     def check(self) -> None:
         """Raise ``SessionEnded`` if the session is over (its job may have been cancelled)."""
@@ -147,6 +167,16 @@ class Session:
             if not self._wait_done(STOP_WAIT):
                 cancel.cancel(self.store, self.job_id)
                 cancel.wait(self.store, self.job_id, STOP_WAIT)
+            self._end(reason)
+
+    def end_now(self, reason: str) -> None:
+        """Cancel the job (its ranks are stuck, and would not read a stop) and end."""
+        with self._lock:
+            if self.ended is not None:
+                return
+            self.stopping = reason
+            cancel.cancel(self.store, self.job_id)
+            cancel.wait(self.store, self.job_id, STOP_WAIT)
             self._end(reason)
 
     def _lost(self, rank: int) -> None:

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import cloudpickle
 
 from ..identity import mlflow_user, server_owner
-from ..jobs import session_cells
+from ..jobs import session_cells, session_host
 from ..jobs.checks import Refused, check_submission
 from ..jobs.follow import LogFollower
 from ..jobs.session_cells import CellRecord
@@ -43,8 +43,6 @@ from .session import cell_id, notebook_path
 
 #: Seconds the ranks get to start and reach the kernel.
 START_WAIT = 300.0
-#: Seconds the ranks get to leave an interrupted cell before the session is stopped.
-INTERRUPT_WAIT = 10.0
 #: Seconds the ranks' last lines get to reach the logs once every rank answered.
 DRAIN = 2.0
 RANK_LOOP = "jupyter_air.jobs.session_rank"
@@ -154,7 +152,7 @@ class WarmSession:
         if (cell := cell_id()) is not None:
             tags["air.cell_id"] = cell
         assert self._next_run is not None  # made once the ranks were ready
-        run_id = self._next_run.result()
+        run_id, self._next_run = self._next_run.result(), None  # this cell's from now on
         self._follower.poll()  # what came between cells (nothing, usually) is not this cell's
         view = JobView(self.job_id, output_ranks)
         view.header(name, self.links(run_id))
@@ -168,18 +166,24 @@ class WarmSession:
         status = "FAILED"
         try:
             self.session.send_cell(payload, run_id)
-            replies = self._collect(tick)
+            complete = self._collect(tick)
+            replies = complete or self.session.replies()
             self._drain(view, seen, {r: reply.get("lines", 0) for r, reply in replies.items()})
             failed = sorted(r for r, reply in replies.items() if not reply["ok"])
-            if any(replies[r]["interrupted"] for r in failed):
-                status = "CANCELLED"
-                raise Interrupted(f"interrupted; the session (job {self.job_id}) is still up")
-            if failed:
-                rank = failed[0]
+            # the first rank that raised, not one interrupted because of it
+            raised = [r for r in failed if not replies[r]["interrupted"]]
+            ended = "" if complete is not None else self._end_stuck(name, raised)
+            if raised:
+                rank = raised[0]
                 raise JobFailed(
-                    f"{name} failed on rank {rank}; the session and its names stay",
+                    f"{name} failed on rank {rank}; " + (ended or "the session and its names stay"),
                     replies[rank]["error"],
                     view.showed_all_of(rank),
+                )
+            if failed or ended:
+                status = "CANCELLED"
+                raise Interrupted(
+                    f"interrupted; {ended or f'the session (job {self.job_id}) is still up'}"
                 )
             status = "SUCCEEDED"
             result = replies[0]["result"]
@@ -194,18 +198,27 @@ class WarmSession:
             if self.session.ended is None:
                 self._next_run = self._tail.submit(self._new_run)
 
-    def _collect(self, tick: Any) -> dict[int, dict[str, Any]]:
+    def _collect(self, tick: Any) -> dict[int, dict[str, Any]] | None:
+        """Every rank's reply, or None when some stayed stuck in the cell."""
         try:
-            replies = self.session.collect(tick)
+            return self.session.collect(tick)
         except KeyboardInterrupt:
             self.session.interrupt()
-            replies = self.session.collect(tick, time.monotonic() + INTERRUPT_WAIT)
-            if replies is None:
-                why = f"a rank was still in its cell {INTERRUPT_WAIT:g} s after an interrupt"
-                self.session.stop(why)
-                raise Interrupted(f"interrupted; the session ended: {self.session.ended}") from None
-        assert replies is not None
-        return replies
+            return self.session.collect(tick, interrupted=True)
+
+    def _end_stuck(self, name: str, raised: list[int]) -> str:
+        """End the session whose ranks stay in the cell after an interrupt; what to say."""
+        stuck = ", ".join(map(str, self.session.in_cell()))
+        wait = f"{session_host.LEAVE_WAIT:g} s"
+        if raised:
+            why = (
+                f"rank {stuck} still in {name} {wait} after rank {raised[0]} failed it (in a "
+                "collective waiting for that rank?): the process group cannot be used again"
+            )
+        else:
+            why = f"rank {stuck} still in {name} {wait} after an interrupt"
+        self.session.end_now(why)
+        return f"the session ended: {why}; start a new one with %air_session start"
 
     def _show(self, view: JobView, seen: dict[int, int]) -> None:
         lines = self._follower.poll()

@@ -210,6 +210,39 @@ def test_an_interrupted_cell_leaves_the_session_usable(kernel: Kernel) -> None:
     kernel.run("%air_session stop")
 
 
+def test_a_rank_that_fails_a_cell_gets_the_others_out_of_it(kernel: Kernel) -> None:
+    """Rank 1 raises: rank 0, still in the cell, is interrupted. In Python code it leaves
+    at once and the session stays; stuck in a collective that waits for rank 1, it cannot,
+    and the session ends saying the process group is lost."""
+    kernel.run("import jupyter_air.jobs.session_host as host\nhost.LEAVE_WAIT = 2.0")
+    job_id = start(kernel)
+    made = "import time, torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+    assert cell(kernel, made + "x = 1\nx") == "1"
+    raise_on_1 = (
+        "%%air_distributed --session\nif dist.get_rank() == 1:\n    raise ValueError('{}')\n"
+    )
+    failed = kernel.run(raise_on_1.format("no data on rank 1") + "time.sleep(600)\n")
+    assert "cell 2 failed on rank 1; the session and its names stay" in failed.traceback
+    assert "no data on rank 1" in failed.text
+    assert cell(kernel, "x") == "1"
+
+    stuck = kernel.run(raise_on_1.format("rank 1 left") + "dist.all_reduce(torch.ones(1))\n")
+    assert (
+        "cell 4 failed on rank 1; the session ended: rank 0 still in cell 4 2 s after rank 1 "
+        "failed it (in a collective waiting for that rank?): the process group cannot be "
+        "used again; start a new one with %air_session start"
+    ) in stuck.traceback
+    assert "rank 1 left" in stuck.text
+    deadline = time.monotonic() + 10
+    while job_processes(job_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not job_processes(job_id)
+    after = kernel.run("%%air_distributed --session\n1")
+    assert "UsageError: the session" in after.stderr
+    assert "the process group cannot be used again" in after.stderr
+    kernel.run("host.LEAVE_WAIT = 10.0")
+
+
 def test_a_dead_rank_ends_the_session_and_the_next_cell_says_why(kernel: Kernel) -> None:
     job_id = start(kernel)
     rank_1 = next(p for p in job_processes(job_id) if p.environ().get("RANK") == "1")
