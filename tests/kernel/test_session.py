@@ -20,6 +20,7 @@ from jupyter_air.kernel.magics import AirMagics
 from jupyter_air.kernel.session_magic import AirSessionMagics
 from jupyter_air.logs.query import LogFilter, read_all
 from tests.kernel.conftest import Kernel, job_processes
+from tests.kernel.test_abuse_processes import assert_gone_within
 from tests.kernel.test_distributed_magic import supervised_until_its_end, wait_done
 
 SESSION_JOB = re.compile(r"Session job (\d{8}-\d{6}-[0-9a-f]{6})")
@@ -233,10 +234,7 @@ def test_a_rank_that_fails_a_cell_gets_the_others_out_of_it(kernel: Kernel) -> N
         "used again; start a new one with %air_session start"
     ) in stuck.traceback
     assert "rank 1 left" in stuck.text
-    deadline = time.monotonic() + 10
-    while job_processes(job_id) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not job_processes(job_id)
+    assert_gone_within(job_id, time.monotonic())
     after = kernel.run("%%air_distributed --session\n1")
     assert "UsageError: the session" in after.stderr
     assert "the process group cannot be used again" in after.stderr
@@ -253,10 +251,7 @@ def test_a_dead_rank_ends_the_session_and_the_next_cell_says_why(kernel: Kernel)
     assert during.error is not None
     assert "the session ended: rank 1's process ended" in during.traceback
     assert "SIGKILL" in during.traceback
-    deadline = time.monotonic() + 10
-    while job_processes(job_id) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not job_processes(job_id)  # rank 0, in its cell, was stopped too
+    assert_gone_within(job_id, time.monotonic())  # rank 0, in its cell, was stopped too
     after = kernel.run("%%air_distributed --session\n1")
     assert "UsageError: the session" in after.stderr
     assert "SIGKILL" in after.stderr
@@ -266,10 +261,7 @@ def test_a_dead_rank_ends_the_session_and_the_next_cell_says_why(kernel: Kernel)
 def test_air_cancel_ends_a_session(kernel: Kernel, air_home: Path) -> None:
     job_id = start(kernel)
     assert cancel.cancel(JobStore(air_home), job_id)  # what `air cancel ID` does
-    deadline = time.monotonic() + 30
-    while job_processes(job_id) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not job_processes(job_id)
+    assert_gone_within(job_id, time.monotonic(), 30)
     after = kernel.run("%%air_distributed --session\n1")
     assert "UsageError: the session" in after.stderr
     assert "cancelled" in after.stderr
@@ -306,10 +298,7 @@ def test_a_killed_kernel_takes_its_session_down_and_ends_every_run(
             assert time.monotonic() < deadline, cell_runs(client, parent_id)
             time.sleep(0.2)
         os.kill(doomed.manager.provisioner.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
-        killed_at = time.monotonic()
-        while job_processes(job_id) and time.monotonic() < killed_at + 10:
-            time.sleep(0.2)
-        assert not job_processes(job_id)
+        assert_gone_within(job_id, time.monotonic())
         job = wait_done(air_home, job_id)
         assert job.status == "CANCELLED"
         supervised_until_its_end(job)
