@@ -23,10 +23,10 @@ function chartOf(model) {
   return charts.get(id);
 }
 
-// Keep a message's points if it follows those kept (its `revision` is the next): a page
-// loaded while the job runs (a reload) missed the first messages, so it asks the kernel
-// for the history, all the points up to a revision, and keeps what follows it. Returns
-// whether the chart changed.
+// Keep a message's points if it follows those kept (its `revision` is the next). The
+// messages that came before this module ran are lost to it, so it asks the kernel for
+// the history, all the points up to a revision, and keeps what follows it; a gap asks
+// again. Returns whether the chart changed.
 function keep(chart, msg, ask) {
   if (msg.type === "history") {
     if (msg.revision < chart.revision) return false;
@@ -135,9 +135,9 @@ function initialize({ model }) {
   const ask = () => model.send({ type: "history" });
   // Returns the views' draws (the benchmark waits on them).
   model.on("msg:custom", (msg) => keep(chart, msg, ask) && Promise.all([...chart.views].map((view) => view.draw())));
-  // A chart shown as the job starts has missed nothing; one restored by a reloaded page
-  // has missed what came before (the answer waits for the cell's end where the
-  // frontend sends widget messages on the cell's own shell, not a subshell).
+  // The kernel answers on a subshell (JupyterLab), or once the cell ends where a
+  // frontend has none: then the widget is closed and nothing answers, and the chart
+  // shows what came after this.
   if (chart.revision === 0) {
     chart.asked = true;
     ask();

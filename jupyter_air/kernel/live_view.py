@@ -472,9 +472,9 @@ def _chart_widget_class() -> Any:
 
     class ChartWidget(anywidget.AnyWidget):
         """Sends a ``RunChart``'s new points as numbered messages, and all of them to a
-        page that asks (``{"type": "history"}``: a page reloaded while the job runs gets
-        the models from the kernel, through a subshell, but not the messages it missed).
-        The page keeps a message only if it follows the points it has."""
+        page that asks (``{"type": "history"}``): a page drops the messages that come
+        before its module has loaded (on a busy machine, seconds), and a page that gets
+        the model later (another frontend's restore) has none of them."""
 
         _esm = traitlets.Unicode(
             Path(__file__).with_name("live_chart.js").read_text(encoding="utf-8")
@@ -487,7 +487,8 @@ def _chart_widget_class() -> Any:
             super().__init__(figure_layout=chart.layout(legend=False), **kwargs)
             self.chart = chart
             self.revision = 0  # messages of points sent
-            # A history request is answered on a subshell's thread while the cell's
+            # A history request may be answered on a subshell's thread (JupyterLab sends
+            # widget messages over kernel subshells) while the cell's
             # thread reads and sends new points: one at a time.
             self._lock = threading.Lock()
             self.on_msg(self._answer)
