@@ -92,7 +92,8 @@ def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     run.add_argument(
         "--watch",
         action="store_true",
-        help="stream node 0's logs until the job ends; exit with its status",
+        help="stream node 0's logs until the job's outcome is known; print its last run and "
+        "exit with its status (the run's MLflow end and log artifacts finish in the background)",
     )
     run.set_defaults(func=_run)
 
