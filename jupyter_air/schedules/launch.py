@@ -9,6 +9,7 @@ supervisor makes it and the run, so the scheduler never imports MLflow.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from datetime import UTC, datetime
 
@@ -29,6 +30,9 @@ class Launcher:
 
     def __init__(self, jobs: JobStore) -> None:
         self.jobs = jobs
+        # Loaded now, not at the first fire: building its pydantic models took 0.3 s
+        # (more under load) of the first fire's latency. Every later fire holds it anyway.
+        importlib.import_module("jupyter_air.jobs.workload_file")
 
     def __call__(self, schedule: Schedule, run: ScheduleRun, task: TaskSpec) -> str:
         spec = schedule.spec
