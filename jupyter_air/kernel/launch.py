@@ -21,8 +21,9 @@ from ..job_dir import AttemptDir
 from ..jobs import cancel
 from ..jobs.checks import Refused, check_grants, check_submission
 from ..jobs.follow import LogFollower
+from ..jobs.permissions import Grant
 from ..jobs.spec import Workload
-from ..jobs.store import JobStore
+from ..jobs.store import Job, JobStore
 from ..jobs.workload_file import Submission, describe
 from ..logs.query import LogFilter
 from .capture import Payload
@@ -190,7 +191,6 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
 
     from mlflow import MlflowClient
 
-    from ..jobs.sharing import mirror
     from ..jobs.submit import submit
     from ..tracking import runs
 
@@ -237,10 +237,7 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
         tracking_uri=None if options.background else target.tracking_uri,
     )
     view.header(run_name, job_links(target.tracking_uri, target.experiment_id, run_id, job.id))
-    if grants:
-        report = mirror(store, job, grants)  # after the job started: a slow MLflow delays no rank
-        lines = [f"Shared: {', '.join(map(str, grants))}", *(report.lines() if report else [])]
-        print("\n".join(lines))
+    announce_grants(store, job, grants)  # after the job started: a slow MLflow delays no rank
     max_attempts = options.max_retries + 1
     if options.background:
         view.status("submitted in the background", 1, max_attempts, f"air logs {job.id}")
@@ -252,6 +249,17 @@ def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any]
         runs.end_run(mlflow_client, run, status)
 
     return _follow(store, job.id, view, max_attempts, user_ns, end_run)
+
+
+def announce_grants(store: JobStore, job: Job, grants: tuple[Grant, ...]) -> None:
+    """Give the job's grants on its MLflow experiment too, and say whom it is shared with."""
+    if not grants:
+        return
+    from ..jobs.sharing import mirror
+
+    report = mirror(store, job, grants)
+    lines = [f"Shared: {', '.join(map(str, grants))}", *(report.lines() if report else [])]
+    print("\n".join(lines))
 
 
 def _option_error(err: Refused) -> OptionError:

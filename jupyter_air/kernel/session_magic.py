@@ -31,7 +31,7 @@ def run_session_cell(cell: str, out: list[str], output_ranks: str, user_ns: dict
 class AirSessionMagics(Magics):
     @magic_arguments()
     @argument("action", choices=["start", "status", "stop"], help="What to do.")
-    @whole_job_options("nproc_per_node", "env", "experiment", "run_name", "oversubscribe")
+    @whole_job_options("nproc_per_node", "env", "experiment", "run_name", "oversubscribe", "share")
     @argument(
         "--idle-timeout",
         type=float,

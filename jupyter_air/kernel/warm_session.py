@@ -36,6 +36,7 @@ from .launch import (
     Options,
     _option_error,
     _result,
+    announce_grants,
     default_nproc,
     job_links,
 )
@@ -130,6 +131,7 @@ class WarmSession:
         except KeyboardInterrupt:
             self.session.stop("interrupted while starting")
             raise
+        announce_grants(self.store, submitted.job, submission.grants)
         self._next_run = self._tail.submit(self._new_run)
 
     def links(self, run_id: str) -> dict[str, str | None]:

@@ -13,6 +13,7 @@ from mlflow import MlflowClient
 
 from jupyter_air.job_dir import JobDir
 from jupyter_air.jobs import cancel, session_cells
+from jupyter_air.jobs.permissions import Grant, Level, Principal
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.kernel.job_options import options_from
 from jupyter_air.kernel.launch import Options
@@ -55,7 +56,7 @@ def test_session_start_takes_the_whole_job_options_of_a_cell_by_one_definition()
     session_parser = AirSessionMagics.air_session.parser
     session_options = {a.dest: a for a in session_parser._actions}
     shared = sorted(set(cell_options) & set(session_options) - {"help"})
-    assert shared == ["env", "experiment", "nproc_per_node", "oversubscribe", "run_name"]
+    assert shared == ["env", "experiment", "nproc_per_node", "oversubscribe", "run_name", "share"]
     for dest in shared:
         ours, theirs = session_options[dest], cell_options[dest]
         assert (ours.option_strings, ours.default, ours.help) == (
@@ -258,8 +259,14 @@ def test_a_dead_rank_ends_the_session_and_the_next_cell_says_why(kernel: Kernel)
     assert "start a new one with %air_session start" in after.stderr
 
 
-def test_air_cancel_ends_a_session(kernel: Kernel, air_home: Path) -> None:
-    job_id = start(kernel)
+def test_a_shared_session_is_ended_by_air_cancel(kernel: Kernel, air_home: Path) -> None:
+    started = kernel.run("%air_session start -n 2 --oversubscribe --share bob:CAN_VIEW")
+    assert "Shared: bob:CAN_VIEW" in started.text
+    found = SESSION_JOB.search(started.text)
+    assert found, started.text
+    job_id = found.group(1)
+    access = JobStore(air_home).access(job_id)
+    assert access.grants == (Grant(Principal("user", "bob"), Level.CAN_VIEW),)
     assert cancel.cancel(JobStore(air_home), job_id)  # what `air cancel ID` does
     assert_gone_within(job_id, time.monotonic(), 30)
     after = kernel.run("%%air_distributed --session\n1")
