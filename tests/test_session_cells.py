@@ -69,7 +69,7 @@ def test_cells_are_read_back_in_order_and_a_cut_line_is_left_out(store: JobStore
     assert oct(files.session_cells.stat().st_mode & 0o777) == "0o600"
 
 
-async def test_the_logs_route_shows_one_cell_to_a_viewer(
+async def test_the_logs_route_shows_one_cell_and_each_lines_cell_to_a_viewer(
     jp_fetch: Any, alices_session: str
 ) -> None:
     route = f"jupyter-air/jobs/{alices_session}/logs?cell=2"
@@ -82,6 +82,13 @@ async def test_the_logs_route_shows_one_cell_to_a_viewer(
         (await call(jp_fetch, "viewer", "GET", f"jupyter-air/jobs/{alices_session}/logs")).body
     )
     assert [line["text"] for line in every["lines"]] == [text for *_, text in LINES]
+    assert [(line["cell"], line["cell_id"]) for line in every["lines"]] == [
+        (1, "abc"),
+        (1, "abc"),
+        (None, None),  # printed between cells
+        (2, None),
+        (2, None),
+    ]
     download = await call(jp_fetch, "viewer", "GET", route.replace("/logs?", "/logs/download?"))
     assert "cell 2 rank 0" in download.body.decode()
     assert "cell 1" not in download.body.decode()

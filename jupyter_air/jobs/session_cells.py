@@ -4,11 +4,13 @@ which MLflow run.
 A session's ranks write one log each for the session's whole life; the lines of a cell
 are those of its time span. So the logs of one cell are the session's logs narrowed to
 that span (``cell_filter``), for ``air logs --cell`` and the logs route's ``cell``
-parameter alike: one reader, with the job's own permission checked first by the caller.
+parameter alike: one reader, with the job's own permission checked first by the caller;
+and each line's cell is the one whose span holds its time (``cells_of``).
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -56,6 +58,16 @@ def cells(files: JobDir) -> list[CellRecord]:
             found.append(CellRecord(**json.loads(line)))
         except (ValueError, TypeError):
             continue
+    return found
+
+
+def cells_of(cells: list[CellRecord], times: list[float]) -> list[CellRecord | None]:
+    """The cell each time (a log line's) falls in, or None (between cells)."""
+    starts = [cell.started for cell in cells]
+    found: list[CellRecord | None] = []
+    for t in times:
+        at = bisect.bisect_right(starts, t) - 1
+        found.append(cells[at] if at >= 0 and t <= cells[at].ended else None)
     return found
 
 

@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..jobs import cancel
+from ..job_dir import JobDir
+from ..jobs import cancel, session_cells
 from ..jobs.documents import job_document, job_documents
 from ..jobs.permissions import (
     BadGrant,
@@ -161,17 +162,28 @@ class JobLogsHandler(JobsBase):
         except BadFilter as err:
             raise web.HTTPError(400, str(err)) from None
         job = await self.job(job.id)  # after reading: "done" must not miss late lines
+        lines = [line.as_json() for line in page.lines]
+        if job.workload.kind == "session":
+            await in_store_thread(self._with_cells, job, lines)
         self.write_json(
             {
                 "job": job.id,
                 "attempt": attempt,
                 "attempts": attempts,
                 "status": job.status,
-                "lines": [line.as_json() for line in page.lines],
+                "lines": lines,
                 "next": page.cursor,
                 "done": job.done and page.at_end and (tail is not None or len(page.lines) < limit),
             }
         )
+
+    def _with_cells(self, job: Job, lines: list[dict[str, Any]]) -> None:
+        """A session's lines each say their cell: its number and notebook cell id."""
+        cells = session_cells.cells(JobDir(self.store.job_dir(job.id)))
+        of_lines = session_cells.cells_of(cells, [line["t"] for line in lines])
+        for line, cell in zip(lines, of_lines, strict=True):
+            line["cell"] = None if cell is None else cell.cell
+            line["cell_id"] = None if cell is None else cell.cell_id
 
 
 class JobLogsDownloadHandler(JobsBase):
