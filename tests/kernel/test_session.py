@@ -9,6 +9,8 @@ import signal
 import time
 from pathlib import Path
 
+import psutil
+from jupyter_client.blocking import BlockingKernelClient
 from mlflow import MlflowClient
 
 from jupyter_air.job_dir import JobDir
@@ -21,7 +23,7 @@ from jupyter_air.kernel.magics import AirMagics
 from jupyter_air.kernel.session_magic import AirSessionMagics
 from jupyter_air.logs.query import LogFilter, read_all
 from tests.kernel.conftest import Kernel, job_processes
-from tests.kernel.test_abuse_processes import assert_gone_within
+from tests.kernel.test_abuse_processes import Server, assert_gone_within, server  # noqa: F401
 from tests.kernel.test_distributed_magic import supervised_until_its_end, wait_done
 
 SESSION_JOB = re.compile(r"Session job (\d{8}-\d{6}-[0-9a-f]{6})")
@@ -320,3 +322,64 @@ def cell_runs(client: MlflowClient, parent_id: str) -> list[tuple[str, str]]:
     experiment_id = client.get_run(parent_id).info.experiment_id
     children = client.search_runs([experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'")
     return sorted((r.data.tags["air.session_cell"], r.info.status) for r in children)
+
+
+def execute(kernel: BlockingKernelClient, code: str, until: str | None = None) -> str:
+    """Run ``code`` through a server's kernel; what it printed, once it is done (or, with
+    ``until``, as soon as that text was printed: the cell still runs)."""
+    msg_id, printed = kernel.execute(code), ""
+    while True:
+        msg = kernel.get_iopub_msg(timeout=240)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        content = msg["content"]
+        if msg["msg_type"] == "stream":
+            printed += content["text"]
+            if until is not None and until in printed:
+                return printed
+        elif msg["msg_type"] == "error":
+            raise AssertionError("\n".join(content["traceback"]))
+        elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
+            return printed
+
+
+def test_a_stopped_jupyter_server_ends_its_session(
+    server: Server,  # noqa: F811 (the fixture, imported)
+    air_home: Path,
+    kernel_env: dict[str, str],
+) -> None:
+    """``jupyter server stop`` (SIGTERM) while a session cell runs: the server shuts its
+    kernel down, the cell is cut short, and the kernel's end takes the session with it:
+    its ranks and supervisor go, the job reads CANCELLED, and every run of it is ended.
+
+    A server killed outright ends the same way: its kernel leaves on its own (ipykernel
+    polls its parent every second, ``ParentPollerUnix``, and exits once the server is
+    gone: ``test_nothing_outlives_a_killed_jupyter_server``), which is the killed kernel
+    of ``test_a_killed_kernel_takes_its_session_down_and_ends_every_run``."""
+    kernel = server.kernel()
+    try:
+        execute(kernel, "%load_ext jupyter_air")
+        found = SESSION_JOB.search(execute(kernel, "%air_session start -n 2 --oversubscribe"))
+        assert found, "the session did not start"
+        job_id = found.group(1)
+        execute(kernel, "%%air_distributed --session\nimport time\nx = 1")
+        execute(
+            kernel, "%%air_distributed --session\nprint('training')\ntime.sleep(600)", "training"
+        )
+        (kernel_process,) = psutil.Process(server.process.pid).children()
+        server.process.terminate()
+        stopped_at = time.monotonic()
+        kernel_process.wait(30)  # the kernel does not outlive its server (TimeoutExpired)
+        assert_gone_within(job_id, stopped_at)
+        job = wait_done(air_home, job_id)
+        assert job.status == "CANCELLED"
+        supervised_until_its_end(job)
+    finally:
+        kernel.stop_channels()
+    client = MlflowClient(kernel_env["MLFLOW_TRACKING_URI"])
+    parent_id = str(JobStore(air_home).attempts(job_id)[0].run_id)
+    assert client.get_run(parent_id).info.status == "KILLED"
+    first, *after = cell_runs(client, parent_id)
+    assert first == ("1", "FINISHED")
+    # cell 2, cut short, and any run made ahead for a cell that never came
+    assert {status for _, status in after} == {"KILLED"}
