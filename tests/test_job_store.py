@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sqlite3
 import subprocess
@@ -172,3 +173,18 @@ def test_a_store_on_a_network_filesystem_keeps_an_fsync_per_commit(
     store = JobStore(tmp_path)
     assert not store.wal
     assert synchronous(store) == "FULL"
+
+
+def test_a_wal_store_keeps_its_wal_between_calls_and_lets_it_go_when_dropped(
+    tmp_path: Path,
+) -> None:
+    """The last connection's close checkpoints and deletes the WAL, which the next call
+    would re-create: an idle connection of the store's own keeps any call from being last."""
+    store = JobStore(tmp_path)
+    store.create(Workload(kind="command"))
+    assert (tmp_path / "jobs.db-wal").exists()
+    del store
+    gc.collect()
+    with closing(sqlite3.connect(tmp_path / "jobs.db")) as db:
+        db.execute("SELECT count(*) FROM jobs").fetchone()
+    assert not (tmp_path / "jobs.db-wal").exists()  # that close was the last
