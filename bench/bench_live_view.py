@@ -13,7 +13,8 @@ docs/benchmarks.md, "Live view").
    two rows, ``Plotly.extendTraces`` with one new point each) against live_chart.js
    itself (its ``extend`` message: the points kept, each trace cut to one point per
    pixel of its panel, ``Plotly.react``), alternated in one page, median of 30 each,
-   from the call to plotly's promise (the browser's paint after it is not counted).
+   from the call to plotly's promise (the browser's paint after it is not counted);
+   and Chromium's CPU time per update of each, which a loaded machine does not inflate.
 4. The quickstart's training cell: seconds from its first ``log_metrics`` call to the
    kernel's message that brings that point to the page, ``--runs`` times.
 
@@ -120,9 +121,10 @@ NEW_UPDATE = """async ([esm, add, layout, n]) => {
   await widget.render({model, el});
   await handlers['msg:custom']({...add, revision: 1});
   const indices = add.traces.map((_, i) => i);
+  let revision = 1;
   return async (k) => {
     const start = performance.now();
-    await handlers['msg:custom']({type: 'extend', indices, revision: k + 2,
+    await handlers['msg:custom']({type: 'extend', indices, revision: ++revision,
       x: add.traces.map(t => [t.x[n - 1] + (k + 1) * (t.meta.metric ? 1 : 10000)]),
       y: indices.map(() => [Math.random() * 100])});
     return performance.now() - start;
@@ -142,6 +144,47 @@ TIME_BOTH = """async () => {
   const median = (xs) => xs.sort((a, b) => a - b)[xs.length >> 1];
   return {old: median(times.old), new: median(times.new)};
 }"""
+
+
+#: ``n`` updates of one kind, each from an idle page, as in TIME_BOTH.
+TIME_ONE = """async ([which, n, from]) => {
+  const frame = () => new Promise(r => requestAnimationFrame(() => r()));
+  for (let k = from; k < from + n; k++) {
+    await frame();
+    await frame();
+    await window.updates[which](k);
+  }
+}"""
+
+
+def chromium_cpu() -> float:
+    """CPU seconds (user + system) of every Chromium process this script started."""
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "chrom" in child.name():
+                times = child.cpu_times()
+                total += times.user + times.system
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def cpu_per_update(page: Any, n: int = 30, blocks: int = 2) -> dict[str, float]:
+    """Chromium's CPU milliseconds per update (all its processes: script, layout and
+    paint, less two idle frames), each kind in blocks of ``n`` alternated: unlike a wall
+    time, it does not grow with other processes waiting for the same cores, so it stands
+    for an idle machine's time (above the timed call: paint is counted too)."""
+    page.evaluate("() => { window.updates.idle = async () => 0; }")
+    cpu: dict[str, float] = {"old": 0.0, "new": 0.0, "idle": 0.0}
+    for block in range(blocks):
+        for which in ("old", "new", "idle") if block % 2 else ("idle", "new", "old"):
+            before = chromium_cpu()
+            page.evaluate(TIME_ONE, [which, n, 1000 + block * n])
+            cpu[which] += chromium_cpu() - before
+    per_update = {k: v * 1000 / (n * blocks) for k, v in cpu.items()}
+    # Less what two idle frames cost: the update's own script, layout and paint.
+    return {f"{k}_cpu_ms": round(per_update[k] - per_update["idle"], 1) for k in ("old", "new")}
 
 
 def history(gpus: int = 8, samples: int = 720) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -202,6 +245,7 @@ def chromium_update(samples: int = 720) -> dict[str, float]:
             [[traces, old_layout, samples], [esm, add, layout, samples]],
         )
         result: dict[str, float] = page.evaluate(TIME_BOTH)
+        result.update(cpu_per_update(page))
         drawn = page.evaluate(
             "() => Math.max(...[...document.querySelectorAll('.jp-air-LiveChart-plot')]"
             ".flatMap(p => p.data.map(t => t.x.length)))"

@@ -78,7 +78,10 @@ export class TimeWindow {
   /** Shared x values (with gap markers). */
   readonly xs: (number | null)[];
 
-  /** Tick positions and labels ("HH:MM") of the time axis. */
+  /**
+   * Tick positions and labels ("HH:MM") of the time axis; none in the last
+   * fifth of a step, where its label would pass the chart's right edge.
+   */
   ticks(): { values: number[]; labels: string[] } {
     const [start, end] = this.range;
     const span = end - start;
@@ -90,7 +93,11 @@ export class TimeWindow {
           : 30 * 60000;
     const values: number[] = [];
     const labels: string[] = [];
-    for (let v = Math.ceil(start / step) * step; v <= end; v += step) {
+    for (
+      let v = Math.ceil(start / step) * step;
+      v <= end - step / 5;
+      v += step
+    ) {
       // `v` is local wall-clock time encoded as UTC (see toLocalMs).
       values.push(v);
       labels.push(formatClock(v, 'minutes', true));
@@ -190,8 +197,12 @@ export function drawChart(
     dragmode: false,
     datarevision: ++revision,
     // A linear axis with ticks computed here: cheaper for plotly than a
-    // date axis, and the labels are exactly "HH:MM" of local time.
+    // date axis, and the labels are exactly "HH:MM" of local time. No tick
+    // label is checked against the figure's edges (`ticklabeloverflow`):
+    // measuring each label on every update took a quarter of the live cell
+    // chart's update (kernel/live_chart.js), for labels the margins hold.
     xaxis: {
+      ticklabeloverflow: 'allow',
       type: 'linear',
       range: window.range,
       fixedrange: true,
@@ -216,6 +227,7 @@ export function drawChart(
         ? { range: row.range, autorange: false }
         : { autorange: true, rangemode: 'tozero' }),
       nticks: 3,
+      ticklabeloverflow: 'allow',
       ticksuffix: row.suffix,
       showgrid: true,
       gridcolor: theme.gridColor,
