@@ -129,10 +129,9 @@ class Wakeup:
     ``clear`` or ``wait``.) Main thread only, as signal handlers are."""
 
     def __init__(self) -> None:
-        self.read, self.write = os.pipe()
+        self.read, self.write = os.pipe()  # not inherited by the jobs' supervisors (PEP 446)
         for fd in (self.read, self.write):
             os.set_blocking(fd, False)
-            os.set_inheritable(fd, False)
         self.previous = signal.set_wakeup_fd(self.write, warn_on_full_buffer=False)
 
     def sleep(self, seconds: float) -> None:
