@@ -13,8 +13,12 @@
 3. The idle scheduler: its RSS and the CPU it takes between fires (a daily schedule,
    ``--idle`` seconds), beside a bare ``python -c 'import time; ...'`` and one that
    imports MLflow. Targets: RSS <= 60 MB (no MLflow, no torch), 0 CPU between fires.
+4. The job store alone in a process (as the scheduler between ticks, a supervisor, the
+   CLI): 10 x (create, update, get), with the store's idle connection held, beside the
+   same with it closed (each call's connection then the last: SQLite checkpoints and
+   deletes the WAL at every close, and re-creates it at the next open).
 
-Run: ``.venv/bin/python bench/bench_schedules.py [--fires 20] [--idle 30] [--tick-rounds 3]``.
+Run: ``.venv/bin/python bench/bench_schedules.py [--fires 20] [--idle 30] [--tick-rounds 3] [--parts tick,store,idle,latency]``.
 """
 
 from __future__ import annotations
@@ -174,6 +178,29 @@ def big_tick(home: Path, fsync_each_commit: bool = False) -> float:
     return busy
 
 
+def lone_store_calls(rounds: int) -> None:
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(rounds):
+        for held in (False, True):
+            with tempfile.TemporaryDirectory() as tmp:
+                jobs = JobStore(Path(tmp))
+                if not held:
+                    jobs.close()
+                started = time.perf_counter()
+                for _ in range(10):
+                    job = jobs.create(Workload(kind="command"))
+                    jobs.update(job.id, status="RUNNING")
+                    jobs.get(job.id)
+                times[held].append(time.perf_counter() - started)
+                jobs.close()
+    held, alone = statistics.median(times[True]), statistics.median(times[False])
+    print(
+        f"job store alone in a process, 10 x (create, update, get), median of {rounds}: "
+        f"{held * 1000:.1f} ms with its idle connection, {alone * 1000:.1f} ms without "
+        f"({held / alone:.2f}x)"
+    )
+
+
 def idle_scheduler(home: Path, seconds: float) -> None:
     jobs = JobStore(home)
     s = Schedules(jobs)
@@ -213,7 +240,7 @@ def main() -> None:
     parser.add_argument("--fires", type=int, default=20)
     parser.add_argument("--idle", type=float, default=30.0)
     parser.add_argument("--tick-rounds", type=int, default=3)
-    parser.add_argument("--parts", default="tick,idle,latency", help="which measures")
+    parser.add_argument("--parts", default="tick,store,idle,latency", help="which measures")
     args = parser.parse_args()
     parts = args.parts.split(",")
     if "tick" in parts:
@@ -228,6 +255,8 @@ def main() -> None:
             f"tick medians over {args.tick_rounds} rounds: {normal * 1000:.1f} ms "
             f"(synchronous=NORMAL) vs {full * 1000:.1f} ms (FULL): {normal / full:.2f}x"
         )
+    if "store" in parts:
+        lone_store_calls(args.tick_rounds)
     if "idle" in parts:
         with tempfile.TemporaryDirectory() as tmp:
             os.environ["AIR_HOME"] = str(Path(tmp) / "b")

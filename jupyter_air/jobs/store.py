@@ -160,10 +160,17 @@ class JobStore:
         # the WAL, and the next open re-creates it: with a connection per call and no other
         # open, every call paid that (about 5 ms on a quiet disk, against 0.1 ms). With this
         # one open, no call's close is the last; the WAL is checkpointed as it fills.
+        self._keeper: weakref.finalize[[], JobStore] | None = None
         if self.wal:
             keeper = sqlite3.connect(self.path, check_same_thread=False)
             keeper.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the file
-            weakref.finalize(self, keeper.close)
+            self._keeper = weakref.finalize(self, keeper.close)
+
+    def close(self) -> None:
+        """Let go of the idle connection now rather than when the store is dropped; calls
+        still work (each with a connection of its own, which may then be the last)."""
+        if self._keeper is not None:
+            self._keeper()
 
     def _journal_mode(self, db: sqlite3.Connection, new: bool) -> str:
         """WAL for a new database on a local disk; the rollback journal on a network file
