@@ -18,7 +18,8 @@
    same with it closed (each call's connection then the last: SQLite checkpoints and
    deletes the WAL at every close, and re-creates it at the next open).
 
-Run: ``.venv/bin/python bench/bench_schedules.py [--fires 20] [--idle 30] [--tick-rounds 3] [--parts tick,store,idle,latency]``.
+Run: ``.venv/bin/python bench/bench_schedules.py [--fires 20] [--idle 30] [--tick-rounds 3]
+[--parts tick,store,idle,latency]``.
 """
 
 from __future__ import annotations
