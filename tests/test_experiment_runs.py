@@ -100,7 +100,7 @@ def test_the_users_metrics_come_before_mlflows_system_metrics() -> None:
 
 
 def test_runs_that_share_a_name_get_distinct_legend_names() -> None:
-    runs = [
+    runs: list[dict[str, Any]] = [
         {"run_id": "a1b2c3d4" + "0" * 24, "name": "quickstart"},
         {"run_id": "ffee0011" + "0" * 24, "name": "quickstart"},
         {"run_id": "0123abcd" + "0" * 24, "name": "other"},
