@@ -5,6 +5,7 @@
     jobs/<id>/payload.pkl                 the pickled cell or function (python jobs)
     jobs/<id>/supervisor.log              the supervisor's own log
     jobs/<id>/session.sock                a warm session's channel (the kernel listens)
+    jobs/<id>/session.ticket              where its ranks reach the kernel, and its secret
     jobs/<id>/session_cells.jsonl         a warm session's cells: number, run, start, end
     jobs/<id>/attempt_K/result.pkl        rank 0's value (written whole: .tmp, then renamed)
     jobs/<id>/attempt_K/error_rank_R.txt  a failing rank's traceback
@@ -32,6 +33,7 @@ from .paths import write_private
 PAYLOAD = "payload.pkl"
 SUPERVISOR_LOG = "supervisor.log"
 SESSION_SOCKET = "session.sock"
+SESSION_TICKET = "session.ticket"
 SESSION_CELLS = "session_cells.jsonl"
 RESULT = "result.pkl"
 HINTS = "hints.json"
@@ -167,6 +169,10 @@ class JobDir:
     @property
     def session_socket(self) -> Path:
         return self.path / SESSION_SOCKET
+
+    @property
+    def session_ticket(self) -> Path:
+        return self.path / SESSION_TICKET
 
     @property
     def session_cells(self) -> Path:

@@ -16,10 +16,11 @@ import logging
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from ..gpu.owners import job_of
 from ..gpu.sampler import GpuSampler
 from ..job_dir import AttemptDir, JobDir
 from ..paths import write_private
+from . import session_rank
 from .env import free_port
 from .hints import GpuSample, gpu_samples, rank_gpus
 from .local import LocalRanks
@@ -75,6 +77,8 @@ class NodeAgent:
         return time.time()
 
     def start(self, launch: NodeLaunch) -> None:
+        if launch.command[1:] == session_rank.ARGS:  # a warm session's: in this node's Python
+            launch = replace(launch, command=[sys.executable, *session_rank.ARGS])
         files = JobDir(self._dir)
         self._attempt = files.attempt(launch.attempt).make()
         if launch.payload is not None:

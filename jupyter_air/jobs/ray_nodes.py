@@ -12,6 +12,7 @@ It has ``LocalNode``'s interface (the local backend's in-process node agent): ``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..job_dir import AttemptDir
+from ..job_dir import AttemptDir, JobDir
 from ..paths import private_opener, write_private
 from .hints import HintRecorder
 from .node_launch import NodeLaunch
@@ -37,6 +38,7 @@ from .ray_cluster import (
     reserve,
     resolve_address,
 )
+from .session_wire import TICKET_ENV
 from .spec import Workload
 
 log = logging.getLogger("jupyter_air.ray")
@@ -156,8 +158,10 @@ class RayNodes:
         self._dir.write_nodes([{k: n[k] for k in shown} for n in self._nodes])
 
     def _start_all(self) -> None:
-
         workload, head = self._workload, self._nodes[0]
+        env = self._extra_env
+        if workload.kind == "session":
+            env = {**env, TICKET_ENV: self._session_ticket()}
         launches = [
             NodeLaunch(
                 job_id=self._job_id,
@@ -168,7 +172,7 @@ class RayNodes:
                 master_addr=head["ip"],
                 master_port=head["port"],
                 max_restarts=workload.max_retries,
-                env=self._extra_env,
+                env=env,
                 command=list(workload.command),
                 payload=self._payload,
                 working_dir=workload.working_dir,
@@ -177,6 +181,23 @@ class RayNodes:
         ]
         calls = [a.start.remote(launch) for a, launch in zip(self._agents, launches, strict=True)]
         self._gather(calls, "could not start its ranks")
+
+    def _session_ticket(self) -> str:
+        """A warm session's ticket (where its ranks reach the kernel, and its secret),
+        which the kernel leaves in the job's directory as it starts listening, right
+        after submitting: the nodes cannot read that directory, so it goes with them."""
+        path = JobDir(self._dir.path.parent).session_ticket
+        deadline = time.monotonic() + AGENT_START_TIMEOUT
+        while True:
+            with contextlib.suppress(OSError):
+                return path.read_text()
+            if self._cancel.is_set():
+                raise Cancelled("cancelled before the session's kernel listened")
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"the session's kernel did not listen in {AGENT_START_TIMEOUT:g} s"
+                )
+            time.sleep(0.05)
 
     def _gather(self, calls: list[Any], failing: str) -> list[Any]:
         """One answer per node, waiting at most AGENT_START_TIMEOUT, giving up at once

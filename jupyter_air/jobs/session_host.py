@@ -1,7 +1,9 @@
 """The kernel's side of a warm session: its job's ranks, reached through ``session_wire``.
 
 A session is one job of kind "session" whose ranks run ``session_rank``. This object
-listens on the job's socket, waits for every rank, sends cells and collects their
+listens (on the job's Unix socket, or on TCP at ``host`` for ranks on other machines),
+leaves the job's ticket for the ranks, waits for every rank to prove it holds the
+session's secret, stops listening once all are in, sends cells and collects their
 replies, interrupts a running cell, and ends the session: on ``stop``, after
 ``idle_timeout`` seconds without a cell, or when a rank's process dies (then every rank
 is stopped by the node agent's stop rule and the reason is the job's message). Once
@@ -11,6 +13,7 @@ ended, it says why. It knows nothing of IPython or MLflow.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import selectors
 import socket
 import threading
@@ -18,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..job_dir import JobDir
+from ..job_dir import JobDir, replace_json
 from . import cancel
 from . import session_wire as wire
 from .store import JobStore
@@ -47,11 +50,13 @@ class Session:
         nproc: int,
         idle_timeout: float | None,
         on_end: Callable[[str], None] = lambda status: None,
+        host: str | None = None,
     ) -> None:
         self.store, self.job_id, self.nproc = store, job_id, nproc
         self.files = JobDir(store.job_dir(job_id))
         self.idle_timeout = idle_timeout
         self.pids: dict[int, int] = {}
+        self.hosts: dict[int, str] = {}
         self.cells = 0
         self.last_used = time.time()
         #: Why the session ended, once it has; why it is ending, while it stops.
@@ -61,14 +66,22 @@ class Session:
         self._lock = threading.RLock()
         self._busy = False
         self._timer: threading.Timer | None = None
-        self._ranks: dict[int, socket.socket] = {}
+        self._ranks: dict[int, wire.Channel] = {}
         self._replies: dict[int, dict[str, Any]] = {}
         self._selector = selectors.DefaultSelector()
-        self._server = wire.listen(self.files.session_socket)
+        if host is None:
+            server, address = wire.listen_unix(self.files.session_socket)
+        else:
+            server, address = wire.listen_tcp(host)
+        self._server: socket.socket | None = server
+        self.ticket = wire.Ticket.new(address)
+        replace_json(self.files.session_ticket, dataclasses.asdict(self.ticket))
 
     def wait_ready(self, timeout: float) -> None:
         """Return once every rank has said hello; raise ``SessionEnded`` if the job ends
-        (or ``timeout`` passes) first."""
+        (or ``timeout`` passes) first. A peer without the secret is turned away; once
+        every rank is in, nothing more is accepted."""
+        assert self._server is not None
         self._server.settimeout(0.1)
         deadline = time.monotonic() + timeout
         while len(self._ranks) < self.nproc:
@@ -82,15 +95,29 @@ class Session:
                     self.stop(f"the ranks did not start within {timeout:g} s")
                     raise SessionEnded(self.ended) from None
                 continue
-            sock.settimeout(None)
-            hello = wire.receive(sock) if wire.same_user(sock) else None
-            if hello is None or hello.get("op") != wire.Op.HELLO.value:
+            try:
+                channel = wire.accept(sock, self.ticket.token)
+                hello = channel.receive()
+            except wire.Refused:
                 sock.close()  # not one of ours
                 continue
-            self._ranks[hello["rank"]] = sock
-            self.pids[hello["rank"]] = hello["pid"]
-            self._selector.register(sock, selectors.EVENT_READ, hello["rank"])
+            if hello is None or hello.get("op") != wire.Op.HELLO.value:
+                sock.close()
+                continue
+            rank = hello["rank"]
+            self._ranks[rank] = channel
+            self.pids[rank], self.hosts[rank] = hello["pid"], hello.get("host", "")
+            self._selector.register(channel, selectors.EVENT_READ, rank)
+        self._close_door()
         self._idle_from_now()
+
+    def _close_door(self) -> None:
+        """No more connections: the ranks are in (or the session is over)."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        self.files.session_socket.unlink(missing_ok=True)
+        self.files.session_ticket.unlink(missing_ok=True)
 
     def send_cell(self, payload: bytes, run_id: str) -> int:
         """Start a cell on every rank (``run_id``: its MLflow run); its number."""
@@ -99,8 +126,8 @@ class Session:
             self._busy = True
             self.cells += 1
             self._replies = {}
-            for sock in self._ranks.values():
-                wire.send(sock, wire.Op.CELL, number=self.cells, payload=payload, run_id=run_id)
+            for channel in self._ranks.values():
+                channel.send(wire.Op.CELL, number=self.cells, payload=payload, run_id=run_id)
             return self.cells
 
     def collect(
@@ -118,7 +145,10 @@ class Session:
         while len(self._replies) < len(self._ranks):
             for key, _ in self._selector.select(0.05):
                 rank: int = key.data
-                message = wire.receive(key.fileobj)  # type: ignore[arg-type]
+                try:
+                    message = self._ranks[rank].receive()
+                except wire.Refused:  # not the rank's own frame: take the channel as lost
+                    message = None
                 if message is None:
                     self._lost(rank)
                 elif message.get("op") == wire.Op.DONE.value:
@@ -146,7 +176,7 @@ class Session:
         """``KeyboardInterrupt`` in the running cell of every rank still in it."""
         for rank in self.in_cell():
             with contextlib.suppress(OSError):
-                wire.send(self._ranks[rank], wire.Op.INTERRUPT)
+                self._ranks[rank].send(wire.Op.INTERRUPT)
 
     def check(self) -> None:
         """Raise ``SessionEnded`` if the session is over (its job may have been cancelled)."""
@@ -161,9 +191,9 @@ class Session:
             if self.ended is not None:
                 return
             self.stopping = reason
-            for sock in self._ranks.values():
+            for channel in self._ranks.values():
                 with contextlib.suppress(OSError):
-                    wire.send(sock, wire.Op.STOP)
+                    channel.send(wire.Op.STOP)
             if not self._wait_done(STOP_WAIT):
                 cancel.cancel(self.store, self.job_id)
                 cancel.wait(self.store, self.job_id, STOP_WAIT)
@@ -209,12 +239,11 @@ class Session:
             self.ended = reason
             if self._timer is not None:
                 self._timer.cancel()
-            for sock in self._ranks.values():
+            for channel in self._ranks.values():
                 with contextlib.suppress(KeyError, ValueError):
-                    self._selector.unregister(sock)
-                sock.close()
-            self._server.close()
-            self.files.session_socket.unlink(missing_ok=True)
+                    self._selector.unregister(channel)
+                channel.close()
+            self._close_door()
             self._on_end(str(self.store.get(self.job_id).status))
 
     def _idle_from_now(self) -> None:

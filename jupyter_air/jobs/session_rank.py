@@ -3,7 +3,8 @@ namespace.
 
 ``python -m jupyter_air.jobs.session_rank``, started by the job's node agent like any
 rank (the torchrun environment, its output captured into its rank log). It connects to
-the kernel through the job directory's socket (``session_wire``) and runs each cell in
+the kernel with the session's ticket (``session_wire``: from the job's directory on the
+kernel's machine, from ``AIR_SESSION_TICKET`` on a Ray node) and runs each cell in
 the same fresh ``__main__``, so names, models and the process group stay between cells.
 ``MLFLOW_RUN_ID`` is the cell's own run while it runs. The kernel's interrupt raises
 ``KeyboardInterrupt`` in the running cell only; a SIGINT from outside while no cell runs
@@ -18,12 +19,12 @@ import importlib
 import os
 import queue
 import signal
+import socket
 import sys
 import threading
 import time
 import traceback
 import types
-from pathlib import Path
 from typing import Any
 
 import cloudpickle
@@ -34,6 +35,8 @@ from . import rank_main
 from . import session_wire as wire
 from .rank_main import exit_now, keep_run_in_environment, run_cell
 
+#: A rank's arguments to its interpreter (on a Ray node, the node's own interpreter).
+ARGS = ["-u", "-m", "jupyter_air.jobs.session_rank"]
 #: Seconds a rank tries to reach its kernel before giving up.
 CONNECT_WAIT = 300.0
 #: Seconds a rank whose kernel died waits for the supervisor's cancel.
@@ -131,11 +134,29 @@ def _end_cell_run(run_id: str) -> None:
         fluent.end_run()  # the kernel sets the run's real status after the cell
 
 
-def _connect(path: Path) -> Any:
+def _ticket() -> wire.Ticket:
+    """The session's ticket: given in the environment (taken out of it at once, so the
+    cells and what they start do not inherit the secret), or left by the kernel in the
+    job's directory, waiting for it while the kernel starts listening."""
+    given = os.environ.pop(wire.TICKET_ENV, None)
+    if given is not None:
+        return wire.Ticket.loads(given)
+    path = JobDir.under(air_home(), os.environ["AIR_JOB_ID"]).session_ticket
+    deadline = time.monotonic() + CONNECT_WAIT
+    while True:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            return wire.Ticket.loads(path.read_text())
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no session ticket at {path} after {CONNECT_WAIT:g} s")
+        time.sleep(0.02)
+
+
+def _connect(ticket: wire.Ticket) -> wire.Channel:
+    """The kernel's channel (``Refused`` at once if what answers is not the kernel)."""
     deadline = time.monotonic() + CONNECT_WAIT
     while True:
         try:
-            return wire.connect(path)
+            return wire.connect(ticket)
         except OSError:
             if time.monotonic() > deadline:
                 raise
@@ -144,8 +165,8 @@ def _connect(path: Path) -> Any:
 
 def main() -> int:
     rank = int(os.environ["RANK"])
-    sock = _connect(JobDir.under(air_home(), os.environ["AIR_JOB_ID"]).session_socket)
-    wire.send(sock, wire.Op.HELLO, rank=rank, pid=os.getpid())
+    channel = _connect(_ticket())
+    channel.send(wire.Op.HELLO, rank=rank, pid=os.getpid(), host=socket.gethostname())
     keep_run_in_environment()
     main_module = types.ModuleType("__main__")
     sys.modules["__main__"] = main_module
@@ -158,7 +179,7 @@ def main() -> int:
     inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
 
     def read() -> None:
-        while (message := wire.receive(sock)) is not None:
+        while (message := _receive(channel)) is not None:
             if message["op"] == wire.Op.INTERRUPT.value:
                 cells.interrupt()
             else:
@@ -174,12 +195,22 @@ def main() -> int:
             sys.stderr.flush()
             reply["lines"] = out.lines + err.lines - before
             with contextlib.suppress(OSError):  # the kernel is gone: the next get says so
-                wire.send(sock, wire.Op.DONE, **reply)
+                channel.send(wire.Op.DONE, **reply)
         if message is None:
             return _kernel_gone()
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _receive(channel: wire.Channel) -> dict[str, Any] | None:
+    """The kernel's next message; None once it is gone, or once a frame that is not its
+    own arrives (the channel cannot be trusted any more)."""
+    try:
+        return channel.receive()
+    except wire.Refused as err:
+        print(f"session channel: {err}; leaving", file=sys.stderr)
+        return None
 
 
 def _kernel_gone() -> int:

@@ -31,7 +31,17 @@ def run_session_cell(cell: str, out: list[str], output_ranks: str, user_ns: dict
 class AirSessionMagics(Magics):
     @magic_arguments()
     @argument("action", choices=["start", "status", "stop"], help="What to do.")
-    @whole_job_options("nproc_per_node", "env", "experiment", "run_name", "oversubscribe", "share")
+    @whole_job_options(
+        "nproc_per_node",
+        "nnodes",
+        "backend",
+        "ray_address",
+        "env",
+        "experiment",
+        "run_name",
+        "oversubscribe",
+        "share",
+    )
     @argument(
         "--idle-timeout",
         type=float,
@@ -45,9 +55,10 @@ class AirSessionMagics(Magics):
         ``%%air_distributed --session``; each rank keeps its names (models, the process
         group) until ``%air_session stop``, the idle timeout, or the kernel's end.
 
-        Example:
+        Examples:
 
             %air_session start -n 2
+            %air_session start --backend ray --nnodes 2 -n 1
         """
         current = WarmSession.current
         try:
@@ -76,7 +87,7 @@ class AirSessionMagics(Magics):
                 raise UsageError(f"the session could not start: {err}") from None
             links = current.links(current.run_id)
             print(
-                f"Session job {current.job_id}: {current.session.nproc} ranks ready; "
+                f"Session job {current.job_id}: {current.shape()} ready; "
                 f"run {current.run_name}: {links['run'] or links.get('open run')}\n"
                 "Run cells on them with %%air_distributed --session; %air_session stop ends it."
             )

@@ -6,6 +6,10 @@ its failure and interrupt read as a fresh cell's (``JobFailed``, ``Interrupted``
 child run of the next cell is made ahead, while none waits (its id is the ranks'
 ``MLFLOW_RUN_ID``); its name, tags, source, end and the cells file are written after
 the cell: no MLflow call is on a cell's critical path.
+
+With ``--backend ray`` the ranks run on the node agents of a Ray cluster, as a fresh
+``--backend ray`` cell's do, and reach the kernel over TCP at this machine's address on
+the route to the cluster, with the session's secret (``session_wire``).
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ from typing import Any, ClassVar
 import cloudpickle
 
 from ..identity import mlflow_user, server_owner
-from ..jobs import session_cells, session_host
+from ..jobs import session_cells, session_host, session_rank
 from ..jobs.checks import Refused, check_submission
 from ..jobs.follow import LogFollower
 from ..jobs.session_cells import CellRecord
 from ..jobs.session_host import Session, SessionEnded
+from ..jobs.session_wire import facing
 from ..jobs.spec import Workload
 from ..jobs.store import JobStore
 from ..logs.query import LogFilter
@@ -37,6 +42,7 @@ from .launch import (
     _option_error,
     _result,
     announce_grants,
+    configured_ray_address,
     default_nproc,
     job_links,
 )
@@ -46,7 +52,6 @@ from .session import cell_id, notebook_path
 START_WAIT = 300.0
 #: Seconds the ranks' last lines get to reach the logs once every rank answered.
 DRAIN = 2.0
-RANK_LOOP = "jupyter_air.jobs.session_rank"
 
 
 class NoSession(RuntimeError):
@@ -75,13 +80,23 @@ class WarmSession:
 
     def __init__(self, options: Options, idle_timeout_min: float) -> None:
         submission = options.validate()
-        nproc = options.nproc_per_node or default_nproc()
+        on_ray = options.backend == "ray"
+        # On Ray the nodes' GPUs are not known from here: one rank each unless told.
+        nproc = options.nproc_per_node or (1 if on_ray else default_nproc())
         try:
-            check_submission(
-                submission, server_owner(), nproc_per_node=nproc, override="--oversubscribe"
+            ray_address = check_submission(
+                submission,
+                server_owner(),
+                nproc_per_node=nproc,
+                override="--oversubscribe",
+                ray_address=configured_ray_address() if on_ray else None,
             )
+            # Where the cluster's nodes reach the kernel: one address, never all of them.
+            host = facing(ray_address) if ray_address is not None else None
         except Refused as err:
             raise _option_error(err) from None
+        except OSError as err:
+            raise OptionError(f"--backend ray: no route to the cluster here: {err}") from None
         if idle_timeout_min < 0:
             raise OptionError(f"--idle-timeout must be minutes >= 0, got {idle_timeout_min:g}")
         from mlflow import MlflowClient
@@ -96,11 +111,15 @@ class WarmSession:
         workload = Workload(
             kind="session",
             nproc_per_node=nproc,
+            nnodes=options.nnodes,
+            backend=options.backend,  # type: ignore[arg-type]
+            ray_address=ray_address,
             env=options.env,
             working_dir=os.getcwd(),
             run_name=options.run_name,
-            command=[sys.executable, "-u", "-m", RANK_LOOP],
+            command=[sys.executable, *session_rank.ARGS],
         )
+        self.nnodes, self.backend = options.nnodes, options.backend
         self.store = JobStore()
         submitted = submit(
             self.store,
@@ -123,7 +142,12 @@ class WarmSession:
         self._tail = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-session-runs")
         self._next_run: Future[str] | None = None
         self.session = Session(
-            self.store, self.job_id, nproc, idle_timeout_min * 60 or None, self._parent_ended
+            self.store,
+            self.job_id,
+            nproc * options.nnodes,
+            idle_timeout_min * 60 or None,
+            self._parent_ended,
+            host,
         )
         self._follower = LogFollower(self.store, self.job_id, LogFilter(progress=True))
         try:
@@ -156,7 +180,7 @@ class WarmSession:
         assert self._next_run is not None  # made once the ranks were ready
         run_id, self._next_run = self._next_run.result(), None  # this cell's from now on
         self._follower.poll()  # what came between cells (nothing, usually) is not this cell's
-        view = JobView(self.job_id, output_ranks)
+        view = JobView(self.job_id, output_ranks, self.nnodes)
         view.header(name, self.links(run_id))
         started = time.time()
 
@@ -275,9 +299,17 @@ class WarmSession:
         self.session.stop(reason)
         self._tail.shutdown(wait=True)
 
+    def shape(self) -> str:
+        """``2 ranks``, or ``2 ranks on 2 Ray nodes (host-a, host-b)``."""
+        ranks = f"{self.session.nproc} ranks"
+        if self.nnodes == 1 and self.backend == "local":
+            return ranks
+        hosts = sorted(set(self.session.hosts.values()))
+        return f"{ranks} on {self.nnodes} {self.backend.title()} nodes ({', '.join(hosts)})"
+
     def describe(self) -> str:
         s = self.session
-        head = f"session job {self.job_id}: {s.nproc} ranks, {s.cells} cells, run {self.run_name}"
+        head = f"session job {self.job_id}: {self.shape()}, {s.cells} cells, run {self.run_name}"
         if s.ended is None and s.stopping is not None:
             return f"{head}\nstopping: {s.stopping}"
         if s.ended is None:

@@ -49,6 +49,8 @@ def test_a_session_cell_needs_a_session_and_only_its_own_options(kernel: Kernel)
     )
     refused = kernel.run("%%air_distributed --session -n 2\n1")
     assert "UsageError: -n does not apply to a --session cell" in refused.stderr
+    refused = kernel.run("%air_session start --nnodes 2")  # as for a fresh cell
+    assert refused.stderr.startswith("UsageError: --nnodes 2 needs a cluster: add --backend ray")
 
 
 def test_session_start_takes_the_whole_job_options_of_a_cell_by_one_definition() -> None:
@@ -58,7 +60,17 @@ def test_session_start_takes_the_whole_job_options_of_a_cell_by_one_definition()
     session_parser = AirSessionMagics.air_session.parser
     session_options = {a.dest: a for a in session_parser._actions}
     shared = sorted(set(cell_options) & set(session_options) - {"help"})
-    assert shared == ["env", "experiment", "nproc_per_node", "oversubscribe", "run_name", "share"]
+    assert shared == [
+        "backend",
+        "env",
+        "experiment",
+        "nnodes",
+        "nproc_per_node",
+        "oversubscribe",
+        "ray_address",
+        "run_name",
+        "share",
+    ]
     for dest in shared:
         ours, theirs = session_options[dest], cell_options[dest]
         assert (ours.option_strings, ours.default, ours.help) == (
@@ -70,6 +82,8 @@ def test_session_start_takes_the_whole_job_options_of_a_cell_by_one_definition()
         ["start", "-n", "3", "--env", "A=1", "--run-name", "warm", "--idle-timeout", "5"]
     )
     assert options_from(args) == Options(nproc_per_node=3, env={"A": "1"}, run_name="warm")
+    on_ray = session_parser.parse_args(["start", "--backend", "ray", "--nnodes", "2"])
+    assert options_from(on_ray) == Options(backend="ray", nnodes=2)
 
 
 def test_a_session_keeps_names_process_group_and_takes_kernel_names(
