@@ -8,6 +8,7 @@ database's lock delays the requests that read it, not the server.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import sqlite3
@@ -186,6 +187,21 @@ class JobLogsHandler(JobsBase):
             line["cell_id"] = None if cell is None else cell.cell_id
 
 
+class JobCellsHandler(JobsBase):
+    """``GET jupyter-air/jobs/<id>/cells``: a session's ended cells, for the logs view's
+    cell picker (CAN_VIEW, checked before anything of the cells is read)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        job = await self.job(job_id)
+        if job.workload.kind != "session":
+            raise web.HTTPError(400, f"job {job.id} is not a session: it has no cells")
+        files = JobDir(self.store.job_dir(job.id))
+        cells = await in_store_thread(session_cells.cells, files)
+        self.write_json({"job": job.id, "cells": [dataclasses.asdict(c) for c in cells]})
+
+
 class JobLogsDownloadHandler(JobsBase):
     @web.authenticated
     @authorized
@@ -274,6 +290,7 @@ def jobs_handlers(store: JobStore) -> list[tuple[str, type, dict[str, Any]]]:
         (rf"/jupyter-air/jobs/{JOB}", JobHandler, kwargs),
         (rf"/jupyter-air/jobs/{JOB}/logs", JobLogsHandler, kwargs),
         (rf"/jupyter-air/jobs/{JOB}/logs/download", JobLogsDownloadHandler, kwargs),
+        (rf"/jupyter-air/jobs/{JOB}/cells", JobCellsHandler, kwargs),
         (rf"/jupyter-air/jobs/{JOB}/cancel", JobCancelHandler, kwargs),
         (rf"/jupyter-air/jobs/{JOB}/permissions", JobPermissionsHandler, kwargs),
     ]
