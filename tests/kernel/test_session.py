@@ -236,8 +236,9 @@ def test_a_rank_that_fails_a_cell_gets_the_others_out_of_it(kernel: Kernel) -> N
     job_id = start(kernel)
     made = "import time, torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
     assert cell(kernel, made + "x = 1\nx") == "1"
-    raise_on_1 = (
-        "%%air_distributed --session\nif dist.get_rank() == 1:\n    raise ValueError('{}')\n"
+    raise_on_1 = (  # once rank 0 is surely past the `if`, in what follows it
+        "%%air_distributed --session\nif dist.get_rank() == 1:\n"
+        "    time.sleep(1)\n    raise ValueError('{}')\n"
     )
     failed = kernel.run(raise_on_1.format("no data on rank 1") + "time.sleep(600)\n")
     assert "cell 2 failed on rank 1; the session and its names stay" in failed.traceback
