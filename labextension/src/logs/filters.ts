@@ -43,6 +43,8 @@ export interface ILogFilters {
   attempt: number | null;
   node: number | null;
   rank: number | null;
+  /** A session's cell (its number), or null for the whole session. */
+  cell: number | null;
   level: LevelKey;
   range: RangeKey;
   /** Case-insensitive substring; empty for none. */
@@ -53,6 +55,7 @@ export const NO_FILTERS: ILogFilters = {
   attempt: null,
   node: null,
   rank: null,
+  cell: null,
   level: '',
   range: 'all',
   search: ''
@@ -68,6 +71,7 @@ export function filterQuery(filters: ILogFilters, end: number): Query {
     attempt: filters.attempt,
     node: filters.node,
     rank: filters.rank,
+    cell: filters.cell,
     level: filters.level || null,
     since: seconds === null ? null : Math.max(0, Math.floor(end - seconds)),
     search: filters.search || null
@@ -82,6 +86,7 @@ export function narrows(filters: ILogFilters): boolean {
   return (
     filters.node !== null ||
     filters.rank !== null ||
+    filters.cell !== null ||
     filters.level !== '' ||
     filters.range !== 'all' ||
     filters.search !== ''

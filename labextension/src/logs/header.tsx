@@ -18,6 +18,7 @@ import {
 } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
+import { cellLabel } from './cells';
 import { isLevelKey, isRangeKey, LEVELS, RANGES } from './filters';
 import { formatClock } from '../common/time';
 import { plural } from './format';
@@ -186,7 +187,32 @@ function OriginSelect(props: {
   );
 }
 
-/** Node, rank, level and range pickers, and Follow, Copy and Download. */
+/** A session's cell picker: the whole session, or one cell. */
+function CellSelect(props: { model: JobLogsModel }): JSX.Element {
+  const { model } = props;
+  const chosen = model.filters.cell;
+  const options = [
+    { value: '', label: 'All cells' },
+    ...model.cells.map(c => ({ value: String(c.cell), label: cellLabel(c) }))
+  ];
+  if (chosen !== null && !model.cells.some(c => c.cell === chosen)) {
+    options.push({ value: String(chosen), label: `Cell ${chosen} · running` });
+  }
+  return (
+    <HTMLSelect
+      className="jp-air-JobLogs-cell"
+      title="Session cell"
+      aria-label="Session cell"
+      options={options}
+      value={chosen === null ? '' : String(chosen)}
+      onChange={event =>
+        model.setFilters({ cell: numberOrNull(event.target.value) })
+      }
+    />
+  );
+}
+
+/** Cell, node, rank, level and range pickers, and Follow, Copy and Download. */
 function Toolbar(props: {
   model: JobLogsModel;
   downloadUrl: () => string;
@@ -199,6 +225,7 @@ function Toolbar(props: {
   return (
     <div className="jp-air-JobLogs-toolbar">
       <SearchBox model={model} />
+      {model.session && <CellSelect model={model} />}
       <OriginSelect model={model} kind="node" choices={nodes} />
       <OriginSelect model={model} kind="rank" choices={ranks} />
       <HTMLSelect

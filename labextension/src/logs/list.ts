@@ -24,10 +24,25 @@ const OVERSCAN = 20;
 
 /**
  * Fixed columns of a row before the text, in characters (time, stream mark,
- * level badge) and pixels (paddings), for the width estimate of the rows.
+ * level badge, a session's cell badge) and pixels (paddings), for the width
+ * estimate of the rows.
  */
-const PREFIX_COLUMNS = 12 + 3 + 5 + 4;
+const PREFIX_COLUMNS = 12 + 3 + 5 + 4 + 5;
 const PREFIX_PIXELS = 56;
+
+/** A session line's cell: "c3", or "·" between cells (or in a running cell). */
+function cellBadge(cell: number | null, cellId: string | null): HTMLElement {
+  const badge = el(
+    'span',
+    'jp-air-JobLogs-cellBadge',
+    cell === null ? '·' : `c${cell}`
+  );
+  badge.title =
+    cell === null
+      ? 'Not in an ended cell: printed between cells, or in a cell still running'
+      : `Session cell ${cell}` + (cellId ? ` (notebook cell ${cellId})` : '');
+  return badge;
+}
 
 export class LogList {
   constructor(buffer: LineBuffer) {
@@ -185,6 +200,13 @@ export class LogList {
     time.title = formatIso(line.t);
     const origin = el('span', 'jp-air-JobLogs-origin', formatOrigin(line));
     origin.title = `node ${line.node}, rank ${line.rank}`;
+    const cell =
+      line.cell === undefined
+        ? []
+        : [cellBadge(line.cell, line.cell_id ?? null)];
+    if (line.cell !== undefined) {
+      row.dataset.cell = line.cell === null ? '' : String(line.cell);
+    }
     const stream = el(
       'span',
       'jp-air-JobLogs-stream',
@@ -200,7 +222,7 @@ export class LogList {
     );
     const text = el('span', 'jp-air-JobLogs-text');
     setHighlighted(text, line.text, this._pattern);
-    row.append(time, origin, stream, level, text);
+    row.append(time, ...cell, origin, stream, level, text);
     return row;
   }
 

@@ -9,11 +9,18 @@ import type { Query, Requester } from '../common/api';
 import { describeError, PollingModel } from '../common/model';
 import { accessDenied } from './access';
 import { LineBuffer, MAX_LINES } from './buffer';
+import { SessionCells } from './cells';
 import { copyLines } from './clipboard';
 import { filterQuery, ILogFilters, narrows, NO_FILTERS } from './filters';
 import { Flash } from './flash';
 import { Origins } from './origins';
-import type { IAccessDenied, IJob, ILogsResponse } from './types';
+import type {
+  IAccessDenied,
+  ICellsResponse,
+  IJob,
+  ILogsResponse,
+  ISessionCell
+} from './types';
 
 /** Lines asked for when the view (re)loads: the end of the log. */
 export const TAIL = 1000;
@@ -23,12 +30,18 @@ export const PAGE = 1000;
 const CATCH_UP_PAGES = 10;
 /** Milliseconds between two follow requests. */
 const FOLLOW_INTERVAL = 1000;
+/** Milliseconds between two reads of a running session's cells while following. */
+const CELLS_INTERVAL = 5000;
 
-/** What changed in the lines held: `cleared`, or lines appended (and old ones dropped). */
+/**
+ * What changed in the lines held: `cleared`, or lines appended (and old ones
+ * dropped), or `relabelled`: lines held got their session cell.
+ */
 export interface ILinesChange {
   cleared: boolean;
   added: number;
   dropped: number;
+  relabelled?: boolean;
 }
 
 /**
@@ -49,7 +62,11 @@ export class JobLogsModel extends PollingModel {
     });
     this.jobId = options.jobId;
     this._request = options.request;
-    this._filters = { ...NO_FILTERS, attempt: options.attempt ?? null };
+    this._filters = {
+      ...NO_FILTERS,
+      attempt: options.attempt ?? null,
+      cell: options.cell ?? null
+    };
     this._attemptPinned = options.attempt !== undefined;
     this._buffer = new LineBuffer(options.maxLines ?? MAX_LINES);
     void this.reload();
@@ -113,6 +130,24 @@ export class JobLogsModel extends PollingModel {
     return this._denied;
   }
 
+  /** Whether the job is a warm session (its lines each have a cell). */
+  get session(): boolean {
+    return this._job?.kind === 'session';
+  }
+
+  /** A session's ended cells, in order (empty for other jobs). */
+  get cells(): readonly ISessionCell[] {
+    return this._cells.list;
+  }
+
+  /**
+   * Whether the cell chosen has not ended yet: the server knows its lines
+   * once it ends, and the model asks for them then.
+   */
+  get cellPending(): boolean {
+    return this._cellPending;
+  }
+
   /** Whether a filter other than the attempt narrows the lines. */
   get filtered(): boolean {
     return narrows(this._filters);
@@ -131,10 +166,13 @@ export class JobLogsModel extends PollingModel {
 
   /** The file name of a download. */
   get filename(): string {
-    const attempt = this._filters.attempt;
-    return attempt === null
-      ? `${this.jobId}.log`
-      : `${this.jobId}-attempt-${attempt}.log`;
+    const { attempt, cell } = this._filters;
+    return (
+      this.jobId +
+      (attempt === null ? '' : `-attempt-${attempt}`) +
+      (cell === null ? '' : `-cell-${cell}`) +
+      '.log'
+    );
   }
 
   /** Show attempt `attempt` (1-based) of the job, and keep it. */
@@ -146,7 +184,7 @@ export class JobLogsModel extends PollingModel {
     }
   }
 
-  /** Change the node, rank, level, range or search; reloads when one differs. */
+  /** Change the node, rank, cell, level, range or search; reloads when one differs. */
   setFilters(filters: Partial<Omit<ILogFilters, 'attempt'>>): void {
     const next = {
       ...this._filters,
@@ -192,6 +230,7 @@ export class JobLogsModel extends PollingModel {
     this.clearError();
     this._denied = null;
     this._loading = true;
+    this._cellPending = false;
     this._following = true;
     this._shownAttempt = null;
     this._buffer.clear();
@@ -205,7 +244,17 @@ export class JobLogsModel extends PollingModel {
         if (!this._job) {
           await this._readJob();
         }
+        if (this.session) {
+          await this._readCells();
+        }
         if (generation !== this._generation) {
+          return;
+        }
+        const cell = this._filters.cell;
+        if (cell !== null && !this._cells.has(cell) && !this._job?.ended) {
+          this._loading = false;
+          this._cellPending = true; // asked again by each follow tick
+          this.emitChanged();
           return;
         }
         this._query = this.query;
@@ -240,6 +289,21 @@ export class JobLogsModel extends PollingModel {
   /** One follow tick: the lines printed since the last answer. */
   protected async fetch(): Promise<void> {
     const generation = this._generation;
+    if (this._cellPending) {
+      await this._readJob();
+      await this._readCells();
+      const cell = this._filters.cell;
+      if (
+        generation === this._generation &&
+        (this._job?.ended || (cell !== null && this._cells.has(cell)))
+      ) {
+        void this.reload(); // after this tick: requests run one at a time
+      }
+      return;
+    }
+    if (this.session && Date.now() - this._cellsRead >= CELLS_INTERVAL) {
+      await this._readCells();
+    }
     for (let page = 0; page < CATCH_UP_PAGES; page++) {
       const cursor = this._cursor;
       if (generation !== this._generation || this._done || cursor === null) {
@@ -266,7 +330,11 @@ export class JobLogsModel extends PollingModel {
   }
 
   protected standby(): boolean {
-    return super.standby() || this._done || this._cursor === null;
+    return (
+      super.standby() ||
+      this._done ||
+      (this._cursor === null && !this._cellPending)
+    );
   }
 
   private _fetchLogs(query: Query): Promise<ILogsResponse> {
@@ -275,6 +343,25 @@ export class JobLogsModel extends PollingModel {
       {},
       query
     );
+  }
+
+  /** A session's cells; lines held that arrived in a cell now ended get it. */
+  private async _readCells(): Promise<void> {
+    const answer = await this._request<ICellsResponse>(
+      `jobs/${encodeURIComponent(this.jobId)}/cells`
+    );
+    this._cellsRead = Date.now();
+    if (this._cells.set(answer.cells)) {
+      if (this._cells.assign(this._buffer.lines)) {
+        this._linesChanged.emit({
+          cleared: false,
+          added: 0,
+          dropped: 0,
+          relabelled: true
+        });
+      }
+      this.emitChanged();
+    }
   }
 
   private async _readJob(): Promise<void> {
@@ -335,7 +422,8 @@ export class JobLogsModel extends PollingModel {
   /** Take one answer: its lines, cursor, and what it says of the job. */
   private _accept(answer: ILogsResponse): void {
     this._cursor = answer.next;
-    this._done = answer.done;
+    // An ended cell's lines all came with the first answer.
+    this._done = answer.done || this._filters.cell !== null;
     this._shownAttempt = answer.attempt;
     if (this._filters.attempt === null) {
       this._filters.attempt = answer.attempt;
@@ -381,6 +469,9 @@ export class JobLogsModel extends PollingModel {
   private _newLines = 0;
   private _flash = new Flash(() => this.emitChanged());
   private _origins = new Origins();
+  private _cells = new SessionCells();
+  private _cellsRead = 0;
+  private _cellPending = false;
   private _linesChanged = new Signal<this, ILinesChange>(this);
 }
 
@@ -392,6 +483,8 @@ export namespace JobLogsModel {
     request: Requester;
     /** The attempt to show (default: the latest, and each new one). */
     attempt?: number;
+    /** A session's cell to show (default: the whole session). */
+    cell?: number;
     /** Lines kept in the browser (default {@link MAX_LINES}). */
     maxLines?: number;
   }

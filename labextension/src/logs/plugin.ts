@@ -36,34 +36,44 @@ export namespace CommandIDs {
   export const openJobLogs = 'jupyter-air:open-job-logs';
 }
 
-/** The query parameters of the logs URL: `{base_url}lab?air-job=<id>&air-attempt=K`. */
+/**
+ * The query parameters of the logs URL:
+ * `{base_url}lab?air-job=<id>&air-attempt=K&air-cell=N` (N: a session's cell).
+ */
 export const JOB_PARAM = 'air-job';
 export const ATTEMPT_PARAM = 'air-attempt';
+export const CELL_PARAM = 'air-cell';
 
 /** What the router matches (the request is the path, query and hash). */
 const ROUTE = /[?&]air-job=/;
 
 const PLUGIN_ID = 'jupyter-air:logs';
 
-/** A job and attempt to open. */
+/** A job, and the attempt and session cell to show. */
 interface ITarget {
   jobId: string;
   attempt?: number;
+  cell?: number;
 }
 
-function toAttempt(value: unknown): number | undefined {
+/** A positive integer (an attempt's or a cell's number), else undefined. */
+function toNumber(value: unknown): number | undefined {
   const n = typeof value === 'string' ? Number(value) : value;
   return typeof n === 'number' && Number.isInteger(n) && n > 0 ? n : undefined;
 }
 
-/** The job and attempt named by a URL's query string, if any. */
+/** The job, attempt and cell named by a URL's query string, if any. */
 export function targetOfSearch(search: string): ITarget | null {
   const params = new URLSearchParams(search);
   const jobId = params.get(JOB_PARAM);
   if (!jobId) {
     return null;
   }
-  return { jobId, attempt: toAttempt(params.get(ATTEMPT_PARAM)) };
+  return {
+    jobId,
+    attempt: toNumber(params.get(ATTEMPT_PARAM)),
+    cell: toNumber(params.get(CELL_PARAM))
+  };
 }
 
 /**
@@ -89,17 +99,16 @@ function targetOfLink(href: string): ITarget | null {
   return targetOfSearch(url.search);
 }
 
-/** Take `air-job` and `air-attempt` out of the address bar (no new history entry). */
+/** Take `air-job`, `air-attempt` and `air-cell` out of the address bar (no new history entry). */
 function forgetRoute(): void {
   const url = new URL(window.location.href);
-  if (
-    !url.searchParams.has(JOB_PARAM) &&
-    !url.searchParams.has(ATTEMPT_PARAM)
-  ) {
+  const params = [JOB_PARAM, ATTEMPT_PARAM, CELL_PARAM];
+  if (!params.some(name => url.searchParams.has(name))) {
     return;
   }
-  url.searchParams.delete(JOB_PARAM);
-  url.searchParams.delete(ATTEMPT_PARAM);
+  for (const name of params) {
+    url.searchParams.delete(name);
+  }
   window.history.replaceState(window.history.state, '', url.toString());
 }
 
@@ -124,7 +133,7 @@ const logsPlugin: JupyterFrontEndPlugin<void> = {
 
     /** Open (or show) the view of a job. */
     const open = (target: ITarget): MainAreaWidget<JobLogsView> | null => {
-      const { jobId, attempt } = target;
+      const { jobId, attempt, cell } = target;
       if (!JOB_ID.test(jobId)) {
         void showErrorMessage(
           'Job logs',
@@ -137,12 +146,16 @@ const logsPlugin: JupyterFrontEndPlugin<void> = {
         if (attempt !== undefined) {
           existing.content.model.setAttempt(attempt);
         }
+        if (cell !== undefined) {
+          existing.content.model.setFilters({ cell });
+        }
         app.shell.activateById(existing.id);
         return existing;
       }
       const model = new JobLogsModel({
         jobId,
         attempt,
+        cell,
         request: requester(serverSettings)
       });
       const content = new JobLogsView({ model, serverSettings });
@@ -175,6 +188,10 @@ const logsPlugin: JupyterFrontEndPlugin<void> = {
               type: 'number',
               description: 'The attempt (default: the latest)'
             },
+            cell: {
+              type: 'number',
+              description: "A session's cell (default: the whole session)"
+            },
             search: {
               type: 'string',
               description: 'A URL query string with air-job (from the router)'
@@ -186,7 +203,8 @@ const logsPlugin: JupyterFrontEndPlugin<void> = {
         if (typeof args['jobId'] === 'string' && args['jobId']) {
           return open({
             jobId: args['jobId'],
-            attempt: toAttempt(args['attempt'])
+            attempt: toNumber(args['attempt']),
+            cell: toNumber(args['cell'])
           });
         }
         if (typeof args['search'] === 'string') {

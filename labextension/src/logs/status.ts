@@ -52,6 +52,10 @@ export function infoOf(model: JobLogsModel): IInfo {
     error = true;
   } else if (model.loading) {
     message = 'Loading…';
+  } else if (model.cellPending) {
+    message = `Cell ${model.filters.cell} is still running: its lines show when it ends.`;
+  } else if (model.done && model.filters.cell !== null) {
+    message = `All lines of cell ${model.filters.cell} loaded: it has ended.`;
   } else if (model.done) {
     message = 'All lines loaded: the job has ended.';
   } else if (!model.following) {
@@ -76,6 +80,9 @@ export function emptyTextOf(model: JobLogsModel): string {
   }
   if (model.loading) {
     return 'Loading…';
+  }
+  if (model.cellPending) {
+    return `Cell ${model.filters.cell} has not ended yet.`;
   }
   if (model.failed) {
     return `Could not load the logs: ${model.error}`;

@@ -51,6 +51,34 @@ export interface ILogLine {
   stream: 'out' | 'err';
   level: Level;
   text: string;
+  /**
+   * A session's lines only: the session cell whose time span holds the line
+   * (null between cells, or while its cell still runs).
+   */
+  cell?: number | null;
+  /** A session's lines only: the notebook cell's id, when it was known. */
+  cell_id?: string | null;
+}
+
+/** One ended cell of a session (`GET jupyter-air/jobs/<id>/cells`). */
+export interface ISessionCell {
+  /** Its number in the session, from 1. */
+  cell: number;
+  /** Its child MLflow run. */
+  run_id: string;
+  /** The notebook cell's id, or null. */
+  cell_id: string | null;
+  /** Unix seconds. */
+  started: number;
+  ended: number;
+  /** The job status its run ended with. */
+  status: string;
+}
+
+/** `GET jupyter-air/jobs/<id>/cells`. */
+export interface ICellsResponse {
+  job: string;
+  cells: ISessionCell[];
 }
 
 /** `GET jupyter-air/jobs/<id>/logs`. */

@@ -117,6 +117,8 @@ export class JobLogsView extends Widget {
     if (change.cleared) {
       // A new query: its search term is highlighted in the new rows.
       this._list.highlight = matcher(this.model.filters.search);
+    } else if (change.relabelled) {
+      this._list.clearRows(); // rows drawn before their cell was known
     }
     this._list.update(change.dropped);
     if (this.model.following) {

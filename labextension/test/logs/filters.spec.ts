@@ -3,6 +3,7 @@ import {
   isLevelKey,
   isRangeKey,
   JOB_ID,
+  narrows,
   NO_FILTERS
 } from '../../src/logs/filters';
 
@@ -12,6 +13,7 @@ describe('filterQuery', () => {
       attempt: null,
       node: null,
       rank: null,
+      cell: null,
       level: null,
       since: null,
       search: null
@@ -29,6 +31,11 @@ describe('filterQuery', () => {
       node: 1,
       rank: 0
     });
+  });
+
+  it("asks for a session's cell by its number", () => {
+    expect(filterQuery({ ...NO_FILTERS, cell: 3 }, 1000).cell).toBe(3);
+    expect(narrows({ ...NO_FILTERS, cell: 3 })).toBe(true);
   });
 
   it('never asks for a time before the epoch', () => {

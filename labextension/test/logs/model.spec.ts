@@ -1,7 +1,12 @@
 import { APIError, Query } from '../../src/common/api';
 import { JobLogsModel, TAIL } from '../../src/logs/model';
 import { emptyTextOf, infoOf } from '../../src/logs/status';
-import type { IJob, ILogLine, ILogsResponse } from '../../src/logs/types';
+import type {
+  IJob,
+  ILogLine,
+  ILogsResponse,
+  ISessionCell
+} from '../../src/logs/types';
 
 const JOB = 'job-0001';
 
@@ -67,6 +72,8 @@ class FakeServer {
   calls: { endPoint: string; method: string; query: Query }[] = [];
   job: IJob = job();
   answers: (ILogsResponse | Error)[] = [];
+  /** A session's ended cells, as `jobs/<id>/cells` lists them. */
+  cells: ISessionCell[] = [];
 
   request = async <T>(
     endPoint: string,
@@ -76,6 +83,9 @@ class FakeServer {
     this.calls.push({ endPoint, method: init.method ?? 'GET', query });
     if (endPoint === `jobs/${JOB}`) {
       return this.job as T;
+    }
+    if (endPoint === `jobs/${JOB}/cells`) {
+      return { job: JOB, cells: this.cells } as T;
     }
     const answer = this.answers.shift();
     if (answer === undefined) {
@@ -227,5 +237,127 @@ describe('JobLogsModel', () => {
     await settle();
     await settle();
     expect(model.origins).toEqual({ nodes: [0], ranks: [0, 1, 5] });
+  });
+
+  describe('of a warm session', () => {
+    const cell = (n: number, started: number, ended: number): ISessionCell => ({
+      cell: n,
+      run_id: `run${n}`,
+      cell_id: n === 1 ? 'abc' : null,
+      started,
+      ended,
+      status: 'SUCCEEDED'
+    });
+    /** A session's lines at times `ts`, each with the cell the server gave it. */
+    const sessionLines = (...at: [number, number | null][]): ILogLine[] =>
+      at.map(([t, c]) => ({
+        t,
+        node: 0,
+        rank: 0,
+        stream: 'out',
+        level: 'info',
+        text: `at ${t}`,
+        cell: c,
+        cell_id: null
+      }));
+
+    beforeEach(() => {
+      server.job = { ...job(), kind: 'session' };
+      server.cells = [cell(1, 10, 11), cell(2, 20, 21)];
+    });
+
+    it("offers its ended cells and shows one cell with the route's cell=N", async () => {
+      server.answers = [
+        logs(1, 0, { lines: sessionLines([10.5, 1], [20.5, 2]) }),
+        logs(1, 0, { lines: sessionLines([20.5, 2]) })
+      ];
+      make();
+      await settle();
+      await settle();
+      expect(model.session).toBe(true);
+      expect(model.cells.map(c => c.cell)).toEqual([1, 2]);
+      expect(model.lines.lines.map(l => l.cell)).toEqual([1, 2]);
+
+      model.setFilters({ cell: 2 });
+      await settle();
+      await settle();
+      expect(server.logCalls()[1]).toMatchObject({ cell: 2, tail: TAIL });
+      expect(model.lines.size).toBe(1);
+      expect(model.filename).toBe(`${JOB}-attempt-1-cell-2.log`);
+      // An ended cell's lines all came at once: nothing more to follow.
+      expect(model.done).toBe(true);
+      expect(infoOf(model).message).toBe(
+        'All lines of cell 2 loaded: it has ended.'
+      );
+    });
+
+    it('opens on the cell it was given', async () => {
+      server.answers = [logs(1, 1)];
+      make({ cell: 1 });
+      await settle();
+      await settle();
+      expect(model.filters.cell).toBe(1);
+      expect(server.logCalls()[0]).toMatchObject({ cell: 1 });
+    });
+
+    it('waits for a cell still running, then asks for its lines', async () => {
+      server.cells = [cell(1, 10, 11)];
+      make({ cell: 2 });
+      await settle();
+      await settle();
+      expect(model.cellPending).toBe(true);
+      expect(server.logCalls()).toEqual([]); // cell=2 would be a 404 until it ends
+      expect(emptyTextOf(model)).toBe('Cell 2 has not ended yet.');
+
+      server.cells = [cell(1, 10, 11), cell(2, 20, 21)];
+      server.answers = [logs(1, 2)];
+      await model.refresh();
+      await settle();
+      await settle();
+      expect(model.cellPending).toBe(false);
+      expect(server.logCalls()).toEqual([
+        expect.objectContaining({ cell: 2, tail: TAIL })
+      ]);
+      expect(model.lines.size).toBe(2);
+    });
+
+    it('gives lines printed in a running cell their cell once it ends', async () => {
+      server.cells = [cell(1, 10, 11)];
+      server.answers = [
+        logs(1, 0, { lines: sessionLines([10.5, 1], [20.5, null]) })
+      ];
+      make();
+      await settle();
+      await settle();
+      const relabelled: boolean[] = [];
+      model.linesChanged.connect((_, change) =>
+        relabelled.push(change.relabelled ?? false)
+      );
+      expect(model.lines.lines.map(l => l.cell)).toEqual([1, null]);
+
+      server.cells = [cell(1, 10, 11), cell(2, 20, 21)];
+      server.answers = [logs(1, 0)];
+      jest.spyOn(Date, 'now').mockReturnValue(Date.now() + 60_000);
+      try {
+        await model.refresh(); // a follow tick, past the cells' re-read interval
+      } finally {
+        jest.restoreAllMocks();
+      }
+      expect(model.lines.lines.map(l => l.cell)).toEqual([1, 2]);
+      expect(relabelled).toEqual([true]);
+      expect(model.cells.map(c => c.cell)).toEqual([1, 2]);
+    });
+
+    it('asks nothing of cells for a job that is not a session', async () => {
+      server.job = job();
+      server.answers = [logs(1, 1)];
+      make();
+      await settle();
+      await settle();
+      expect(model.session).toBe(false);
+      expect(server.calls.map(c => c.endPoint)).not.toContain(
+        `jobs/${JOB}/cells`
+      );
+    });
   });
 });
