@@ -49,7 +49,7 @@ function metaOf(job: IJob | null): string {
   if (!job) {
     return '';
   }
-  const meta: string[] = [];
+  const meta: string[] = job.kind === 'session' ? ['warm session'] : [];
   if (job.run_name) {
     meta.push(job.run_name);
   }

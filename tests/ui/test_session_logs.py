@@ -1,0 +1,126 @@
+"""The "Job logs" view of a warm session, in headless chromium against a real lab: a cell
+picker over the session's cells, and each line's cell.
+
+The session is made in the job store as a kernel and its supervisor leave one (a session
+job, its ranks' logs and its cells file), not by a kernel: the kernel side has tests of
+its own, and the view reads only the store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_air.job_dir import JobDir
+from jupyter_air.jobs import session_cells
+from jupyter_air.jobs.session_cells import CellRecord
+from jupyter_air.jobs.spec import Workload
+from jupyter_air.jobs.store import JobStore
+from jupyter_air.logs.capture import RankLog
+from tests.fake_nvml import Scenario
+from tests.ui.conftest import Lab
+from tests.ui.test_job_logs import ROWS, click_link, open_page, rows, select
+
+#: (seconds after the session started, rank, text): two cells, and a line between them.
+LINES = [
+    (1.0, 0, "x = model(batch): rank 0 of 2"),
+    (1.2, 1, "x = model(batch): rank 1 of 2"),
+    (3.0, 0, "between cells"),
+    (5.0, 0, "epoch 0 loss=0.4321 rank 0"),
+    (5.1, 1, "epoch 0 loss=0.4320 rank 1"),
+]
+#: (cell, notebook cell id, start, end), in seconds after the session started.
+CELLS = [(1, "cell-a", 0.5, 2.0), (2, "cell-b", 4.5, 6.0)]
+
+
+@pytest.fixture(scope="module")
+def air_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("air")
+
+
+@pytest.fixture(scope="module")
+def lab(start_lab: Callable[..., Lab], air_home: Path) -> Lab:
+    return start_lab(Scenario(gpus=[]), env={"AIR_HOME": str(air_home)})
+
+
+@pytest.fixture(scope="module")
+def session(air_home: Path) -> str:
+    """An ended two-rank session with two cells."""
+    store = JobStore(air_home)
+    job = store.create(Workload(kind="session", nproc_per_node=2, command=["python"]))
+    store.start_attempt(job.id, 1, None)
+    t0 = time.time() - 60
+    logs = store.attempt_dir(job.id, 1) / "logs" / "node_0"
+    for rank in (0, 1):
+        log = RankLog(logs / f"rank_{rank}.log")
+        for at, _, text in (line for line in LINES if line[1] == rank):
+            log.write("OI", text, ts=t0 + at)
+        log.close()
+    files = JobDir(store.job_dir(job.id))
+    for cell, cell_id, start, end in CELLS:
+        record = CellRecord(cell, f"run{cell}", cell_id, t0 + start, t0 + end, "SUCCEEDED")
+        session_cells.record(files, record)
+    store.end_attempt(job.id, 1, "SUCCEEDED", [0, 0])
+    store.update(job.id, status="SUCCEEDED", ended=t0 + 7)
+    return job.id
+
+
+@pytest.fixture(scope="module")
+def page(browser: Any, lab: Lab, session: str) -> Iterator[Any]:
+    page = open_page(browser, lab, f"&air-job={session}")
+    yield page
+    page.context.close()
+
+
+def shown(page: Any, count: int) -> list[tuple[str, str]]:
+    """(cell, text) of the rows top to bottom, once ``count`` rows are rendered."""
+    page.wait_for_function(
+        f"document.querySelectorAll('{ROWS}').length === {count}", timeout=30_000
+    )
+    return [(row["cell"], row["text"]) for row in rows(page)]
+
+
+def test_one_cell_of_a_session_is_picked_and_a_link_preselects_another(
+    page: Any, session: str, artifacts: Path
+) -> None:
+    assert shown(page, 5) == [
+        ("1", "x = model(batch): rank 0 of 2"),
+        ("1", "x = model(batch): rank 1 of 2"),
+        ("", "between cells"),
+        ("2", "epoch 0 loss=0.4321 rank 0"),
+        ("2", "epoch 0 loss=0.4320 rank 1"),
+    ]
+    badges = page.eval_on_selector_all(
+        f"{ROWS} .jp-air-JobLogs-cellBadge", "nodes => nodes.map(n => n.textContent)"
+    )
+    assert sorted(badges) == ["c1", "c1", "c2", "c2", "·"]
+    page.screenshot(path=str(artifacts / "session-logs-all.png"))
+    options = page.eval_on_selector_all(
+        ".jp-air-JobLogs-cell option", "nodes => nodes.map(n => n.textContent)"
+    )
+    assert options[0] == "All cells"
+    assert [o.split(" · ")[:2] for o in options[1:]] == [
+        ["Cell 1", "SUCCEEDED"],
+        ["Cell 2", "SUCCEEDED"],
+    ]
+
+    select(page, "cell", "1")
+    assert shown(page, 2) == [
+        ("1", "x = model(batch): rank 0 of 2"),
+        ("1", "x = model(batch): rank 1 of 2"),
+    ]
+    page.wait_for_selector(
+        ".jp-air-JobLogs-message:has-text('All lines of cell 1 loaded: it has ended.')"
+    )
+    page.screenshot(path=str(artifacts / "session-logs-cell.png"))
+
+    click_link(page, f"/lab?air-job={session}&air-cell=2")  # as a session cell's link
+    assert shown(page, 2) == [
+        ("2", "epoch 0 loss=0.4321 rank 0"),
+        ("2", "epoch 0 loss=0.4320 rank 1"),
+    ]
+    assert page.input_value(".jp-air-JobLogs-cell select") == "2"
