@@ -9,7 +9,7 @@ its own, and the view reads only the store.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,16 @@ from jupyter_air.jobs.session_cells import CellRecord
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.capture import RankLog
-from tests.fake_nvml import Scenario
 from tests.ui.conftest import Lab
-from tests.ui.test_job_logs import ROWS, click_link, open_page, rows, select
+from tests.ui.test_job_logs import (  # that file's lab, on an AIR_HOME of this module
+    ROWS,
+    air_home,  # noqa: F401
+    click_link,
+    logs_lab,  # noqa: F401
+    open_page,
+    rows,
+    select,
+)
 
 #: (seconds after the session started, rank, text): two cells, and a line between them.
 LINES = [
@@ -38,17 +45,7 @@ CELLS = [(1, "cell-a", 0.5, 2.0), (2, "cell-b", 4.5, 6.0)]
 
 
 @pytest.fixture(scope="module")
-def air_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("air")
-
-
-@pytest.fixture(scope="module")
-def lab(start_lab: Callable[..., Lab], air_home: Path) -> Lab:
-    return start_lab(Scenario(gpus=[]), env={"AIR_HOME": str(air_home)})
-
-
-@pytest.fixture(scope="module")
-def session(air_home: Path) -> str:
+def session(air_home: Path) -> str:  # noqa: F811 (the fixture, imported)
     """An ended two-rank session with two cells."""
     store = JobStore(air_home)
     job = store.create(Workload(kind="session", nproc_per_node=2, command=["python"]))
@@ -70,8 +67,12 @@ def session(air_home: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def page(browser: Any, lab: Lab, session: str) -> Iterator[Any]:
-    page = open_page(browser, lab, f"&air-job={session}")
+def page(
+    browser: Any,
+    logs_lab: Lab,  # noqa: F811 (the fixture, imported)
+    session: str,
+) -> Iterator[Any]:
+    page = open_page(browser, logs_lab, f"&air-job={session}")
     yield page
     page.context.close()
 
