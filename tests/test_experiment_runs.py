@@ -15,6 +15,7 @@ from jupyter_air.tracking.experiment_runs import (
     differing_params,
     legend_names,
     nest,
+    run_row,
     time_origin,
     user_metrics_first,
 )
@@ -126,3 +127,30 @@ def test_a_compared_runs_time_starts_at_its_first_point_of_the_users_metrics() -
         "system/cpu_utilization_percentage": metrics["system/cpu_utilization_percentage"]
     }
     assert time_origin(run, only_system) == 1_000, "without the user's metrics: the start"
+
+
+@pytest.mark.parametrize(
+    ("tags", "kind"),
+    [
+        ({"air.session": "true", "air.job_id": "j"}, "session"),
+        ({"air.session_cell": "3", "mlflow.parentRunId": "p"}, "session_cell"),
+        ({"air.session_cell": "next"}, "session_cell"),  # made ahead for the next cell
+        ({"air.job_id": "j"}, None),  # a fresh cell's, a function's or air run's
+    ],
+)
+def test_a_row_says_whether_its_run_is_a_sessions_or_a_session_cells(
+    tags: dict[str, str], kind: str | None
+) -> None:
+    from mlflow.entities import Run, RunData, RunInfo, RunTag
+
+    info = RunInfo(
+        run_id="r1",
+        experiment_id="1",
+        user_id="alice",
+        status="RUNNING",
+        start_time=1,
+        end_time=None,
+        lifecycle_stage="active",
+    )
+    run = Run(info, RunData(tags=[RunTag(k, v) for k, v in tags.items()]))
+    assert run_row(run)["kind"] == kind

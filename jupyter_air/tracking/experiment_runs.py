@@ -11,11 +11,29 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.entities import Run
+
+
+class RunKind(StrEnum):
+    """What a run is for, when it is more than one call's run: a warm session's (the
+    parent) or one of its cells' (a child)."""
+
+    SESSION = "session"
+    SESSION_CELL = "session_cell"
+
+
+def run_kind(tags: dict[str, str]) -> RunKind | None:
+    if tags.get("air.session") == "true":
+        return RunKind.SESSION
+    if "air.session_cell" in tags:  # a number, or "next": made ahead for the next cell
+        return RunKind.SESSION_CELL
+    return None
+
 
 #: The statuses MLflow gives a run (``attributes.status``).
 STATUSES = ("RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED")
@@ -109,6 +127,7 @@ def run_row(run: Run) -> dict[str, Any]:
         "cell_id": tags.get("air.cell_id"),
         "notebook": tags.get("air.notebook"),
         "parent_run_id": tags.get("mlflow.parentRunId"),
+        "kind": run_kind(tags),
         "experiment_id": info.experiment_id,
         "params": dict(data.params),
         "metrics": {key: _finite(value) for key, value in data.metrics.items()},

@@ -125,3 +125,13 @@ def test_one_cell_of_a_session_is_picked_and_a_link_preselects_another(
         ("2", "epoch 0 loss=0.4320 rank 1"),
     ]
     assert page.input_value(".jp-air-JobLogs-cell select") == "2"
+
+
+def test_the_jobs_picker_names_a_session_as_such(page: Any, session: str) -> None:
+    page.keyboard.press("Control+Shift+C")
+    page.fill(".jp-mod-commandPalette input, #command-palette input", "Open job logs")
+    page.click('.lm-CommandPalette-item:has-text("Open job logs")')
+    page.wait_for_selector(f'.jp-air-JobPicker-item[data-job-id="{session}"]')
+    label = page.text_content(f'.jp-air-JobPicker-item[data-job-id="{session}"]')
+    assert label == f"{session} · SUCCEEDED · session"
+    page.keyboard.press("Escape")

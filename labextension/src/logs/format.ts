@@ -3,7 +3,7 @@
  */
 
 import { formatClock } from '../common/time';
-import type { ILogLine, Level } from './types';
+import type { IJob, ILogLine, Level } from './types';
 
 /** The badge of each level. */
 export const LEVEL_LABELS: Record<Level, string> = {
@@ -112,4 +112,10 @@ const NUMBER = new Intl.NumberFormat();
 /** "1,234 lines", "1 line". */
 export function plural(count: number, word: string): string {
   return `${NUMBER.format(count)} ${word}${count === 1 ? '' : 's'}`;
+}
+
+/** "20261129-083012-a1b2c3 · RUNNING · baseline" ("· session ·" for a warm session). */
+export function jobLabel(job: IJob): string {
+  const kind = job.kind === 'session' ? 'session' : null;
+  return [job.id, job.status, kind, job.run_name].filter(Boolean).join(' · ');
 }

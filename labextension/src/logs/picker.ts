@@ -8,15 +8,11 @@ import { Widget } from '@lumino/widgets';
 
 import { el } from '../dom';
 import { requestAPI } from '../request';
+import { jobLabel } from './format';
 import type { IJob, IJobsResponse } from './types';
 
 /** Jobs listed by the picker. */
 export const PICKER_LIMIT = 50;
-
-/** "20261129-083012-a1b2c3 · RUNNING · baseline" */
-export function jobLabel(job: IJob): string {
-  return [job.id, job.status, job.run_name].filter(Boolean).join(' · ');
-}
 
 /**
  * The body of the dialog: a filter box and the list of jobs, newest first (a

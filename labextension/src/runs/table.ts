@@ -112,6 +112,9 @@ export class RunsTable extends Widget {
     tr.className = 'jp-air-RunsPanel-run';
     tr.dataset.runId = run.run_id;
     tr.dataset.status = run.status;
+    if (run.kind) {
+      tr.dataset.kind = run.kind;
+    }
 
     const pick = document.createElement('input');
     pick.type = 'checkbox';
@@ -142,6 +145,12 @@ export class RunsTable extends Widget {
       name.appendChild(a);
     } else {
       name.textContent = label;
+    }
+    if (run.kind === 'session') {
+      const badge = el('span', 'jp-air-RunsPanel-kind', 'session');
+      badge.title =
+        'A warm session: one run for the session, a child run per cell (listed under it)';
+      name.append(' ', badge);
     }
     if (run.cell_id && this._actions.hasCell(run.cell_id)) {
       const cell = this._button('cell', 'Go to the cell that made this run');

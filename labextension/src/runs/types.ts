@@ -38,6 +38,8 @@ export interface IRun {
   cell_id: string | null;
   notebook: string | null;
   parent_run_id: string | null;
+  /** A warm session's run (the parent) or one of its cells' (a child); else null. */
+  kind: 'session' | 'session_cell' | null;
   experiment_id: string;
   params: Record<string, string>;
   metrics: Record<string, number | null>;

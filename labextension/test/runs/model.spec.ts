@@ -27,6 +27,7 @@ function run(
     cell_id: null,
     notebook: null,
     parent_run_id: null,
+    kind: null,
     experiment_id: '1',
     params: { lr: id === 'a' ? '0.1' : '0.2' },
     metrics: { loss: 0.5 },

@@ -1,0 +1,31 @@
+import { jobLabel } from '../../src/logs/format';
+import type { IJob } from '../../src/logs/types';
+
+const job = (kind: string): IJob => ({
+  id: '20261202-035009-1ad279',
+  status: 'RUNNING',
+  owner: 'alice',
+  created: 0,
+  started: 1,
+  ended: null,
+  message: null,
+  kind,
+  nproc_per_node: 2,
+  nnodes: 1,
+  max_retries: 0,
+  experiment_id: null,
+  run_name: 'train',
+  logs_expired: false,
+  attempts: []
+});
+
+describe('jobLabel', () => {
+  it('names a warm session as such, and no other kind', () => {
+    expect(jobLabel(job('session'))).toBe(
+      '20261202-035009-1ad279 · RUNNING · session · train'
+    );
+    expect(jobLabel(job('command'))).toBe(
+      '20261202-035009-1ad279 · RUNNING · train'
+    );
+  });
+});
