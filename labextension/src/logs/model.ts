@@ -34,6 +34,14 @@ const FOLLOW_INTERVAL = 1000;
 const CELLS_INTERVAL = 5000;
 
 /**
+ * Why the cell chosen has no lines from the server yet (the route knows a
+ * cell's lines once it ends): `next`, the session's next cell (running, or
+ * about to): the lines since the last cell ended are followed meanwhile;
+ * `later`, a cell after that.
+ */
+export type CellWait = 'next' | 'later';
+
+/**
  * What changed in the lines held: `cleared`, or lines appended (and old ones
  * dropped), or `relabelled`: lines held got their session cell.
  */
@@ -141,11 +149,11 @@ export class JobLogsModel extends PollingModel {
   }
 
   /**
-   * Whether the cell chosen has not ended yet: the server knows its lines
-   * once it ends, and the model asks for them then.
+   * Whether the cell chosen has not ended yet, and how the model waits: it
+   * asks for the cell's own lines once the cell has ended.
    */
-  get cellPending(): boolean {
-    return this._cellPending;
+  get cellWait(): CellWait | null {
+    return this._cellWait;
   }
 
   /** Whether a filter other than the attempt narrows the lines. */
@@ -230,7 +238,7 @@ export class JobLogsModel extends PollingModel {
     this.clearError();
     this._denied = null;
     this._loading = true;
-    this._cellPending = false;
+    this._cellWait = null;
     this._following = true;
     this._shownAttempt = null;
     this._buffer.clear();
@@ -250,14 +258,23 @@ export class JobLogsModel extends PollingModel {
         if (generation !== this._generation) {
           return;
         }
+        this._query = this.query;
         const cell = this._filters.cell;
         if (cell !== null && !this._cells.has(cell) && !this._job?.ended) {
-          this._loading = false;
-          this._cellPending = true; // asked again by each follow tick
-          this.emitChanged();
-          return;
+          const last = this._cells.list[this._cells.list.length - 1];
+          if (cell !== (last?.cell ?? 0) + 1) {
+            this._loading = false;
+            this._cellWait = 'later'; // asked again by each follow tick
+            this.emitChanged();
+            return;
+          }
+          this._cellWait = 'next';
+          const since = Math.max(
+            Number(this._query.since ?? 0),
+            last?.ended ?? 0
+          );
+          this._query = { ...this._query, cell: null, since: since || null };
         }
-        this._query = this.query;
         const answer = await this._fetchLogs({ ...this._query, tail: TAIL });
         if (generation !== this._generation) {
           return;
@@ -289,7 +306,7 @@ export class JobLogsModel extends PollingModel {
   /** One follow tick: the lines printed since the last answer. */
   protected async fetch(): Promise<void> {
     const generation = this._generation;
-    if (this._cellPending) {
+    if (this._cellWait) {
       await this._readJob();
       await this._readCells();
       const cell = this._filters.cell;
@@ -298,10 +315,9 @@ export class JobLogsModel extends PollingModel {
         (this._job?.ended || (cell !== null && this._cells.has(cell)))
       ) {
         void this.reload(); // after this tick: requests run one at a time
+        return;
       }
-      return;
-    }
-    if (this.session && Date.now() - this._cellsRead >= CELLS_INTERVAL) {
+    } else if (this.session && Date.now() - this._cellsRead >= CELLS_INTERVAL) {
       await this._readCells();
     }
     for (let page = 0; page < CATCH_UP_PAGES; page++) {
@@ -333,7 +349,7 @@ export class JobLogsModel extends PollingModel {
     return (
       super.standby() ||
       this._done ||
-      (this._cursor === null && !this._cellPending)
+      (this._cursor === null && this._cellWait !== 'later')
     );
   }
 
@@ -423,7 +439,8 @@ export class JobLogsModel extends PollingModel {
   private _accept(answer: ILogsResponse): void {
     this._cursor = answer.next;
     // An ended cell's lines all came with the first answer.
-    this._done = answer.done || this._filters.cell !== null;
+    this._done =
+      answer.done || (this._filters.cell !== null && this._cellWait === null);
     this._shownAttempt = answer.attempt;
     if (this._filters.attempt === null) {
       this._filters.attempt = answer.attempt;
@@ -471,7 +488,7 @@ export class JobLogsModel extends PollingModel {
   private _origins = new Origins();
   private _cells = new SessionCells();
   private _cellsRead = 0;
-  private _cellPending = false;
+  private _cellWait: CellWait | null = null;
   private _linesChanged = new Signal<this, ILinesChange>(this);
 }
 

@@ -52,8 +52,12 @@ export function infoOf(model: JobLogsModel): IInfo {
     error = true;
   } else if (model.loading) {
     message = 'Loading…';
-  } else if (model.cellPending) {
-    message = `Cell ${model.filters.cell} is still running: its lines show when it ends.`;
+  } else if (model.cellWait === 'later') {
+    message = `Cell ${model.filters.cell} has not started: its lines show when it ends.`;
+  } else if (model.cellWait === 'next') {
+    message =
+      `Cell ${model.filters.cell} has not ended: following the lines ` +
+      'since the cell before it.';
   } else if (model.done && model.filters.cell !== null) {
     message = `All lines of cell ${model.filters.cell} loaded: it has ended.`;
   } else if (model.done) {
@@ -81,8 +85,8 @@ export function emptyTextOf(model: JobLogsModel): string {
   if (model.loading) {
     return 'Loading…';
   }
-  if (model.cellPending) {
-    return `Cell ${model.filters.cell} has not ended yet.`;
+  if (model.cellWait === 'later') {
+    return `Cell ${model.filters.cell} has not started yet.`;
   }
   if (model.failed) {
     return `Could not load the logs: ${model.error}`;

@@ -300,25 +300,49 @@ describe('JobLogsModel', () => {
       expect(server.logCalls()[0]).toMatchObject({ cell: 1 });
     });
 
-    it('waits for a cell still running, then asks for its lines', async () => {
+    it('follows the next cell while it runs, then asks for its own lines', async () => {
       server.cells = [cell(1, 10, 11)];
+      server.answers = [logs(1, 1)];
       make({ cell: 2 });
       await settle();
       await settle();
-      expect(model.cellPending).toBe(true);
-      expect(server.logCalls()).toEqual([]); // cell=2 would be a 404 until it ends
-      expect(emptyTextOf(model)).toBe('Cell 2 has not ended yet.');
+      expect(model.cellWait).toBe('next');
+      // cell=2 would be a 404 until it ends: the lines since cell 1 ended meanwhile
+      expect(server.logCalls()[0]).toMatchObject({ cell: null, since: 11 });
+      expect(model.done).toBe(false);
+      expect(infoOf(model).message).toBe(
+        'Cell 2 has not ended: following the lines since the cell before it.'
+      );
 
       server.cells = [cell(1, 10, 11), cell(2, 20, 21)];
       server.answers = [logs(1, 2)];
       await model.refresh();
       await settle();
       await settle();
-      expect(model.cellPending).toBe(false);
-      expect(server.logCalls()).toEqual([
-        expect.objectContaining({ cell: 2, tail: TAIL })
-      ]);
+      expect(model.cellWait).toBeNull();
+      expect(server.logCalls()[1]).toMatchObject({ cell: 2, tail: TAIL });
       expect(model.lines.size).toBe(2);
+      expect(model.done).toBe(true);
+    });
+
+    it('waits without asking for the lines of a cell after the next one', async () => {
+      server.cells = [cell(1, 10, 11)];
+      make({ cell: 3 });
+      await settle();
+      await settle();
+      expect(model.cellWait).toBe('later');
+      expect(server.logCalls()).toEqual([]);
+      expect(emptyTextOf(model)).toBe('Cell 3 has not started yet.');
+
+      server.cells = [cell(1, 10, 11), cell(2, 12, 13), cell(3, 14, 15)];
+      server.answers = [logs(1, 1)];
+      await model.refresh();
+      await settle();
+      await settle();
+      expect(model.cellWait).toBeNull();
+      expect(server.logCalls()).toEqual([
+        expect.objectContaining({ cell: 3, tail: TAIL })
+      ]);
     });
 
     it('gives lines printed in a running cell their cell once it ends', async () => {
