@@ -103,8 +103,14 @@ def write_private(path: Path, data: bytes | str) -> None:
 
 
 def make_private(path: Path) -> None:
-    """Create ``path`` empty and 0600 if missing, else ``tighten`` it."""
-    os.close(os.open(path, os.O_CREAT | os.O_RDONLY, 0o600))
+    """Create ``path`` empty and 0600 if missing, else ``tighten`` it.
+
+    An existing file is never opened here: it may be a SQLite database this process has
+    open, and closing any descriptor of a file drops every POSIX lock the process holds on
+    it, its connections' included; another process then takes itself for the last one
+    and deletes the WAL under them ("database disk image is malformed")."""
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_RDONLY, 0o600))
     tighten(path)
 
 
