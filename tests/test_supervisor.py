@@ -251,8 +251,10 @@ def named_only(store: JobStore, tmp_path: Path) -> str:
 def supervisor_of_named_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_run: Callable[[Path, NewRun], MadeRun]
 ) -> tuple[JobStore, supervisor.Supervisor]:
-    """That job's supervisor, whose tail process answers with ``make_run``."""
+    """That job's supervisor, whose tail process answers with ``make_run``; its job is
+    shorter than the first system-metrics sample, however slow this machine is."""
     monkeypatch.setattr(supervisor, "make_run", make_run)
+    monkeypatch.setattr(supervisor, "METRICS_INTERVAL", 3600.0)
     store = JobStore(tmp_path)
     return store, supervisor.Supervisor(store, named_only(store, tmp_path), None)
 
@@ -275,7 +277,9 @@ def test_the_tail_process_makes_the_run_and_mlflow_is_not_loaded_here(
     assert request.tags["air.command"] == "python -c ..."
     assert [a.run_id for a in store.attempts(job_id)] == ["run-from-tails"]
     assert store.get(job_id).workload.experiment_id == "7", "recorded for the job's links"
-    assert not sup._tracking._ready.done(), "the supervisor never loaded MLflow"
+    assert isinstance(sup._tracking._ready.exception(timeout=10), supervisor.NotLoaded), (
+        "the supervisor never loaded MLflow, and will not while it waits for the tail"
+    )
     log = store.attempt_dir(job_id, 1) / "logs" / "node_0" / "rank_0.log"
     assert "run-from-tails" in log.read_text(), "the ranks were given that run"
 

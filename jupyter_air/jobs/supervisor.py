@@ -53,6 +53,10 @@ METRICS_INTERVAL = float(os.environ.get("AIR_SYSTEM_METRICS_INTERVAL", "10"))
 REAPER_WAIT = 15.0
 
 
+class NotLoaded(RuntimeError):
+    """MLflow was not loaded in this process: nothing needed it before the job ended."""
+
+
 class Tracking:
     """The supervisor's MLflow side.
 
@@ -76,16 +80,29 @@ class Tracking:
         self._on_experiment = on_experiment
         self._ready: Future[Any] = Future()
         self._needed = threading.Event()
+        self._asked = False  # something here needs MLflow (not only the first sample's time)
+        self._over = False  # the job is over: a sample that never came needs no MLflow
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-node-metrics")
         self._node_metrics: list[Future[None]] = []
         threading.Thread(target=self._load, name="air-mlflow-import", daemon=True).start()
 
     def _mlflow(self) -> Any:
+        self._asked = True
         self._needed.set()
         return self._ready.result()
 
+    def job_over(self) -> None:
+        """The job is over: a loader still waiting for the first sample's time leaves
+        without importing MLflow (this process may wait a while yet, for its run's tail),
+        unless something here already asked for it."""
+        self._over = True
+        self._needed.set()
+
     def _load(self) -> None:
         self._needed.wait(METRICS_INTERVAL)
+        if self._over and not self._asked:
+            self._ready.set_exception(NotLoaded("the job ended before MLflow was needed"))
+            return
         with contextlib.suppress(OSError):  # this thread only
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         try:
@@ -184,7 +201,8 @@ class Tracking:
                     metrics.start()
                     started.set_result(metrics)
             except BaseException as err:
-                log.warning("system metrics not recorded: %s", err)
+                if not started.cancelled():  # else the attempt ended first: its tail samples
+                    log.warning("system metrics not recorded: %s", err)
                 with contextlib.suppress(InvalidStateError):
                     started.set_result(None)
 
@@ -403,7 +421,7 @@ class Supervisor:
             reaper.remove(attempt.files.result)  # a retry follows, or nobody reads it
         if over:  # what the job started is swept now: none of it waits for MLflow
             reaper.close(wait=REAPER_WAIT)
-        self._end_run(attempt, end.status)
+        self._end_run(attempt, end.status, over)
         if over and workload.background:
             self._end_job(end)  # nobody follows: "done" means its run is finished too
 
@@ -417,7 +435,7 @@ class Supervisor:
         self._over.set()  # the kernel may go now: what is left is this process's own work
         self.store.update(self.job.id, status=end.status, ended=time.time(), message=end.message)
 
-    def _end_run(self, attempt: Attempt, status: str) -> None:
+    def _end_run(self, attempt: Attempt, status: str, over: bool) -> None:
         """The run's last metrics, its end and its logs, whoever follows the job; a
         failure is logged here (and the logs' in the run's tags)."""
         try:
@@ -425,6 +443,8 @@ class Supervisor:
         except Exception as err:
             log.error("system metrics of run %s not finished: %s", attempt.run_id, err)
             sampled = True
+        if over:  # what is left is the tail's: MLflow is not loaded here for it
+            self._tracking.job_over()
         tail = Tail(
             self.job.id,
             attempt.number,
