@@ -29,6 +29,11 @@ def test_a_kernel_links_to_the_server_that_started_it(one_server: int) -> None:
     assert logs_url("j1", environ=env) == "/lab?air-job=j1"
 
 
+def test_a_warm_session_cells_link_opens_the_logs_view_on_that_cell(one_server: int) -> None:
+    env = {"JPY_PARENT_PID": str(one_server)}
+    assert logs_url("j1", cell=3, environ=env) == "/lab?air-job=j1&air-cell=3"
+
+
 def test_a_kernel_no_server_started_links_to_no_server(one_server: int, tmp_path: Path) -> None:
     nbclient = {"JPY_PARENT_PID": "1"}  # started by nbclient or VS Code, not by the server
     assert current_jupyter_server(nbclient) is None

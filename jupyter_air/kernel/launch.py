@@ -277,12 +277,13 @@ def configured_ray_address() -> str | None:
 
 
 def job_links(
-    tracking_uri: str, experiment_id: str, run_id: str, job_id: str
+    tracking_uri: str, experiment_id: str, run_id: str, job_id: str, cell: int | None = None
 ) -> dict[str, str | None]:
     """The run and its experiment in the MLflow UI, and the job's logs view in JupyterLab
     (the run's ``logs/`` artifacts when no Jupyter server is known). Where no UI is
     served (a kernel without a Jupyter server, as in VS Code), no link to nowhere: the
-    command that opens the run instead, under ``OPEN_RUN``."""
+    command that opens the run instead, under ``OPEN_RUN``. ``cell``: a warm session's
+    cell, which the logs view opens on."""
     from ..tracking.ui_links import experiment_url, logs_url, run_url, ui_base, ui_command
 
     base = ui_base(tracking_uri)
@@ -291,7 +292,7 @@ def job_links(
     links: dict[str, str | None] = {
         "run": run,
         "experiment": experiment_url(base, experiment_id) if base else None,
-        "logs": logs_url(job_id) or artifacts,
+        "logs": logs_url(job_id, cell=cell) or artifacts,
     }
     if run is None:
         links[OPEN_RUN] = ui_command(tracking_uri, experiment_id, run_id)

@@ -158,8 +158,9 @@ class WarmSession:
         announce_grants(self.store, submitted.job, submission.grants)
         self._next_run = self._tail.submit(self._new_run)
 
-    def links(self, run_id: str) -> dict[str, str | None]:
-        return job_links(self.target.tracking_uri, self.target.experiment_id, run_id, self.job_id)
+    def links(self, run_id: str, cell: int | None = None) -> dict[str, str | None]:
+        target = self.target
+        return job_links(target.tracking_uri, target.experiment_id, run_id, self.job_id, cell)
 
     def run_cell(
         self,
@@ -181,7 +182,7 @@ class WarmSession:
         run_id, self._next_run = self._next_run.result(), None  # this cell's from now on
         self._follower.poll()  # what came between cells (nothing, usually) is not this cell's
         view = JobView(self.job_id, output_ranks, self.nnodes)
-        view.header(name, self.links(run_id))
+        view.header(name, self.links(run_id, number))
         started = time.time()
 
         seen: dict[int, int] = {}

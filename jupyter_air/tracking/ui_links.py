@@ -72,14 +72,20 @@ def ui_base(
 
 
 def logs_url(
-    job_id: str, *, absolute: bool = False, environ: Mapping[str, str] | None = None
+    job_id: str,
+    *,
+    cell: int | None = None,
+    absolute: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> str | None:
-    """The job's logs view in JupyterLab (``lab?air-job=<id>``), if a Jupyter server is known."""
+    """The job's logs view in JupyterLab (``lab?air-job=<id>``), on one cell of a warm
+    session when ``cell`` is given (``&air-cell=N``), if a Jupyter server is known."""
     server = current_jupyter_server(os.environ if environ is None else environ)
     if server is None:
         return None
     root = server.url if absolute else server.base_url
-    return f"{_slash(root)}lab?air-job={quote(job_id, safe='')}"
+    one_cell = "" if cell is None else f"&air-cell={cell:d}"
+    return f"{_slash(root)}lab?air-job={quote(job_id, safe='')}{one_cell}"
 
 
 #: Opens a page in MLflow's model-training view: MLflow 3's UI picks the view from this
