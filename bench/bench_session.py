@@ -6,7 +6,10 @@ for); the two sides alternate, ``--runs`` times each; medians.
 
 1. ``trivial``: ``x = 1`` on a 2-rank session (each cell still a child MLflow run), the
    same as a fresh ``%%air_distributed -n 2`` cell, and a bare kernel cell ``pass`` (the
-   kernel's own round trip, the floor). The warm cell's overhead is warm - bare.
+   kernel's own round trip, the floor). The warm cell's overhead is warm - bare. With
+   ``--px``, also ipyparallel's ``%%px x = 1`` on 2 engines started in the same kernel,
+   the warm-rank peer that keeps no MLflow run (``pip install ipyparallel`` first: it is
+   not a dependency of jupyter_air).
 2. ``steps``: "change the learning rate and train 20 more steps" of a small DDP model on
    gloo. Warm: the model, its optimizer and the process group live on the ranks since an
    earlier cell; the cell sets the new learning rate (a kernel name) and trains. Fresh:
@@ -16,7 +19,7 @@ for); the two sides alternate, ``--runs`` times each; medians.
    job's supervisor; once right after ``%air_session start``, once after part 2 (torch,
    the process group and the model loaded).
 
-Run: ``.venv/bin/python bench/bench_session.py [--runs 7]``.
+Run: ``.venv/bin/python bench/bench_session.py [--runs 7] [--px]``.
 """
 
 from __future__ import annotations
@@ -74,19 +77,35 @@ def timed(kernel: Kernel, code: str) -> float:
     return seconds
 
 
-def trivial(kernel: Kernel, runs: int) -> dict[str, Any]:
+def trivial(kernel: Kernel, runs: int, px: bool) -> dict[str, Any]:
     times: dict[str, list[float]] = {"warm": [], "fresh": [], "kernel": []}
+    if px:
+        times["px"] = []
     for _ in range(runs):
         times["warm"].append(timed(kernel, f"%%air_distributed --session\n{TRIVIAL}"))
         times["fresh"].append(timed(kernel, f"%%air_distributed -n 2 --oversubscribe\n{TRIVIAL}"))
         time.sleep(1.0)  # the fresh job's supervisor ends its run after the cell
         times["kernel"].append(timed(kernel, "pass"))
+        if px:
+            times["px"].append(timed(kernel, f"%%px\n{TRIVIAL}"))
     medians = {k: statistics.median(v) for k, v in times.items()}
-    return {
+    result = {
         "median_s": {k: round(v, 4) for k, v in medians.items()},
         "warm_overhead_ms": round((medians["warm"] - medians["kernel"]) * 1000, 1),
         "warm_vs_fresh": round(medians["warm"] / medians["fresh"], 3),
     }
+    if px:
+        result["px_overhead_ms"] = round((medians["px"] - medians["kernel"]) * 1000, 1)
+        result["warm_vs_px"] = round(medians["warm"] / medians["px"], 2)
+    return result
+
+
+PX_START = """\
+import ipyparallel as ipp
+_px_cluster = ipp.Cluster(n=2)
+_px_client = _px_cluster.start_and_connect_sync(activate=True)
+_px_client.wait_for_engines(2, timeout=120)
+"""
 
 
 def steps(kernel: Kernel, runs: int) -> dict[str, Any]:
@@ -126,7 +145,13 @@ def memory(store: JobStore, job_id: str) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--px", action="store_true", help="also ipyparallel's %%%%px (installed)")
     args = parser.parse_args()
+    if args.px:
+        try:
+            import ipyparallel  # noqa: F401
+        except ImportError:
+            parser.error("--px needs ipyparallel: .venv/bin/pip install ipyparallel")
     work = Path(tempfile.mkdtemp(prefix="air-bench-session-"))
     env = {
         **os.environ,
@@ -145,10 +170,15 @@ def main() -> None:
         store = JobStore(work / "air")
         report["memory_after_start"] = memory(store, found.group(1))
         timed(kernel, f"%%air_distributed --session\n{TRIVIAL}")  # first cell: warm-up
-        report["trivial"] = trivial(kernel, args.runs)
+        if args.px:
+            assert kernel.run(PX_START).error is None
+            timed(kernel, f"%%px\n{TRIVIAL}")  # first cell: warm-up
+        report["trivial"] = trivial(kernel, args.runs, args.px)
         report["steps"] = steps(kernel, args.runs)
         report["memory_after_steps"] = memory(store, found.group(1))
         kernel.run("%air_session stop")
+        if args.px:
+            kernel.run("_px_cluster.stop_cluster_sync()")
     finally:
         kernel.shutdown()
     print(json.dumps(report, indent=2))
