@@ -60,3 +60,51 @@ def test_hf_trainer_logs_its_loss_into_the_calls_one_run_from_rank_0(
     assert run_id_after == run.info.run_id, "MLFLOW_RUN_ID still names the job's run"
     losses = client.get_metric_history(run.info.run_id, "loss")
     assert sorted(m.step for m in losses) == [1, 2, 3], "once per step: rank 0 only"
+
+
+SESSION_TRAINER = """%%air_distributed --session
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+torch.manual_seed(0)
+if "model" not in globals():  # built once; the later cell trains the same model further
+    config = GPT2Config(vocab_size=32, n_positions=8, n_embd=16, n_layer=1, n_head=2,
+                        bos_token_id=0, eos_token_id=0)
+    model = GPT2LMHeadModel(config)
+ids = torch.randint(0, 32, (16, 8))
+args = TrainingArguments(
+    output_dir={output_dir!r}, max_steps={steps}, per_device_train_batch_size=2,
+    logging_steps=1, save_strategy="no", report_to="mlflow", use_cpu=True,
+    ddp_backend="gloo", ddp_find_unused_parameters=False, disable_tqdm=True,
+)
+trainer = Trainer(model=model, args=args,
+                  train_dataset=[{{"input_ids": row, "labels": row}} for row in ids])
+trainer.train()
+import torch.distributed as dist
+(id(dist.group.WORLD), args.world_size)
+"""
+
+
+@pytest.mark.timeout(420)
+def test_a_second_trainer_in_a_later_session_cell_reuses_the_warm_process_group(
+    kernel: Kernel, air_home: Path
+) -> None:
+    from tests.kernel.test_session import cell_runs, start
+
+    job_id = start(kernel)
+    output_dir = str(air_home / "hf-session")
+    first = kernel.run(SESSION_TRAINER.format(output_dir=output_dir, steps=3), timeout=300)
+    assert first.error is None, first.traceback
+    second = kernel.run(SESSION_TRAINER.format(output_dir=output_dir, steps=2), timeout=300)
+    assert second.error is None, second.traceback
+    group, world_size = eval(first.value())
+    assert eval(second.value()) == (group, world_size) == (group, 2)  # the same group
+
+    kernel.run("%air_session stop")
+    client = mlflow_client(air_home)
+    session = client.get_run(str(JobStore(air_home).attempts(job_id)[0].run_id))
+    assert cell_runs(client, session.info.run_id)[:2] == [("1", "FINISHED"), ("2", "FINISHED")]
+    experiment = session.info.experiment_id
+    for number, steps in (("1", [1, 2, 3]), ("2", [1, 2])):
+        (run,) = client.search_runs([experiment], f"tags.`air.session_cell` = '{number}'")
+        losses = client.get_metric_history(run.info.run_id, "loss")
+        assert sorted(m.step for m in losses) == steps, f"cell {number}: its own run, rank 0"
