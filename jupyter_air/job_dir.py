@@ -7,6 +7,7 @@
     jobs/<id>/session.sock                a warm session's channel (the kernel listens)
     jobs/<id>/session.ticket              where its ranks reach the kernel, and its secret
     jobs/<id>/session_cells.jsonl         a warm session's cells: number, run, start, end
+    jobs/<id>/session_cell.json           its latest cell: running (no end yet) or ended
     jobs/<id>/attempt_K/result.pkl        rank 0's value (written whole: .tmp, then renamed)
     jobs/<id>/attempt_K/error_rank_R.txt  a failing rank's traceback
     jobs/<id>/attempt_K/hints.json        the efficiency hints now raised
@@ -35,6 +36,7 @@ SUPERVISOR_LOG = "supervisor.log"
 SESSION_SOCKET = "session.sock"
 SESSION_TICKET = "session.ticket"
 SESSION_CELLS = "session_cells.jsonl"
+SESSION_CELL = "session_cell.json"
 RESULT = "result.pkl"
 HINTS = "hints.json"
 NODES = "nodes.json"
@@ -177,6 +179,10 @@ class JobDir:
     @property
     def session_cells(self) -> Path:
         return self.path / SESSION_CELLS
+
+    @property
+    def session_cell(self) -> Path:
+        return self.path / SESSION_CELL
 
     def attempt(self, number: int) -> AttemptDir:
         return AttemptDir(self.path / f"attempt_{number}")

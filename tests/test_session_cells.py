@@ -13,7 +13,7 @@ from jupyter_air import cli
 from jupyter_air.job_dir import JobDir
 from jupyter_air.jobs import session_cells
 from jupyter_air.jobs.permissions import Level, parse_grant
-from jupyter_air.jobs.session_cells import CellRecord
+from jupyter_air.jobs.session_cells import CellRecord, LatestCell
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.capture import RankLog
@@ -67,6 +67,30 @@ def test_cells_are_read_back_in_order_and_a_cut_line_is_left_out(store: JobStore
         (2, "run2", "FAILED"),
     ]
     assert oct(files.session_cells.stat().st_mode & 0o777) == "0o600"
+
+
+def test_the_latest_cell_says_whether_the_session_is_idle_and_since_when(
+    store: JobStore,
+) -> None:
+    files = JobDir(store.job_dir(make_session(store)))
+    assert session_cells.latest(files) is None
+    assert session_cells.idle_since(files, session_started=5.0) == 5.0  # no cell yet
+
+    session_cells.set_latest(files, LatestCell(3, "run3", started=30.0))
+    assert session_cells.latest(files) == LatestCell(3, "run3", 30.0, None)
+    assert session_cells.idle_since(files, session_started=5.0) is None  # cell 3 runs
+
+    session_cells.set_latest(files, LatestCell(3, "run3", started=30.0, ended=42.0))
+    assert session_cells.idle_since(files, session_started=5.0) == 42.0
+    assert oct(files.session_cell.stat().st_mode & 0o777) == "0o600"
+
+
+def test_an_unreadable_latest_cell_reads_as_none(store: JobStore) -> None:
+    files = JobDir(store.job_dir(make_session(store)))
+    files.session_cell.write_text('{"cell": 3, "run_id": "run3", "sta')
+    assert session_cells.latest(files) is None
+    files.session_cell.write_text('{"cell": 3, "what": 1}')
+    assert session_cells.latest(files) is None
 
 
 async def test_the_logs_route_shows_one_cell_and_each_lines_cell_to_a_viewer(

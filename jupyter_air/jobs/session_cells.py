@@ -1,5 +1,8 @@
 """A session's cells file (``jobs/<id>/session_cells.jsonl``): which cell ran when, in
-which MLflow run.
+which MLflow run; and its latest cell (``session_cell.json``), running or ended, for
+those outside the kernel that must know the cell of the moment: the supervisor (whose
+system metrics go to the running cell's run) and the GPU panel and ``%air_session status``
+(a session with no cell running is idle, since the latest cell's end).
 
 A session's ranks write one log each for the session's whole life; the lines of a cell
 are those of its time span. So the logs of one cell are the session's logs narrowed to
@@ -15,7 +18,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from ..job_dir import JobDir
+from ..job_dir import JobDir, read_json, replace_json
 from ..logs.query import LogFilter
 from ..paths import private_opener
 from .store import Job, JobStore
@@ -33,6 +36,16 @@ class CellRecord:
     status: str  # the job status its run ended with: SUCCEEDED, FAILED, CANCELLED
 
 
+@dataclass(frozen=True)
+class LatestCell:
+    """A session's latest cell: running while ``ended`` is None."""
+
+    cell: int
+    run_id: str
+    started: float
+    ended: float | None = None
+
+
 class NotASession(ValueError):
     """Cells were asked of a job that is not a session."""
 
@@ -44,6 +57,29 @@ class NoCell(LookupError):
 def record(files: JobDir, cell: CellRecord) -> None:
     with open(files.session_cells, "a", opener=private_opener) as out:
         out.write(json.dumps(dataclasses.asdict(cell)) + "\n")
+
+
+def set_latest(files: JobDir, cell: LatestCell) -> None:
+    """The kernel says a cell started (its ranks have it) or ended (they all answered)."""
+    replace_json(files.session_cell, dataclasses.asdict(cell))
+
+
+def latest(files: JobDir) -> LatestCell | None:
+    """The session's latest cell, or None before its first (or if the file is unreadable)."""
+    found = read_json(files.session_cell)
+    try:
+        return LatestCell(**found) if isinstance(found, dict) else None
+    except TypeError:
+        return None
+
+
+def idle_since(files: JobDir, session_started: float) -> float | None:
+    """When the session's ranks last finished a cell (or the session started, before its
+    first cell); None while a cell runs."""
+    cell = latest(files)
+    if cell is None:
+        return session_started
+    return cell.ended
 
 
 def cells(files: JobDir) -> list[CellRecord]:

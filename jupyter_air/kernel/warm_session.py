@@ -1,11 +1,16 @@
 """A warm session from the kernel: start it as one job with one MLflow run, run cells on
 its ranks (each cell a child run), stop it.
 
-The cell's output streams through the job's logs as a fresh cell's does (``JobView``);
-its failure and interrupt read as a fresh cell's (``JobFailed``, ``Interrupted``). The
-child run of the next cell is made ahead, while none waits (its id is the ranks'
-``MLFLOW_RUN_ID``); its name, tags, source, end and the cells file are written after
-the cell: no MLflow call is on a cell's critical path.
+The cell's output streams through the job's logs as a fresh cell's does (``JobView``),
+with the same live view: status, the session job's hints, and the chart of the cell's
+own run and the job's GPUs, left as a static figure at its end; its failure and
+interrupt read as a fresh cell's (``JobFailed``, ``Interrupted``). The child run of the
+next cell is made ahead, while none waits (its id is the ranks' ``MLFLOW_RUN_ID``); its
+name, tags, source, end and the cells file are written after the cell: no MLflow write
+is on a cell's critical path.
+
+A session that ended (lost process group, a dead rank, the idle timeout) can be started
+again with the options it was started with (``restarted``).
 
 With ``--backend ray`` the ranks run on the node agents of a Ray cluster, as a fresh
 ``--backend ray`` cell's do, and reach the kernel over TCP at this machine's address on
@@ -27,7 +32,8 @@ from ..identity import mlflow_user, server_owner
 from ..jobs import session_cells, session_host, session_rank
 from ..jobs.checks import Refused, check_submission
 from ..jobs.follow import LogFollower
-from ..jobs.session_cells import CellRecord
+from ..jobs.hints import read_hints
+from ..jobs.session_cells import CellRecord, LatestCell
 from ..jobs.session_host import Session, SessionEnded
 from ..jobs.session_wire import facing
 from ..jobs.spec import Workload
@@ -52,6 +58,10 @@ from .session import cell_id, notebook_path
 START_WAIT = 300.0
 #: Seconds the ranks' last lines get to reach the logs once every rank answered.
 DRAIN = 2.0
+#: Seconds between two updates of a running cell's status and hints (as a fresh cell's).
+STATUS_EVERY = 0.5
+#: What every message that ends a session offers.
+RESTART = "%air_session restart starts it again with the same options"
 
 
 class NoSession(RuntimeError):
@@ -72,13 +82,12 @@ class WarmSession:
         try:
             current.session.check()
         except SessionEnded as err:
-            raise NoSession(
-                f"the session (job {current.job_id}) ended: {err}; "
-                "start a new one with %air_session start"
-            ) from None
+            raise NoSession(f"the session (job {current.job_id}) ended: {err}; {RESTART}") from None
         return current
 
     def __init__(self, options: Options, idle_timeout_min: float) -> None:
+        #: What ``%air_session start`` was given, kept for ``restarted``.
+        self.options, self.idle_timeout_min = options, idle_timeout_min
         submission = options.validate()
         on_ray = options.backend == "ray"
         # On Ray the nodes' GPUs are not known from here: one rank each unless told.
@@ -158,6 +167,12 @@ class WarmSession:
         announce_grants(self.store, submitted.job, submission.grants)
         self._next_run = self._tail.submit(self._new_run)
 
+    def restarted(self) -> WarmSession:
+        """A new session with this one's options, once this one is stopped (if it still
+        runs); the names on its ranks are gone, as after a kernel restart."""
+        self.stop("restarted by %air_session restart")
+        return WarmSession(self.options, self.idle_timeout_min)
+
     def links(self, run_id: str, cell: int | None = None) -> dict[str, str | None]:
         target = self.target
         return job_links(target.tracking_uri, target.experiment_id, run_id, self.job_id, cell)
@@ -181,16 +196,28 @@ class WarmSession:
         assert self._next_run is not None  # made once the ranks were ready
         run_id, self._next_run = self._next_run.result(), None  # this cell's from now on
         self._follower.poll()  # what came between cells (nothing, usually) is not this cell's
-        view = JobView(self.job_id, output_ranks, self.nnodes)
+        uri = self.target.tracking_uri
+        view = JobView(self.job_id, output_ranks, self.nnodes, tracking_uri=uri, cell=number)
         view.header(name, self.links(run_id, number))
         started = time.time()
-
+        chart = [(1, run_id)]  # the chart's one "attempt": this cell's own run
+        hints_of = self.store.attempt_dir(self.job_id, 1)
         seen: dict[int, int] = {}
+        # A cell shorter than this shows its final status only: none on the critical path.
+        status_at = time.monotonic()
 
         def tick() -> None:
+            nonlocal status_at
             self._show(view, seen)
+            if time.monotonic() - status_at > STATUS_EVERY:
+                hints = read_hints(hints_of)
+                view.status("RUNNING", 1, 1, hints=hints["hints"])
+                view.chart(chart, hints["gpus"])
+                status_at = time.monotonic()
 
         status = "FAILED"
+        files = self.session.files
+        session_cells.set_latest(files, LatestCell(number, run_id, started))
         try:
             self.session.send_cell(payload, run_id)
             complete = self._collect(tick)
@@ -217,10 +244,15 @@ class WarmSession:
             return _result(cloudpickle.loads(result) if result else None, user_ns)
         except SessionEnded as err:
             self._show(view, seen)
-            raise JobFailed(f"the session ended: {err}") from None
+            raise JobFailed(f"the session ended: {err}; {RESTART}") from None
         finally:
             notebook_cell = tags.get("air.cell_id")
-            record = CellRecord(number, run_id, notebook_cell, started, time.time(), status)
+            finished = time.time()
+            session_cells.set_latest(files, LatestCell(number, run_id, started, finished))
+            hints = read_hints(hints_of)
+            view.status(status, 1, 1, view.elided_note() or "", hints["hints"])
+            view.finish(chart, hints["gpus"])
+            record = CellRecord(number, run_id, notebook_cell, started, finished, status)
             self._tail.submit(self._end_cell, record, tags, source)
             if self.session.ended is None:
                 self._next_run = self._tail.submit(self._new_run)
@@ -245,7 +277,7 @@ class WarmSession:
         else:
             why = f"rank {stuck} still in {name} {wait} after an interrupt"
         self.session.end_now(why)
-        return f"the session ended: {why}; start a new one with %air_session start"
+        return f"the session ended: {why}; {RESTART}"
 
     def _show(self, view: JobView, seen: dict[int, int]) -> None:
         lines = self._follower.poll()
@@ -310,15 +342,41 @@ class WarmSession:
 
     def describe(self) -> str:
         s = self.session
-        head = f"session job {self.job_id}: {self.shape()}, {s.cells} cells, run {self.run_name}"
+        cells = f"{s.cells} cell{'' if s.cells == 1 else 's'}"
+        head = f"session job {self.job_id}: {self.shape()}, {cells}, run {self.run_name}"
         if s.ended is None and s.stopping is not None:
             return f"{head}\nstopping: {s.stopping}"
         if s.ended is None:
-            with_timeout = f" (stops after {s.idle_timeout / 60:g} min)" if s.idle_timeout else ""
             try:
                 s.check()
-                idle = time.time() - s.last_used
-                return f"{head}\nidle for {idle:,.0f} s{with_timeout}; pids {s.pids}"
+                return f"{head}\n{self._activity()}; pids {s.pids}"
             except SessionEnded:
                 pass
-        return f"{head}\nended: {s.ended}"
+        return f"{head}\nended: {s.ended}\n{RESTART}"
+
+    def _activity(self) -> str:
+        """The running cell and for how long, or how long the session has been idle and
+        how long it has left: by the rule the GPU panel reads (``idle_since``)."""
+        s, now = self.session, time.time()
+        since = session_cells.idle_since(s.files, s.started)
+        cell = session_cells.latest(s.files)
+        if since is None and cell is not None:
+            return f"running cell {cell.cell} for {_duration(now - cell.started)}"
+        idle = now - (since or s.started)
+        if not s.idle_timeout:
+            return f"idle for {_duration(idle)} (no idle timeout)"
+        left = max(0.0, s.idle_timeout - idle)
+        return (
+            f"idle for {_duration(idle)}; stops in {_duration(left)} without a cell "
+            f"(--idle-timeout {s.idle_timeout / 60:g})"
+        )
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``3 min 5 s``, ``2 h 10 min``."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
