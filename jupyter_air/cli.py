@@ -344,7 +344,10 @@ def _get(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(doc, indent=2))
         return 0
-    print(f"Job {doc['id']}: {doc['status']}" + (f" ({doc['message']})" if doc["message"] else ""))
+    notes = [doc["message"]] if doc["message"] else []
+    if doc["finishing"]:
+        notes.append("finishing: ending its MLflow run, attaching logs")
+    print(f"Job {doc['id']}: {doc['status']}" + (f" ({'; '.join(notes)})" if notes else ""))
     print(f"  owner:    {doc['owner']}")
     print(
         f"  created:  {_time(doc['created'])}   started: {_time(doc['started'])}   "

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..job_dir import AttemptDir
 from ..redact import redact, without_userinfo
+from .outcome import is_final
 from .store import Attempt, Job, JobStore
 
 #: (tracking URI, experiment id, run id) -> the run's page in an MLflow UI, or None.
@@ -31,10 +32,15 @@ def job_document(
     run_link: RunLink | None = None,
     attempts: list[Attempt] | None = None,
 ) -> dict[str, Any]:
-    """``attempts``: the job's, when already read (see ``job_documents``)."""
+    """``attempts``: the job's, when already read (see ``job_documents``).
+
+    A job whose last attempt settled its outcome shows that outcome at once, ``finishing``
+    while its supervisor ends the run in MLflow and attaches the logs (seconds, for a big
+    log): what ``air run --watch`` printed is what ``air get`` shows next."""
     w = job.workload
     documents = []
-    for a in store.attempts(job.id) if attempts is None else attempts:
+    attempts = store.attempts(job.id) if attempts is None else attempts
+    for a in attempts:
         url = None
         if run_link is not None and a.run_id and w.tracking_uri and w.experiment_id:
             url = run_link(w.tracking_uri, w.experiment_id, a.run_id)
@@ -53,14 +59,19 @@ def job_document(
                 "nodes": AttemptDir(store.attempt_dir(job.id, a.attempt)).read_nodes(),
             }
         )
+    status, message, finishing = job.status, job.message, False
+    last = attempts[-1] if attempts else None
+    if not job.done and last and is_final(last.status, last.ended, last.attempt, w.max_retries):
+        status, message, finishing = last.status, last.message, True
     return {
         "id": job.id,
-        "status": job.status,
+        "status": status,
+        "finishing": finishing,
         "owner": job.owner,
         "created": job.created,
         "started": job.started,
         "ended": job.ended,
-        "message": _shown(job.message),
+        "message": _shown(message),
         "kind": w.kind,
         "nproc_per_node": w.nproc_per_node,
         "nnodes": w.nnodes,

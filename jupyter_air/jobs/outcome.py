@@ -55,6 +55,14 @@ class AttemptEnd:
         self.status = Outcome(self.status)  # one sent by a node agent may be its value
 
 
+def is_final(status: str, ended: float | None, attempt: int, max_retries: int) -> bool:
+    """Whether an attempt's end is its job's outcome: it ended and did not fail, or used
+    the last retry (a failure the supervisor chose not to retry is known at the job's end)."""
+    if ended is None:
+        return False
+    return status != Outcome.FAILED or attempt > max_retries
+
+
 def first_failure(ends: Mapping[int, AttemptEnd]) -> AttemptEnd | None:
     """The failure that came first (of nodes' or ranks' ends, by number): the others are
     usually its consequence."""
