@@ -58,7 +58,9 @@ class Session:
         self.pids: dict[int, int] = {}
         self.hosts: dict[int, str] = {}
         self.cells = 0
-        self.last_used = time.time()
+        #: When every rank was in (when it was asked for, until then): idle since, before
+        #: its first cell.
+        self.started = time.time()
         #: Why the session ended, once it has; why it is ending, while it stops.
         self.ended: str | None = None
         self.stopping: str | None = None
@@ -110,6 +112,7 @@ class Session:
             self._selector.register(channel, selectors.EVENT_READ, rank)
         self._close_door()
         self._idle_from_now()
+        self.started = time.time()
 
     def _close_door(self) -> None:
         """No more connections: the ranks are in (or the session is over)."""
@@ -247,7 +250,6 @@ class Session:
             self._on_end(str(self.store.get(self.job_id).status))
 
     def _idle_from_now(self) -> None:
-        self.last_used = time.time()
         if self._timer is not None:
             self._timer.cancel()
         if self.idle_timeout:

@@ -44,8 +44,11 @@ class JobView:
         nnodes: int = 1,
         max_lines: int = MAX_CELL_LINES,
         tracking_uri: str | None = None,
+        cell: int | None = None,
     ) -> None:
         self.job_id = job_id
+        #: A warm session's cell: its status names the cell (a session has no retries).
+        self._cell = cell
         self._output_ranks = output_ranks
         self._nnodes = nnodes
         self._max_lines = max_lines
@@ -103,7 +106,10 @@ class JobView:
     ) -> None:
         """The one-line live status, updated in place, and the job's efficiency hints."""
         elapsed = time.monotonic() - self._started
-        text = f"{status.lower()} · {elapsed:,.1f} s · attempt {attempt}/{max_attempts}"
+        where = (
+            f"cell {self._cell}" if self._cell is not None else f"attempt {attempt}/{max_attempts}"
+        )
+        text = f"{status.lower()} · {elapsed:,.1f} s · {where}"
         if detail:
             text += f" · {detail}"
         shown = "".join(f"\n⚠ {h.get('text')}" for h in hints)

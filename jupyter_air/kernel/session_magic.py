@@ -1,7 +1,8 @@
-"""``%air_session start|status|stop`` and the cells of ``%%air_distributed --session``."""
+"""``%air_session start|status|stop|restart`` and the cells of ``%%air_distributed --session``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -30,7 +31,12 @@ def run_session_cell(cell: str, out: list[str], output_ranks: str, user_ns: dict
 @magics_class
 class AirSessionMagics(Magics):
     @magic_arguments()
-    @argument("action", choices=["start", "status", "stop"], help="What to do.")
+    @argument(
+        "action",
+        choices=["start", "status", "stop", "restart"],
+        help="What to do; restart: stop the session if it still runs, and start a new one "
+        "with the options %%air_session start was given.",
+    )
     @whole_job_options(
         "nproc_per_node",
         "nnodes",
@@ -54,11 +60,14 @@ class AirSessionMagics(Magics):
         """Warm ranks kept between cells: start them once, then run cells on them with
         ``%%air_distributed --session``; each rank keeps its names (models, the process
         group) until ``%air_session stop``, the idle timeout, or the kernel's end.
+        ``%air_session restart`` starts the session again, with the same options, once
+        it ended (or, if it still runs, after stopping it): new ranks, no names kept.
 
         Examples:
 
             %air_session start -n 2
             %air_session start --backend ray --nnodes 2 -n 1
+            %air_session restart
         """
         current = WarmSession.current
         try:
@@ -67,6 +76,16 @@ class AirSessionMagics(Magics):
             raise UsageError(f"{err}; {SEE_HELP}") from None
         if args.action == "status":
             print(current.describe() if current is not None else "no session")
+        elif args.action == "restart":
+            if current is None:
+                raise UsageError("no session to restart: start one with %air_session start -n N")
+            if line.split() != ["restart"]:
+                raise UsageError(
+                    "%air_session restart takes no options: it starts the session again with "
+                    "those of its %air_session start (to change them: stop, then start)"
+                )
+            old = current.job_id
+            announce(_started(current.restarted), f" (restarted; job {old} ended)")
         elif args.action == "stop":
             if current is None or current.session.ended is not None:
                 print("no session is running")
@@ -80,14 +99,27 @@ class AirSessionMagics(Magics):
                 )
             try:
                 options = options_from(args)
-                current = WarmSession.current = WarmSession(options, args.idle_timeout)
             except OptionError as err:
                 raise UsageError(f"{err}; {SEE_HELP}") from None
-            except SessionEnded as err:
-                raise UsageError(f"the session could not start: {err}") from None
-            links = current.links(current.run_id)
-            print(
-                f"Session job {current.job_id}: {current.shape()} ready; "
-                f"run {current.run_name}: {links['run'] or links.get('open run')}\n"
-                "Run cells on them with %%air_distributed --session; %air_session stop ends it."
-            )
+            announce(_started(lambda: WarmSession(options, args.idle_timeout)))
+
+
+def _started(start: Callable[[], WarmSession]) -> WarmSession:
+    """The kernel's session from now on, once ``start`` made it; what went wrong, said
+    as a usage error (the session before, if any, stays the kernel's)."""
+    try:
+        session = WarmSession.current = start()
+    except OptionError as err:
+        raise UsageError(f"{err}; {SEE_HELP}") from None
+    except SessionEnded as err:
+        raise UsageError(f"the session could not start: {err}") from None
+    return session
+
+
+def announce(session: WarmSession, note: str = "") -> None:
+    links = session.links(session.run_id)
+    print(
+        f"Session job {session.job_id}: {session.shape()} ready{note}; "
+        f"run {session.run_name}: {links['run'] or links.get('open run')}\n"
+        "Run cells on them with %%air_distributed --session; %air_session stop ends it."
+    )

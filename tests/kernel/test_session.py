@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import signal
@@ -51,6 +52,10 @@ def test_a_session_cell_needs_a_session_and_only_its_own_options(kernel: Kernel)
     assert "UsageError: -n does not apply to a --session cell" in refused.stderr
     refused = kernel.run("%air_session start --nnodes 2")  # as for a fresh cell
     assert refused.stderr.startswith("UsageError: --nnodes 2 needs a cluster: add --backend ray")
+    refused = kernel.run("%air_session restart")
+    assert "UsageError: no session to restart: start one with %air_session start" in (
+        refused.stderr
+    )
 
 
 def test_session_start_takes_the_whole_job_options_of_a_cell_by_one_definition() -> None:
@@ -231,7 +236,8 @@ def test_an_interrupted_cell_leaves_the_session_usable(kernel: Kernel) -> None:
 def test_a_rank_that_fails_a_cell_gets_the_others_out_of_it(kernel: Kernel) -> None:
     """Rank 1 raises: rank 0, still in the cell, is interrupted. In Python code it leaves
     at once and the session stays; stuck in a collective that waits for rank 1, it cannot,
-    and the session ends saying the process group is lost."""
+    and the session ends saying the process group is lost, and how to restart it in place:
+    new ranks, a new process group, the next cell works."""
     kernel.run("import jupyter_air.jobs.session_host as host\nhost.LEAVE_WAIT = 2.0")
     job_id = start(kernel)
     made = "import time, torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
@@ -249,14 +255,66 @@ def test_a_rank_that_fails_a_cell_gets_the_others_out_of_it(kernel: Kernel) -> N
     assert (
         "cell 4 failed on rank 1; the session ended: rank 0 still in cell 4 2 s after rank 1 "
         "failed it (in a collective waiting for that rank?): the process group cannot be "
-        "used again; start a new one with %air_session start"
+        "used again; %air_session restart starts it again with the same options"
     ) in stuck.traceback
     assert "rank 1 left" in stuck.text
     assert_gone_within(job_id, time.monotonic())
     after = kernel.run("%%air_distributed --session\n1")
     assert "UsageError: the session" in after.stderr
     assert "the process group cannot be used again" in after.stderr
+    assert "%air_session restart starts it again with the same options" in after.stderr
     kernel.run("host.LEAVE_WAIT = 10.0")
+
+    restarted = kernel.run("%air_session restart")
+    assert restarted.error is None, restarted.traceback
+    found = SESSION_JOB.search(restarted.text)
+    assert found, restarted.text
+    assert found.group(1) != job_id
+    assert f"ready (restarted; job {job_id} ended)" in restarted.text
+    reduced = "t = torch.ones(1)\ndist.all_reduce(t)\nint(t)"
+    assert cell(kernel, made + reduced) == "2"  # new ranks, a new group: both in it
+    kernel.run("%air_session stop")
+
+
+def test_a_running_session_restarts_with_its_options_and_functions_follow_it(
+    kernel: Kernel, air_home: Path, kernel_env: dict[str, str]
+) -> None:
+    """``%air_session restart`` of a session that is up: it stops, and a new one starts
+    with every option of its ``%air_session start``; the ranks' names are gone, and a
+    ``@distributed(session=True)`` function made before runs on the new ranks."""
+    first = start(kernel, "--env AIR_PROBE=7 --idle-timeout 5 --run-name warm")
+    assert cell(kernel, "kept = 1\nkept") == "1"
+    kernel.run(
+        "from jupyter_air import distributed\n"
+        "@distributed(session=True)\n"
+        "def probe():\n"
+        "    import os\n"
+        "    return os.environ['AIR_PROBE'], os.environ['MLFLOW_RUN_ID'], 'kept' in globals()"
+    )
+    refused = kernel.run("%air_session restart -n 3")
+    assert "UsageError: %air_session restart takes no options" in refused.stderr
+    assert cell(kernel, "kept") == "1"  # refused: the session is as it was
+
+    restarted = kernel.run("%air_session restart")
+    assert restarted.error is None, restarted.traceback
+    found = SESSION_JOB.search(restarted.text)
+    assert found, restarted.text
+    second = found.group(1)
+    assert second != first
+    assert_gone_within(first, time.monotonic())
+    store = JobStore(air_home)
+    assert store.get(first).status == "SUCCEEDED"  # stopped: its ranks left when asked
+    old, new = store.get(first).workload, store.get(second).workload
+    assert (new.env, new.run_name, new.nproc_per_node) == ({"AIR_PROBE": "7"}, "warm", 2)
+    assert (new.env, new.run_name, new.nproc_per_node) == (old.env, old.run_name, 2)
+    assert "(--idle-timeout 5)" in kernel.run("%air_session status").text
+
+    env, run_id, kept = ast.literal_eval(kernel.run("probe.distributed()").value())
+    assert (env, kept) == ("7", False)  # the same options; new ranks, fresh names
+    client = MlflowClient(kernel_env["MLFLOW_TRACKING_URI"])
+    parent = client.get_run(run_id).data.tags["mlflow.parentRunId"]
+    assert parent == store.attempts(second)[0].run_id  # a child run of the new session
+    kernel.run("%air_session stop")
 
 
 def test_a_dead_rank_ends_the_session_and_the_next_cell_says_why(kernel: Kernel) -> None:
@@ -273,7 +331,7 @@ def test_a_dead_rank_ends_the_session_and_the_next_cell_says_why(kernel: Kernel)
     after = kernel.run("%%air_distributed --session\n1")
     assert "UsageError: the session" in after.stderr
     assert "SIGKILL" in after.stderr
-    assert "start a new one with %air_session start" in after.stderr
+    assert "%air_session restart starts it again with the same options" in after.stderr
 
 
 def test_a_shared_session_is_ended_by_air_cancel(kernel: Kernel, air_home: Path) -> None:

@@ -1,0 +1,159 @@
+"""What a warm session's cell shows (the live view of a fresh cell, over the cell's own
+run) and what ``%air_session status`` says (the running cell, or idle since when and
+for how long more)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kernel.conftest import Kernel
+from tests.kernel.test_live_view import PLOTLY
+from tests.kernel.test_session import cell, start
+
+LOSS_CELL = """%%air_distributed --session
+import time
+from jupyter_air import log_metrics
+for step in range({steps}):
+    log_metrics({{"loss": 1.0 / (step + 1)}}, step=step)
+    time.sleep({pause})
+"""
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def test_a_session_cell_leaves_its_own_runs_chart_and_status_as_a_fresh_cell_does(
+    kernel: Kernel,
+) -> None:
+    """Where widgets are not drawn: the header, the final status naming the cell, and the
+    chart of the cell's own child run, as a static plotly figure with its summary; a later
+    cell's chart holds its own points only."""
+    start(kernel)
+    first = kernel.run(LOSS_CELL.format(steps=12, pause=0.1))
+    assert first.error is None, first.traceback
+    assert not any(WIDGET in d for d in first.displays)
+    header, status, chart = first.displays
+    assert header["text/plain"].startswith("Job ")
+    assert "run cell 1" in header["text/plain"]
+    assert re.fullmatch(r"succeeded · [\d.]+ s · cell 1", status["text/plain"])
+    traces = {t["name"]: t for t in chart[PLOTLY]["data"]}
+    assert traces["loss"]["x"] == list(range(12))
+    assert (
+        "loss: last 0.0833333 (step 11), min 0.0833333 (step 11), 12 steps" in (chart["text/plain"])
+    )
+
+    second = kernel.run(LOSS_CELL.format(steps=3, pause=0))
+    *_, status, chart = second.displays
+    assert re.fullmatch(r"succeeded · [\d.]+ s · cell 2", status["text/plain"])
+    traces = {t["name"]: t for t in chart[PLOTLY]["data"]}
+    assert traces["loss"]["x"] == [0, 1, 2]  # cell 2's run, not cell 1's 12 points
+
+    failed = kernel.run("%%air_distributed --session\nraise ValueError('no')")
+    *_, status, chart = failed.displays
+    assert re.fullmatch(r"failed · [\d.]+ s · cell 3", status["text/plain"])
+    assert chart["text/plain"] == "no metrics were logged to the run"
+    kernel.run("%air_session stop")
+
+
+def test_a_session_cells_widget_view_sends_new_points_then_leaves_static_outputs(
+    kernel: Kernel,
+) -> None:
+    """Where widgets are drawn: the session cell's chart widget gets its run's points as
+    they are logged, each once; at its end the view becomes static and is closed."""
+    start(kernel)
+    setup = "from jupyter_air.kernel.live_view import live_view_config as c\n"
+    assert kernel.run(setup + "c().mode = 'widget'; c().interval = 0.5").error is None
+    try:
+        messages = collect(kernel, kernel.start(LOSS_CELL.format(steps=16, pause=0.25)))
+    finally:
+        kernel.run(setup + "c().mode = 'auto'; c().interval = 2.0")
+    custom, opened, closed, updates = messages
+    sent: list[float] = []
+    for message in custom:
+        if message["type"] == "add":
+            (trace,) = message["traces"]
+            assert trace["name"] == "loss"
+            sent += trace["x"]
+        else:
+            sent += message["x"][0]
+    assert sent == list(range(len(sent))), "every point once, in order"
+    assert len(sent) >= 8, "most points were sent while the cell ran"
+    assert any(m["type"] == "extend" for m in custom), "points arrive while the cell runs"
+    assert opened, "a widget view"
+    assert closed == opened, "the widgets are closed at the end"
+    static = [u for u in updates if "jp-air-JobHeader" in u.get("text/html", "")]
+    assert static, "the widget view's display became the static header"
+    assert re.search(r"succeeded · [\d.]+ s · cell \d+", static[-1]["text/plain"])
+    final = next(u for u in reversed(updates) if PLOTLY in u)
+    assert final[PLOTLY]["data"][0]["x"] == list(range(16))
+    kernel.run("%air_session stop")
+
+
+def collect(kernel: Kernel, msg_id: str) -> tuple[list[Any], set[str], set[str], list[Any]]:
+    """The chart's custom messages, the widgets opened (plotly.js's own model aside) and
+    closed, and the display updates of one cell."""
+    custom: list[Any] = []
+    opened: set[str] = set()
+    closed: set[str] = set()
+    updates: list[Any] = []
+    while True:
+        msg = kernel.client.get_iopub_msg(timeout=240)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "comm_open" and "source" not in content["data"].get("state", {}):
+            opened.add(content["comm_id"])
+        elif kind == "comm_close":
+            closed.add(content["comm_id"])
+        elif kind == "comm_msg" and content["data"].get("method") == "custom":
+            custom.append(content["data"]["content"])
+        elif kind == "update_display_data":
+            updates.append(content["data"])
+        elif kind == "error":
+            pytest.fail("\n".join(content["traceback"]))
+        elif kind == "status" and content["execution_state"] == "idle":
+            return custom, opened, closed, updates
+
+
+def test_status_says_the_running_cell_or_how_long_idle_and_the_time_left(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    """Idle before the first cell, with the idle timeout left; "running cell N" while a
+    cell runs (here from a thread of the kernel, so that a kernel cell can ask meanwhile);
+    idle again once it ended."""
+    start(kernel, "--idle-timeout 10")
+    status = kernel.run("%air_session status").text
+    assert re.search(
+        r"0 cells, .*\nidle for \d+ s; stops in (9 min \d+|10 min 0) s without a cell "
+        r"\(--idle-timeout 10\); pids",
+        status,
+    ), status
+
+    go = tmp_path / "go"
+    body = f"import os, time\nwhile not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n"
+    started = kernel.run(
+        "import threading\n"
+        "in_thread = threading.Thread(target=get_ipython().run_cell_magic, "
+        f"args=('air_distributed', '--session', {body!r}))\n"
+        "in_thread.start()"
+    )
+    assert started.error is None, started.traceback
+    deadline = time.monotonic() + 60
+    while not re.search(
+        r"\nrunning cell 1 for \d+ s; pids", kernel.run("%air_session status").text
+    ):
+        assert time.monotonic() < deadline, "status never said the cell runs"
+        time.sleep(0.2)
+    go.touch()
+    assert kernel.run("in_thread.join(60)\nin_thread.is_alive()").value() == "False"
+
+    status = kernel.run("%air_session status").text
+    assert re.search(r"1 cell, .*\nidle for \d+ s; stops in (9 min \d+|10 min 0) s", status), status
+    assert cell(kernel, "1") == "1"
+    kernel.run("%air_session stop")
+    stopped = kernel.run("%air_session status").text
+    assert "ended: stopped by %air_session stop" in stopped
+    assert "%air_session restart starts it again with the same options" in stopped
