@@ -33,6 +33,7 @@ from ..jobs import session_cells, session_host, session_rank
 from ..jobs.checks import Refused, check_submission
 from ..jobs.follow import LogFollower
 from ..jobs.hints import read_hints
+from ..jobs.session_activity import IDLE_TIMEOUT_TAG
 from ..jobs.session_cells import CellRecord, LatestCell
 from ..jobs.session_host import Session, SessionEnded
 from ..jobs.session_wire import facing
@@ -138,7 +139,8 @@ class WarmSession:
             grants=submission.grants,
             notebook=notebook,
             user=user,
-            extra_tags={"air.session": "true"},
+            # The idle timeout with the job: the GPU panel says when an idle session stops.
+            extra_tags={"air.session": "true", IDLE_TIMEOUT_TAG: f"{idle_timeout_min * 60:g}"},
             watch_pid=os.getpid(),
         )
         assert submitted.run_id is not None

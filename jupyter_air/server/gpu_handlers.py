@@ -14,6 +14,7 @@ from ..gpu.owners import job_of, owner_of
 from ..gpu.sampler import GpuSampler
 from ..job_dir import AttemptDir
 from ..jobs.hints import read_hints
+from ..jobs.session_activity import activity_of
 from ..jobs.store import JobStore, UnknownJob
 from .base import AirHandler
 from .jobs_handlers import JobsBase, in_store_thread
@@ -73,19 +74,20 @@ class GpuHandler(AirHandler):
                 proc["owner"] = {"kind": "job", "id": job_id, "name": None}
             else:
                 proc["owner"] = owner_of(proc["pid"], owners)
-        await self._add_hints(processes)
+        await self._add_job_details(processes)
 
-    async def _add_hints(self, processes: list[dict[str, Any]]) -> None:
-        """A running job's efficiency hints beside its processes (``owner.hints``: texts,
-        present only when there are some)."""
+    async def _add_job_details(self, processes: list[dict[str, Any]]) -> None:
+        """What is known of each running job beside its processes: its efficiency hints
+        (``owner.hints``: texts, present only when there are some) and, for a warm
+        session, whether it runs a cell or holds its GPUs idle (``owner.session``)."""
         owners = [p["owner"] for p in processes if p["owner"]]  # None: nobody we know
         jobs = {owner["id"] for owner in owners if owner.get("kind") == "job"}
         if not jobs:
             return
-        hints = await in_store_thread(current_hints, self.store, jobs)
+        details = await in_store_thread(running_job_details, self.store, jobs)
         for owner in owners:
-            if owner.get("kind") == "job" and hints.get(owner["id"]):
-                owner["hints"] = hints[owner["id"]]
+            if owner.get("kind") == "job" and owner["id"] in details:
+                owner.update(details[owner["id"]])
 
 
 class GpuSampleHandler(GpuHandler):
@@ -154,17 +156,25 @@ async def hide_others(handler: AirHandler, store: JobStore, doc: dict[str, Any])
         doc["nodes"] = [node for node in doc["nodes"] if node["job"] in visible]
 
 
-def current_hints(store: JobStore, job_ids: set[str]) -> dict[str, list[str]]:
-    """The hints of each running job's last attempt, as its supervisor last wrote them."""
-    found = {}
+def running_job_details(store: JobStore, job_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """For each running job: the hints of its last attempt, as its supervisor last wrote
+    them (``hints``, when there are some), and a session's activity (``session``)."""
+    found: dict[str, dict[str, Any]] = {}
     for job_id in job_ids:
         try:
-            attempts = store.attempts(job_id) if store.get(job_id).status == "RUNNING" else []
+            job = store.get(job_id)
         except UnknownJob:
             continue
+        attempts = store.attempts(job_id) if job.status == "RUNNING" else []
+        details: dict[str, Any] = {}
         if attempts:
             doc = read_hints(store.attempt_dir(job_id, attempts[-1].attempt))
-            found[job_id] = [hint["text"] for hint in doc["hints"]]
+            if doc["hints"]:
+                details["hints"] = [hint["text"] for hint in doc["hints"]]
+        if (activity := activity_of(store, job)) is not None:
+            details["session"] = activity.to_json()
+        if details:
+            found[job_id] = details
     return found
 
 

@@ -14,6 +14,7 @@ import {
   NA
 } from './format';
 import { GpuHistory } from './history';
+import { ISessionView, sessionsOn } from './sessions';
 import type { IGpuInfo, IGpuProcess } from './types';
 import { el } from '../dom';
 
@@ -25,8 +26,14 @@ function isOtherUsers(process: IGpuProcess): boolean {
   return process.owner?.kind === 'other';
 }
 
-/** A job's owner text followed by its efficiency hints, if it has any. */
-function withHints(owner: string, process: IGpuProcess): string {
+/**
+ * A job's owner text followed by what its session is doing and its efficiency
+ * hints, if it has any.
+ */
+function ownerText(process: IGpuProcess, session?: ISessionView): string {
+  const owner = session
+    ? `${formatOwner(process)} · ${session.activity}`
+    : formatOwner(process);
   const hints = process.owner?.hints ?? [];
   return hints.length ? `${owner} ⚠ ${hints.join(' · ')}` : owner;
 }
@@ -147,7 +154,14 @@ export class GpuCard extends Card {
       this.node.classList.toggle('jp-mod-lost', status === 'lost');
       this.node.classList.toggle('jp-mod-error', status === 'error');
     }
-    const badgeKey = `${status}|${state?.message ?? ''}`;
+    const sessions = sessionsOn(state, model.now);
+    const idle = sessions.filter(session => session.idle);
+    this.node.classList.toggle('jp-mod-idleSession', idle.length > 0);
+    const badgeKey = [
+      status,
+      state?.message ?? '',
+      ...sessions.map(i => i.badge)
+    ].join('\u0000');
     if (badgeKey !== this._badgeKey) {
       this._badgeKey = badgeKey;
       this._badges.textContent = '';
@@ -171,6 +185,19 @@ export class GpuCard extends Card {
         badge.title = text;
         this._badges.appendChild(badge);
       }
+      for (const session of sessions) {
+        // Held GPUs doing nothing: the costliest waste on a shared machine.
+        const badge = el(
+          'span',
+          session.idle
+            ? 'jp-air-Badge jp-air-GpuCard-session jp-mod-idleSession'
+            : 'jp-air-Badge jp-air-GpuCard-session',
+          session.badge
+        );
+        badge.title = session.title;
+        badge.dataset.job = session.job;
+        this._badges.appendChild(badge);
+      }
     }
 
     this._util.set(formatPercent(series && GpuHistory.latest(series.util)));
@@ -181,7 +208,7 @@ export class GpuCard extends Card {
     this._power.set(
       formatPower(series && GpuHistory.latest(series.power), info.power_limit_w)
     );
-    this._updateProcesses(state?.processes ?? []);
+    this._updateProcesses(state?.processes ?? [], sessions);
   }
 
   rows(model: GpuHistory, window: TimeWindow, theme: IChartTheme): IChartRow[] {
@@ -223,7 +250,12 @@ export class GpuCard extends Card {
     ];
   }
 
-  private _updateProcesses(processes: IGpuProcess[]): void {
+  private _updateProcesses(
+    processes: IGpuProcess[],
+    sessions: ISessionView[]
+  ): void {
+    const sessionOf = (p: IGpuProcess) =>
+      sessions.find(session => session.job === p.owner?.id && p.owner?.session);
     const rows = processes.map(p =>
       isOtherUsers(p)
         ? [NA, NA, formatProcessMemory(p.mem_mib), OTHER_USERS_JOB]
@@ -231,7 +263,7 @@ export class GpuCard extends Card {
             String(p.pid),
             p.name || NA,
             formatProcessMemory(p.mem_mib),
-            withHints(formatOwner(p), p)
+            ownerText(p, sessionOf(p))
           ]
     );
     const key = rows.map(r => r.join('\u0000')).join('\u0001');
@@ -261,6 +293,11 @@ export class GpuCard extends Card {
         tr.classList.add('jp-mod-otherUser');
       } else {
         tr.dataset.pid = String(process.pid);
+      }
+      const session = sessionOf(process);
+      if (session) {
+        tr.dataset.session = session.idle ? 'idle' : 'running';
+        tr.classList.toggle('jp-mod-idleSession', session.idle);
       }
       rows[k].forEach((text, c) => {
         const td = el('td', classes[c], text);

@@ -62,7 +62,7 @@ export function formatProcessMemory(mib: number | null | undefined): string {
   return mib >= 1024 ? `${gib(mib)} GiB` : `${Math.round(mib)} MiB`;
 }
 
-/** Who a GPU process belongs to: the notebook, the job, or "—". */
+/** Who a GPU process belongs to: the notebook, the job (or session), or "—". */
 export function formatOwner(process: IGpuProcess): string {
   const owner = process.owner;
   if (!owner) {
@@ -76,7 +76,8 @@ export function formatOwner(process: IGpuProcess): string {
     return id ? `kernel ${id.slice(0, 8)}` : 'kernel';
   }
   if (owner.kind === 'job') {
-    return owner.name || (id ? `job ${id}` : 'job');
+    const kind = owner.session ? 'session' : 'job';
+    return owner.name || (id ? `${kind} ${id}` : kind);
   }
   return owner.name || [owner.kind, id].filter(Boolean).join(' ') || '—';
 }

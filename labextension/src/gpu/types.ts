@@ -43,6 +43,20 @@ export interface ISamples {
   gpu: IGpuColumns[];
 }
 
+/** What a running warm session's ranks do: run a cell, or hold their GPUs idle. */
+export type SessionActivityKind = 'idle' | 'running';
+
+/** A running warm session's activity (`owner.session`, docs/api.md). */
+export interface ISessionActivity {
+  activity: SessionActivityKind;
+  /** Unix seconds: when it became idle, or when the running cell started. */
+  since: number;
+  /** The running cell, or the latest that ended (null before the first). */
+  cell: number | null;
+  /** Seconds without a cell after which it stops; 0: never; null: not known. */
+  idle_timeout_s: number | null;
+}
+
 /**
  * Owner of a GPU process: `kernel`, `job`, or `other`: a job the caller may
  * not view, sent with no id, name or pid, only its memory.
@@ -53,6 +67,8 @@ export interface IProcessOwner {
   name?: string | null;
   /** A running job's efficiency hints (idle GPUs, full memory, a silent rank). */
   hints?: string[];
+  /** Present when the job is a running warm session. */
+  session?: ISessionActivity;
 }
 
 /** A process holding memory on a GPU (`pid` and `name` are null for another user's job). */
