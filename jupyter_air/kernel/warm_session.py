@@ -6,8 +6,9 @@ with the same live view: status, the session job's hints, and the chart of the c
 own run and the job's GPUs, left as a static figure at its end; its failure and
 interrupt read as a fresh cell's (``JobFailed``, ``Interrupted``). The child run of the
 next cell is made ahead, while none waits (its id is the ranks' ``MLFLOW_RUN_ID``); its
-name, tags, source, end and the cells file are written after the cell: no MLflow write
-is on a cell's critical path.
+name and tags are written once its cell started (until then the runs panel leaves it
+out), its source, end and the cells file after the cell: no MLflow write is on a cell's
+critical path.
 
 A session that ended (lost process group, a dead rank, the idle timeout) can be started
 again with the options it was started with (``restarted``).
@@ -220,6 +221,7 @@ class WarmSession:
         status = "FAILED"
         files = self.session.files
         session_cells.set_latest(files, LatestCell(number, run_id, started))
+        self._tail.submit(self._name_run, run_id, number, tags)
         try:
             self.session.send_cell(payload, run_id)
             complete = self._collect(tick)
@@ -255,7 +257,7 @@ class WarmSession:
             view.status(status, 1, 1, view.elided_note() or "", hints["hints"])
             view.finish(chart, hints["gpus"])
             record = CellRecord(number, run_id, notebook_cell, started, finished, status)
-            self._tail.submit(self._end_cell, record, tags, source)
+            self._tail.submit(self._end_cell, record, source)
             if self.session.ended is None:
                 self._next_run = self._tail.submit(self._new_run)
 
@@ -310,10 +312,16 @@ class WarmSession:
             )
         )
 
-    def _end_cell(self, record: CellRecord, tags: dict[str, str], source: str) -> None:
+    def _name_run(self, run_id: str, number: int, tags: dict[str, str]) -> None:
+        """The run made ahead becomes cell ``number``'s in MLflow's eyes."""
         try:
             for key, value in tags.items():
-                self.client.set_tag(record.run_id, key, value)
+                self.client.set_tag(run_id, key, value)
+        except Exception as err:  # the cell runs on
+            print(f"warning: cell {number}'s run not named: {err}", file=sys.stderr)
+
+    def _end_cell(self, record: CellRecord, source: str) -> None:
+        try:
             self.client.log_text(record.run_id, source, "code/cell.py")
             self._runs.end_run(self.client, record.run_id, record.status)
             session_cells.record(self.session.files, record)

@@ -35,6 +35,11 @@ def run_kind(tags: dict[str, str]) -> RunKind | None:
     return None
 
 
+def made_ahead(tags: dict[str, str]) -> bool:
+    """A warm session's run made for a cell that has not started: no run of anything yet."""
+    return tags.get("air.session_cell") == "next"
+
+
 #: The statuses MLflow gives a run (``attributes.status``).
 STATUSES = ("RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED")
 #: The most runs one page may hold (MLflow's own limit for ``search_runs`` is 50,000;
@@ -190,7 +195,7 @@ def search_page(
         if err.error_code in ("INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST", "BAD_REQUEST"):
             raise BadQuery(err.message) from None
         raise
-    rows = [run_row(run) for run in found]
+    rows = [run_row(run) for run in found if not made_ahead(run.data.tags)]
     if visible is not None:
         rows = visible(rows)
     return RunsPage(
