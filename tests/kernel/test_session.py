@@ -147,7 +147,8 @@ def test_a_session_keeps_names_process_group_and_takes_kernel_names(
     assert len(children) == 9
     by_cell = {int(r.data.tags["air.session_cell"]): r for r in children}
     assert sorted(by_cell) == list(range(1, 10))
-    assert by_cell[9].data.metrics == {"lr_probe": 0.5}
+    logged = {k: v for k, v in by_cell[9].data.metrics.items() if not k.startswith("system/")}
+    assert logged == {"lr_probe": 0.5}  # besides its system metrics
     assert by_cell[6].info.run_id == kernel.run("rank_env").value().strip("'")  # --out
     assert by_cell[7].info.status == "FAILED"
     assert by_cell[8].info.status == "FINISHED"
@@ -177,7 +178,8 @@ def test_a_session_function_runs_in_the_ranks_namespace_as_a_cell_does(
     )
     assert refused.error is not None
     assert refused.error["ename"] == "NoSession"  # none yet, or an earlier test's ended
-    assert "with %air_session start" in refused.error["evalue"]
+    says = ("start one with %air_session start", "%air_session restart starts it again")
+    assert any(hint in refused.error["evalue"] for hint in says)
     refused = kernel.run("distributed(session=True, nproc_per_node=2)(print)")
     assert refused.error is not None
     assert refused.error["evalue"].startswith(
