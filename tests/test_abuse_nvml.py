@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from jupyter_air.jobs.system_feed import SystemMetricsFeed
 from jupyter_air.tracking.guard import RunGuard
-from jupyter_air.tracking.system_metrics import RunMetrics
+from jupyter_air.tracking.sampling import SampleLoop
 from tests.conftest import WriteScenario
 from tests.fake_nvml import OLD_DRIVER_LACKS, FakeGpu, Scenario, build_library, env_for
 
@@ -162,12 +163,12 @@ def test_run_system_metrics_keep_every_gpu_metric_on_a_driver_without_v3_queries
     metrics = run_on_old_driver(
         """
         import json
-        from jupyter_air.tracking.guard import RunGuard
-        from jupyter_air.tracking.system_metrics import RunMetrics
-        metrics = RunMetrics("0" * 32, "sqlite:///unused.db", 1.0, None, RunGuard())
+        from jupyter_air.gpu.nvml import Nvml
+        from jupyter_air.tracking.system_metrics import SystemSampler
+        sampler = SystemSampler(Nvml())
         for _ in range(2):
-            metrics.monitor.collect_metrics()
-        print(json.dumps(metrics.monitor.aggregate_metrics()))
+            sampler.collect()
+        print(json.dumps(sampler.aggregate()))
         """,
         tmp_path,
     )
@@ -252,10 +253,12 @@ def test_run_system_metrics_on_mig_record_memory_and_do_not_warn_every_sample(
     client = mlflow.MlflowClient(uri)
     run_id = client.create_run(client.create_experiment("mig")).info.run_id
     caplog.clear()
-    metrics = RunMetrics(run_id, uri, 0.05, None, RunGuard())
+    feed = SystemMetricsFeed(run_id, 1, RunGuard(), lambda: client)
+    metrics = SampleLoop(0.05, lambda sample: feed.add(0, [sample]))
     metrics.start()
     time.sleep(0.5)  # several samples
     metrics.finish()
+    feed.finish()
 
     logged = client.get_run(run_id).data.metrics
     assert logged["system/gpu_0_memory_usage_megabytes"] == pytest.approx(5 * GiB / 1e6, abs=0.1)

@@ -71,7 +71,7 @@ def test_a_ray_node_feeds_the_attempt_s_hints_as_the_local_backend_does(
     node = NodeAgent(metrics_interval=3600)
     try:
         node._rank_gpus = {2: 0, 3: 1}  # as start() sets it for node 1's ranks
-        node._metrics._take()  # a metrics sample, as the agent takes every interval
+        node._metrics.loop.take()  # a metrics sample, as the agent takes every interval
         report = node.poll()
     finally:
         node.finish()

@@ -16,12 +16,13 @@ import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..job_dir import JobDir
 from ..logs.capture import LINE, RankLog, StreamSplitter
 from ..logs.levels import ERROR
+from ..tracking.sampling import Sample, SampleLoop
 from .hints import HintRecorder, rank_gpus
 from .node_launch import NodeLaunch, RankSpec, node_specs
 from .outcome import AttemptEnd, Outcome, StopRule
@@ -230,8 +231,9 @@ class LocalRanks:
 class LocalNode:
     """The local backend's node agent, in-process: the one node of a local attempt, its
     ranks made from the same ``NodeLaunch`` by the same ``node_specs`` as each Ray node
-    agent's, stopped by the same rule, its GPUs' samples feeding the same hints. It has
-    ``RayNodes``'s interface: ``cancel``, ``run``, ``close``."""
+    agent's, stopped by the same rule, its system metrics sampled by the same loop
+    (``on_metrics``), whose GPU samples feed the same hints. It has ``RayNodes``'s
+    interface: ``cancel``, ``run``, ``sample_now``, ``close``."""
 
     def __init__(
         self,
@@ -240,21 +242,42 @@ class LocalNode:
         cwd: str | None,
         hints: HintRecorder | None,
         reaper: Reaper | None = None,
+        on_metrics: Callable[[int, list[Sample]], None] | None = None,
+        metrics_interval: float = 10.0,
     ) -> None:
         specs = node_specs(launch, files, cwd=cwd)
         self._ranks = LocalRanks(specs, reaper)
         if hints is not None:
             cuda = {spec.rank: spec.env.get("CUDA_VISIBLE_DEVICES") for spec in specs}
             hints.start(rank_gpus(cuda), self._ranks.last_output)
+        self._metrics = (
+            SampleLoop(
+                metrics_interval,
+                lambda sample: on_metrics(0, [sample]),
+                hints.on_nvml if hints is not None else None,
+            )
+            if on_metrics is not None
+            else None
+        )
 
     def cancel(self) -> None:
         self._ranks.cancel()
 
     def run(self, timeout: float | None = None) -> AttemptEnd:
+        if self._metrics is not None:
+            self._metrics.start()
         return self._ranks.run(timeout)
 
+    def sample_now(self) -> None:
+        if self._metrics is not None:
+            self._metrics.sample_now()
+
     def close(self) -> None:
-        """Nothing to release: ``run`` returns once every rank has exited and been read."""
+        """The last metrics sample, where MLflow's monitors were loaded for an earlier
+        one: a job that ended sooner leaves its sample to the run's tail, which has them
+        loaded (``run_tails``). ``run`` returned once every rank had exited."""
+        if self._metrics is not None:
+            self._metrics.finish(last=self._metrics.loaded)
 
 
 _PR_SET_PDEATHSIG = 1

@@ -11,8 +11,6 @@ This module does not import Ray: the supervisor turns ``NodeAgent`` into an acto
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
 import shutil
 import socket
@@ -29,6 +27,7 @@ from ..gpu.owners import job_of
 from ..gpu.sampler import GpuSampler
 from ..job_dir import AttemptDir, JobDir
 from ..paths import write_private
+from ..tracking.sampling import Sample, SampleLoop
 from . import session_rank
 from .env import free_port
 from .hints import GpuSample, gpu_samples, rank_gpus
@@ -57,7 +56,7 @@ class NodeAgent:
         self._gpu = GpuSampler(interval=gpu_interval, idle_timeout=365 * 86400.0)
         self._gpu.start()
         self._gpu_sent = -1
-        self._metrics = _MetricsThread(metrics_interval)
+        self._metrics = _NodeMetrics(metrics_interval)
 
     def describe(self) -> dict[str, Any]:
         """Who this node is: Ray's node id (simulated nodes share an IP), its address,
@@ -90,7 +89,7 @@ class NodeAgent:
         self._logs = {spec.rank: spec.log_path for spec in specs}
         self._rank_gpus = rank_gpus({s.rank: s.env.get("CUDA_VISIBLE_DEVICES") for s in specs})
         self._ranks = LocalRanks(specs)
-        self._metrics.start()
+        self._metrics.loop.start()
         threading.Thread(target=self._run, name="air-node-ranks", daemon=True).start()
 
     def _run(self) -> None:
@@ -101,7 +100,7 @@ class NodeAgent:
             message = f"the node agent failed: {err!r}"
             outcome = AttemptEnd(Outcome.FAILED, [], message=message, failed_at=time.time())
         self._outcome = outcome
-        self._metrics.prepare()  # the last sample is taken at finish(): get MLflow ready
+        self._metrics.loop.prepare()  # the last sample is taken at finish(): load MLflow
 
     def poll(self) -> dict[str, Any]:
         """New log records by rank, the outcome once every rank has exited (after its
@@ -146,6 +145,10 @@ class NodeAgent:
                 self._offsets[rank] = offset + len(whole)
         return records
 
+    def sample_now(self) -> None:
+        """A metrics sample at once, sent with the next poll (a session cell ended)."""
+        self._metrics.loop.sample_now()
+
     def stop(self, interrupt_first: bool, message: str) -> None:
         """Stop this node's ranks: as an interrupt (cancel, timeout) or at once (another
         node failed)."""
@@ -162,7 +165,7 @@ class NodeAgent:
             return {}
         return {path.name: path.read_bytes() for path in self._attempt.result_files()}
 
-    def finish(self) -> list[Any]:
+    def finish(self) -> list[Sample]:
         """Clean up (the payload holds the notebook's data), then the last metrics
         sample, so even a short job has its figures."""
         self._gpu.stop()
@@ -180,52 +183,17 @@ def _with_job_owners(snapshot: dict[str, Any]) -> dict[str, Any]:
     return snapshot
 
 
-class _MetricsThread:
-    """MLflow's monitors on this node, every ``interval`` seconds while the ranks run.
-
-    Loading MLflow costs about 2 s of CPU; it happens at the lowest priority once the
-    first sample is due or the ranks have ended, so it does not slow the ranks' start.
-    """
+class _NodeMetrics:
+    """This node's samples (the loop every backend samples with), kept for the next poll
+    with the GPU readings they took, which the supervisor's hints read."""
 
     def __init__(self, interval: float) -> None:
-        self._interval = interval
-        self._samples: list[Any] = []
+        self._samples: list[Sample] = []
         self._gpu_samples: list[dict[int, GpuSample]] = []
         self._lock = threading.Lock()
-        self._loading = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._metrics: Any = None
+        self.loop = SampleLoop(interval, self._keep, self._on_gpu)
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="air-node-metrics", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        if self._stop.wait(self._interval):
-            return
-        while True:
-            self._take()
-            if self._stop.wait(self._interval):
-                return
-
-    def prepare(self) -> None:
-        """Load MLflow's monitors in the background, at the lowest priority."""
-        threading.Thread(target=self._load, name="air-node-metrics-load", daemon=True).start()
-
-    def _load(self) -> Any:
-        with self._loading:  # one load, whichever thread comes first
-            if self._metrics is None:
-                with contextlib.suppress(OSError):  # this thread only
-                    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-                from ..gpu.nvml import Nvml
-                from ..tracking.node_metrics import NodeMetrics
-
-                self._metrics = NodeMetrics(Nvml(), self._on_gpu)
-            return self._metrics
-
-    def _take(self) -> None:
-        sample = self._load().sample()
+    def _keep(self, sample: Sample) -> None:
         with self._lock:
             self._samples.append(sample)
 
@@ -239,17 +207,12 @@ class _MetricsThread:
             samples, self._gpu_samples = self._gpu_samples, []
         return samples
 
-    def drain(self) -> list[Any]:
+    def drain(self) -> list[Sample]:
         with self._lock:
             samples, self._samples = self._samples, []
         return samples
 
-    def finish(self) -> list[Any]:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
-            try:
-                self._take()
-            except Exception as err:  # the samples already taken still count
-                logging.getLogger(__name__).warning("last metrics sample failed: %s", err)
+    def finish(self) -> list[Sample]:
+        """The samples not yet sent, with one last one."""
+        self.loop.finish(last=True)
         return self.drain()

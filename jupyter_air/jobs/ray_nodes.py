@@ -4,10 +4,11 @@ The supervisor is the Ray driver. It reserves one bundle per node (a placement g
 STRICT_SPREAD), places a node agent on each, tells each agent the job's shape (node 0's
 address and port are MASTER_ADDR/MASTER_PORT for every rank), then polls the agents:
 their records go to ``logs/node_N/rank_R.log``, their GPU samples to the panel's node
-files, their system metrics to the run. A failure on any node stops every node; so do
+files, their system metrics to the supervisor's feed (``system_feed``), as the local
+node's do. A failure on any node stops every node; so do
 cancel and timeout. Whatever happens, the agents and the placement group are released.
 It has ``LocalNode``'s interface (the local backend's in-process node agent): ``run``,
-``cancel``, ``close``.
+``cancel``, ``sample_now``, ``close``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from .. import __version__
 from ..job_dir import AttemptDir, JobDir
 from ..paths import private_opener, write_private
+from ..tracking.sampling import Sample
 from .hints import HintRecorder
 from .node_launch import NodeLaunch
 from .outcome import AttemptEnd, Outcome, StopRule
@@ -67,7 +69,7 @@ class RayNodes:
         *,
         payload: bytes | None,
         extra_env: dict[str, str],
-        on_metrics: Callable[[int, list[Any]], None],
+        on_metrics: Callable[[int, list[Sample]], None],
         hints: HintRecorder | None = None,
     ) -> None:
         self._workload = workload
@@ -295,7 +297,7 @@ class RayNodes:
         if report["gpu"] is not None:
             self._dir.write_gpu(node, report["gpu"])
         if report["metrics"]:
-            self._on_metrics(node, report["metrics"])
+            self._on_metrics(node, self._on_this_clock(node, report["metrics"]))
         self._feed_hints(node, report["hints"])
 
     def _feed_hints(self, node: int, report: dict[str, Any]) -> None:
@@ -309,6 +311,16 @@ class RayNodes:
             self._hints.start(report["rank_gpus"], lambda: self._last_output[node], node)
         for readings in report["samples"]:
             self._hints.on_sample(readings, node)
+
+    def _on_this_clock(self, node: int, samples: list[Sample]) -> list[Sample]:
+        """A node's samples at this machine's times (a session's cells are timed here)."""
+        offset = self._nodes[node]["clock_offset"]
+        return [sample.shifted(offset) for sample in samples]
+
+    def sample_now(self) -> None:
+        """Every node takes a metrics sample at once, sent with its next poll."""
+        for agent in self._agents:
+            agent.sample_now.remote()
 
     def _stop_nodes(self, outcomes: dict[int, AttemptEnd], interrupt_first: bool, why: str) -> None:
         """Every node still running (a failing node is stopping already: no harm)."""
@@ -367,7 +379,7 @@ class RayNodes:
                 log.warning("node %d: last metrics not read: %s", node, _reason(err))
                 continue
             if samples:
-                self._on_metrics(node, samples)
+                self._on_metrics(node, self._on_this_clock(node, samples))
         for agent in self._agents:
             ray.kill(agent)
         self._agents = []

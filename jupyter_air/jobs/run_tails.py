@@ -347,7 +347,7 @@ class TailProcess:
         try:
             client = self._client(tail.tracking_uri)
             if tail.sample:
-                _last_sample(tail)
+                _last_sample(client, tail)
             runs.end_run(client, tail.run_id, tail.status)
         except Exception as err:
             end_error = repr(err)
@@ -402,14 +402,13 @@ def _read_request(path: Path) -> dict[str, Any]:
     return body
 
 
-def _last_sample(tail: Tail) -> None:
+def _last_sample(client: Any, tail: Tail) -> None:
     """One system-metrics sample of this machine into the run, as the supervisor's
-    monitor takes at its end, so even a short run has its figures."""
-    from ..tracking.guard import RunGuard
-    from ..tracking.system_metrics import RunMetrics
+    local node takes at its end, so even a short run has its figures."""
+    from ..tracking.system_metrics import last_sample
 
     try:
-        RunMetrics(tail.run_id, tail.tracking_uri, 10.0, None, RunGuard()).finish()
+        last_sample(client, tail.run_id)
     except Exception as err:  # the run's end still comes
         log.warning("last system-metrics sample of run %s not taken: %s", tail.run_id, err)
 

@@ -2,7 +2,8 @@
 
 ``python -m jupyter_air.jobs.supervisor JOB_ID [--watch-pid PID]``. It starts the ranks
 of each attempt at once, while MLflow is imported on a background thread (about 2 s
-that need not delay the ranks), records system metrics into the attempt's run, stops
+that need not delay the ranks), logs every node's system metrics into the attempt's run
+(``system_feed``; a warm session's into its running cell's run too), stops
 every rank when one fails, retries up to ``max_retries`` times (a new MLflow run per
 attempt), and takes the job down when it is cancelled or the kernel that follows it
 dies. The first attempt's run was created by the kernel, so links show at once; a job
@@ -25,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -44,6 +45,7 @@ from .run_tails import Answer, NewRun, NoAnswer, Tail, hand_over, make_run
 from .sharing import mirror
 from .spec import Workload
 from .store import JobStore
+from .system_feed import SystemMetricsFeed
 
 log = logging.getLogger("jupyter_air.supervisor")
 
@@ -76,14 +78,11 @@ class Tracking:
         self._workload = workload
         self._home = home
         self._local = workload.backend == "local"
-        self._metrics_lock = threading.Lock()
         self._on_experiment = on_experiment
         self._ready: Future[Any] = Future()
         self._needed = threading.Event()
         self._asked = False  # something here needs MLflow (not only the first sample's time)
         self._over = False  # the job is over: a sample that never came needs no MLflow
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-node-metrics")
-        self._node_metrics: list[Future[None]] = []
         threading.Thread(target=self._load, name="air-mlflow-import", daemon=True).start()
 
     def _mlflow(self) -> Any:
@@ -108,13 +107,13 @@ class Tracking:
         try:
             from mlflow import MlflowClient
 
-            from ..tracking import runs, system_metrics
+            from ..tracking import runs
 
             # MlflowClient opens (and, for a new sqlite store, migrates) the store at once:
             # under the store's lock, or a kernel creating it too fails the migration.
             with runs.quiet_store_setup(self._workload.tracking_uri):
                 client = MlflowClient(self._workload.tracking_uri)
-            self._ready.set_result((client, runs, system_metrics))
+            self._ready.set_result((client, runs))
         except BaseException as err:
             self._ready.set_exception(err)
 
@@ -126,7 +125,7 @@ class Tracking:
             made = self._made_by_tail_process(job_id, attempt, tags)
             if made is not None:
                 return made
-        client, runs, _ = self._mlflow()
+        client, runs = self._mlflow()
         return str(
             runs.start_run(
                 client,
@@ -176,72 +175,15 @@ class Tracking:
             self._on_experiment(workload.experiment_id)
         return workload.experiment_id
 
-    def start_metrics(
-        self, run_id: str, guard: RunGuard, hints: HintRecorder | None = None
-    ) -> Future[Any]:
-        """System metrics for the run, started once MLflow is loaded; never blocks. Their
-        GPU samples feed the attempt's hints. ``finish_metrics`` cancels the future if
-        the attempt ends first."""
-        started: Future[Any] = Future()
-
-        def start() -> None:
-            try:
-                _, _, system_metrics = self._ready.result()
-                with self._metrics_lock:
-                    if started.cancelled():  # the attempt ended first: its tail samples
-                        return
-                    metrics = system_metrics.RunMetrics(
-                        run_id,
-                        self._workload.tracking_uri,
-                        METRICS_INTERVAL,
-                        None,
-                        guard,
-                        hints.on_nvml if hints is not None else None,
-                    )
-                    metrics.start()
-                    started.set_result(metrics)
-            except BaseException as err:
-                if not started.cancelled():  # else the attempt ended first: its tail samples
-                    log.warning("system metrics not recorded: %s", err)
-                with contextlib.suppress(InvalidStateError):
-                    started.set_result(None)
-
-        threading.Thread(target=start, name="air-system-metrics", daemon=True).start()
-        return started
-
-    def log_node_metrics(self, run_id: str, node: int, samples: list[Any]) -> None:
-        """A node agent's system metrics, logged on a thread of their own so that the
-        watch over the nodes never waits for MLflow."""
-
-        def log() -> None:
-            client, _, _ = self._mlflow()
-            from ..tracking.node_metrics import log_node_metrics
-
-            log_node_metrics(client, run_id, node, samples)
-
-        self._node_metrics.append(self._executor.submit(log))
-
-    def finish_metrics(self, metrics: Future[Any]) -> bool:
-        """Stop the run's system metrics with their last sample, and log the nodes' last
-        ones; whether a sample was taken here (if not, the tail takes one: MLflow was
-        never loaded in this process, and is not loaded for it now)."""
-        with self._metrics_lock:
-            monitor = None if metrics.cancel() else metrics.result()
-        if monitor is not None:
-            monitor.finish()
-        for pending in self._node_metrics:
-            try:
-                pending.result()
-            except Exception as err:
-                log.warning("node system metrics not logged: %s", err)
-        self._node_metrics.clear()
-        return monitor is not None or not self._local
+    def client(self) -> Any:
+        """The MLflow client, once MLflow is loaded (this asks for it)."""
+        client, _ = self._mlflow()
+        return client
 
     def tag(self, run_id: str, key: str, value: str) -> None:
         """A note on the run, if MLflow can still take one."""
         try:
-            client, _, _ = self._mlflow()
-            client.set_tag(run_id, key, value)
+            self.client().set_tag(run_id, key, value)
         except Exception as err:
             log.warning("could not tag MLflow run %s: %s", run_id, err)
 
@@ -250,6 +192,8 @@ class Ranks(Protocol):
     """An attempt's nodes on some backend: ``LocalNode`` (in-process) or ``RayNodes``."""
 
     def cancel(self) -> None: ...
+
+    def sample_now(self) -> None: ...
 
     def run(self, timeout: float | None = None) -> AttemptEnd: ...
 
@@ -264,7 +208,7 @@ class Attempt:
     run_id: str
     files: AttemptDir
     guard: RunGuard
-    metrics: Future[Any]
+    metrics: SystemMetricsFeed
     hints: HintRecorder
 
 
@@ -385,16 +329,16 @@ class Supervisor:
         hints = HintRecorder(
             files.path, functools.partial(tracking.tag, run_id), nnodes=workload.nnodes
         )
-        # On a cluster each node agent measures its own machine, not this one.
-        metrics = (
-            tracking.start_metrics(run_id, guard, hints) if workload.backend == "local" else _none()
-        )
+        session = JobDir(self.store.job_dir(job.id)) if workload.kind == "session" else None
+        metrics = SystemMetricsFeed(run_id, workload.nnodes, guard, tracking.client, session)
         return Attempt(number, run_id, files, guard, metrics, hints)
 
     def _run_attempt(self, attempt: Attempt, reaper: Reaper) -> AttemptEnd:
         """The attempt's ranks, on its backend, until every one has exited."""
+        self._ranks = None  # a failure to make this attempt's must not close the last's
         try:
             self._ranks = self._nodes(attempt, reaper)
+            attempt.metrics.ask_sample = self._ranks.sample_now
             if self._cancelled.is_set():
                 self._ranks.cancel()
             return self._ranks.run(timeout=self.job.workload.timeout)
@@ -438,11 +382,10 @@ class Supervisor:
     def _end_run(self, attempt: Attempt, status: str, over: bool) -> None:
         """The run's last metrics, its end and its logs, whoever follows the job; a
         failure is logged here (and the logs' in the run's tags)."""
-        try:
-            sampled = self._tracking.finish_metrics(attempt.metrics)
-        except Exception as err:
-            log.error("system metrics of run %s not finished: %s", attempt.run_id, err)
-            sampled = True
+        attempt.metrics.finish()
+        # A local job ended before its first sample: the tail process samples this
+        # machine (MLflow is not loaded here for it). A Ray node samples at its end.
+        sampled = attempt.metrics.sampled or self.job.workload.backend != "local"
         if over:  # what is left is the tail's: MLflow is not loaded here for it
             self._tracking.job_over()
         tail = Tail(
@@ -501,9 +444,7 @@ class Supervisor:
                 attempt.files.path,
                 payload=files.payload.read_bytes() if workload.kind == "python" else None,
                 extra_env=extra,
-                on_metrics=lambda node, samples: self._tracking.log_node_metrics(
-                    attempt.run_id, node, samples
-                ),
+                on_metrics=attempt.metrics.add,
                 hints=attempt.hints,
             )
         launch = NodeLaunch(
@@ -519,13 +460,15 @@ class Supervisor:
             command=list(workload.command) if workload.kind != "python" else [],
             working_dir=workload.working_dir,
         )
-        return LocalNode(launch, files, workload.working_dir, attempt.hints, reaper)
-
-
-def _none() -> Future[Any]:
-    done: Future[Any] = Future()
-    done.set_result(None)
-    return done
+        return LocalNode(
+            launch,
+            files,
+            workload.working_dir,
+            attempt.hints,
+            reaper,
+            on_metrics=attempt.metrics.add,
+            metrics_interval=METRICS_INTERVAL,
+        )
 
 
 def _mlflow_env(workload: Workload, run_id: str) -> dict[str, str]:

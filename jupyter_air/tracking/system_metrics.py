@@ -1,4 +1,9 @@
-"""System metrics of a job's run: MLflow's own monitors, with a GPU monitor of ours.
+"""System metrics of a job's runs: one sampler for every node, one path into MLflow.
+
+Every backend samples its nodes with ``SystemSampler`` (MLflow's CPU, disk and network
+monitors, and a GPU monitor of ours) on a ``sampling.SampleLoop``, and the supervisor
+logs every sample with ``log_samples``, under MLflow's names: ``system/<metric>`` for a
+job of one node, ``system/node_N/<metric>`` for each node of several.
 
 MLflow's ``GPUMonitor`` calls pynvml itself: it warns at every sample about a field a
 GPU does not report (utilization on a MIG GPU, power in a vGPU guest) and knows no
@@ -10,19 +15,28 @@ missing driver function or a refused query costs that field only.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+# The package first: another thread (the supervisor's) may be importing it, and a
+# submodule's import lock taken before the package's would deadlock against it.
+import mlflow  # noqa: F401
+from mlflow.entities import Metric
 from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
-from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
+from mlflow.system_metrics.metrics.disk_monitor import DiskMonitor
+from mlflow.system_metrics.metrics.gpu_monitor import GPUMonitor
+from mlflow.system_metrics.metrics.network_monitor import NetworkMonitor
+from mlflow.system_metrics.metrics.rocm_monitor import ROCMMonitor
 
 from ..gpu.nvml import MIB, GpuInfo, GpuReading, Nvml
-from .guard import RunGuard
+from .sampling import GpuListener, Sample
 
 log = logging.getLogger(__name__)
 
-#: Told each sample of every GPU (readings by NVML index, and the inventory).
-GpuListener = Callable[[list[GpuReading], dict[int, GpuInfo]], None]
+#: Metrics in one ``log_batch`` at most (MLflow's limit).
+BATCH = 1000
 
 
 class GpuMonitor(BaseMetricsMonitor):
@@ -62,96 +76,88 @@ def _gpu_metrics(reading: GpuReading, info: GpuInfo | None) -> Iterator[tuple[st
         yield "temperature_celsius", reading.temp_c
 
 
-class JobSystemMetricsMonitor(SystemMetricsMonitor):
-    """MLflow's monitor, sampling for as long as the job runs.
+def _mlflow_gpu_monitor() -> BaseMetricsMonitor | None:
+    """MLflow's own choice where NVML does not answer here (e.g. AMD's ROCm monitor)."""
+    for monitor in (GPUMonitor, ROCMMonitor):
+        try:
+            return monitor()
+        except Exception:  # not this kind of GPU, or no driver
+            continue
+    return None
 
-    MLflow's own loop stops once the run is no longer RUNNING; but a rank's
-    ``with mlflow.start_run(run_id=...)`` ends the run at every exit, mid-training. This
-    loop keeps MLflow's collection, aggregation and publishing, samples until the job
-    says stop, and puts the run back to RUNNING meanwhile.
-    """
 
-    guard = RunGuard()
+class SystemSampler:
+    """The metrics of the machine it runs on, as MLflow's own system-metrics monitor
+    takes them (one collection per sample, aggregated): its CPU, disk and network
+    monitors, and ours for the GPUs where NVML answers, else MLflow's choice."""
 
-    def __init__(
-        self, *args: Any, nvml: Nvml, on_gpu_sample: GpuListener | None = None, **kwargs: Any
-    ) -> None:
+    def __init__(self, nvml: Nvml, on_gpu_sample: GpuListener | None = None) -> None:
         self._nvml = nvml
-        self._on_gpu_sample = on_gpu_sample
+        self.monitors: list[BaseMetricsMonitor] = [CPUMonitor(), DiskMonitor(), NetworkMonitor()]
+        gpu = (
+            GpuMonitor(nvml, on_gpu_sample)  # its samples also feed the job's hints
+            if nvml.status().available
+            else _mlflow_gpu_monitor()
+        )
+        if gpu is not None:
+            self.monitors.append(gpu)
         self._failed: set[str] = set()
-        super().__init__(*args, **kwargs)
+        self._step = 0
 
-    def _initialize_gpu_monitor(self) -> BaseMetricsMonitor | None:
-        """Ours where NVML answers; otherwise MLflow's choice (e.g. AMD's ROCm monitor)."""
-        if self._nvml.status().available:
-            return GpuMonitor(self._nvml, self._on_gpu_sample)
-        return super()._initialize_gpu_monitor()
-
-    def collect_metrics(self) -> dict[str, Any]:
-        """MLflow's collection, where a monitor that raises loses only its own sample."""
+    def collect(self) -> None:
+        """Each monitor collects once; one that raises loses only its own figures."""
         for monitor in self.monitors:
             try:
                 monitor.collect_metrics()
             except Exception as err:
                 name = type(monitor).__name__
-                if name not in self._failed:
+                if name not in self._failed:  # said once, not at every sample
                     self._failed.add(name)
-                    log.warning("%s failed in run %s: %s", name, self._run_id, err)
-        return {}
+                    log.warning("%s failed: %s", name, err)
 
-    def monitor(self) -> None:
-        from mlflow import MlflowClient
+    def aggregate(self) -> dict[str, float]:
+        """What was collected since the last sample, averaged, then cleared."""
+        metrics: dict[str, float] = {}
+        for monitor in self.monitors:
+            metrics.update(monitor.aggregate_metrics())
+            monitor.clear_metrics()
+        return metrics
 
-        client = MlflowClient(self._tracking_uri)
-        while not self._shutdown_event.is_set():
-            for _ in range(self.samples_before_logging):
-                self.collect_metrics()
-                if self._shutdown_event.wait(self.sampling_interval):
-                    return  # finish() publishes the last sample
-            try:
-                with self.guard.lock:
-                    reopen = not self.guard.over.is_set()
-                    if reopen and client.get_run(self._run_id).info.status != "RUNNING":
-                        client.update_run(self._run_id, status="RUNNING")
-                self.publish_metrics(self.aggregate_metrics())
-            except Exception as err:
-                log.warning("system metrics of run %s not logged: %s", self._run_id, err)
+    def sample(self) -> Sample:
+        self.collect()
+        sample = Sample(time.time(), self._step, self.aggregate())
+        self._step += 1
+        return sample
+
+    def close(self) -> None:
+        self._nvml.shutdown()
 
 
-class RunMetrics:
-    """Records system metrics into one run every ``interval`` seconds for its whole life."""
+def prefix(node: int, nnodes: int) -> str:
+    """MLflow's prefix of a node's system metrics: ``system/``, or on a job of several
+    nodes ``system/node_N/`` (MLflow's ``node_id``)."""
+    return "system/" if nnodes == 1 else f"system/node_{node}/"
 
-    def __init__(
-        self,
-        run_id: str,
-        tracking_uri: str,
-        interval: float,
-        node_id: str | None,
-        guard: RunGuard,
-        on_gpu_sample: GpuListener | None = None,
-    ) -> None:
-        self._nvml = Nvml()
-        self.monitor = JobSystemMetricsMonitor(
-            run_id,
-            sampling_interval=interval,
-            node_id=node_id,
-            tracking_uri=tracking_uri,
-            nvml=self._nvml,
-            on_gpu_sample=on_gpu_sample,
-        )
-        self.monitor.guard = guard
 
-    def start(self) -> None:
-        self.monitor.start()
+def log_samples(
+    client: Any, run_id: str, prefix: str, samples: Sequence[Sample], steps: Sequence[int]
+) -> None:
+    """Samples into a run, each at its own time and at the step given for it."""
+    metrics = [
+        Metric(prefix + name, value, int(sample.t * 1000), step)
+        for sample, step in zip(samples, steps, strict=True)
+        for name, value in sample.metrics.items()
+    ]
+    for start in range(0, len(metrics), BATCH):
+        client.log_batch(run_id, metrics=metrics[start : start + BATCH])
 
-    def finish(self) -> None:
-        """Stop, and record one last sample so even a short run has its figures."""
-        self.monitor.finish()
-        try:
-            self.monitor.collect_metrics()
-            metrics: dict[str, Any] = self.monitor.aggregate_metrics()
-            if metrics:
-                self.monitor.publish_metrics(metrics)
-                self.monitor.mlflow_logger.flush()
-        finally:
-            self._nvml.shutdown()
+
+def last_sample(client: Any, run_id: str) -> None:
+    """One sample of this machine into a run of one node, so even a short run has its
+    figures (taken by the tail process for a supervisor that never loaded MLflow)."""
+    sampler = SystemSampler(Nvml())
+    try:
+        sample = sampler.sample()
+    finally:
+        sampler.close()
+    log_samples(client, run_id, prefix(0, 1), [sample], [sample.step])

@@ -1,0 +1,173 @@
+"""Where an attempt's system-metrics samples go: its run, and a session's running cell.
+
+Every backend's nodes sample with the same loop (``tracking.sampling``): the local
+node in the supervisor, each Ray node agent on its node. The supervisor hands each
+node's samples to this feed, which logs them on a thread of its own (the watch over
+the nodes never waits for MLflow) through the one path into MLflow
+(``system_metrics.log_samples``), under MLflow's names: ``system/<metric>`` for one
+node, ``system/node_N/<metric>`` for each of several.
+
+A warm session's cells are child runs of its run. Each sample goes to the session's run,
+and also to the run of the cell whose span holds its time (``session_cells``: the
+kernel writes the latest cell's span), at the cell's own steps from 0, so each cell's
+run has the system metrics of its time. A cell that ended with no sample in its span
+(shorter than the interval) is owed one: the nodes are asked for a sample at once, and
+the first each sends after the cell's end goes to that cell too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from ..job_dir import JobDir
+from ..tracking.guard import RunGuard
+from ..tracking.sampling import Sample
+from . import session_cells
+from .session_cells import LatestCell
+
+log = logging.getLogger("jupyter_air.system_metrics")
+
+#: Seconds between two looks at a session's latest cell.
+CELL_POLL = 0.25
+#: Seconds at least between two samples asked for cells that ended with none.
+ASK_GAP = 1.0
+#: Seconds after its end a cell still takes the samples of its span.
+KEEP = 60.0
+
+
+class SystemMetricsFeed:
+    """One attempt's system metrics, from every node, into MLflow."""
+
+    def __init__(
+        self,
+        run_id: str,
+        nnodes: int,
+        guard: RunGuard,
+        client: Callable[[], Any],
+        session: JobDir | None = None,
+    ) -> None:
+        """``client`` gives the MLflow client (loading MLflow on the first sample);
+        ``session``: the directory of a session job, whose cells get their samples."""
+        self.run_id = run_id
+        self._nnodes = nnodes
+        self._guard = guard
+        self._client = client
+        self._session = session
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-metrics-log")
+        self._pending: list[Future[None]] = []
+        self._lock = threading.Lock()
+        self.sampled = False  # a sample was handed over
+        #: Asks every node for a sample at once; set once the nodes are placed.
+        self.ask_sample: Callable[[], None] = lambda: None
+        self._cells: dict[int, LatestCell] = {}
+        self._cell_steps: dict[tuple[int, int], int] = {}  # (cell, node) -> next step
+        self._owed: dict[int, set[int]] = {}  # cell -> nodes whose next sample it gets
+        self._fed: set[int] = set()  # cells that got a sample
+        self._over = threading.Event()
+        if session is not None:
+            threading.Thread(target=self._watch_cells, name="air-cell-metrics", daemon=True).start()
+
+    def add(self, node: int, samples: Sequence[Sample]) -> None:
+        """A node's new samples (on this machine's clock), logged in the background."""
+        if not samples:
+            return
+        self.sampled = True
+        with self._lock:
+            self._pending = [f for f in self._pending if not f.done()]
+            self._pending.append(self._executor.submit(self._log, node, list(samples)))
+
+    def _log(self, node: int, samples: list[Sample]) -> None:
+        client = self._client()  # MLflow loaded first
+        from ..tracking.system_metrics import log_samples, prefix
+
+        with self._guard.lock:  # a rank's ``with mlflow.start_run`` ended it mid-job
+            reopen = not self._guard.over.is_set()
+            if reopen and client.get_run(self.run_id).info.status != "RUNNING":
+                client.update_run(self.run_id, status="RUNNING")
+        where = prefix(node, self._nnodes)
+        log_samples(client, self.run_id, where, samples, [s.step for s in samples])
+        if self._session is not None:
+            for cell, got in self._by_cell(node, samples):
+                log_samples(client, cell.run_id, where, got, self._steps(cell.cell, node, got))
+
+    def _by_cell(self, node: int, samples: list[Sample]) -> list[tuple[LatestCell, list[Sample]]]:
+        """The samples of each cell: those in its span, and the first after its end
+        for a cell owed one."""
+        assert self._session is not None
+        self._see(session_cells.latest(self._session))
+        found: dict[int, list[Sample]] = {}
+        with self._lock:
+            for sample in samples:
+                for cell in self._cells.values():
+                    ended = cell.ended if cell.ended is not None else float("inf")
+                    inside = cell.started <= sample.t <= ended
+                    owed = self._owed.get(cell.cell, set())
+                    if inside or (node in owed and sample.t >= ended):
+                        found.setdefault(cell.cell, []).append(sample)
+                        owed.discard(node)
+                        self._fed.add(cell.cell)
+            for number in [n for n, nodes in self._owed.items() if not nodes]:
+                del self._owed[number]
+            return [(self._cells[n], got) for n, got in found.items()]
+
+    def _steps(self, cell: int, node: int, samples: list[Sample]) -> list[int]:
+        first = self._cell_steps.get((cell, node), 0)
+        self._cell_steps[(cell, node)] = first + len(samples)
+        return list(range(first, first + len(samples)))
+
+    def _see(self, latest: LatestCell | None) -> None:
+        """The session's latest cell, as the kernel last wrote it; an ended cell with no
+        sample in its span is owed one. Cells ended ``KEEP`` seconds ago are let go (a
+        sample of theirs would have come by then)."""
+        if latest is None:
+            return
+        gone = time.time() - KEEP
+        with self._lock:
+            self._cells[latest.cell] = latest
+            for number, cell in list(self._cells.items()):
+                if cell.ended is None and number < latest.cell:  # its end was not seen
+                    self._cells[number] = cell = replace(cell, ended=latest.started)
+                if cell.ended is not None and cell.ended < gone and number not in self._owed:
+                    del self._cells[number]
+            if latest.ended is not None and latest.cell not in self._fed:
+                self._owed.setdefault(latest.cell, set(range(self._nnodes)))
+
+    def _watch_cells(self) -> None:
+        assert self._session is not None
+        asked = 0.0
+        while not self._over.wait(CELL_POLL):
+            try:
+                self._see(session_cells.latest(self._session))
+            except Exception as err:  # a bug here costs the cells' metrics only
+                log.warning("session cells not read: %s", err)
+                continue
+            with self._lock:
+                owed = bool(self._owed)
+            if owed and time.monotonic() - asked >= ASK_GAP:
+                asked = time.monotonic()
+                try:
+                    self.ask_sample()
+                except Exception as err:  # a node going away: its next poll says so
+                    log.warning("no sample asked of the nodes: %s", err)
+
+    def flush(self) -> None:
+        """Wait until every sample handed over is logged (or its failure said)."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for future in pending:
+            try:
+                future.result()
+            except Exception as err:
+                log.warning("system metrics of run %s not logged: %s", self.run_id, err)
+
+    def finish(self) -> None:
+        """Every sample handed over logged, then no more."""
+        self._over.set()
+        self.flush()
+        self._executor.shutdown(wait=True)

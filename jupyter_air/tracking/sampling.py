@@ -1,0 +1,122 @@
+"""Sampling a node's system metrics on a thread, for every backend alike.
+
+The one node of a local job (in the supervisor) and each node agent of a Ray job run
+the same loop: every ``interval`` seconds it takes one sample with
+``system_metrics.SystemSampler`` and hands it on. Loading MLflow's monitors costs about
+2 s of CPU, so it happens on this thread at the lowest priority once the first sample
+is due (or when asked to ``prepare``): a job shorter than the interval never loads it.
+This module imports no MLflow, so a sample travels (a Ray poll's answer) without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..gpu.nvml import GpuInfo, GpuReading
+
+log = logging.getLogger(__name__)
+
+#: Told each sample of every GPU (readings by NVML index, and the inventory).
+GpuListener = Callable[["list[GpuReading]", "dict[int, GpuInfo]"], None]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample of a node, MLflow's metric names without their ``system/`` prefix."""
+
+    t: float  # unix seconds
+    step: int  # the node's sample number, from 0
+    metrics: dict[str, float]
+
+    def shifted(self, offset: float) -> Sample:
+        """The same sample on a clock ``offset`` seconds behind this node's."""
+        return Sample(self.t - offset, self.step, self.metrics)
+
+
+class SampleLoop:
+    """One node's samples every ``interval`` seconds, each given to ``on_sample`` on this
+    loop's thread; ``sample_now`` wakes it for one at once."""
+
+    def __init__(
+        self,
+        interval: float,
+        on_sample: Callable[[Sample], None],
+        on_gpu_sample: GpuListener | None = None,
+    ) -> None:
+        self._interval = interval
+        self._on_sample = on_sample
+        self._on_gpu_sample = on_gpu_sample
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._loading = threading.Lock()
+        self._sampler: Any = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether MLflow's monitors are loaded here (a sample was or can be taken)."""
+        return self._sampler is not None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="air-system-metrics", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        failing = False
+        while not self._stop.is_set():
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.take()
+                failing = False
+            except Exception as err:  # said once while it lasts; the next may work
+                if not failing:
+                    log.warning("system-metrics sample failed: %r", err)
+                failing = True
+
+    def sample_now(self) -> None:
+        """Take the next sample at once (a session cell ended with none in its span)."""
+        self._wake.set()
+
+    def prepare(self) -> None:
+        """Load MLflow's monitors in the background, at the lowest priority."""
+        threading.Thread(target=self._load, name="air-system-metrics-load", daemon=True).start()
+
+    def _load(self) -> Any:
+        with self._loading:  # one load, whichever thread comes first
+            if self._sampler is None:
+                with contextlib.suppress(OSError):  # this thread only
+                    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+                from ..gpu.nvml import Nvml
+                from .system_metrics import SystemSampler
+
+                self._sampler = SystemSampler(Nvml(), self._on_gpu_sample)
+            return self._sampler
+
+    def take(self) -> None:
+        """One sample, now, handed on (the first loads MLflow's monitors)."""
+        self._on_sample(self._load().sample())
+
+    def finish(self, last: bool = True) -> None:
+        """Stop; with ``last``, one last sample so even a short job has its figures."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        try:
+            if last:
+                self.take()
+        except Exception as err:  # the samples already taken still count
+            log.warning("last system-metrics sample failed: %s", err)
+        finally:
+            if self._sampler is not None:
+                self._sampler.close()

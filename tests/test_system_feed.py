@@ -1,0 +1,141 @@
+"""The one feed of every backend's system metrics into MLflow (issues 16 and 17).
+
+MLflow is replaced by a recorder: what is specified is which run each sample goes to,
+under which name, at which step and time.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from jupyter_air.job_dir import JobDir
+from jupyter_air.jobs.session_cells import LatestCell, set_latest
+from jupyter_air.jobs.system_feed import SystemMetricsFeed
+from jupyter_air.tracking.guard import RunGuard
+from jupyter_air.tracking.sampling import Sample
+
+
+@dataclass
+class Client:
+    """What the feed asks of MLflow, recorded."""
+
+    logged: list[tuple[str, str, float, int, int]] = field(default_factory=list)
+    status: dict[str, str] = field(default_factory=dict)
+
+    def log_batch(self, run_id: str, metrics: list[Any]) -> None:
+        self.logged += [(run_id, m.key, m.value, m.step, m.timestamp) for m in metrics]
+
+    def get_run(self, run_id: str) -> Any:
+        return SimpleNamespace(info=SimpleNamespace(status=self.status.get(run_id, "RUNNING")))
+
+    def update_run(self, run_id: str, status: str) -> None:
+        self.status[run_id] = status
+
+    def of(self, run_id: str) -> list[tuple[str, float, int, int]]:
+        return [(k, v, step, t) for r, k, v, step, t in self.logged if r == run_id]
+
+
+def sample(t: float, step: int, cpu: float = 5.0) -> Sample:
+    return Sample(t, step, {"cpu_utilization_percentage": cpu})
+
+
+def test_one_node_logs_under_mlflows_names_at_each_samples_own_step_and_time() -> None:
+    client = Client()
+    feed = SystemMetricsFeed("run", 1, RunGuard(), lambda: client)
+    feed.add(0, [sample(100.0, 0, 5.0), sample(110.0, 1, 7.0)])
+    feed.finish()
+    assert client.of("run") == [
+        ("system/cpu_utilization_percentage", 5.0, 0, 100_000),
+        ("system/cpu_utilization_percentage", 7.0, 1, 110_000),
+    ]
+    assert feed.sampled
+
+
+def test_several_nodes_log_each_under_its_node() -> None:
+    client = Client()
+    feed = SystemMetricsFeed("run", 2, RunGuard(), lambda: client)
+    feed.add(1, [sample(100.0, 0)])
+    feed.add(0, [sample(100.5, 0)])
+    feed.finish()
+    assert [key for key, *_ in client.of("run")] == [
+        "system/node_1/cpu_utilization_percentage",
+        "system/node_0/cpu_utilization_percentage",
+    ]
+
+
+def test_a_run_a_rank_ended_is_running_again_until_the_attempt_is_over() -> None:
+    client, guard = Client(), RunGuard()
+    feed = SystemMetricsFeed("run", 1, guard, lambda: client)
+    client.status["run"] = "FINISHED"  # a rank's ``with mlflow.start_run(run_id=...)``
+    feed.add(0, [sample(100.0, 0)])
+    feed.finish()
+    assert client.status["run"] == "RUNNING"
+
+    feed = SystemMetricsFeed("run", 1, guard, lambda: client)
+    guard.end()
+    client.status["run"] = "FINISHED"  # as the kernel ends it once the job is over
+    feed.add(0, [sample(120.0, 1)])  # the node's last sample
+    feed.finish()
+    assert client.status["run"] == "FINISHED"
+    assert len(client.of("run")) == 2
+
+
+def test_without_samples_nothing_is_logged_and_mlflow_is_not_asked_for() -> None:
+    def no_mlflow() -> Any:
+        raise AssertionError("MLflow loaded for nothing")
+
+    feed = SystemMetricsFeed("run", 1, RunGuard(), no_mlflow)
+    feed.add(0, [])
+    feed.finish()
+    assert not feed.sampled
+
+
+def test_a_sessions_samples_go_to_its_run_and_to_the_cell_whose_span_holds_them(
+    tmp_path: Path,
+) -> None:
+    files = JobDir(tmp_path)
+    client = Client()
+    feed = SystemMetricsFeed("session", 2, RunGuard(), lambda: client, files)
+    set_latest(files, LatestCell(1, "cell-1", started=100.0))
+    feed.add(0, [sample(99.0, 0), sample(101.0, 1), sample(102.0, 2)])
+    feed.add(1, [sample(101.5, 0)])
+    feed.flush()
+    set_latest(files, LatestCell(1, "cell-1", started=100.0, ended=102.5))
+    set_latest(files, LatestCell(2, "cell-2", started=103.0))
+    feed.add(0, [sample(103.5, 3)])
+    feed.finish()
+    assert len(client.of("session")) == 5, "the session's run has every sample"
+    assert [(key, step, t) for key, _, step, t in client.of("cell-1")] == [
+        ("system/node_0/cpu_utilization_percentage", 0, 101_000),
+        ("system/node_0/cpu_utilization_percentage", 1, 102_000),
+        ("system/node_1/cpu_utilization_percentage", 0, 101_500),
+    ], "the cell's own steps, from 0 on each node, at the samples' times"
+    assert [(step, t) for _, _, step, t in client.of("cell-2")] == [(0, 103_500)]
+
+
+def test_a_cell_shorter_than_the_interval_asks_for_a_sample_and_gets_the_next_one(
+    tmp_path: Path,
+) -> None:
+    files = JobDir(tmp_path)
+    client = Client()
+    asked: list[float] = []
+    feed = SystemMetricsFeed("session", 1, RunGuard(), lambda: client, files)
+    feed.ask_sample = lambda: asked.append(time.time())
+    now = time.time()
+    feed.add(0, [sample(now - 5, 0)])  # before the cell
+    feed.flush()
+    set_latest(files, LatestCell(1, "cell-1", started=now - 2, ended=now - 1))
+    deadline = time.monotonic() + 10
+    while not asked:
+        assert time.monotonic() < deadline, "no sample asked for the cell that had none"
+        time.sleep(0.05)
+    feed.add(0, [sample(now, 1)])  # the one asked for, after the cell's end
+    feed.flush()
+    feed.add(0, [sample(now + 10, 2)])  # the next: not the cell's
+    feed.finish()
+    assert [(step, t) for _, _, step, t in client.of("cell-1")] == [(0, int(now * 1000))]
+    assert len(client.of("session")) == 3
