@@ -12,8 +12,12 @@ from jupyter_air.jobs.hints import GpuSample, HintRecorder, read_hints
 from jupyter_air.jobs.ray_agent import NodeAgent
 from jupyter_air.jobs.ray_nodes import RayNodes
 from jupyter_air.jobs.spec import Workload
+from jupyter_air.jobs.system_feed import SystemMetricsFeed
+from jupyter_air.tracking.guard import RunGuard
+from jupyter_air.tracking.sampling import Sample, SampleLoop
 from tests.conftest import WriteScenario
 from tests.fake_nvml import FakeGpu, Scenario
+from tests.test_system_feed import Client
 
 
 @pytest.fixture
@@ -96,3 +100,40 @@ def test_a_ray_node_feeds_the_attempt_s_hints_as_the_local_backend_does(
     assert doc["hints"][0]["text"].startswith("node 1: GPU 0 memory at 99 % of 80 GiB")
     assert doc["gpus"] == [], "a GPU index is only a node's: the chart's GPUs are not named"
     assert tags == ["air.hint.memory_full"]
+
+
+def test_a_ray_node_s_samples_are_logged_as_the_local_node_s_are(
+    scenario: WriteScenario, tmp_path: Path
+) -> None:
+    """One sampler on every node and one path into MLflow: a one-node Ray job's run gets
+    the names a local job's gets, at the supervisor's clock."""
+    scenario(Scenario(gpus=[FakeGpu(util=40)]))
+    local: list[Sample] = []
+    loop = SampleLoop(3600, local.append)
+    loop.take()
+    loop.finish(last=False)
+    node = NodeAgent(metrics_interval=3600)
+    try:
+        node._metrics.loop.take()  # as the agent's loop takes every interval
+        report = node.poll()
+    finally:
+        node.finish()
+    client = Client()
+    feed = SystemMetricsFeed("run", 1, RunGuard(), lambda: client)
+    watch = RayNodes(
+        Workload(kind="command", backend="ray", nnodes=1),
+        "job",
+        1,
+        tmp_path,
+        payload=None,
+        extra_env={},
+        on_metrics=feed.add,
+    )
+    watch._nodes = [{"clock_offset": 2.0}]  # the node's clock is 2 s ahead of this one's
+    watch._absorb(0, report)
+    feed.finish()
+    logged = client.of("run")
+    assert {key for key, *_ in logged} == {f"system/{name}" for name in local[0].metrics}
+    assert "system/gpu_0_utilization_percentage" in {key for key, *_ in logged}
+    [sample] = report["metrics"]
+    assert {t for *_, t in logged} == {int((sample.t - 2.0) * 1000)}
