@@ -24,11 +24,12 @@ from tests.ui.test_runs_panel import CHART, PANEL, ROWS, TAB
 
 
 def session_cell(lr: str) -> str:
+    """Rank 0 logs (only it imports MLflow: the other rank has nothing to load)."""
     return f"""%%air_distributed --session
 import os
-from mlflow import MlflowClient
-from jupyter_air import log_metrics
 if os.environ["RANK"] == "0":
+    from mlflow import MlflowClient
+    from jupyter_air import log_metrics
     MlflowClient().log_param(os.environ["MLFLOW_RUN_ID"], "lr", "{lr}")
     for step in range(3):
         log_metrics({{"loss": {lr} / (step + 1)}}, step=step)
@@ -64,9 +65,11 @@ def server(start_lab: Callable[..., Lab], air_home: Path) -> Lab:
 
 @pytest.fixture(scope="module")
 def page(browser: Any, server: Lab) -> Iterator[Any]:
-    """warm.ipynb once its two session cells ran, its runs panel open; the session is
-    stopped at the end (its kernel's end would stop it too)."""
+    """warm.ipynb once its two session cells ran, its runs panel open (the session ends
+    with its kernel, when the lab stops)."""
     page = open_notebook(browser, server, "warm.ipynb", "jupyterlab")
+    page.click(TAB)  # first: the server loads MLflow while the session starts
+    page.wait_for_selector(PANEL, state="visible")
     for index in range(len(CELLS)):
         run_cell(page, index)
     page.wait_for_function(
@@ -75,8 +78,6 @@ def page(browser: Any, server: Lab) -> Iterator[Any]:
         arg=len(CELLS) - 1,
         timeout=120_000,
     )
-    page.click(TAB)
-    page.wait_for_selector(PANEL, state="visible")
     yield page
     page.close()
 
