@@ -86,6 +86,15 @@ def user_traceback(err: BaseException) -> str:
     return "".join(traceback.format_exception(type(err), err, tb or err.__traceback__))
 
 
+def interrupted(err: BaseException) -> bool:
+    """Whether a cell ended by an interrupt: the ``KeyboardInterrupt`` itself, or a
+    library's way out of one (Lightning's ``fit`` catches it, tears down and calls
+    ``sys.exit(1)``), which would otherwise read as the rank failing the cell."""
+    return isinstance(err, KeyboardInterrupt) or (
+        isinstance(err, SystemExit) and isinstance(err.__context__, KeyboardInterrupt)
+    )
+
+
 def _result(value: Any, outputs: dict[str, Any]) -> bytes:
     """Rank 0's value and requested names; what cannot be pickled comes back as its repr."""
     try:
@@ -244,13 +253,16 @@ def _run(message: dict[str, Any], namespace: dict[str, Any], rank: int, cells: _
         with cells.lock:
             cells.running = False
         reply["ok"] = False
-        reply["interrupted"] = isinstance(err, KeyboardInterrupt)
+        reply["interrupted"] = interrupted(err)
         reply["error"] = user_traceback(err)
         sys.stderr.write("KeyboardInterrupt\n" if reply["interrupted"] else reply["error"])
         return reply
     finally:
         with cells.lock:
             cells.running = False
+        # Ours again, should the cell have left SIGINT ignored (Lightning ignores it while
+        # it shuts down after an interrupt): the next interrupt, or a cancel, must arrive.
+        signal.signal(signal.SIGINT, cells.on_sigint)
         _end_cell_run(message["run_id"])
     if rank == 0:
         outputs = {n: namespace[n] for n in payload.get("outputs", []) if n in namespace}
