@@ -47,7 +47,9 @@ class JobView:
         cell: int | None = None,
     ) -> None:
         self.job_id = job_id
-        #: A warm session's cell: its status names the cell (a session has no retries).
+        #: A warm session's cell: its status names the cell (a session has no retries),
+        #: and its widget view waits for the first chart tick: most session cells end
+        #: sooner, and building the widgets would cost them more than the cell itself.
         self._cell = cell
         self._output_ranks = output_ranks
         self._nnodes = nnodes
@@ -91,7 +93,7 @@ class JobView:
                 parts_text.append(f"logs: {command}")
         self._header_html = '<div class="jp-air-JobHeader">' + " · ".join(parts_html) + "</div>"
         bundle = {"text/plain": " | ".join(parts_text), "text/html": self._header_html}
-        if self._live is not None and self._live.start(self._header_html):
+        if self._live is not None and self._cell is None and self._live.start(self._header_html):
             self._header = self._live.handle
         else:
             self._header = display(bundle, raw=True, display_id=True)
@@ -123,7 +125,7 @@ class JobView:
             return
         if self._status is None:
             self._status = display(bundle, raw=True, display_id=True)
-            if self._live is not None:
+            if self._live is not None and self._cell is None:
                 self._live.reserve()
         else:
             self._status.update(bundle, raw=True)
@@ -131,8 +133,21 @@ class JobView:
     def chart(self, attempts: Sequence[tuple[int, str]], gpus: Sequence[int] | None) -> None:
         """New points of the runs (attempt, run id) for the live chart, at most every
         ``c.LiveView.interval`` seconds; only where the chart is live."""
-        if self._live is not None:
-            self._live.tick(attempts, gpus)
+        if self._live is None:
+            return
+        if self._cell is not None and self._live.widgets and self._live.handle is None:
+            self._start_widgets()
+        self._live.tick(attempts, gpus)
+
+    def _start_widgets(self) -> None:
+        """A session cell's widget view, once it has run a while: it takes the place of
+        the header (and status) shown so far, which are emptied."""
+        assert self._live is not None
+        self._live.start(self._header_html)
+        for shown in (self._header, self._status):
+            if shown is not None:
+                shown.update({"text/plain": ""}, raw=True)
+        self._header = self._live.handle
 
     def finish(self, attempts: Sequence[tuple[int, str]], gpus: Sequence[int] | None) -> None:
         """The job is over: the final chart (and, with widgets, the static header and

@@ -214,8 +214,8 @@ class WarmSession:
             self._show(view, seen)
             if time.monotonic() - status_at > STATUS_EVERY:
                 hints = read_hints(hints_of)
+                view.chart(chart, hints["gpus"])  # first: a widget view, if any, shows the status
                 view.status("RUNNING", 1, 1, hints=hints["hints"])
-                view.chart(chart, hints["gpus"])
                 status_at = time.monotonic()
 
         status = "FAILED"

@@ -62,12 +62,14 @@ def test_a_session_cells_widget_view_sends_new_points_then_leaves_static_outputs
     kernel: Kernel,
 ) -> None:
     """Where widgets are drawn: the session cell's chart widget gets its run's points as
-    they are logged, each once; at its end the view becomes static and is closed."""
+    they are logged, each once; at its end the view becomes static and is closed. A cell
+    over before the first chart update (most session cells) builds no widgets at all."""
     start(kernel)
     setup = "from jupyter_air.kernel.live_view import live_view_config as c\n"
     assert kernel.run(setup + "c().mode = 'widget'; c().interval = 0.5").error is None
     try:
         messages = collect(kernel, kernel.start(LOSS_CELL.format(steps=16, pause=0.25)))
+        short = collect(kernel, kernel.start("%%air_distributed --session\nx = 1"))
     finally:
         kernel.run(setup + "c().mode = 'auto'; c().interval = 2.0")
     custom, opened, closed, updates = messages
@@ -89,6 +91,10 @@ def test_a_session_cells_widget_view_sends_new_points_then_leaves_static_outputs
     assert re.search(r"succeeded · [\d.]+ s · cell \d+", static[-1]["text/plain"])
     final = next(u for u in reversed(updates) if PLOTLY in u)
     assert final[PLOTLY]["data"][0]["x"] == list(range(16))
+
+    custom, opened, closed, updates = short
+    assert (custom, opened, closed) == ([], set(), set())
+    assert updates[-1]["text/plain"] == "no metrics were logged to the run"
     kernel.run("%air_session stop")
 
 
