@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,3 +138,22 @@ def test_a_ray_node_s_samples_are_logged_as_the_local_node_s_are(
     assert "system/gpu_0_utilization_percentage" in {key for key, *_ in logged}
     [sample] = report["metrics"]
     assert {t for *_, t in logged} == {int((sample.t - 2.0) * 1000)}
+
+
+def test_a_node_asked_for_a_sample_sends_one_with_its_next_poll(scenario: WriteScenario) -> None:
+    """A session cell ended with no sample in its span: the supervisor asks every node."""
+    scenario(Scenario(gpus=[FakeGpu(util=40)]))
+    node = NodeAgent(metrics_interval=3600)
+    try:
+        node._metrics.loop.start()  # as start() does with the ranks
+        assert node.poll()["metrics"] == [], "none before the interval"
+        node.sample_now()
+        deadline = time.monotonic() + 120  # the first sample loads MLflow's monitors
+        while not (sent := node.poll()["metrics"]):
+            assert time.monotonic() < deadline, "no sample after sample_now"
+            time.sleep(0.1)
+    finally:
+        node.finish()
+    [sample] = sent
+    assert sample.step == 0
+    assert "gpu_0_utilization_percentage" in sample.metrics
