@@ -12,9 +12,11 @@ docs/benchmarks.md, "Live view").
    CPU and a metric of 720 steps): the view before issue 18 (every point of 17 traces on
    two rows, ``Plotly.extendTraces`` with one new point each) against live_chart.js
    itself (its ``extend`` message: the points kept, each trace cut to one point per
-   pixel of its panel, ``Plotly.react``), alternated in one page, median of 30 each,
-   from the call to plotly's promise (the browser's paint after it is not counted);
-   and Chromium's CPU time per update of each, which a loaded machine does not inflate.
+   pixel of its panel, each panel's uPlot chart given its data and drawn on its canvas),
+   alternated in one page, median of 30 each, from the call to plotly's promise and to
+   the end of uPlot's (synchronous) draw (the browser's paint after either is not
+   counted); and Chromium's CPU time per update of each, paint included, which a loaded
+   machine does not inflate.
 4. The quickstart's training cell: seconds from its first ``log_metrics`` call to the
    kernel's message that brings that point to the page, ``--runs`` times.
 
@@ -104,14 +106,15 @@ OLD_UPDATE = """async ([traces, layout, n]) => {
   };
 }"""
 #: The same update through live_chart.js itself: its module with a stand-in for the
-#: widget model, the kernel's ``add`` message of the whole history, then ``extend``
-#: messages of one point a trace; timed from the message to plotly's promise.
-NEW_UPDATE = """async ([esm, add, layout, n]) => {
+#: widget model (and the package's uPlot as its library model), the kernel's ``add``
+#: message of the whole history, then ``extend`` messages of one point a trace; timed
+#: from the message to the end of the draw.
+NEW_UPDATE = """async ([esm, lib, add, layout, n]) => {
   const url = URL.createObjectURL(new Blob([esm], {type: 'text/javascript'}));
   const widget = (await import(url)).default;
   const handlers = {};
-  const state = {chart_id: 'bench', figure_layout: layout, plotly: 'IPY_MODEL_lib'};
-  const library = {get: (k) => ({version: 'bench', source: 'module.exports = Plotly;'})[k]};
+  const state = {chart_id: 'bench', chart_layout: layout, library: 'IPY_MODEL_lib'};
+  const library = {get: (k) => ({version: 'bench', ...lib})[k]};
   const model = {get: (k) => state[k], on: (e, f) => { handlers[e] = f; }, send: () => {},
                  widget_manager: {get_model: async () => library}};
   widget.initialize({model});
@@ -205,7 +208,7 @@ def history(gpus: int = 8, samples: int = 720) -> tuple[dict[str, Any], dict[str
                 points.append(Point(key, i, random.uniform(0, 100), start + i * 10_000))
     chart = RunChart()
     update = chart.add(1, points, None)
-    return {"type": "add", "traces": [t.plotly() for t in update.added]}, chart.layout(legend=False)
+    return {"type": "add", "traces": [t.plotly() for t in update.added]}, chart.live_layout()
 
 
 def old_figure(add: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -228,10 +231,13 @@ def chromium_update(samples: int = 720) -> dict[str, float]:
     import plotly
     from playwright.sync_api import sync_playwright
 
+    from jupyter_air.kernel.live_view import _chart_library
     from tests.ui.conftest import CHROMIUM, CHROMIUM_ARGS
 
     plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
     esm = (ROOT / "jupyter_air" / "kernel" / "live_chart.js").read_text()
+    uplot = _chart_library()
+    lib = {"source": uplot.source, "css": uplot.css}
     add, layout = history(samples=samples)
     traces, old_layout = old_figure(add)
     with sync_playwright() as playwright:
@@ -242,13 +248,13 @@ def chromium_update(samples: int = 720) -> dict[str, float]:
         page.evaluate(
             f"async (a) => {{ window.updates = {{old: await ({OLD_UPDATE})(a[0]),"
             f" new: await ({NEW_UPDATE})(a[1])}}; }}",
-            [[traces, old_layout, samples], [esm, add, layout, samples]],
+            [[traces, old_layout, samples], [esm, lib, add, layout, samples]],
         )
         result: dict[str, float] = page.evaluate(TIME_BOTH)
         result.update(cpu_per_update(page))
         drawn = page.evaluate(
-            "() => Math.max(...[...document.querySelectorAll('.jp-air-LiveChart-plot')]"
-            ".flatMap(p => p.data.map(t => t.x.length)))"
+            "() => Math.max(...[...document.querySelectorAll('.jp-air-LiveChart-panel')]"
+            ".flatMap(p => p.uplot.data.slice(1).map(y => y.filter(v => v != null).length)))"
         )
         browser.close()
     return {**result, "new_points_per_trace_drawn": drawn}

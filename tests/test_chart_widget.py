@@ -34,7 +34,8 @@ def test_points_go_out_once_in_numbered_messages(widget: Any) -> None:
     widget.follow(lambda: widget.chart.add(1, [], None))  # nothing new: no message
     assert [(m["type"], m["revision"]) for m in widget.sent] == [("add", 1), ("extend", 2)]
     assert widget.sent[1]["x"] == [[2.0]]
-    assert widget.figure_layout["xaxis4"]["range"] == [-0.5, 2.5], "the layout follows"
+    (row,) = widget.chart_layout["rows"]
+    assert row["panels"][0]["x"] == [-0.5, 2.5], "the layout follows"
 
 
 def test_a_page_that_asks_gets_every_point_up_to_the_last_message(widget: Any) -> None:

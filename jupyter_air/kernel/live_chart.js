@@ -2,20 +2,28 @@
 //
 // The kernel sends only new points, as custom messages: {type: "add", traces} for new
 // traces and {type: "extend", indices, x, y} for new points of existing ones; the
-// layout (panels) is the synced `figure_layout`. The points are kept per model (not per
-// view), so a view rendered later, or twice, draws them all. plotly.js itself is a model
-// of its own (`plotly`, made once per kernel), evaluated once per page.
+// panels are the synced `chart_layout` (RunChart.live_layout). The points are kept per
+// model (not per view), so a view rendered later, or twice, draws them all. The chart
+// library, uPlot, is a model of its own (`library`, made once per kernel), evaluated
+// once per page.
 //
-// Why an update is cheap: plotly lays out and redraws the whole figure on any change of
-// its data (`extendTraces` included), so what it is given is what an update costs. It
-// gets at most one point per pixel of a trace's panel (minMaxBuckets), whatever the
-// history's length, and no text it would measure again each time: the legend and the
-// panels' titles (the layout's annotations) are HTML over and under the plot, laid out
-// by the browser once, and the axes' tick labels are not checked against the edges
-// (`ticklabeloverflow`, in live_view.py).
+// Why uPlot and not plotly (which draws the figure the cell keeps when the job ends):
+// plotly lays out and redraws its whole figure, every axis and tick label, on any change
+// of its data, and for the four panels of a job with 8 GPUs that alone took about the
+// 30 ms an update may take. uPlot draws each panel's lines on a canvas and its axes
+// without laying out a document. A trace longer than its panel is wide is cut to the
+// lowest and the highest point of each 2-pixel bucket (minMaxBuckets), whatever the
+// history's length; the legend and the panels' titles are HTML, laid out by the
+// browser only when they change.
 
 const charts = new Map();
-const LIBRARIES = Symbol.for("jupyter_air.plotly");
+const LIBRARIES = Symbol.for("jupyter_air.chart_library");
+// Pixels of the x axis under a panel's plot area, of the y axis left of it, between
+// two panels of a row.
+const X_AXIS = 32;
+const Y_AXIS = 50;
+const GAP = 24;
+const FONT = "11px 'Open Sans', verdana, arial, sans-serif";
 
 function chartOf(model) {
   const id = model.get("chart_id");
@@ -91,33 +99,34 @@ export function minMaxBuckets(x, y, lo, hi, buckets) {
   return [outX, outY];
 }
 
-// What plotly is given: each trace cut to its panel's width in pixels, over the range
-// the panel shows (the data's, or the user's zoom).
-export function drawn(plot, traces, hidden = new Set()) {
-  const full = plot._fullLayout;
-  return traces.map((trace) => {
-    const axis = full?.[`xaxis${trace.xaxis.slice(1)}`];
-    const pixels = Math.max(40, Math.round(axis?._length ?? plot.clientWidth));
-    const visible = hidden.has(trace.legendgroup) ? "legendonly" : true;
-    // Typed arrays: plotly takes them as they are on a linear axis, where it converts
-    // an array's every value (a fifth of an update); a copy, as plotly writes into it.
-    const typed = (x, y) => ({ ...trace, x: Float64Array.from(x), y: Float64Array.from(y), visible });
-    if (trace.x.length <= pixels) return typed(trace.x, trace.y);
-    let lo = trace.x[0];
-    let hi = trace.x[trace.x.length - 1];
-    if (axis && axis.autorange === false) [lo, hi] = axis.range.map(axis.r2l);
-    return typed(...minMaxBuckets(trace.x, trace.y, lo, hi, Math.floor(pixels / 2)));
+// A panel's traces, each cut to its panel's pixels over [lo, hi] (minMaxBuckets), on
+// one x as uPlot draws them: the union of their x, and each trace's y there, null where
+// it has no point (a line spans the gap). A node's GPUs are sampled together, so while
+// their traces are uncut the union is each one's x.
+export function aligned(traces, lo, hi, buckets) {
+  const cut = traces.map((t) => (t.x.length > 2 * buckets ? minMaxBuckets(t.x, t.y, lo, hi, buckets) : [t.x, t.y]));
+  const first = cut[0]?.[0] ?? [];
+  const same = cut.every(([x]) => x.length === first.length && x.every((v, i) => v === first[i]));
+  const xs = same ? first : [...new Set(cut.flatMap(([x]) => x))].sort((a, b) => a - b);
+  const columns = cut.map(([x, y]) => {
+    if (same) return Float64Array.from(y);
+    const at = new Map(x.map((v, i) => [v, y[i]]));
+    return xs.map((v) => at.get(v) ?? null);
   });
+  return [Float64Array.from(xs), ...columns];
 }
 
-async function plotlyOf(model) {
-  const ref = model.get("plotly");
+async function libraryOf(model) {
+  const ref = model.get("library");
   const library = await model.widget_manager.get_model(ref.slice("IPY_MODEL_".length));
   const loaded = (globalThis[LIBRARIES] ??= new Map());
   const version = library.get("version");
   if (!loaded.has(version)) {
-    const shim = "const module = { exports: {} };\nconst exports = module.exports;\n";
-    const source = `${shim}${library.get("source")}\nexport default module.exports;\n`;
+    const style = document.createElement("style");
+    style.textContent = library.get("css");
+    document.head.append(style);
+    // uPlot's browser build defines `uPlot`: a module of it exports that.
+    const source = `${library.get("source")}\nexport default uPlot;\n`;
     const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
     loaded.set(
       version,
@@ -142,14 +151,13 @@ function initialize({ model }) {
     chart.asked = true;
     ask();
   }
-  model.on("change:figure_layout", () => {
+  model.on("change:chart_layout", () => {
     for (const view of chart.views) view.draw();
   });
 }
 
 // The legend, in HTML: an entry per trace, a click hides or shows its group (a metric's
-// attempts, a GPU's utilization and memory). Plotly's own would be laid out again, text
-// measured, on every update.
+// attempts, a GPU's utilization and memory).
 function drawLegend(legend, chart, redraw) {
   legend.replaceChildren(
     ...chart.traces.map((trace) => {
@@ -172,82 +180,225 @@ function drawLegend(legend, chart, redraw) {
   );
 }
 
-// The panels' titles (the layout's annotations: `<b>title</b>` at a panel's top left
-// corner, in paper coordinates) as HTML over the plot, placed again only when the
-// titles or the plot's size change. Plotly would draw and measure them on every update.
-function placeTitles(titles, plot, annotations) {
-  const size = plot._fullLayout._size;
-  const placed = JSON.stringify([size, annotations]);
-  if (titles.dataset.placed === placed) return;
-  titles.dataset.placed = placed;
-  titles.replaceChildren(
-    ...annotations.map((annotation) => {
-      const title = document.createElement("b");
-      title.className = "jp-air-LiveChart-title";
-      // The text is plotly's (escaped) HTML: only its text is shown.
-      title.textContent = new DOMParser().parseFromString(annotation.text, "text/html").body.textContent;
-      const left = size.l + annotation.x * size.w;
-      const bottom = size.t + (1 - annotation.y) * size.h - 2;
-      title.style.cssText = `position: absolute; left: ${left}px; top: ${bottom}px; transform: translateY(-100%); white-space: nowrap; pointer-events: none`;
-      return title;
+// The time of day of a time panel's x, 24-hour: the kernel sends the local time as
+// milliseconds of a UTC clock (as plotly's date axis shows them), so it is read as UTC.
+function timeOfDay(ms, seconds = true) {
+  return new Date(ms).toISOString().slice(11, seconds ? 19 : 16);
+}
+
+const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400].map(
+  (s) => s * 1000,
+);
+const STEPS = Array.from({ length: 10 }, (_, e) => [1, 2, 5].map((m) => m * 10 ** e)).flat();
+
+// Tick labels with the decimals of the step between ticks, so that 0.0005 and 0.001
+// read apart (uPlot's own rounds both to 0.001).
+function numbers(u, splits, axis, space, incr) {
+  let digits = 0;
+  while (digits < 12 && Math.abs(Math.round(incr * 10 ** digits) - incr * 10 ** digits) > 1e-6) digits++;
+  const format = { minimumFractionDigits: digits, maximumFractionDigits: digits };
+  return splits.map((v) => v.toLocaleString("en-US", format));
+}
+
+function axes(spec) {
+  const common = { font: FONT, stroke: "#444", grid: { stroke: "#eee", width: 1 }, ticks: { stroke: "#ccc", width: 1, size: 4 } };
+  const x = spec.time
+    ? {
+        ...common,
+        space: 70,
+        incrs: TIME_STEPS,
+        values: (u, splits, axis, space, incr) => splits.map((v) => timeOfDay(v, incr < 60_000)),
+      }
+    : { ...common, space: 50, incrs: STEPS, values: numbers };
+  return [
+    { ...x, size: X_AXIS },
+    { ...common, size: Y_AXIS, space: 30, values: numbers },
+  ];
+}
+
+// One panel: its title over a uPlot chart of its traces. `state` holds what changes
+// between draws (the panel's spec: its fixed ranges; whether the user zoomed).
+function makePanel(uPlot, spec, traces, hidden, width, height) {
+  const el = document.createElement("div");
+  el.className = "jp-air-LiveChart-panel";
+  el.style.cssText = `width: ${width}px; position: relative`;
+  const head = document.createElement("div");
+  head.style.cssText = `padding-left: ${Y_AXIS}px; height: 18px; white-space: nowrap; overflow: hidden; font-size: 12px`;
+  const title = document.createElement("b");
+  title.className = "jp-air-LiveChart-title";
+  title.textContent = spec.title;
+  const readout = document.createElement("span");
+  readout.className = "jp-air-LiveChart-readout";
+  readout.style.cssText = "margin-left: 10px; color: #666";
+  head.append(title, readout);
+  el.append(head);
+  const state = { spec, zoomed: false, ours: false };
+  const range = (u, min, max) => {
+    if (state.spec.x) return state.spec.x;
+    return min === max ? [min - 1, max + 1] : [min, max];
+  };
+  const yRange = (u, min, max) => state.spec.y ?? uPlot.rangeNum(min ?? 0, max ?? 1, 0.1, true);
+  const u = new uPlot(
+    {
+      width,
+      height,
+      ms: 1,
+      tzDate: (ms) => uPlot.tzDate(new Date(ms), "Etc/UTC"),
+      legend: { show: false },
+      cursor: { drag: { x: true, y: false }, points: { show: false } },
+      scales: { x: { time: spec.time, range }, y: { range: yRange } },
+      axes: axes(spec),
+      series: [
+        {},
+        ...traces.map((trace) => ({
+          label: trace.name,
+          stroke: trace.line.color,
+          // A pixel wide where the panel's traces are many and dense (a software
+          // renderer drew 1.5 px wide lines for three times the CPU).
+          width: trace.meta.metric ? 1.5 : 1,
+          dash: trace.line.dash === "solid" ? undefined : [2, 3],
+          spanGaps: true,
+          show: !hidden.has(trace.legendgroup),
+          points: { size: 5, fill: trace.line.color },
+        })),
+      ],
+      hooks: {
+        // A zoom (a drag over the plot): the next updates keep it, cut for its span.
+        setScale: [
+          (self, key) => {
+            if (key === "x" && !state.ours) {
+              state.zoomed = true;
+              setTimeout(() => state.redraw?.()); // not inside uPlot's own update
+            }
+          },
+        ],
+        setCursor: [(self) => readOut(self, readout, spec)],
+      },
+    },
+    null,
+    el,
+  );
+  // A double click shows the whole data again (after uPlot's own handler).
+  u.over.addEventListener("dblclick", () =>
+    setTimeout(() => {
+      state.zoomed = false;
+      state.redraw?.();
     }),
   );
+  el.uplot = u; // what the browser tests and the benchmark read
+  return { el, u, state };
+}
+
+// What the pointer is over: the trace closest to it, its value and its x.
+function readOut(u, readout, spec) {
+  const i = u.cursor.idx;
+  let best = null;
+  if (i != null) {
+    for (let s = 1; s < u.series.length; s++) {
+      const y = u.data[s][i];
+      if (!u.series[s].show || y == null) continue;
+      const distance = Math.abs(u.valToPos(y, "y") - u.cursor.top);
+      if (best === null || distance < best.distance) best = { s, y, distance };
+    }
+  }
+  const x = i == null ? null : u.data[0][i];
+  readout.textContent =
+    best === null ? "" : `${u.series[best.s].label}: ${+best.y.toPrecision(4)} at ${spec.time ? timeOfDay(x) : `step ${x}`}`;
 }
 
 async function render({ model, el }) {
   const chart = chartOf(model);
-  const plot = document.createElement("div");
-  plot.className = "jp-air-LiveChart-plot";
-  const titles = document.createElement("div");
-  titles.className = "jp-air-LiveChart-titles";
-  titles.style.cssText = "font: 12px 'Open Sans', verdana, arial, sans-serif; color: #444";
+  const grid = document.createElement("div");
+  grid.className = "jp-air-LiveChart-plot";
+  grid.style.cssText = "font: 12px 'Open Sans', verdana, arial, sans-serif; color: #444";
   const legend = document.createElement("div");
   legend.className = "jp-air-LiveChart-legend";
-  legend.style.cssText = "padding: 0 0 6px 55px; font-size: 12px; line-height: 20px";
+  legend.style.cssText = `padding: 6px 0 6px ${Y_AXIS}px; font-size: 12px; line-height: 20px`;
   el.classList.add("jp-air-LiveChart");
-  el.style.position = "relative"; // the titles' frame
-  el.append(plot, titles, legend);
-  const Plotly = await plotlyOf(model);
-  let revision = 0;
+  el.append(grid, legend);
+  const uPlot = await libraryOf(model);
   let legendOf = null;
+  let built = null; // what the panels were made for: a change of it makes them anew
+  let panels = new Map(); // axis -> panel
+  const redrawAll = () => {
+    for (const other of chart.views) other.draw();
+  };
   const view = {
-    // Returns plotly's promise (the benchmark waits on it).
+    // Synchronous (uPlot draws in `batch`); a promise, as the benchmark waits on it.
     draw() {
       const shown = `${chart.traces.length} ${[...chart.hidden]}`;
       if (shown !== legendOf) {
         legendOf = shown;
-        drawLegend(legend, chart, () => {
-          for (const other of chart.views) other.draw();
-        });
+        drawLegend(legend, chart, redrawAll);
       }
-      // A copy: plotly writes its computed ranges into the layout it is given.
-      const { annotations = [], ...figure } = structuredClone(model.get("figure_layout"));
-      const layout = { ...figure, datarevision: ++revision };
-      // Not `responsive`: plotly then measures its container's style on every redraw,
-      // which doubled the cost of an update; the ResizeObserver below resizes it.
-      const config = { displaylogo: false };
-      return Plotly.react(plot, drawn(plot, chart.traces, chart.hidden), layout, config).then(() =>
-        placeTitles(titles, plot, annotations),
-      );
+      const layout = model.get("chart_layout");
+      const width = grid.clientWidth || 900;
+      const of = (axis) => chart.traces.filter((t) => Number(t.xaxis.slice(1) || 1) === axis);
+      const structure = JSON.stringify([
+        width,
+        layout.rows.map((row) => [row.height, row.panels.map((p) => [p.axis, p.title, p.time, of(p.axis).length])]),
+        [...chart.hidden],
+      ]);
+      if (structure !== built) {
+        built = structure;
+        for (const panel of panels.values()) panel.u.destroy();
+        panels = new Map();
+        grid.replaceChildren(
+          ...layout.rows.map((row) => {
+            const line = document.createElement("div");
+            line.style.cssText = `display: flex; gap: ${GAP}px; margin-bottom: 6px`;
+            const each = Math.floor((width - GAP * (row.panels.length - 1)) / row.panels.length);
+            for (const spec of row.panels) {
+              const panel = makePanel(uPlot, spec, of(spec.axis), chart.hidden, each, row.height + X_AXIS);
+              panel.traces = of(spec.axis);
+              panel.state.redraw = () => fill(panel);
+              panels.set(spec.axis, panel);
+              line.append(panel.el);
+            }
+            return line;
+          }),
+        );
+      }
+      for (const row of layout.rows) {
+        for (const spec of row.panels) {
+          const panel = panels.get(spec.axis);
+          panel.state.spec = spec;
+          panel.traces = of(spec.axis);
+        }
+      }
+      for (const panel of panels.values()) fill(panel);
+      return Promise.resolve();
     },
   };
+  // A panel's data, cut to its pixels over what it shows: the data's span, its fixed
+  // range, or the user's zoom (kept, and cut anew, until a double click).
+  function fill(panel) {
+    const { u, state, traces } = panel;
+    const xs = traces.flatMap((t) => (t.x.length ? [t.x[0], t.x[t.x.length - 1]] : []));
+    if (!xs.length) return;
+    let [lo, hi] = state.spec.x ?? [Math.min(...xs), Math.max(...xs)];
+    if (state.zoomed) [lo, hi] = [u.scales.x.min, u.scales.x.max];
+    const buckets = Math.max(20, Math.floor(u.bbox.width / devicePixelRatio / 2));
+    state.ours = true;
+    try {
+      u.batch(() => u.setData(aligned(traces, lo, hi, buckets), !state.zoomed));
+    } finally {
+      state.ours = false;
+    }
+  }
   await view.draw();
-  let width = plot.clientWidth;
+  let width = grid.clientWidth;
   const resized = new ResizeObserver(() => {
-    if (plot.clientWidth === width || !plot.clientWidth) return;
-    width = plot.clientWidth;
-    Plotly.Plots.resize(plot).then(() => view.draw()); // more pixels, more points
+    if (grid.clientWidth === width || !grid.clientWidth) return;
+    width = grid.clientWidth;
+    view.draw(); // more pixels, more points
   });
-  resized.observe(plot);
-  // A zoom changes the pixels' span: cut the traces again for it.
-  plot.on("plotly_relayout", (change) => {
-    if (Object.keys(change).some((key) => key.startsWith("xaxis"))) view.draw();
-  });
+  resized.observe(grid);
   chart.views.add(view);
   return () => {
     resized.disconnect();
     chart.views.delete(view);
-    Plotly.purge(plot);
+    for (const panel of panels.values()) panel.u.destroy();
   };
 }
 

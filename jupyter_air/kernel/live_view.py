@@ -3,17 +3,25 @@
 Rank 0's metrics (a panel each, against the step), the job's own GPUs (utilization and
 memory, per node on Ray) and its host's CPU, from the run's system metrics, with a
 legend; a retry's traces are new, dotted and named by attempt. ``RunChart`` is the
-data (no widgets); ``ChartWidget`` draws it with plotly.js in any frontend with
-widgets, sent only new points; where there are none (nbclient, nbconvert, a notebook
-opened later) the cell keeps a static plotly figure and a text summary.
+data (no widgets); ``ChartWidget`` draws it live with uPlot in any frontend with
+widgets, sent only new points; when the job ends, and where there are no widgets
+(nbclient, nbconvert, a notebook opened later), the cell keeps a static plotly figure
+and a text summary.
 
 Why a widget of our own rather than plotly's ``FigureWidget``: its updates resend
 every trace's whole arrays, where this one sends the new points; the page keeps them
-and draws at most one point per pixel of each panel (live_chart.js).
+and draws at most one point per pixel of each panel (live_chart.js). Why uPlot for
+the live chart and plotly for the saved one: plotly lays out and draws its whole
+figure, every axis and tick label, on any change of data; for the live chart's four
+panels that alone took about as long as the 30 ms an update may take, with two points
+a trace (docs/benchmarks.md, "issue 18 (third day)"). uPlot draws lines on a canvas
+and its axes without laying out a document. The saved figure is drawn once, by the
+frontend's own plotly renderer, with plotly's legend, hover and export.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import math
 import os
@@ -243,11 +251,9 @@ class RunChart:
         label = name if attempt == 1 else f"{name} (attempt {attempt})"
         return Trace(key, attempt, label, panel, series, color)
 
-    def layout(self, legend: bool = True) -> dict[str, Any]:
-        """Metric panels in rows of up to three, the system panels in the last row, each
-        titled; plotly's legend of every trace under them, unless ``legend`` is False
-        (the live chart draws its own: plotly lays its legend out again on every update).
-        Its size follows what is drawn, so an empty row never leaves a blank."""
+    def _rows(self) -> list[tuple[int, list[Panel]]]:
+        """(plot height, panels) of each row: the metrics' panels in rows of up to three,
+        the system panels in the last row."""
         metric_panels = sorted(self._panels.values(), key=lambda p: p.axis)
         system_panels = sorted(
             {t.panel for t in self.traces if t.panel.system}, key=lambda p: p.axis
@@ -258,16 +264,22 @@ class RunChart:
         ]
         if system_panels:
             rows.append((SYSTEM_HEIGHT, system_panels))
+        return rows
+
+    def layout(self) -> dict[str, Any]:
+        """The saved figure's plotly layout: metric panels in rows of up to three, the
+        system panels in the last row, each titled; plotly's legend of every trace under
+        them. Its size follows what is drawn, so an empty row never leaves a blank."""
+        rows = self._rows()
         plot_height = sum(TITLE_HEIGHT + height for height, _ in rows) - TITLE_HEIGHT
-        legend_lines = math.ceil(len(self.traces) / LEGEND_PER_LINE) if legend else 0
+        legend_lines = math.ceil(len(self.traces) / LEGEND_PER_LINE)
         margin = {**MARGIN, "b": MARGIN["b"] + LEGEND_LINE * legend_lines}
         layout: dict[str, Any] = {
             "height": max(plot_height, METRIC_HEIGHT) + margin["t"] + margin["b"],
             "margin": margin,
-            "showlegend": legend and bool(self.traces),
+            "showlegend": bool(self.traces),
             "legend": {"orientation": "h", "x": 0, "xanchor": "left", "yanchor": "top"},
             "hovermode": "closest",
-            "uirevision": "live",  # a redraw keeps the user's zoom and legend choices
             "annotations": [],
         }
         if not rows:
@@ -294,27 +306,50 @@ class RunChart:
         suffix = "" if panel.axis == 1 else str(panel.axis)
         # Fixed margins (no ``automargin``) and tick labels not checked against the
         # figure's edges (``ticklabeloverflow``): measuring tick labels makes plotly lay
-        # the figure out twice, and took a third of a live update.
+        # the figure out twice.
         unchecked = {"ticklabeloverflow": "allow"}
         xaxis: dict[str, Any] = {"domain": list(x), "anchor": f"y{suffix}", **unchecked}
         yaxis: dict[str, Any] = {"domain": list(y), "anchor": f"x{suffix}", **unchecked}
-        xs = [v for t in self.traces if t.panel == panel for v in (t.x[0], t.x[-1]) if t.x]
-        xaxis["autorange"] = True
+        x_range, y_range = self._ranges(panel)
+        xaxis["autorange"] = x_range is None
+        if x_range is not None:
+            xaxis["range"] = x_range
+        if y_range is not None:
+            yaxis["range"] = y_range
         if panel.system:
             xaxis.update(type="date", tickformat="%H:%M:%S", hoverformat="%H:%M:%S")
-            yaxis["range"] = [0, 105]
-            if xs and max(xs) - min(xs) < MIN_SPAN_MS:
-                xaxis.update(range=[min(xs), min(xs) + MIN_SPAN_MS], autorange=False)
         else:
             xaxis.update(tickformat="d", hoverformat="d")
-            if xs and max(xs) - min(xs) < FEW_STEPS:
-                # A tick per step, over the steps there are (half a step either side).
-                xaxis.update(
-                    range=[min(xs) - 0.5, max(xs) + 0.5], autorange=False, dtick=1, zeroline=False
-                )
-        # Said both ways: a redraw that keeps the same ``uirevision`` keeps what it is not
-        # told otherwise, plotly's own autorange included.
+            if x_range is not None:  # a tick per step
+                xaxis.update(dtick=1, zeroline=False)
         return {f"xaxis{suffix}": xaxis, f"yaxis{suffix}": yaxis}
+
+    def _ranges(self, panel: Panel) -> tuple[list[float] | None, list[float] | None]:
+        """A panel's fixed x and y ranges (None: the data's): a system panel shows at
+        least a minute and 0 to 105 %; a metric panel of a few steps just its steps,
+        half a step either side (plotly's own ticks would be fractional steps)."""
+        xs = [v for t in self.traces if t.panel == panel for v in (t.x[0], t.x[-1]) if t.x]
+        if panel.system:
+            if xs and max(xs) - min(xs) < MIN_SPAN_MS:
+                return [min(xs), min(xs) + MIN_SPAN_MS], [0, 105]
+            return None, [0, 105]
+        if xs and max(xs) - min(xs) < FEW_STEPS:
+            return [min(xs) - 0.5, max(xs) + 0.5], None
+        return None, None
+
+    def live_layout(self) -> dict[str, Any]:
+        """The live chart's panels (live_chart.js): rows of panels as in ``layout``, each
+        with its title, plot height, x kind (the time of day or steps) and fixed ranges."""
+        rows = []
+        for height, panels in self._rows():
+            specs = []
+            for panel in panels:
+                x, y = self._ranges(panel)
+                specs.append(
+                    {"axis": panel.axis, "title": panel.title, "time": panel.system, "x": x, "y": y}
+                )
+            rows.append({"height": height, "panels": specs})
+        return {"rows": rows}
 
     def figure(self, max_points: int | None = None) -> dict[str, Any]:
         """The whole chart as a static plotly figure (JSON), each trace thinned to at most
@@ -444,24 +479,36 @@ class RunFeed:
             feed.close()
 
 
+#: uPlot (MIT), copied from the npm package into the Python package by the front-end
+#: build (package.json's ``build:uplot``).
+UPLOT = Path(__file__).with_name("vendor")
+
+
 @cache
-def _plotly_library() -> Any:
-    """plotly.js (plotly's own copy) as a widget model of its own, made once per kernel:
-    every chart widget refers to it, and a page evaluates it once (live_chart.js keeps it
-    by version). In each chart's module it would cross the wire, and be parsed, once per
-    cell, and anywidget gives a model's module 2 s to load before it logs "Failed to
-    initialize model". A plain ipywidgets model (no view, no module of its own), so that
-    no anywidget timer runs while its 4.6 MB arrive."""
+def _chart_library() -> Any:
+    """uPlot as a widget model of its own, made once per kernel: every chart widget
+    refers to it, and a page evaluates it once (live_chart.js keeps it by version), where
+    in each chart's module it would cross the wire, and be parsed, once per cell. A plain
+    ipywidgets model (no view, no module of its own), so that no anywidget timer runs
+    while it arrives."""
     import ipywidgets
-    import plotly
     import traitlets
 
-    class PlotlyLibrary(ipywidgets.Widget):  # type: ignore[misc]
+    class ChartLibrary(ipywidgets.Widget):  # type: ignore[misc]
         version = traitlets.Unicode().tag(sync=True)
         source = traitlets.Unicode().tag(sync=True)
+        css = traitlets.Unicode().tag(sync=True)
 
-    path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-    return PlotlyLibrary(version=plotly.__version__, source=path.read_text(encoding="utf-8"))
+    try:
+        source = (UPLOT / "uPlot.iife.min.js").read_text(encoding="utf-8")
+        css = (UPLOT / "uPlot.min.css").read_text(encoding="utf-8")
+    except FileNotFoundError as error:
+        raise FileNotFoundError(
+            f"{error.filename} is missing: the front-end build (`npm run build`) copies "
+            "uPlot there from node_modules"
+        ) from error
+    version = hashlib.sha256(source.encode()).hexdigest()[:16]
+    return ChartLibrary(version=version, source=source, css=css)
 
 
 @cache
@@ -480,11 +527,11 @@ def _chart_widget_class() -> Any:
             Path(__file__).with_name("live_chart.js").read_text(encoding="utf-8")
         ).tag(sync=True)
         chart_id = traitlets.Unicode().tag(sync=True)
-        figure_layout = traitlets.Dict().tag(sync=True)
-        plotly = traitlets.Instance(Widget).tag(sync=True, **widget_serialization)
+        chart_layout = traitlets.Dict().tag(sync=True)
+        library = traitlets.Instance(Widget).tag(sync=True, **widget_serialization)
 
         def __init__(self, chart: RunChart, **kwargs: Any) -> None:
-            super().__init__(figure_layout=chart.layout(legend=False), **kwargs)
+            super().__init__(chart_layout=chart.live_layout(), **kwargs)
             self.chart = chart
             self.revision = 0  # messages of points sent
             # A history request may be answered on a subshell's thread (JupyterLab sends
@@ -510,9 +557,9 @@ def _chart_widget_class() -> Any:
                             "y": [update.extended[i][1] for i in indices],
                         }
                     )
-                layout = self.chart.layout(legend=False)
-                if layout != self.figure_layout:
-                    self.figure_layout = layout
+                layout = self.chart.live_layout()
+                if layout != self.chart_layout:
+                    self.chart_layout = layout
 
         def _numbered(self, message: dict[str, Any]) -> None:
             self.revision += 1
@@ -530,7 +577,7 @@ def _chart_widget_class() -> Any:
 def chart_widget(chart: RunChart) -> Any:
     """A live chart widget of ``chart`` (imports anywidget, so only where widgets are
     drawn)."""
-    return _chart_widget_class()(chart, chart_id=uuid.uuid4().hex, plotly=_plotly_library())
+    return _chart_widget_class()(chart, chart_id=uuid.uuid4().hex, library=_chart_library())
 
 
 def hints_html(hints: Sequence[Mapping[str, Any]]) -> str:

@@ -6,8 +6,8 @@ mostly idle fake GPUs, with system metrics every second and the idle hint's wind
 at 3 s (environment of the server, so of its kernels and the jobs' supervisors). The
 lab serves ``notebooks/quickstart.ipynb`` as it is in the repository; the test runs its
 code cells as a user would: the 2-rank training logs three metrics a step for about
-15 s, then the ``@distributed`` call. It reads the chart's plotly.js data in the page
-(``.jp-air-LiveChart-plot``'s ``data``) at two moments, saving screenshots under
+15 s, then the ``@distributed`` call. It reads the chart's data in the page (each
+``.jp-air-LiveChart-panel``'s uPlot chart) at two moments, saving screenshots under
 test-artifacts/, and checks that the traces grew, that each metric and the job's GPUs
 are drawn with a legend, that the status shows the idle hint, that once the job ends
 the widget view leaves the static outputs (header, final status, the plotly figure) a
@@ -36,8 +36,10 @@ VIEW = ".jp-air-LiveChart"
 PLOT = f"{VIEW} .jp-air-LiveChart-plot"
 #: The quickstart's cells: load_ext, the data, the training, the ``@distributed`` call.
 LOAD, DATA, TRAIN, CALL = 1, 3, 5, 7
-#: The plot's traces, as plotly.js holds them: name -> number of points.
-TRACES = "plot => Object.fromEntries(plot.data.map(t => [t.name, t.x.length]))"
+#: The chart's traces, as its panels' uPlot charts hold them: name -> points drawn.
+TRACES = """plot => Object.fromEntries([...plot.querySelectorAll('.jp-air-LiveChart-panel')]
+    .flatMap(p => p.uplot.series.slice(1).map((s, i) =>
+        [s.label, p.uplot.data[i + 1].filter(v => v != null).length])))"""
 METRICS = {"train_loss", "train_accuracy", "lr"}
 
 
@@ -151,8 +153,9 @@ def test_the_chart_grows_while_the_job_runs_a_panel_per_metric_with_a_legend(
     assert "likely input-bound" in hint
     # The legend hides a metric's traces on the page, without the (busy) kernel.
     page.click(f'{VIEW} .jp-air-LiveChart-legendItem[data-group="train_loss"]')
-    hidden = "plot => plot._fullData.find(t => t.name === 'train_loss').visible"
-    assert page.eval_on_selector(PLOT, hidden) == "legendonly"
+    shown = """plot => [...plot.querySelectorAll('.jp-air-LiveChart-panel')]
+        .flatMap(p => p.uplot.series).find(s => s.label === 'train_loss').show"""
+    assert page.eval_on_selector(PLOT, shown) is False
 
 
 def test_the_ended_job_leaves_a_legended_chart_with_no_blank_under_it(
@@ -188,6 +191,11 @@ def test_a_distributed_call_logs_no_widget_error_in_the_page(page: Any, app: str
     run_cell(page, CALL)
     page.wait_for_selector(".jp-OutputArea-output:has-text('rank 0 of 2')", timeout=120_000)
     page.wait_for_timeout(3000)  # anywidget reports a model not ready after 2 s
-    errors = [line for line in page.console_lines if "anywidget" in line.lower()]
+    # Not JupyterLab's own note that a plugin was slow to start on a loaded machine.
+    errors = [
+        line
+        for line in page.console_lines
+        if "anywidget" in line.lower() and not line.endswith("ms to activate.")
+    ]
     assert errors == []
     assert not [line for line in page.console_lines if line.startswith("pageerror")]
