@@ -94,6 +94,17 @@ def test_without_samples_nothing_is_logged_and_mlflow_is_not_asked_for() -> None
     assert not feed.sampled
 
 
+def test_a_sample_that_comes_after_the_attempts_end_is_dropped() -> None:
+    """A local node's loop still loading MLflow's monitors is not waited for at the end;
+    what it samples then is not the run's: the run's tail samples instead."""
+    client = Client()
+    feed = SystemMetricsFeed("run", 1, RunGuard(), lambda: client)
+    feed.finish()
+    feed.add(0, [sample(100.0, 0)])
+    assert client.logged == []
+    assert not feed.sampled
+
+
 def test_a_sessions_samples_go_to_its_run_and_to_the_cell_whose_span_holds_them(
     tmp_path: Path,
 ) -> None:

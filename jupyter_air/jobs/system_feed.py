@@ -77,8 +77,10 @@ class SystemMetricsFeed:
         """A node's new samples (on this machine's clock), logged in the background."""
         if not samples:
             return
-        self.sampled = True
         with self._lock:
+            if self._over.is_set():  # a sample loop that outlived its attempt's end
+                return
+            self.sampled = True
             self._pending = [f for f in self._pending if not f.done()]
             self._pending.append(self._executor.submit(self._log, node, list(samples)))
 
@@ -168,6 +170,7 @@ class SystemMetricsFeed:
 
     def finish(self) -> None:
         """Every sample handed over logged, then no more."""
-        self._over.set()
+        with self._lock:
+            self._over.set()
         self.flush()
         self._executor.shutdown(wait=True)

@@ -107,10 +107,11 @@ class SampleLoop:
         self._on_sample(self._load().sample())
 
     def finish(self, last: bool = True) -> None:
-        """Stop; with ``last``, one last sample so even a short job has its figures."""
+        """Stop; with ``last``, one last sample so even a short job has its figures.
+        Without, a loop still loading MLflow's monitors is not waited for."""
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
+        if self._thread is not None and (last or self.loaded):
             self._thread.join(30)
         try:
             if last:
