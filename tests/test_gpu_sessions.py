@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_air.job_dir import JobDir
+from jupyter_air.gpu.sampler import GpuSampler
+from jupyter_air.job_dir import AttemptDir, JobDir
 from jupyter_air.jobs import session_cells
 from jupyter_air.jobs.session_activity import (
     IDLE_TIMEOUT_TAG,
@@ -133,3 +134,24 @@ def test_a_latest_cell_file_no_kernel_wrote_says_nothing(store: JobStore) -> Non
         assert activity_of(store, job) is None, junk
     files.session_cell.write_text("{cut")  # unreadable: as before any cell
     assert activity_of(store, job) == SessionActivity(Activity.IDLE, 1000.0, None, None)
+
+
+async def test_a_node_of_a_multi_node_session_shows_it_idle_too(
+    jp_fetch: Any, store: JobStore, scenario: WriteScenario
+) -> None:
+    """A node agent's processes come named by job (``owner`` in its snapshot): the node
+    route adds what the session does, as the route of this server's GPUs does."""
+    job = running_session(store, {IDLE_TIMEOUT_TAG: "600"})
+    scenario(Scenario(gpus=[FakeGpu(processes=[(4242, 2 * 1024**3)])]))
+    snapshot = GpuSampler(interval=3600.0).snapshot()
+    snapshot["state"][0]["processes"][0]["owner"] = {"kind": "job", "id": job.id, "name": None}
+    AttemptDir(store.attempt_dir(job.id, 1)).write_gpu(1, snapshot)
+
+    answer = await jp_fetch("jupyter-air", "jobs", job.id, "gpu", params={"node": 1})
+    (process,) = json.loads(answer.body)["state"][0]["processes"]
+    assert process["owner"]["session"] == {
+        "activity": "idle",
+        "since": 1000.0,
+        "cell": None,
+        "idle_timeout_s": 600.0,
+    }

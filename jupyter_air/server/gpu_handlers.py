@@ -74,20 +74,7 @@ class GpuHandler(AirHandler):
                 proc["owner"] = {"kind": "job", "id": job_id, "name": None}
             else:
                 proc["owner"] = owner_of(proc["pid"], owners)
-        await self._add_job_details(processes)
-
-    async def _add_job_details(self, processes: list[dict[str, Any]]) -> None:
-        """What is known of each running job beside its processes: its efficiency hints
-        (``owner.hints``: texts, present only when there are some) and, for a warm
-        session, whether it runs a cell or holds its GPUs idle (``owner.session``)."""
-        owners = [p["owner"] for p in processes if p["owner"]]  # None: nobody we know
-        jobs = {owner["id"] for owner in owners if owner.get("kind") == "job"}
-        if not jobs:
-            return
-        details = await in_store_thread(running_job_details, self.store, jobs)
-        for owner in owners:
-            if owner.get("kind") == "job" and owner["id"] in details:
-                owner.update(details[owner["id"]])
+        await add_job_details(self.store, processes)
 
 
 class GpuSampleHandler(GpuHandler):
@@ -121,10 +108,31 @@ class JobGpuHandler(JobsBase):
             raise web.HTTPError(404, f"no GPU samples of node {node} in attempt {attempt}")
         running = job.status == "RUNNING" and attempt == attempts
         doc = _cut(stored, since, inventory)
+        if running:  # its jobs' hints and sessions as they are now, as for this server
+            processes = [p for state in doc["state"] for p in state.get("processes") or []]
+            await add_job_details(self.store, processes)
         await hide_others(self, self.store, doc)
         self.write_json(
             {**doc, "job": job.id, "attempt": attempt, "node": node, "running": running}
         )
+
+
+async def add_job_details(store: JobStore, processes: list[dict[str, Any]]) -> None:
+    """What is known of each running job beside its processes: its efficiency hints
+    (``owner.hints``: texts, present only when there are some) and, for a warm session,
+    whether it runs a cell or holds its GPUs idle (``owner.session``)."""
+    owners = [
+        owner
+        for p in processes
+        if isinstance(owner := p.get("owner"), dict)  # None: nobody we know
+        and owner.get("kind") == "job"
+        and isinstance(owner.get("id"), str)
+    ]
+    if not owners:
+        return
+    details = await in_store_thread(running_job_details, store, {o["id"] for o in owners})
+    for owner in owners:
+        owner.update(details.get(owner["id"], {}))
 
 
 async def hide_others(handler: AirHandler, store: JobStore, doc: dict[str, Any]) -> None:
