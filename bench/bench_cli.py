@@ -8,9 +8,13 @@ Side by side in this one script, arms alternating within each round, medians kep
    Target: <= 1.3x. Each arm then waits, untimed, for the job's run to be finished in
    MLflow (its logs attached), so that no arm pays for another's tail; that end is also
    given for the unwatched job (what both arms waited for before ``--watch`` ended with
-   the outcome).
+   the outcome). Beside the wall times, the watching process's own CPU seconds (not its
+   children's). With ``--baseline DIR`` (another tree of this package, e.g. this one
+   with the logs reader of an earlier commit), a third arm watches the same job with
+   that tree's ``air``: a before/after in the same rounds.
 2. ``follow``: ``LogFollower`` over that finished job's logs, in this process: lines/s
-   (wall and CPU); and ``air logs ID`` to /dev/null end to end. Target: >= 200,000/s.
+   (wall and CPU), as lines and as text (``follow_text``, what a terminal is given);
+   and ``air logs ID`` to /dev/null end to end. Target: >= 200,000/s.
 3. ``submit``: the CPU time of the ``air run -f`` process, beside the CPU time of a bare
    ``import mlflow`` (what the submitting side paid before). Target: <= 0.5 s.
 4. ``trivial``: ``air run -f --watch`` of a 2-rank job printing one line per rank vs
@@ -24,7 +28,9 @@ Side by side in this one script, arms alternating within each round, medians kep
    <= 3x. Beside it, the interpreter's own floor: ``python -S -c pass``, ``python -c
    pass`` (with ``site``, as ``air`` starts) and ``python -I -c "import sqlite3"``.
 
-Run: ``.venv/bin/python bench/bench_cli.py [--lines 250000] [--rounds 3]``.
+Run: ``.venv/bin/python bench/bench_cli.py [--lines 250000] [--rounds 3] [--chatty-only]
+[--baseline DIR]`` (``--chatty-only``: arms 1 and 2 alone). The ``air`` processes run the
+package of the tree this script is in (or ``DIR``'s), whatever the venv has installed.
 """
 
 from __future__ import annotations
@@ -56,6 +62,17 @@ rank, n = os.environ["RANK"], int(sys.argv[1])
 for i in range(n):
     print(f"rank {rank} step {i} loss 0.{i % 1000:03d} lr 3e-4 tokens/s 12345"
           + (" checkpoint saved" if i % 100 == 0 else ""))
+"""
+#: ``python -c OWN_CPU REPORT ARGS...``: ``air ARGS...``, writing the CPU seconds of its
+#: own process (all threads, none of its children's) to REPORT as it exits.
+OWN_CPU = """import atexit, resource, runpy, sys
+report, sys.argv = sys.argv[1], ["air", *sys.argv[2:]]
+def done():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    with open(report, "w") as f:
+        f.write(str(usage.ru_utime + usage.ru_stime))
+atexit.register(done)
+runpy.run_module("jupyter_air.cli", run_name="__main__", alter_sys=True)
 """
 TRIVIAL = """import os
 print("rank", os.environ["RANK"], "of", os.environ["WORLD_SIZE"])
@@ -94,7 +111,7 @@ def wait_outcome(store: JobStore, job_id: str) -> None:
 
 
 class Bench:
-    def __init__(self, work: Path, lines: int) -> None:
+    def __init__(self, work: Path, lines: int, baseline: Path | None = None) -> None:
         self.work, self.lines = work, lines
         self.env = {
             **os.environ,
@@ -102,7 +119,9 @@ class Bench:
             "MLFLOW_TRACKING_URI": f"sqlite:///{work}/mlflow.db",
             "JUPYTER_RUNTIME_DIR": str(work / "runtime"),  # no Jupyter server: no links
             "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": str(ROOT),
         }
+        self.baseline_env = baseline and {**self.env, "PYTHONPATH": str(baseline)}
         os.environ.update({k: self.env[k] for k in ("AIR_HOME", "MLFLOW_TRACKING_URI")})
         self.store = JobStore(work / "air")
         (work / "chatty.py").write_text(CHATTY)
@@ -126,17 +145,22 @@ class Bench:
         self.chatty_job = job_id
         return {"no_watch_s": seconds, "no_watch_recorded_end_s": time.perf_counter() - start}
 
-    def watch(self) -> float:
-        out = self.work / "watched.txt"
+    def watch(self, baseline: bool = False) -> dict[str, float]:
+        out, report = self.work / "watched.txt", self.work / "watch_cpu.txt"
+        air = [sys.executable, "-c", OWN_CPU, str(report)]
+        env = self.baseline_env if baseline else self.env
+        assert env is not None
         with out.open("w") as f:
-            seconds = run(
-                [*self.air, "run", "-f", "chatty.yaml", "--watch"], self.env, self.work, f
-            )
+            seconds = run([*air, "run", "-f", "chatty.yaml", "--watch"], env, self.work, f)
         printed = sum(1 for line in out.open() if " step " in line)
         assert printed == 2 * self.lines, f"--watch printed {printed} of {2 * self.lines} lines"
         with out.open() as f:
             wait_done(self.store, submitted(f.readline()))
-        return seconds
+        name = "baseline_watch" if baseline else "watch"
+        return {f"{name}_s": seconds, f"{name}_cpu_s": float(report.read_text())}
+
+    def baseline_watch(self) -> dict[str, float]:
+        return self.watch(baseline=True)
 
     def follower(self) -> dict[str, float]:
         assert self.chatty_job is not None
@@ -146,10 +170,17 @@ class Bench:
         )
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         assert count == 2 * self.lines
+        start, text_cpu = time.perf_counter(), time.process_time()
+        follower = LogFollower(self.store, self.chatty_job)
+        text_count = sum(text.count("\n") for _, text in follower.follow_text(interval=0))
+        text_wall, text_cpu = time.perf_counter() - start, time.process_time() - text_cpu
+        assert text_count == count
         logs = run([*self.air, "logs", self.chatty_job], self.env, self.work)
         return {
             "lines_per_s_wall": count / wall,
             "lines_per_s_cpu": count / cpu,
+            "text_lines_per_s_wall": count / text_wall,
+            "text_lines_per_s_cpu": count / text_cpu,
             "air_logs_lines_per_s": count / logs,
         }
 
@@ -214,30 +245,41 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=250_000, help="lines per rank")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--chatty-only", action="store_true", help="the chatty watch and the follower only"
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="DIR",
+        help="a tree holding another jupyter_air package: its air watches the chatty job too",
+    )
     args = parser.parse_args()
-    if shutil.which("torchrun", path=str(BIN)) is None:
+    if not args.chatty_only and shutil.which("torchrun", path=str(BIN)) is None:
         sys.exit("torchrun is missing from the venv (pip install torch)")
     work = Path(tempfile.mkdtemp(prefix="bench-cli-"))
-    bench = Bench(work, args.lines)
+    bench = Bench(work, args.lines, args.baseline and args.baseline.resolve())
     bench.trivial_watch()  # untimed: the store's and the experiment's first use, warm caches
     rounds: list[dict[str, float]] = []
     arms: list[tuple[str, Callable[[], Any]]] = [
         ("no_watch", bench.no_watch),
-        ("watch_s", bench.watch),
-        ("torchrun_s", bench.torchrun),
-        ("trivial_watch_s", bench.trivial_watch),
+        ("watch", bench.watch),
+        *([("baseline_watch", bench.baseline_watch)] if args.baseline else []),
     ]
+    if not args.chatty_only:
+        arms += [("torchrun_s", bench.torchrun), ("trivial_watch_s", bench.trivial_watch)]
     for number in range(args.rounds):
         result: dict[str, float] = {}
         for name, arm in arms if number % 2 == 0 else arms[::-1]:
             value = arm()
             result.update(value if isinstance(value, dict) else {name: value})
         result.update(bench.follower())
-        result.update(bench.submit_cpu())
-        result.update(bench.search())
-        result.update(bench.latencies.pop())  # this round's trivial job
-        result["trivial_cold_s"] = bench.trivial_watch_cold()
-        result.update({f"{k}_cold": v for k, v in bench.latencies.pop().items()})
+        if not args.chatty_only:
+            result.update(bench.submit_cpu())
+            result.update(bench.search())
+            result.update(bench.latencies.pop())  # this round's trivial job
+            result["trivial_cold_s"] = bench.trivial_watch_cold()
+            result.update({f"{k}_cold": v for k, v in bench.latencies.pop().items()})
         print(json.dumps({k: round(v, 3) for k, v in result.items()}), flush=True)
         rounds.append(result)
     m = {key: median(rounds, key) for key in rounds[0]}
@@ -249,10 +291,22 @@ def main() -> None:
         f"{m['watch_s'] / m['no_watch_s']:.2f}x (target <= 1.3x); the unwatched job's "
         f"recorded end (after its MLflow tail) {m['no_watch_recorded_end_s']:.2f} s"
     )
+    print(f"  the watching process's own CPU: {m['watch_cpu_s']:.2f} s")
+    if args.baseline:
+        print(
+            f"- baseline ({args.baseline}): watch {m['baseline_watch_s']:.2f} s, "
+            f"{m['baseline_watch_s'] / m['no_watch_s']:.2f}x; its own CPU "
+            f"{m['baseline_watch_cpu_s']:.2f} s"
+        )
     print(
         f"- follower {m['lines_per_s_wall']:,.0f} lines/s wall, {m['lines_per_s_cpu']:,.0f} "
-        f"lines/s CPU; air logs {m['air_logs_lines_per_s']:,.0f} lines/s (target >= 200,000)"
+        f"lines/s CPU; as text {m['text_lines_per_s_wall']:,.0f} wall, "
+        f"{m['text_lines_per_s_cpu']:,.0f} CPU; air logs {m['air_logs_lines_per_s']:,.0f} "
+        "lines/s (target >= 200,000)"
     )
+    if args.chatty_only:
+        shutil.rmtree(work, ignore_errors=True)
+        return
     print(
         f"- air run -f {m['air_run_cpu_s']:.2f} s CPU; import mlflow alone "
         f"{m['import_mlflow_cpu_s']:.2f} s (target <= 0.5 s)"

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
 import os
 import signal
 import sqlite3
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from .jobs.permissions import (
 from .jobs.sharing import mirror
 from .jobs.spec import Workload
 from .jobs.store import JOB_ID, Job, JobStore, StoreError, UnknownJob
-from .logs.query import BadFilter, LogFilter, LogLine, read_all, read_tail
+from .logs.query import BadFilter, LogFilter, LogLine, read_all_text, read_tail
 from .logs.text import format_line
 from .paths import UnsafeHome
 from .redact import redact
@@ -429,8 +428,12 @@ def _logs(args: argparse.Namespace) -> int:
     if args.follow:
         _follow(store, job.id, flt, args.lines, attempt)
         return 0
-    lines = read_tail(directory, flt, args.lines).lines if args.lines else read_all(directory, flt)
-    _print(lines)
+    if args.lines:
+        _print(read_tail(directory, flt, args.lines).lines)
+        return 0
+    for page in read_all_text(directory, flt):
+        sys.stdout.write(page.text)
+    sys.stdout.flush()
     return 0
 
 
@@ -454,11 +457,9 @@ def _when(value: str | None, option: str) -> float | None:
         raise CliError(f"{option} {value!r}: expected an ISO time or Unix seconds") from None
 
 
-def _print(lines: Iterable[LogLine]) -> None:
-    out, pending = sys.stdout, iter(lines)
-    while chunk := list(itertools.islice(pending, 10_000)):
-        out.write("".join(map(format_line, chunk)))
-    out.flush()
+def _print(lines: list[LogLine]) -> None:
+    sys.stdout.write("".join(map(format_line, lines)))
+    sys.stdout.flush()
 
 
 def _follow(
@@ -478,11 +479,12 @@ def _follow(
             _print(page.lines)
             cursor = page.cursor
         follower = LogFollower(store, job_id, flt, current, retries=attempt is None, cursor=cursor)
-        for number, lines in follower.follow(stop=lambda: stop["now"]):
+        for number, text in follower.follow_text(stop=lambda: stop["now"]):
             if number > current:
                 current = number
                 print(f"--- attempt {current} ---", flush=True)
-            _print(lines)
+            sys.stdout.write(text)
+            sys.stdout.flush()
     finally:
         signal.signal(signal.SIGINT, previous)
 
@@ -499,9 +501,9 @@ def _download(directory: Path, flt: LogFilter, target: Path, attempt: int) -> in
         one = LogFilter(**{**flt.__dict__, "node": f.node, "rank": f.rank})
         count = 0
         with path.open("w", encoding="utf-8") as out:
-            for line in read_all(directory, one):
-                out.write(format_line(line))
-                count += 1
+            for page in read_all_text(directory, one):
+                out.write(page.text)
+                count += page.count
         written.append((path, count))
     for path, count in written:
         print(f"wrote {path} ({count} lines)")

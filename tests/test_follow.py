@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jupyter_air.jobs.follow import LogFollower, outcome
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.logs import query
 from jupyter_air.logs.query import CHUNK, RECORD_LIMIT, LogFilter, LogLine
 
 
@@ -177,3 +180,49 @@ def test_a_success_is_the_outcome_at_once_whatever_retries_are_left(store: JobSt
     store.start_attempt(job_id, 1, None)
     store.end_attempt(job_id, 1, "SUCCEEDED", [0, 0])
     assert outcome(store, job_id) == ("SUCCEEDED", None)
+
+
+def test_a_clock_stepping_back_within_one_read_neither_stalls_nor_loses_lines(
+    store: JobStore, job_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read whose first record is later than its last (the clock was set back between
+    them), short of its file's end: the page still takes it, and the next read goes on."""
+    monkeypatch.setattr(query, "CHUNK", 64)
+    stamps = [9000, *range(1000, 1020)]
+    rank_log(store, job_id, 1, 0).write_bytes(b"".join(record(ms, f"a{ms}") for ms in stamps))
+    store.start_attempt(job_id, 1, None)
+    store.update(job_id, status="SUCCEEDED")
+    texts = [line.text for _, line in followed(LogFollower(store, job_id))]
+    assert texts == [f"a{ms}" for ms in stamps]
+
+
+def test_a_chatty_attempt_is_read_without_a_look_at_the_job_store(
+    store: JobStore, job_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a read that gives nothing asks the store (a retry? the outcome?): a job that
+    has written more each time its follower looks costs no query per read."""
+    log = rank_log(store, job_id, 1, 0)
+    store.start_attempt(job_id, 1, None)
+    written = iter(range(20))
+
+    def more_written() -> bool:
+        """Called before each read: 50 more lines each time, 20 times, then the end."""
+        if (burst := next(written, None)) is None:
+            store.update(job_id, status="SUCCEEDED")
+        else:
+            with log.open("ab") as f:
+                f.write(b"".join(record(burst, f"line {burst}.{i}") for i in range(50)))
+        return False
+
+    asked: list[str] = []
+
+    def counted(name: str) -> Callable[..., Any]:
+        real = getattr(store, name)
+        return lambda *args: asked.append(name) or real(*args)
+
+    for name in ("get", "attempts"):
+        monkeypatch.setattr(store, name, counted(name))
+    got = list(LogFollower(store, job_id).follow_text(stop=more_written, interval=0.01))
+    assert len(got) == 20
+    assert sum(text.count("\n") for _, text in got) == 20 * 50
+    assert len(asked) <= 2, asked  # once read out: a later attempt? the outcome?

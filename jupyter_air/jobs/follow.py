@@ -2,23 +2,37 @@
 ``air logs --follow`` and ``air run --watch``.
 
 It reads with the logs view's own reader (``logs.query.read_page``, a cursor of byte
-offsets), a whole read of every rank log at a time, until everything written so far is
-read, and only then waits: a chatty job never leaves it behind. A job's attempts are
-followed in turn, each one read to its end before the next begins. Following ends
-with the job's outcome (``outcome``), not with what its supervisor does after it.
+offsets; ``read_text_page`` for a terminal: the same lines as text), a whole read of
+every rank log at a time, until everything written so far is read, and only then
+waits: a chatty job never leaves it behind. A job's attempts are followed in turn, each
+one read to its end before the next begins. Following ends with the job's outcome
+(``outcome``), not with what its supervisor does after it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
 
-from ..logs.query import LogFilter, LogLine, read_page
+from ..logs.query import (
+    AnyPage,
+    LogFilter,
+    LogLine,
+    Page,
+    TextPage,
+    read_page,
+    read_text_page,
+)
 from .outcome import Outcome
-from .store import Attempt, JobStore
+from .store import Attempt, Job, JobStore
 
 #: Seconds between two looks at a job that wrote nothing new.
 POLL = 0.1
+
+#: What a poll gives: lines, or their text.
+_New = TypeVar("_New", list[LogLine], str)
 
 
 class LogFollower:
@@ -41,23 +55,46 @@ class LogFollower:
         self._cursor = cursor
         #: The attempt the next ``poll`` reads.
         self.attempt = attempt
+        #: ``follow`` saw a later attempt: the next read that reaches this one's end
+        #: moves on to it.
+        self._later_seen = False
 
     def poll(self) -> list[LogLine]:
         """Every line of the current attempt complete now, in time order across ranks.
         Once a later attempt exists and this one is read out, the next poll reads it."""
+        return _lines(self._read(read_page))
+
+    def poll_text(self) -> str:
+        """``poll``'s lines as a terminal shows them (``logs.text.format_line`` of each),
+        made from the records without a ``LogLine`` each: what ``air logs --follow``
+        and ``air run --watch`` print."""
+        return _text(self._read(read_text_page))
+
+    def _read(
+        self,
+        read: Callable[[Path, LogFilter, str | None, int | None], AnyPage],
+        *,
+        eager: bool = True,
+    ) -> list[AnyPage]:
+        """The pages of the current attempt up to what is complete now; then on to the
+        next attempt, if there is one and this one is read out. Not ``eager`` (``follow``):
+        the store is not asked here; the next attempt is taken once ``follow`` has seen
+        it exist before this read began."""
         directory = self._store.attempt_dir(self._job_id, self.attempt)
-        lines: list[LogLine] = []
+        pages: list[AnyPage] = []
         while True:
-            page = read_page(directory, self._flt, self._cursor, limit=None)
-            lines += page.lines
+            page = read(directory, self._flt, self._cursor, None)
+            pages.append(page)
             moved = page.cursor != self._cursor
             self._cursor = page.cursor
             if page.at_end or not moved:  # everything, or only a record being written
                 break
-        if page.at_end and self._retries and self._later_attempt():
+        later = self._later_seen or (eager and self._later_attempt())
+        if page.at_end and self._retries and later:
             self.attempt += 1
             self._cursor = None
-        return lines
+            self._later_seen = False
+        return pages
 
     def _later_attempt(self) -> bool:
         return len(self._store.attempts(self._job_id)) > self.attempt
@@ -67,19 +104,45 @@ class LogFollower:
     ) -> Iterator[tuple[int, list[LogLine]]]:
         """(attempt, lines) as they come, until the job ended and its logs are read (or
         ``stop()``); it waits only when nothing new was there."""
+        return self._follow(lambda: _lines(self._read(read_page, eager=False)), stop, interval)
+
+    def follow_text(
+        self, stop: Callable[[], bool] = lambda: False, interval: float = POLL
+    ) -> Iterator[tuple[int, str]]:
+        """``follow`` with the lines as text (``poll_text``)."""
+        return self._follow(lambda: _text(self._read(read_text_page, eager=False)), stop, interval)
+
+    def _follow(
+        self, poll: Callable[[], _New], stop: Callable[[], bool], interval: float
+    ) -> Iterator[tuple[int, _New]]:
+        ended = False
         while not stop():
-            # Asked before reading: no line written before the end is missed.
-            ended = outcome(self._store, self._job_id) is not None
             attempt = self.attempt
-            lines = self.poll()
-            if lines:
-                yield attempt, lines
-            if self.attempt != attempt:
-                continue  # a retry began: read it at once
-            if ended and not lines:
-                return
-            if not lines:
+            new = poll()
+            if new:
+                yield attempt, new
+            if new or self.attempt != attempt:
+                continue  # more may be there, or a retry began: read on at once
+            if ended:
+                return  # nothing new since the outcome was known
+            # The store is asked only when a read gave nothing (a chatty job is read
+            # without a look at it), and before the next read: no line written before a
+            # retry began or the outcome was known is missed.
+            attempts = self._store.attempts(self._job_id)
+            if self._retries and len(attempts) > self.attempt:
+                self._later_seen = True
+                continue
+            ended = _outcome(self._store.get(self._job_id), attempts) is not None
+            if not ended:
                 time.sleep(interval)
+
+
+def _lines(pages: list[Page]) -> list[LogLine]:
+    return [line for page in pages for line in page.lines]
+
+
+def _text(pages: list[TextPage]) -> str:
+    return "".join(page.text for page in pages)
 
 
 def outcome(store: JobStore, job_id: str) -> tuple[str, str | None] | None:
@@ -92,9 +155,12 @@ def outcome(store: JobStore, job_id: str) -> tuple[str, str | None] | None:
     retry; a failure the supervisor chose not to retry is known at the job's end.
     """
     job = store.get(job_id)
+    return _outcome(job, [] if job.done else store.attempts(job_id))
+
+
+def _outcome(job: Job, attempts: list[Attempt]) -> tuple[str, str | None] | None:
     if job.done:
         return job.status, job.message
-    attempts = store.attempts(job_id)
     if attempts and _last(attempts[-1], job.workload.max_retries):
         return attempts[-1].status, attempts[-1].message
     return None

@@ -6,7 +6,9 @@ regular expression per file read, so only matching lines are ever decoded. A sea
 given as a regular expression runs on RE2 (linear time, and it lets go of the GIL), in
 one record's text at a time. A cursor is one byte offset per file: paging forward and
 following a running job are the same: a follower reads pages until one reaches the end
-of every file, then waits.
+of every file, then waits. A terminal's pages (``read_text_page``) are the same pages
+as text, made from runs of records (a rank's bursts of lines of one time) rather than
+from a ``LogLine`` per line.
 """
 
 from __future__ import annotations
@@ -16,19 +18,25 @@ import bisect
 import itertools
 import json
 import math
+import operator
 import re
+from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Generic, TypeVar
 
 import re2  # type: ignore[import-untyped]
 
 from ..job_dir import AttemptDir
 from .capture import char_boundary
 from .levels import AT_LEAST, NAMES
+from .text import RunText, format_line
+
+_T = TypeVar("_T")
+_STAMP_OF = operator.itemgetter(0)
 
 _STREAMS = {b"O": "out", b"E": "err", b"o": "out", b"e": "err"}
 _LEVELS = {code.encode(): name for code, name in NAMES.items()}
@@ -74,14 +82,31 @@ class LogFilter:
     def pattern(self) -> re.Pattern[bytes]:
         """One record that passes the level filter and a plain-text search (a line, or a
         progress update if asked for); a regular expression is tried on the text apart."""
-        levels = AT_LEAST[self.level].encode()
-        kinds = b"OEoe" if self.progress else b"OE"
+        kinds, levels = self._codes()
         text = b".*"
         if self.search and not self.regex:
             text = b".*?(?i:" + re.escape(self.search.encode()) + b").*"  # any case
         return re.compile(
             rb"^(\d+)\t([" + kinds + rb"])([" + levels + rb"])\t(" + text + rb")$", re.MULTILINE
         )
+
+    def run_pattern(self) -> re.Pattern[bytes]:
+        """Consecutive records that pass the level filter (a search is not applied) and
+        share one stamp, kind and level: groups (1) their prefix ``<stamp>\\t<kind><level>\\t``
+        and (2) the stamp."""
+        kinds, levels = self._codes()
+        first = rb"((\d+)\t[" + kinds + rb"][" + levels + rb"]\t)"
+        return re.compile(rb"^" + first + rb"[^\n]*\n(?:\1[^\n]*\n)*", re.MULTILINE)
+
+    def _codes(self) -> tuple[bytes, bytes]:
+        """The record kinds and the level codes that pass."""
+        return (b"OEoe" if self.progress else b"OE"), AT_LEAST[self.level].encode()
+
+    def keeps_time(self, stamp: bytes) -> bool:
+        """A record's stamp (ms) is within ``since`` and ``until``."""
+        since = -math.inf if self.since is None else self.since
+        until = math.inf if self.until is None else self.until
+        return since <= int(stamp) / 1000.0 <= until
 
 
 @lru_cache(maxsize=64)
@@ -155,6 +180,24 @@ class Page:
     cursor: str
     at_end: bool  # every file was read to its end
 
+    @property
+    def count(self) -> int:
+        return len(self.lines)
+
+
+@dataclass
+class TextPage:
+    """A page as a terminal shows it: ``text.format_line`` of each of its lines."""
+
+    text: str
+    count: int  # lines in ``text``
+    cursor: str
+    at_end: bool
+
+
+#: A page of either kind: lines (``read_page``) or their text (``read_text_page``).
+AnyPage = TypeVar("AnyPage", Page, TextPage)
+
 
 def read_page(
     attempt_dir: Path, flt: LogFilter, cursor: str | None = None, limit: int | None = 1000
@@ -166,60 +209,45 @@ def read_page(
     may hold lines older than what others gave past its last one: the page stops there
     (the horizon), and the next page goes on from it, so pages are in time order.
     """
-    files = log_files(attempt_dir, flt)
-    offsets = _decode_cursor(cursor, files)
     pattern = flt.pattern()
-    reads = [_FileRead(f, offsets.get(str(f.path), 0), pattern, flt) for f in files]
-    at_end = all(r.eof for r in reads)
-    horizon = min((r.last_stamp for r in reads if r.more), default=None)
-    order: list[tuple[int, int, int]] = []
-    for index, r in enumerate(reads):
-        # Each file's times made non-decreasing (a clock stepping back), so that what a
-        # page takes of a file is always a prefix of what was read.
-        keys = list(itertools.accumulate(r.stamps, max))
-        ready = len(keys) if horizon is None else bisect.bisect_right(keys, horizon)
-        order.extend(zip(keys[:ready], itertools.repeat(index), range(ready)))
-    if len(reads) > 1:
-        order.sort()  # C-speed on the already sorted runs of each file: (time, file) order
-    if limit is not None and len(order) > limit:
-        del order[limit:]
-    taken_per_file = [0] * len(reads)
-    for _, index, position in order:
-        taken_per_file[index] = position + 1
-    per_file = [r.lines(taken_per_file[i]) for i, r in enumerate(reads)]
-    lines = [per_file[index][position] for _, index, position in order]
-    new_offsets = {
-        str(r.file.path): r.offset_after(taken_per_file[index]) for index, r in enumerate(reads)
-    }
-    cut = any(taken_per_file[i] < len(r.stamps) for i, r in enumerate(reads))
-    return Page(lines, _encode_cursor(new_offsets), at_end and not cut)
+    merged = _Merged(attempt_dir, flt, cursor, limit, lambda f, at: _FileRead(f, at, pattern, flt))
+    return Page(merged.in_order(_FileRead.lines), merged.cursor, merged.at_end)
 
 
-class _FileRead:
-    """One read of one rank's log from ``start``: its matching records, parsed lazily."""
+def read_text_page(
+    attempt_dir: Path, flt: LogFilter, cursor: str | None = None, limit: int | None = None
+) -> TextPage:
+    """``read_page``'s lines as text, the same page (same lines, order and cursor),
+    each line as ``text.format_line`` makes it.
 
-    def __init__(self, f: LogFile, start: int, pattern: re.Pattern[bytes], flt: LogFilter):
+    Without a search or a limit, made without a ``LogLine`` per line: a rank writes
+    its lines in bursts of one stamp (``capture``), so a page is read as runs of
+    records of one stamp, kind and level, each run formatted as a whole in C (its
+    records' prefixes replaced by their head), and decoded once.
+    """
+    if flt.search or limit is not None:  # a page of records, not runs
+        page = read_page(attempt_dir, flt, cursor, limit)
+        return TextPage("".join(map(format_line, page.lines)), page.count, page.cursor, page.at_end)
+    pattern = flt.run_pattern()
+    merged = _Merged(attempt_dir, flt, cursor, None, lambda f, at: _RunRead(f, at, pattern, flt))
+    runs: list[bytes] = merged.in_order(_RunRead.texts)
+    data = b"".join(runs)
+    # Decoded once, not line by line: invalid UTF-8 is replaced the same way, since
+    # every line ends with an ASCII newline, where a decoder always starts afresh.
+    text = data.decode("utf-8", "replace")
+    return TextPage(text, data.count(b"\n"), merged.cursor, merged.at_end)
+
+
+class _Read(ABC):
+    """One read of one rank's log from ``start``: what a page needs of any kind of read."""
+
+    def __init__(self, f: LogFile, start: int) -> None:
         self.file, self.start = f, start
-        self._pattern, self._flt = pattern, flt
         self.data, self.end, self.eof = read_records(f.path, start)
         #: Complete records remain past this read (not just one being written).
         self.more = not self.eof and f.path.stat().st_size - start >= CHUNK
-        found = (
-            pattern.findall(self.data)
-            if not flt.search
-            else [m.groups() for m in _candidates(pattern, self.data, flt)]
-        )
-        if flt.since is not None or flt.until is not None:
-            since = -math.inf if flt.since is None else flt.since
-            until = math.inf if flt.until is None else flt.until
-            self._kept: list[int] | None = [
-                i for i, g in enumerate(found) if since <= int(g[0]) / 1000.0 <= until
-            ]
-            found = [found[i] for i in self._kept]
-        else:
-            self._kept = None
-        self._records = found
-        self.stamps = [int(g[0]) for g in found]
+        #: The time of each item read, in the file's order.
+        self.stamps: list[int] = []
 
     @property
     def last_stamp(self) -> int:
@@ -228,6 +256,35 @@ class _FileRead:
         last = self.data.rfind(b"\n", 0, len(self.data) - 1) + 1
         stamp = _STAMP.match(self.data, last)
         return int(stamp.group()) if stamp else 0
+
+    @abstractmethod
+    def offset_after(self, taken: int) -> int:
+        """Where to read on once ``taken`` of the items were returned."""
+
+
+_R = TypeVar("_R", bound=_Read)
+
+
+class _FileRead(_Read):
+    """A read's matching records, parsed lazily."""
+
+    def __init__(self, f: LogFile, start: int, pattern: re.Pattern[bytes], flt: LogFilter):
+        super().__init__(f, start)
+        self._pattern, self._flt = pattern, flt
+        found = (
+            pattern.findall(self.data)
+            if not flt.search
+            else [m.groups() for m in _candidates(pattern, self.data, flt)]
+        )
+        #: Every line read is a match (the common case): the nth match is the nth line.
+        self._every_line = len(found) == self.data.count(b"\n")
+        if flt.since is not None or flt.until is not None:
+            self._kept: list[int] | None = [i for i, g in enumerate(found) if flt.keeps_time(g[0])]
+            found = [found[i] for i in self._kept]
+        else:
+            self._kept = None
+        self._records = found
+        self.stamps = list(map(int, map(_STAMP_OF, found)))
 
     def lines(self, count: int, first: int = 0) -> list[LogLine]:
         """Records ``first`` to ``count`` (exclusive) as lines."""
@@ -248,14 +305,123 @@ class _FileRead:
         ]
 
     def offset_after(self, taken: int) -> int:
-        """Where to read on once ``taken`` of the matching records were returned."""
         if taken == len(self.stamps):  # nothing left before where this read ended
             return self.end
         if taken == 0:
             return self.start
         nth = taken - 1 if self._kept is None else self._kept[taken - 1]
+        if self._every_line:  # after the (nth + 1)th newline, found in C
+            return self.start + len(self.data) - len(self.data.split(b"\n", nth + 1)[-1])
         match = next(itertools.islice(_candidates(self._pattern, self.data, self._flt), nth, None))
         return self.start + match.end() + 1
+
+
+class _RunRead(_Read):
+    """A read's matching records as runs of one stamp, kind and level (``run_pattern``);
+    the time filter applies to a run as a whole, since its records share one time."""
+
+    def __init__(self, f: LogFile, start: int, pattern: re.Pattern[bytes], flt: LogFilter):
+        super().__init__(f, start)
+        runs: Iterator[re.Match[bytes]] = pattern.finditer(self.data)
+        if flt.since is not None or flt.until is not None:
+            runs = (run for run in runs if flt.keeps_time(run.group(2)))
+        self._runs = list(runs)
+        self.stamps = [int(run.group(2)) for run in self._runs]
+
+    def texts(self, count: int) -> list[bytes]:
+        """The first ``count`` runs as ``format_line`` makes their lines, encoded."""
+        text = RunText(self.file.node, self.file.rank)
+        return [text(*run.group(0, 1)) for run in self._runs[:count]]
+
+    def offset_after(self, taken: int) -> int:
+        if taken == len(self.stamps):
+            return self.end
+        return self.start + (self._runs[taken - 1].end() if taken else 0)
+
+
+class _Merged(Generic[_R]):
+    """One read of every file, merged in time order: which items (records, or runs of
+    records of one time) a page takes of each file, in what order, and the cursor after
+    them."""
+
+    def __init__(
+        self,
+        attempt_dir: Path,
+        flt: LogFilter,
+        cursor: str | None,
+        limit: int | None,
+        read: Callable[[LogFile, int], _R],
+    ) -> None:
+        files = log_files(attempt_dir, flt)
+        offsets = _decode_cursor(cursor, files)
+        self.reads = [read(f, offsets.get(str(f.path), 0)) for f in files]
+        # Each file's times made non-decreasing (a clock stepping back), so that what a
+        # page takes of a file is always a prefix of what was read.
+        keys = [_non_decreasing(r.stamps) for r in self.reads]
+        # The horizon: no file read short of its end holds older records past its read,
+        # unless its clock stepped back. Then it is the greatest time the file gave, so
+        # that this file's records at least are all taken and the page moves on.
+        horizon = min(
+            (
+                max(r.last_stamp, k[-1] if k else 0)
+                for r, k in zip(self.reads, keys, strict=True)
+                if r.more
+            ),
+            default=None,
+        )
+        ready = [len(k) if horizon is None else bisect.bisect_right(k, horizon) for k in keys]
+        self._order = _time_order([k[:n] for k, n in zip(keys, ready, strict=True)])
+        self.taken = ready
+        if limit is not None and len(self._order) > limit:
+            del self._order[limit:]
+            self._order, self.taken = _first_of(self._order, ready)
+        new_offsets = {
+            str(r.file.path): r.offset_after(taken)
+            for r, taken in zip(self.reads, self.taken, strict=True)
+        }
+        self.cursor = _encode_cursor(new_offsets)
+        cut = any(taken < len(r.stamps) for r, taken in zip(self.reads, self.taken, strict=True))
+        self.at_end = all(r.eof for r in self.reads) and not cut
+
+    def in_order(self, make: Callable[[_R, int], list[_T]]) -> list[_T]:
+        """What ``make`` makes of the items taken of each file, one per item, in time
+        order."""
+        per_file = [make(r, taken) for r, taken in zip(self.reads, self.taken, strict=True)]
+        if len(per_file) == 1:
+            return per_file[0]
+        laid = list(itertools.chain.from_iterable(per_file))
+        return list(map(laid.__getitem__, self._order))
+
+
+def _non_decreasing(stamps: list[int]) -> list[int]:
+    """The stamps, each raised to the greatest before it where a clock stepped back."""
+    if all(map(operator.le, stamps, itertools.islice(stamps, 1, None))):  # as usual
+        return stamps
+    return list(itertools.accumulate(stamps, max))
+
+
+def _time_order(keys: list[list[int]]) -> list[int]:
+    """The order of the files' items laid end to end by (time, file, position): each
+    file's keys are sorted, so a stable sort by time alone keeps files and positions in
+    order where times are equal. All of it runs in C, whatever the interleaving."""
+    if len(keys) == 1:
+        return list(range(len(keys[0])))
+    laid = list(itertools.chain.from_iterable(keys))
+    return sorted(range(len(laid)), key=laid.__getitem__)
+
+
+def _first_of(order: list[int], counts: list[int]) -> tuple[list[int], list[int]]:
+    """An order cut short (a page's limit) made an order of the records it still holds,
+    laid end to end, and how many it holds of each file: always a prefix of the file's
+    records, since the order is by time, then file, then position."""
+    starts = [0, *itertools.accumulate(counts)]
+    located, taken = [], [0] * len(counts)
+    for i in order:
+        f = bisect.bisect_right(starts, i) - 1
+        located.append((f, i - starts[f]))
+        taken[f] += 1
+    kept_starts = [0, *itertools.accumulate(taken)]
+    return [kept_starts[f] + position for f, position in located], taken
 
 
 def read_tail(attempt_dir: Path, flt: LogFilter, count: int) -> Page:
@@ -289,11 +455,25 @@ def read_tail(attempt_dir: Path, flt: LogFilter, count: int) -> Page:
 
 def read_all(attempt_dir: Path, flt: LogFilter) -> Iterator[LogLine]:
     """Every matching line, a read of each file at a time (for downloads and the CLI)."""
+    for page in _every_page(read_page, attempt_dir, flt):
+        yield from page.lines
+
+
+def read_all_text(attempt_dir: Path, flt: LogFilter) -> Iterator[TextPage]:
+    """``read_all``'s lines as text, a page (a read of each file) at a time."""
+    return _every_page(read_text_page, attempt_dir, flt)
+
+
+def _every_page(
+    read: Callable[[Path, LogFilter, str | None, int | None], AnyPage],
+    attempt_dir: Path,
+    flt: LogFilter,
+) -> Iterator[AnyPage]:
     cursor = None
     while True:
-        page = read_page(attempt_dir, flt, cursor, limit=None)
-        yield from page.lines
-        if page.at_end or (not page.lines and page.cursor == cursor):
+        page = read(attempt_dir, flt, cursor, None)
+        yield page
+        if page.at_end or (not page.count and page.cursor == cursor):
             return  # the end, or only a record still being written (or cut by a crash)
         cursor = page.cursor
 
