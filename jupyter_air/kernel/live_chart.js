@@ -315,6 +315,9 @@ async function render({ model, el }) {
   legend.className = "jp-air-LiveChart-legend";
   legend.style.cssText = `padding: 6px 0 6px ${Y_AXIS}px; font-size: 12px; line-height: 20px`;
   el.classList.add("jp-air-LiveChart");
+  // On white in any theme, as plotly's figure that replaces it: the axes are drawn in
+  // fixed colors on a transparent canvas.
+  el.style.cssText += "; background: #fff; color: #444";
   el.append(grid, legend);
   const uPlot = await libraryOf(model);
   let legendOf = null;
