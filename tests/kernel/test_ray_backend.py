@@ -178,6 +178,32 @@ def test_ddp_across_two_nodes_agrees_and_logs_per_node(kernel: Kernel, air_home:
     assert job_processes(job_id) == []
 
 
+def system_metrics_of(kernel: Kernel, air_home: Path, cell: str) -> set[str]:
+    """The system metrics' names in the run of the job ``cell`` ran, once its tail is done."""
+    execution = kernel.run(cell)
+    assert execution.error is None, execution.traceback
+    job_id = job_id_of(execution)
+    supervised_until_its_end(wait_done(air_home, job_id))
+    (run,) = runs_of_job(air_home, job_id)
+    return {key for key in run.data.metrics if key.startswith("system/")}
+
+
+def test_ray_nodes_record_the_system_metrics_a_local_job_does_under_the_same_names(
+    kernel: Kernel, air_home: Path
+) -> None:
+    """One sampler and one path into MLflow for every backend: a one-node Ray job's run
+    has a local job's metrics, and each node of two has them under its own name."""
+    work = "import time\ntime.sleep(1.5)"
+    local = system_metrics_of(kernel, air_home, f"%%air_distributed -n 1\n{work}")
+    assert {"system/cpu_utilization_percentage", "system/gpu_0_utilization_percentage"} <= local
+    one_node = f"%%air_distributed --backend ray --nnodes 1 -n 1\n{work}"
+    assert system_metrics_of(kernel, air_home, one_node) == local
+    two_nodes = f"%%air_distributed --backend ray --nnodes 2 -n 1\n{work}"
+    assert system_metrics_of(kernel, air_home, two_nodes) == {
+        key.replace("system/", f"system/node_{node}/") for key in local for node in (0, 1)
+    }
+
+
 def test_a_rank_failing_on_node_1_stops_every_rank_on_every_node_and_is_retried(
     kernel: Kernel, air_home: Path, kernel_env: dict[str, str]
 ) -> None:
