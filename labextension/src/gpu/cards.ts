@@ -160,7 +160,7 @@ export class GpuCard extends Card {
     const badgeKey = [
       status,
       state?.message ?? '',
-      ...sessions.map(i => i.badge)
+      ...sessions.map(session => session.badge)
     ].join('\u0000');
     if (badgeKey !== this._badgeKey) {
       this._badgeKey = badgeKey;
@@ -186,7 +186,7 @@ export class GpuCard extends Card {
         this._badges.appendChild(badge);
       }
       for (const session of sessions) {
-        // Held GPUs doing nothing: the costliest waste on a shared machine.
+        // An idle one holds GPUs for nothing: the costliest waste on a shared machine.
         const badge = el(
           'span',
           session.idle
@@ -255,7 +255,9 @@ export class GpuCard extends Card {
     sessions: ISessionView[]
   ): void {
     const sessionOf = (p: IGpuProcess) =>
-      sessions.find(session => session.job === p.owner?.id && p.owner?.session);
+      p.owner?.session
+        ? sessions.find(session => session.job === p.owner?.id)
+        : undefined;
     const rows = processes.map(p =>
       isOtherUsers(p)
         ? [NA, NA, formatProcessMemory(p.mem_mib), OTHER_USERS_JOB]
