@@ -3,6 +3,7 @@ the ranks write and however their writes are cut."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 from collections.abc import Callable
@@ -226,3 +227,22 @@ def test_a_chatty_attempt_is_read_without_a_look_at_the_job_store(
     assert len(got) == 20
     assert sum(text.count("\n") for _, text in got) == 20 * 50
     assert len(asked) <= 2, asked  # once read out: a later attempt? the outcome?
+
+
+def test_an_attempt_cut_by_a_crash_mid_record_does_not_keep_its_follower_busy(
+    store: JobStore,
+) -> None:
+    """The attempt's last record never ends (its writer died mid-record), so it is never
+    read to its end; its retry's existence must not make the follower spin: it ends
+    with the outcome, as it does without a retry."""
+    job_id = store.create(Workload(kind="command", command=["true"], max_retries=1)).id
+    store.update(job_id, status="RUNNING")
+    rank_log(store, job_id, 1, 0).write_bytes(record(1, "try 1") + b"2\tOI\tcut by a cra")
+    store.start_attempt(job_id, 1, None)
+    rank_log(store, job_id, 2, 0).write_bytes(record(3, "try 2"))
+    store.start_attempt(job_id, 2, None)
+    store.update(job_id, status="FAILED")
+    looks = itertools.count()
+    got = list(LogFollower(store, job_id).follow(stop=lambda: next(looks) > 100, interval=0))
+    assert [(attempt, line.text) for attempt, lines in got for line in lines] == [(1, "try 1")]
+    assert next(looks) < 10, "it ended by itself"

@@ -89,8 +89,8 @@ class LogFollower:
             self._cursor = page.cursor
             if page.at_end or not moved:  # everything, or only a record being written
                 break
-        later = self._later_seen or (eager and self._later_attempt())
-        if page.at_end and self._retries and later:
+        read_out = page.at_end and self._retries
+        if read_out and (self._later_seen or (eager and self._later_attempt())):
             self.attempt += 1
             self._cursor = None
             self._later_seen = False
@@ -129,9 +129,9 @@ class LogFollower:
             # without a look at it), and before the next read: no line written before a
             # retry began or the outcome was known is missed.
             attempts = self._store.attempts(self._job_id)
-            if self._retries and len(attempts) > self.attempt:
+            if self._retries and len(attempts) > self.attempt and not self._later_seen:
                 self._later_seen = True
-                continue
+                continue  # read this attempt to its end once more, then the next one
             ended = _outcome(self._store.get(self._job_id), attempts) is not None
             if not ended:
                 time.sleep(interval)
