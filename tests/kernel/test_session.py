@@ -361,6 +361,7 @@ def test_an_idle_session_stops_itself(kernel: Kernel) -> None:
         assert time.monotonic() < deadline, status
         time.sleep(0.5)
     assert "without a cell (--idle-timeout)" in status
+    assert "%air_session restart starts it again with the same options" in status
 
 
 def test_a_killed_kernel_takes_its_session_down_and_ends_every_run(
