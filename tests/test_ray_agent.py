@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,28 @@ from jupyter_air.tracking.sampling import Sample, SampleLoop
 from tests.conftest import WriteScenario
 from tests.fake_nvml import FakeGpu, Scenario
 from tests.test_system_feed import Client
+
+
+def watching(
+    attempt_dir: Path,
+    clock_offsets: list[float],
+    on_metrics: Callable[[int, list[Sample]], None],
+    hints: HintRecorder | None = None,
+) -> RayNodes:
+    """The supervisor's watch over nodes already placed, their clocks that far ahead."""
+    nnodes = len(clock_offsets)
+    watch = RayNodes(
+        Workload(kind="command", backend="ray", nnodes=nnodes),
+        "job",
+        1,
+        attempt_dir,
+        payload=None,
+        extra_env={},
+        on_metrics=on_metrics,
+        hints=hints,
+    )
+    watch._nodes = [{"clock_offset": offset} for offset in clock_offsets]
+    return watch
 
 
 @pytest.fixture
@@ -84,17 +106,7 @@ def test_a_ray_node_feeds_the_attempt_s_hints_as_the_local_backend_does(
     assert readings[0] == GpuSample(util=90, mem_used_mib=79 * 1024, mem_total_mib=80 * 1024)
     tags: list[str] = []
     recorder = HintRecorder(tmp_path, lambda key, text: tags.append(key), nnodes=2)
-    watch = RayNodes(
-        Workload(kind="command", backend="ray", nnodes=2),
-        "job",
-        1,
-        tmp_path,
-        payload=None,
-        extra_env={},
-        on_metrics=lambda node, samples: None,
-        hints=recorder,
-    )
-    watch._nodes = [{"clock_offset": 0.0}, {"clock_offset": 0.0}]
+    watch = watching(tmp_path, [0.0, 0.0], lambda node, samples: None, recorder)
     watch._feed_hints(1, report["hints"])
     doc = read_hints(tmp_path)
     assert [h["kind"] for h in doc["hints"]] == ["memory_full"]
@@ -121,16 +133,7 @@ def test_a_ray_node_s_samples_are_logged_as_the_local_node_s_are(
         node.finish()
     client = Client()
     feed = SystemMetricsFeed("run", 1, RunGuard(), lambda: client)
-    watch = RayNodes(
-        Workload(kind="command", backend="ray", nnodes=1),
-        "job",
-        1,
-        tmp_path,
-        payload=None,
-        extra_env={},
-        on_metrics=feed.add,
-    )
-    watch._nodes = [{"clock_offset": 2.0}]  # the node's clock is 2 s ahead of this one's
+    watch = watching(tmp_path, [2.0], feed.add)  # the node's clock is 2 s ahead of ours
     watch._absorb(0, report)
     feed.finish()
     logged = client.of("run")
