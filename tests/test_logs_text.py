@@ -14,7 +14,7 @@ from jupyter_air.jobs.follow import LogFollower
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs import query
-from jupyter_air.logs.query import LogFilter, read_page, read_text_page
+from jupyter_air.logs.query import LogFilter, read_all, read_all_text, read_page, read_text_page
 from jupyter_air.logs.text import format_line
 
 #: Texts as ranks print them: plain, non-ASCII, tabs, and bytes that are not UTF-8
@@ -135,3 +135,23 @@ def test_the_follower_gives_the_same_text_as_its_lines(tmp_path: Path, store: Jo
     as_text = list(LogFollower(store, job.id, flt).follow_text(interval=0.01))
     assert as_text == as_lines
     assert [attempt for attempt, _ in as_text] == [1, 2]
+
+
+def test_records_longer_than_a_read_come_the_same_whole_or_cut(tmp_path: Path) -> None:
+    def record(ms: int, text: str) -> bytes:
+        return f"{ms}\tOI\t{text}\n".encode()
+
+    logs = tmp_path / "logs" / "node_0"
+    logs.mkdir(parents=True)
+    (logs / "rank_0.log").write_bytes(
+        record(1000, "before")
+        + record(2000, "é" * (query.CHUNK // 2 + 5))  # longer than a read: whole
+        + record(3000, "y" * (query.RECORD_LIMIT + 1000))  # longer than a record: cut
+        + record(3000, "same stamp")
+        + record(4000, "after")
+    )
+    (logs / "rank_1.log").write_bytes(record(2500, "other") + record(3000, "x" * query.CHUNK))
+    for flt in (LogFilter(), LogFilter(rank=0), LogFilter(since=2.5)):
+        as_lines = "".join(map(format_line, read_all(tmp_path, flt)))
+        assert "".join(page.text for page in read_all_text(tmp_path, flt)) == as_lines
+    assert " more bytes of this line not shown]\n" in as_lines
