@@ -11,6 +11,8 @@ from tornado.httpclient import HTTPClientError
 from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.capture import RankLog
+from jupyter_air.logs.query import LogFilter, read_all
+from jupyter_air.logs.text import format_line
 
 ROUTES = [
     ("GET", "jupyter-air/jobs"),
@@ -99,6 +101,16 @@ async def test_download_has_every_matching_line(jp_fetch: Any, finished_job: str
         "1970-01-01T00:00:12.000Z node 0 rank 0 WARNING WARNING: slow step",
         "1970-01-01T00:00:13.000Z node 0 rank 1 ERROR Traceback (most recent call last):",
     ]
+
+
+async def test_a_whole_download_is_the_text_air_logs_prints(
+    jp_fetch: Any, finished_job: str, store: JobStore
+) -> None:
+    lines = read_all(store.attempt_dir(finished_job, 1), LogFilter())
+    expected = "".join(map(format_line, lines))
+    response = await jp_fetch("jupyter-air", "jobs", finished_job, "logs", "download")
+    assert response.body.decode() == expected
+    assert len(expected.splitlines()) == 5
 
 
 async def test_cancelling_an_ended_job_is_409(jp_fetch: Any, finished_job: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 import json
 import sqlite3
 from collections.abc import Callable
@@ -35,8 +34,7 @@ from ..jobs.permissions import (
 from ..jobs.session_cells import NoCell, NotASession, cell_filter
 from ..jobs.sharing import mirror
 from ..jobs.store import JOB_ID, Job, JobStore
-from ..logs.query import BadFilter, LogFilter, read_all, read_page, read_tail
-from ..logs.text import format_line
+from ..logs.query import BadFilter, LogFilter, read_all_text, read_page, read_tail
 from ..tracking.stores import store_key
 from ..tracking.ui_links import run_url
 from .base import AirHandler
@@ -212,15 +210,17 @@ class JobLogsDownloadHandler(JobsBase):
         name = f"{job.id}-attempt-{attempt}.log"
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.set_header("Content-Disposition", f'attachment; filename="{name}"')
-        lines = read_all(self.store.attempt_dir(job.id, attempt), flt)
+        pages = read_all_text(self.store.attempt_dir(job.id, attempt), flt)
 
-        def next_chunk() -> str:  # reading and formatting stay off the event loop
-            return "".join(format_line(line) for line in itertools.islice(lines, 5000))
+        def next_chunk() -> str | None:  # reading and formatting stay off the event loop
+            page = next(pages, None)
+            return None if page is None else page.text
 
         loop = asyncio.get_running_loop()
-        while chunk := await loop.run_in_executor(None, next_chunk):
-            self.write(chunk)
-            await self.flush()
+        while (chunk := await loop.run_in_executor(None, next_chunk)) is not None:
+            if chunk:
+                self.write(chunk)
+                await self.flush()
         self.finish()
 
 
