@@ -152,6 +152,9 @@ class WarmSession:
         )
         self.client = MlflowClient(self.target.tracking_uri)
         self._tail = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-session-runs")
+        # The next cell's run is made on a thread of its own: a cell right after another
+        # waits for that run only, never behind the last cell's MLflow ending.
+        self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-session-next")
         self._next_run: Future[str] | None = None
         self.session = Session(
             self.store,
@@ -161,14 +164,17 @@ class WarmSession:
             self._parent_ended,
             host,
         )
-        self._follower = LogFollower(self.store, self.job_id, LogFilter(progress=True))
+        # a session is one attempt: no look in the store for a retry at each poll
+        self._follower = LogFollower(
+            self.store, self.job_id, LogFilter(progress=True), retries=False
+        )
         try:
             self.session.wait_ready(START_WAIT)
         except KeyboardInterrupt:
             self.session.stop("interrupted while starting")
             raise
         announce_grants(self.store, submitted.job, submission.grants)
-        self._next_run = self._tail.submit(self._new_run)
+        self._next_run = self._ahead.submit(self._new_run)
 
     def restarted(self) -> WarmSession:
         """A new session with this one's options, once this one is stopped (if it still
@@ -257,9 +263,9 @@ class WarmSession:
             view.status(status, 1, 1, view.elided_note() or "", hints["hints"])
             view.finish(chart, hints["gpus"])
             record = CellRecord(number, run_id, notebook_cell, started, finished, status)
+            if self.session.ended is None:  # first: the next cell may come at once
+                self._next_run = self._ahead.submit(self._new_run)
             self._tail.submit(self._end_cell, record, source)
-            if self.session.ended is None:
-                self._next_run = self._tail.submit(self._new_run)
 
     def _collect(self, tick: Any) -> dict[int, dict[str, Any]] | None:
         """Every rank's reply, or None when some stayed stuck in the cell."""
@@ -340,6 +346,7 @@ class WarmSession:
 
     def stop(self, reason: str = "stopped by %air_session stop") -> None:
         self.session.stop(reason)
+        self._ahead.shutdown(wait=True)
         self._tail.shutdown(wait=True)
 
     def shape(self) -> str:
