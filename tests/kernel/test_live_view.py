@@ -192,16 +192,7 @@ def test_the_widget_view_sends_each_new_point_once_then_leaves_static_outputs(
                 break
     finally:
         kernel.run(setup + "c().mode = 'auto'; c().interval = 2.0")
-    names: list[str] = []
-    steps: dict[str, list[float]] = {}
-    for message in custom:
-        if message["type"] == "add":
-            for trace in message["traces"]:
-                names.append(trace["name"])
-                steps[trace["name"]] = list(trace["x"])
-        else:
-            for index, xs in zip(message["indices"], message["x"], strict=True):
-                steps[names[index]] += xs
+    steps = sent_points(custom)
     sent = steps["train_loss"]
     assert sent == list(range(len(sent))), "every point once, in order"
     assert [m["revision"] for m in custom] == list(range(1, len(custom) + 1)), "numbered"
@@ -218,3 +209,19 @@ def test_the_widget_view_sends_each_new_point_once_then_leaves_static_outputs(
     final = {trace["name"]: trace for trace in chart[PLOTLY]["data"]}
     assert final["train_loss"]["x"] == list(range(24))
     assert chart[PLOTLY]["layout"]["showlegend"] is True
+
+
+def sent_points(custom: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Each trace's x values as the chart's messages brought them (``add`` then
+    ``extend``s by trace index), in the order they came."""
+    names: list[str] = []
+    steps: dict[str, list[float]] = {}
+    for message in custom:
+        if message["type"] == "add":
+            for trace in message["traces"]:
+                names.append(trace["name"])
+                steps[trace["name"]] = list(trace["x"])
+        else:
+            for index, xs in zip(message["indices"], message["x"], strict=True):
+                steps[names[index]] += xs
+    return steps

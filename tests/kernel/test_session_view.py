@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.kernel.conftest import Kernel
-from tests.kernel.test_live_view import PLOTLY
+from tests.kernel.test_live_view import PLOTLY, sent_points
 from tests.kernel.test_session import cell, start
 
 LOSS_CELL = """%%air_distributed --session
@@ -72,16 +72,7 @@ def test_a_session_cells_widget_view_sends_new_points_then_leaves_static_outputs
     finally:
         kernel.run(setup + "c().mode = 'auto'; c().interval = 2.0")
     custom, opened, closed, updates = messages
-    names: list[str] = []  # by trace index
-    steps: dict[str, list[float]] = {}
-    for message in custom:
-        if message["type"] == "add":
-            for trace in message["traces"]:
-                names.append(trace["name"])
-                steps[trace["name"]] = list(trace["x"])
-        else:
-            for index, xs in zip(message["indices"], message["x"], strict=True):
-                steps[names[index]] += xs
+    steps = sent_points(custom)
     sent = steps["loss"]
     assert sent == list(range(len(sent))), "every point once, in order"
     assert len(sent) >= 8, "most points were sent while the cell ran"
