@@ -4,6 +4,7 @@ links, its final status and the run's chart (a static plotly figure with a text 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,8 +144,14 @@ def test_a_mostly_idle_gpu_raises_the_idle_hint_in_the_status_the_run_and_the_ch
     doc = read_hints(store.attempt_dir(job.id, attempt.attempt))
     assert doc["gpus"] == [0]
     assert [h["kind"] for h in doc["hints"]] == ["idle_gpu"]
-    run = MlflowClient(job.workload.tracking_uri).get_run(attempt.run_id)
-    assert run.data.tags["air.hint.idle_gpu"].startswith("GPU 0 averaged")
+    # The run is tagged by the supervisor's sampling thread, which may still be loading
+    # MLflow when the job's outcome (what the cell waits for) is recorded.
+    client = MlflowClient(job.workload.tracking_uri)
+    deadline = time.monotonic() + 60
+    while "air.hint.idle_gpu" not in (tags := client.get_run(attempt.run_id).data.tags):
+        assert time.monotonic() < deadline, f"the run has no hint tag: {tags}"
+        time.sleep(0.5)
+    assert tags["air.hint.idle_gpu"].startswith("GPU 0 averaged")
     chart = next(d for d in execution.displays if PLOTLY in d)
     assert "GPU 0 util %" in {t["name"] for t in chart[PLOTLY]["data"]}
 

@@ -46,6 +46,35 @@ def open_notebook(browser: Any, lab: Lab, name: str, app: str) -> Any:
     return page
 
 
+def kernel_of(lab: Lab, name: str) -> str | None:
+    """The id of the kernel the server's session of notebook ``name`` has now, if any."""
+    request = urllib.request.Request(
+        f"{lab.url}api/sessions", headers={"Authorization": f"token {lab.token}"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        sessions = json.loads(answer.read())
+    for session in sessions:
+        if session.get("path") == name and session.get("kernel"):
+            return str(session["kernel"]["id"])
+    return None
+
+
+def run_cells_in_one_kernel(page: Any, lab: Lab, name: str, cells: list[int]) -> None:
+    """Run ``cells`` in turn in one kernel. A frontend that opened the notebook on a
+    loaded machine at times changes its kernel seconds after it started one (the
+    server logs a new kernel started and the first shut down), so a later cell would
+    miss the names the earlier ones made: if the kernel changed meanwhile, run them
+    all again in the new one."""
+    for _ in range(2):
+        run_cell(page, cells[0])
+        first = kernel_of(lab, name)
+        for cell in cells[1:]:
+            run_cell(page, cell)
+        if kernel_of(lab, name) == first:
+            return
+    raise AssertionError(f"the kernel of {name} changed twice while its cells ran")
+
+
 def accept_kernel_choice(page: Any) -> None:
     """JupyterLab at times asks which kernel to start (its "Select Kernel" dialog, with
     the notebook's own kernel chosen) when it opens a notebook on a loaded machine before

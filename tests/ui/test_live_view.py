@@ -29,7 +29,7 @@ import pytest
 
 from tests.fake_nvml import FakeGpu, Scenario
 from tests.ui.conftest import Lab
-from tests.ui.notebook_pages import open_notebook, run_cell
+from tests.ui.notebook_pages import open_notebook, run_cell, run_cells_in_one_kernel
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
 VIEW = ".jp-air-LiveChart"
@@ -87,8 +87,7 @@ def server(
 def page(browser: Any, server: Lab, app: str) -> Iterator[Any]:
     page = open_notebook(browser, server, "quickstart.ipynb", app)
     page.on("pageerror", lambda err: page.console_lines.append(f"pageerror: {err}"))
-    for cell in (LOAD, DATA, TRAIN):
-        run_cell(page, cell)
+    run_cells_in_one_kernel(page, server, "quickstart.ipynb", [LOAD, DATA, TRAIN])
     yield page
     page.close()
 
