@@ -7,12 +7,9 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from tests.kernel.conftest import Kernel
-from tests.kernel.test_live_view import PLOTLY, sent_points
+from tests.kernel.test_live_view import PLOTLY, collect, sent_points
 from tests.kernel.test_session import cell, start
 
 LOSS_CELL = """%%air_distributed --session
@@ -71,7 +68,7 @@ def test_a_session_cells_widget_view_sends_new_points_then_leaves_static_outputs
         short = collect(kernel, kernel.start("%%air_distributed --session\nx = 1"))
     finally:
         kernel.run(setup + "c().mode = 'auto'; c().interval = 2.0")
-    custom, opened, closed, updates = messages
+    custom, opened, closed, updates, _ = messages
     steps = sent_points(custom)
     sent = steps["loss"]
     assert sent == list(range(len(sent))), "every point once, in order"
@@ -86,36 +83,10 @@ def test_a_session_cells_widget_view_sends_new_points_then_leaves_static_outputs
     final_traces = {t["name"]: t for t in final[PLOTLY]["data"]}
     assert final_traces["loss"]["x"] == list(range(16))
 
-    custom, opened, closed, updates = short
+    custom, opened, closed, updates, _ = short
     assert (custom, opened, closed) == ([], set(), set())
     assert "loss" not in updates[-1]["text/plain"]  # its static chart: its own run's
     kernel.run("%air_session stop")
-
-
-def collect(kernel: Kernel, msg_id: str) -> tuple[list[Any], set[str], set[str], list[Any]]:
-    """The chart's custom messages, the widgets opened (plotly.js's own model aside) and
-    closed, and the display updates of one cell."""
-    custom: list[Any] = []
-    opened: set[str] = set()
-    closed: set[str] = set()
-    updates: list[Any] = []
-    while True:
-        msg = kernel.client.get_iopub_msg(timeout=240)
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        kind, content = msg["msg_type"], msg["content"]
-        if kind == "comm_open" and "source" not in content["data"].get("state", {}):
-            opened.add(content["comm_id"])
-        elif kind == "comm_close":
-            closed.add(content["comm_id"])
-        elif kind == "comm_msg" and content["data"].get("method") == "custom":
-            custom.append(content["data"]["content"])
-        elif kind == "update_display_data":
-            updates.append(content["data"])
-        elif kind == "error":
-            pytest.fail("\n".join(content["traceback"]))
-        elif kind == "status" and content["execution_state"] == "idle":
-            return custom, opened, closed, updates
 
 
 def test_status_says_the_running_cell_or_how_long_idle_and_the_time_left(
