@@ -128,6 +128,25 @@ def test_a_sessions_samples_go_to_its_run_and_to_the_cell_whose_span_holds_them(
     assert [(step, t) for _, _, step, t in client.of("cell-2")] == [(0, 103_500)]
 
 
+def test_a_cell_whose_end_the_feed_never_saw_ends_when_the_kernel_says_not_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """The next cell can start milliseconds after one ends, between two looks at the
+    file: a sample of that gap belongs to no cell."""
+    files = JobDir(tmp_path)
+    client = Client()
+    feed = SystemMetricsFeed("session", 1, RunGuard(), lambda: client, files)
+    now = float(int(time.time()))
+    set_latest(files, LatestCell(1, "cell-1", started=now - 4))
+    feed.add(0, [sample(now - 3, 0)])
+    feed.flush()
+    set_latest(files, LatestCell(2, "cell-2", started=now - 1, previous_ended=now - 1.5))
+    feed.add(0, [sample(now - 1.2, 1), sample(now - 0.5, 2)])
+    feed.finish()
+    assert [t for *_, t in client.of("cell-1")] == [int(now - 3) * 1000]
+    assert [t for *_, t in client.of("cell-2")] == [int((now - 0.5) * 1000)]
+
+
 def test_a_cell_shorter_than_the_interval_asks_for_a_sample_and_gets_the_next_one(
     tmp_path: Path,
 ) -> None:

@@ -38,12 +38,15 @@ class CellRecord:
 
 @dataclass(frozen=True)
 class LatestCell:
-    """A session's latest cell: running while ``ended`` is None."""
+    """A session's latest cell: running while ``ended`` is None. ``previous_ended``: when
+    the cell before it ended, for a reader that never saw that end (the next cell can
+    start within milliseconds)."""
 
     cell: int
     run_id: str
     started: float
     ended: float | None = None
+    previous_ended: float | None = None
 
 
 class NotASession(ValueError):

@@ -134,7 +134,8 @@ class SystemMetricsFeed:
             self._cells[latest.cell] = latest
             for number, cell in list(self._cells.items()):
                 if cell.ended is None and number < latest.cell:  # its end was not seen
-                    self._cells[number] = cell = replace(cell, ended=latest.started)
+                    ended = latest.previous_ended if number == latest.cell - 1 else None
+                    self._cells[number] = cell = replace(cell, ended=ended or latest.started)
                 if cell.ended is not None and cell.ended < gone and number not in self._owed:
                     del self._cells[number]
             if latest.ended is not None and latest.cell not in self._fed:

@@ -156,6 +156,7 @@ class WarmSession:
         # waits for that run only, never behind the last cell's MLflow ending.
         self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-session-next")
         self._next_run: Future[str] | None = None
+        self._last_ended: float | None = None  # when the session's last cell ended
         self.session = Session(
             self.store,
             self.job_id,
@@ -226,7 +227,9 @@ class WarmSession:
 
         status = "FAILED"
         files = self.session.files
-        session_cells.set_latest(files, LatestCell(number, run_id, started))
+        session_cells.set_latest(
+            files, LatestCell(number, run_id, started, previous_ended=self._last_ended)
+        )
         self._tail.submit(self._name_run, run_id, number, tags)
         try:
             self.session.send_cell(payload, run_id)
@@ -257,7 +260,7 @@ class WarmSession:
             raise JobFailed(f"the session ended: {err}; {RESTART}") from None
         finally:
             notebook_cell = tags.get("air.cell_id")
-            finished = time.time()
+            finished = self._last_ended = time.time()
             session_cells.set_latest(files, LatestCell(number, run_id, started, finished))
             hints = read_hints(hints_of)
             view.status(status, 1, 1, view.elided_note() or "", hints["hints"])
