@@ -90,12 +90,18 @@ typecheck:
 jstest: node_modules/.package-lock.json
 	npm test -- --ci
 
+# Test files run PYTEST_WORKERS at a time, each file whole on one worker (its module
+# fixtures, a lab or a Ray cluster, stay together): most tests wait on processes they
+# started, so two files at once use the cores one left idle. PYTEST_WORKERS=0: one by one.
+PYTEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -ra -n $(PYTEST_WORKERS) --dist loadfile
+
 pytest:
 	mkdir -p test-artifacts
-	$(PY) -m pytest -ra
+	$(PYTEST)
 
 pytest-fast:
-	$(PY) -m pytest -ra -m "not browser and not ray"
+	$(PYTEST) -m "not browser and not ray"
 
 bench: setup
 	$(PY) bench/bench_gpu.py
