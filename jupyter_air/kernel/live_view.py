@@ -647,9 +647,10 @@ class Live:
         }
         if chart.traces:
             final[PLOTLY_MIME] = chart.figure(max_points=STATIC_POINTS)
-        self.reserve()
-        assert self._final is not None
-        self._final.update(final, raw=True)
+        if self._final is None:  # no place kept (a session cell): shown where it is now
+            self._final = display(final, raw=True, display_id=True)
+        else:
+            self._final.update(final, raw=True)
         if self.handle is not None:  # the widget view leaves what a saved notebook shows
             self.handle.update(
                 {

@@ -177,7 +177,7 @@ def test_the_widget_view_sends_each_new_point_once_then_leaves_static_outputs(
         seen = collect(kernel, kernel.start(STEPS_CELL))
     finally:
         kernel.run(setup + "c().mode = 'auto'; c().interval = 2.0")
-    custom, opened, closed, updates, library = seen
+    custom, opened, closed, outputs, library = seen
     steps = sent_points(custom)
     sent = steps["train_loss"]
     assert sent == list(range(len(sent))), "every point once, in order"
@@ -188,10 +188,10 @@ def test_the_widget_view_sends_each_new_point_once_then_leaves_static_outputs(
     assert len(opened) >= 4  # the view, its header, status and chart
     assert closed == opened, "the widgets are closed at the end"
     assert len(library) <= 1, "the chart library crosses the wire once per kernel, not per cell"
-    static = [u for u in updates if "jp-air-JobHeader" in u.get("text/html", "")]
+    static = [u for u in outputs if "jp-air-JobHeader" in u.get("text/html", "")]
     assert static, "the widget view's display became the static header"
     assert "succeeded" in static[-1]["text/plain"]
-    chart = next(u for u in reversed(updates) if PLOTLY in u)  # every point, at the end
+    chart = next(u for u in reversed(outputs) if PLOTLY in u)  # every point, at the end
     final = {trace["name"]: trace for trace in chart[PLOTLY]["data"]}
     assert final["train_loss"]["x"] == list(range(24))
     assert chart[PLOTLY]["layout"]["showlegend"] is True
@@ -219,7 +219,7 @@ class CellMessages(NamedTuple):
     custom: list[dict[str, Any]]  # the chart's custom messages
     opened: set[str]  # widgets opened, the chart library's own model aside
     closed: set[str]
-    updates: list[dict[str, Any]]  # display updates
+    outputs: list[dict[str, Any]]  # displays and their updates, in order
     library: set[str]  # the chart library's model, opened at most once per kernel
 
 
@@ -238,8 +238,8 @@ def collect(kernel: Kernel, msg_id: str) -> CellMessages:
             seen.closed.add(content["comm_id"])
         elif kind == "comm_msg" and content["data"].get("method") == "custom":
             seen.custom.append(content["data"]["content"])
-        elif kind == "update_display_data":
-            seen.updates.append(content["data"])
+        elif kind in ("display_data", "update_display_data"):
+            seen.outputs.append(content["data"])
         elif kind == "error":
             pytest.fail("\n".join(content["traceback"]))
         elif kind == "status" and content["execution_state"] == "idle":

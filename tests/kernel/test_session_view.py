@@ -68,7 +68,7 @@ def test_a_session_cells_widget_view_sends_new_points_then_leaves_static_outputs
         short = collect(kernel, kernel.start("%%air_distributed --session\nx = 1"))
     finally:
         kernel.run(setup + "c().mode = 'auto'; c().interval = 2.0")
-    custom, opened, closed, updates, _ = messages
+    custom, opened, closed, outputs, _ = messages
     steps = sent_points(custom)
     sent = steps["loss"]
     assert sent == list(range(len(sent))), "every point once, in order"
@@ -76,16 +76,16 @@ def test_a_session_cells_widget_view_sends_new_points_then_leaves_static_outputs
     assert any(m["type"] == "extend" for m in custom), "points arrive while the cell runs"
     assert opened, "a widget view"
     assert closed == opened, "the widgets are closed at the end"
-    static = [u for u in updates if "jp-air-JobHeader" in u.get("text/html", "")]
+    static = [u for u in outputs if "jp-air-JobHeader" in u.get("text/html", "")]
     assert static, "the widget view's display became the static header"
     assert re.search(r"succeeded · [\d.]+ s · cell \d+", static[-1]["text/plain"])
-    final = next(u for u in reversed(updates) if PLOTLY in u)
+    final = next(u for u in reversed(outputs) if PLOTLY in u)
     final_traces = {t["name"]: t for t in final[PLOTLY]["data"]}
     assert final_traces["loss"]["x"] == list(range(16))
 
-    custom, opened, closed, updates, _ = short
+    custom, opened, closed, outputs, _ = short
     assert (custom, opened, closed) == ([], set(), set())
-    assert "loss" not in updates[-1]["text/plain"]  # its static chart: its own run's
+    assert "loss" not in outputs[-1]["text/plain"]  # its static chart: its own run's
     kernel.run("%air_session stop")
 
 
