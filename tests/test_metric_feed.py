@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
+from jupyter_air.tracking import metric_feed as metric_feed_module
 from jupyter_air.tracking.metric_feed import (
     ClientFeed,
     SqliteFeed,
@@ -88,6 +92,34 @@ def test_a_poll_is_bounded_and_the_rest_follows(store: tuple[MlflowClient, str, 
     feed = SqliteFeed(sqlite_path(uri) or Path(), run, max_rows=4)
     log(client, run, "loss", range(10))
     assert [len(feed.poll()) for _ in range(4)] == [4, 4, 2, 0]
+
+
+def test_a_poll_waits_out_a_writers_commit_and_gives_up_on_a_lock_held_long(
+    store: tuple[MlflowClient, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit beside a poll (a run's tags, a batch of system metrics) delays it by the
+    commit's length; a lock held past ``BUSY_WAIT`` leaves the points to the next poll."""
+    client, uri, run = store
+    log(client, run, "loss", range(3))
+    path = sqlite_path(uri)
+    assert path is not None
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    feed = metric_feed(uri, run)
+
+    writer.execute("BEGIN EXCLUSIVE")  # a commit in progress: readers are kept out
+    threading.Timer(0.05, writer.execute, ["COMMIT"]).start()
+    assert [p.step for p in feed.poll()] == [0, 1, 2], "read once the commit ended"
+
+    log(client, run, "loss", range(3, 5))
+    monkeypatch.setattr(metric_feed_module, "BUSY_WAIT", 0.05)
+    writer.execute("BEGIN EXCLUSIVE")
+    started = time.monotonic()
+    assert feed.poll() == []
+    assert time.monotonic() - started < 1, "not SQLite's own busy timeout"
+    writer.execute("COMMIT")
+    assert [p.step for p in feed.poll()] == [3, 4], "the next poll has them"
+    writer.close()
+    feed.close()
 
 
 def test_the_feed_never_creates_a_store(tmp_path: Path) -> None:

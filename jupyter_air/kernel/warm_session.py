@@ -6,9 +6,9 @@ with the same live view: status, the session job's hints, and the chart of the c
 own run and the job's GPUs, left as a static figure at its end; its failure and
 interrupt read as a fresh cell's (``JobFailed``, ``Interrupted``). The child run of the
 next cell is made ahead, while none waits (its id is the ranks' ``MLFLOW_RUN_ID``); its
-name and tags are written once its cell started (until then the runs panel leaves it
-out), its source, end and the cells file after the cell: no MLflow write is on a cell's
-critical path.
+name and tags are written once its cell has run half a second, or after a shorter cell
+(until then the runs panel leaves it out), its source, end and the cells file after the
+cell: no MLflow write is on a cell's critical path, nor beside the read of its chart.
 
 A session that ended (lost process group, a dead rank, the idle timeout) can be started
 again with the options it was started with (``restarted``).
@@ -215,11 +215,21 @@ class WarmSession:
         seen: dict[int, int] = {}
         # A cell shorter than this shows its final status only: none on the critical path.
         status_at = time.monotonic()
+        named = False
+
+        def name_run() -> None:
+            """The run gets its name once the cell has run a while, or after its end: a
+            write to the tracking store would hold the read of the cell's chart at its end."""
+            nonlocal named
+            if not named:
+                named = True
+                self._tail.submit(self._name_run, run_id, number, tags)
 
         def tick() -> None:
             nonlocal status_at
             self._show(view, seen)
             if time.monotonic() - status_at > STATUS_EVERY:
+                name_run()
                 hints = read_hints(hints_of)
                 view.chart(chart, hints["gpus"])  # first: a widget view, if any, shows the status
                 view.status("RUNNING", 1, 1, hints=hints["hints"])
@@ -230,7 +240,6 @@ class WarmSession:
         session_cells.set_latest(
             files, LatestCell(number, run_id, started, previous_ended=self._last_ended)
         )
-        self._tail.submit(self._name_run, run_id, number, tags)
         try:
             self.session.send_cell(payload, run_id)
             complete = self._collect(tick)
@@ -265,6 +274,7 @@ class WarmSession:
             hints = read_hints(hints_of)
             view.status(status, 1, 1, view.elided_note() or "", hints["hints"])
             view.finish(chart, hints["gpus"])
+            name_run()
             record = CellRecord(number, run_id, notebook_cell, started, finished, status)
             if self.session.ended is None:  # first: the next cell may come at once
                 self._next_run = self._ahead.submit(self._new_run)

@@ -167,6 +167,34 @@ def test_a_session_keeps_names_process_group_and_takes_kernel_names(
     assert printed_in_6 == ["hello from 0", "hello from 1"]
 
 
+def test_a_running_cells_run_is_named_within_a_second_and_a_short_cells_after_it(
+    kernel: Kernel, air_home: Path, kernel_env: dict[str, str]
+) -> None:
+    """The runs panel and MLflow show a long cell's run while it runs; a cell shorter than
+    half a second is named once it ended, so no write waits beside its end."""
+    job_id = start(kernel)
+    client = MlflowClient(kernel_env["MLFLOW_TRACKING_URI"])
+    parent_id = str(JobStore(air_home).attempts(job_id)[0].run_id)
+    try:
+        assert cell(kernel, "1") == "1"
+        running = kernel.start("%%air_distributed --session\nimport time\ntime.sleep(4)")
+        deadline = time.monotonic() + 2.5
+        while ("2", "RUNNING") not in cell_runs(client, parent_id):
+            assert time.monotonic() < deadline, cell_runs(client, parent_id)
+            time.sleep(0.1)
+        assert kernel.collect(running).error is None
+    finally:
+        kernel.run("%air_session stop")
+    deadline = time.monotonic() + 30
+    while cell_runs(client, parent_id)[:2] != [("1", "FINISHED"), ("2", "FINISHED")]:
+        assert time.monotonic() < deadline, cell_runs(client, parent_id)
+        time.sleep(0.2)
+    named = client.search_runs(
+        [client.get_run(parent_id).info.experiment_id], "tags.`air.session_cell` = '1'"
+    )
+    assert [r.info.run_name for r in named] == ["cell 1"]
+
+
 def test_a_session_function_runs_in_the_ranks_namespace_as_a_cell_does(
     kernel: Kernel, kernel_env: dict[str, str], air_home: Path
 ) -> None:
