@@ -96,10 +96,11 @@ def widgets_available(config: LiveView, environ: dict[str, str] | None = None) -
     from ..tracking.ui_links import current_jupyter_server
 
     env = os.environ if environ is None else environ
-    server = current_jupyter_server(env)
-    by_server = server is not None and str(server.pid) == env.get("JPY_PARENT_PID")
-    if not (by_server or env.get("VSCODE_PID")):
-        return False
+    if not env.get("VSCODE_PID"):
+        parent = env.get("JPY_PARENT_PID")
+        server = current_jupyter_server(env) if parent else None  # no file read otherwise
+        if server is None or str(server.pid) != parent:
+            return False
     from IPython import get_ipython
 
     if getattr(get_ipython(), "kernel", None) is None:
