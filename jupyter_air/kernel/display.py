@@ -35,7 +35,9 @@ class JobView:
     then the run's chart, then the ranks' output as stream text. With widgets, header,
     status and a live chart are one ipywidgets view, replaced at the end by static
     outputs (HTML, and the final chart as a plotly figure with a text summary) so a
-    saved notebook shows them without a kernel; without widgets, only those."""
+    saved notebook shows them without a kernel; without widgets, only those. A warm
+    session's cell shows its header with its first output line or status, and its chart
+    under its output."""
 
     def __init__(
         self,
@@ -61,6 +63,12 @@ class JobView:
         self._logs_url: str | None = None
         self._header: DisplayHandle | None = None
         self._header_html = ""
+        #: A session cell's header, not shown yet: it goes out with the cell's first
+        #: output line, or in one display with its status (most session cells last
+        #: milliseconds, and each display costs them a round trip to ipykernel's I/O
+        #: thread).
+        self._header_later: dict[str, str] | None = None
+        self._header_bundle: dict[str, str] = {}
         self._status: DisplayHandle | None = None
         self._status_bundle: dict[str, str] = {}
         self._progress: dict[tuple[int, int, str], DisplayHandle] = {}
@@ -93,10 +101,19 @@ class JobView:
                 parts_text.append(f"logs: {command}")
         self._header_html = '<div class="jp-air-JobHeader">' + " · ".join(parts_html) + "</div>"
         bundle = {"text/plain": " | ".join(parts_text), "text/html": self._header_html}
-        if self._live is not None and self._cell is None and self._live.start(self._header_html):
+        self._header_bundle = bundle
+        if self._cell is not None:
+            self._header_later = bundle
+        elif self._live is not None and self._live.start(self._header_html):
             self._header = self._live.handle
         else:
             self._header = display(bundle, raw=True, display_id=True)
+
+    def _show_header(self) -> None:
+        """A session cell's header, before the first output under it."""
+        if self._header_later is not None:
+            self._header = display(self._header_later, raw=True, display_id=True)
+            self._header_later = None
 
     def status(
         self,
@@ -123,12 +140,26 @@ class JobView:
         self._status_bundle = bundle
         if self._live is not None and self._live.widget_status(bundle["text/html"]):
             return
-        if self._status is None:
+        if self._status is None and self._header_later is not None:  # one display of both
+            self._header_later = None
+            self._status = self._header = display(
+                self._with_header(bundle), raw=True, display_id=True
+            )
+        elif self._status is not None and self._status is self._header:
+            self._status.update(self._with_header(bundle), raw=True)
+        elif self._status is None:
             self._status = display(bundle, raw=True, display_id=True)
             if self._live is not None and self._cell is None:
                 self._live.reserve()
         else:
             self._status.update(bundle, raw=True)
+
+    def _with_header(self, status: Mapping[str, str]) -> dict[str, str]:
+        header = self._header_bundle
+        return {
+            "text/plain": f"{header['text/plain']}\n{status['text/plain']}",
+            "text/html": header["text/html"] + status["text/html"],
+        }
 
     def chart(self, attempts: Sequence[tuple[int, str]], gpus: Sequence[int] | None) -> None:
         """New points of the runs (attempt, run id) for the live chart, at most every
@@ -144,14 +175,15 @@ class JobView:
         the header (and status) shown so far, which are emptied."""
         assert self._live is not None
         self._live.start(self._header_html)
-        for shown in (self._header, self._status):
-            if shown is not None:
-                shown.update({"text/plain": ""}, raw=True)
+        self._header_later = None
+        for shown in dict.fromkeys(h for h in (self._header, self._status) if h is not None):
+            shown.update({"text/plain": ""}, raw=True)
         self._header = self._live.handle
 
     def finish(self, attempts: Sequence[tuple[int, str]], gpus: Sequence[int] | None) -> None:
         """The job is over: the final chart (and, with widgets, the static header and
         status in place of the widget view)."""
+        self._show_header()
         if self._live is not None:
             self._live.finish(attempts, gpus, self._header_html, self._status_bundle)
 
@@ -175,6 +207,8 @@ class JobView:
                 continue
             self._shown += 1
             (err if line.stream == "err" else out).append(f"{prefix}{line.text}\n")
+        if out or err:
+            self._show_header()
         if out:
             sys.stdout.write("".join(out))
             sys.stdout.flush()
@@ -205,6 +239,7 @@ class JobView:
         bundle: dict[str, Any] = {"text/plain": prefix + line.text}
         handle = self._progress.get(key)
         if handle is None:
+            self._show_header()
             self._progress[key] = display(bundle, raw=True, display_id=True)
         else:
             handle.update(bundle, raw=True)

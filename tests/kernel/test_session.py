@@ -190,7 +190,8 @@ def test_a_running_cells_run_is_named_within_a_second_and_a_short_cells_after_it
         assert time.monotonic() < deadline, cell_runs(client, parent_id)
         time.sleep(0.2)
     named = client.search_runs(
-        [client.get_run(parent_id).info.experiment_id], "tags.`air.session_cell` = '1'"
+        [client.get_run(parent_id).info.experiment_id],
+        f"tags.mlflow.parentRunId = '{parent_id}' and tags.`air.session_cell` = '1'",
     )
     assert [r.info.run_name for r in named] == ["cell 1"]
 

@@ -25,17 +25,20 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 def test_a_session_cell_leaves_its_own_runs_chart_and_status_as_a_fresh_cell_does(
     kernel: Kernel,
 ) -> None:
-    """Where widgets are not drawn: the header, the final status naming the cell, and the
-    chart of the cell's own child run, as a static plotly figure with its summary; a later
-    cell's chart holds its own points only."""
+    """Where widgets are not drawn: the header and the final status naming the cell (one
+    display, until an output line comes between them), and the chart of the cell's own
+    child run, as a static plotly figure with its summary; a later cell's chart holds its
+    own points only."""
     start(kernel)
     first = kernel.run(LOSS_CELL.format(steps=20, pause=0.25))
     assert first.error is None, first.traceback
     assert not any(WIDGET in d for d in first.displays)
-    header, status, chart = first.displays
-    assert header["text/plain"].startswith("Job ")
-    assert "run cell 1" in header["text/plain"]
-    assert re.fullmatch(r"succeeded · [\d.]+ s · cell 1", status["text/plain"])
+    header_and_status, chart = first.displays
+    header, status = header_and_status["text/plain"].split("\n")
+    assert header.startswith("Job ")
+    assert "run cell 1" in header
+    assert re.fullmatch(r"succeeded · [\d.]+ s · cell 1", status)
+    assert header_and_status["text/html"].startswith('<div class="jp-air-JobHeader">')
     traces = {t["name"]: t for t in chart[PLOTLY]["data"]}
     assert traces["loss"]["x"] == list(range(20))
     assert "CPU %" in traces, "the host's CPU from the system metrics of the cell's own run"
@@ -43,12 +46,13 @@ def test_a_session_cell_leaves_its_own_runs_chart_and_status_as_a_fresh_cell_doe
 
     second = kernel.run(LOSS_CELL.format(steps=3, pause=0))
     *_, status, chart = second.displays
-    assert re.fullmatch(r"succeeded · [\d.]+ s · cell 2", status["text/plain"])
+    assert re.fullmatch(r"succeeded · [\d.]+ s · cell 2", status["text/plain"].split("\n")[-1])
     traces = {t["name"]: t for t in chart[PLOTLY]["data"]}
     assert traces["loss"]["x"] == [0, 1, 2]  # cell 2's run, not cell 1's 20 points
 
     failed = kernel.run("%%air_distributed --session\nraise ValueError('no')")
-    *_, status, chart = failed.displays
+    header, status, chart = failed.displays  # the traceback came between them
+    assert header["text/plain"].startswith("Job ")
     assert re.fullmatch(r"failed · [\d.]+ s · cell 3", status["text/plain"])
     assert "loss" not in chart["text/plain"]  # its own run, which logged none
     kernel.run("%air_session stop")
