@@ -129,8 +129,11 @@ class Session:
             self._busy = True
             self.cells += 1
             self._replies = {}
-            for channel in self._ranks.values():
-                channel.send(wire.Op.CELL, number=self.cells, payload=payload, run_id=run_id)
+            for rank, channel in self._ranks.items():
+                try:
+                    channel.send(wire.Op.CELL, number=self.cells, payload=payload, run_id=run_id)
+                except OSError:  # its process died since the job was last looked at
+                    self._lost(rank)
             return self.cells
 
     def collect(

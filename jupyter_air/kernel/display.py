@@ -67,7 +67,7 @@ class JobView:
         #: output line, or in one display with its status (most session cells last
         #: milliseconds, and each display costs them a round trip to ipykernel's I/O
         #: thread).
-        self._header_later: dict[str, str] | None = None
+        self._header_later = False
         self._header_bundle: dict[str, str] = {}
         self._status: DisplayHandle | None = None
         self._status_bundle: dict[str, str] = {}
@@ -103,7 +103,7 @@ class JobView:
         bundle = {"text/plain": " | ".join(parts_text), "text/html": self._header_html}
         self._header_bundle = bundle
         if self._cell is not None:
-            self._header_later = bundle
+            self._header_later = True
         elif self._live is not None and self._live.start(self._header_html):
             self._header = self._live.handle
         else:
@@ -111,9 +111,9 @@ class JobView:
 
     def _show_header(self) -> None:
         """A session cell's header, before the first output under it."""
-        if self._header_later is not None:
-            self._header = display(self._header_later, raw=True, display_id=True)
-            self._header_later = None
+        if self._header_later:
+            self._header = display(self._header_bundle, raw=True, display_id=True)
+            self._header_later = False
 
     def status(
         self,
@@ -140,8 +140,8 @@ class JobView:
         self._status_bundle = bundle
         if self._live is not None and self._live.widget_status(bundle["text/html"]):
             return
-        if self._status is None and self._header_later is not None:  # one display of both
-            self._header_later = None
+        if self._status is None and self._header_later:  # one display of both
+            self._header_later = False
             self._status = self._header = display(
                 self._with_header(bundle), raw=True, display_id=True
             )
@@ -175,7 +175,7 @@ class JobView:
         the header (and status) shown so far, which are emptied."""
         assert self._live is not None
         self._live.start(self._header_html)
-        self._header_later = None
+        self._header_later = False
         for shown in dict.fromkeys(h for h in (self._header, self._status) if h is not None):
             shown.update({"text/plain": ""}, raw=True)
         self._header = self._live.handle

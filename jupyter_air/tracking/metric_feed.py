@@ -29,6 +29,8 @@ MAX_ROWS = 50_000
 #: cell's end there.
 BUSY_WAIT = 0.5
 BUSY_RETRY = 0.0005
+#: SQLITE_BUSY and SQLITE_LOCKED (``sqlite3`` names them from Python 3.11).
+BUSY_CODES = (5, 6)
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,9 @@ class SqliteFeed:
                 )
                 break
             except sqlite3.OperationalError as err:  # locked, or not created yet
-                if "locked" not in str(err) or time.monotonic() > deadline:
+                code = getattr(err, "sqlite_errorcode", None)  # Python 3.11 and later
+                busy = code in BUSY_CODES if code is not None else "locked" in str(err)
+                if not busy or time.monotonic() > deadline:
                     return []  # next time
                 time.sleep(BUSY_RETRY)
         if rows:

@@ -7,6 +7,7 @@ import ast
 import os
 import re
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -170,19 +171,22 @@ def test_a_session_keeps_names_process_group_and_takes_kernel_names(
 def test_a_running_cells_run_is_named_within_a_second_and_a_short_cells_after_it(
     kernel: Kernel, air_home: Path, kernel_env: dict[str, str]
 ) -> None:
-    """The runs panel and MLflow show a long cell's run while it runs; a cell shorter than
-    half a second is named once it ended, so no write waits beside its end."""
+    """The runs panel and MLflow show a long cell's run while it runs (here the cell runs
+    until its rank sees its own run named); a cell shorter than half a second is named once
+    it ended, so no write waits beside its end."""
     job_id = start(kernel)
     client = MlflowClient(kernel_env["MLFLOW_TRACKING_URI"])
     parent_id = str(JobStore(air_home).attempts(job_id)[0].run_id)
     try:
         assert cell(kernel, "1") == "1"
-        running = kernel.start("%%air_distributed --session\nimport time\ntime.sleep(4)")
-        deadline = time.monotonic() + 2.5
-        while ("2", "RUNNING") not in cell_runs(client, parent_id):
-            assert time.monotonic() < deadline, cell_runs(client, parent_id)
-            time.sleep(0.1)
-        assert kernel.collect(running).error is None
+        waits = kernel.run(
+            "%%air_distributed --session\nimport os, time\nfrom mlflow import MlflowClient\n"
+            "run, deadline = MlflowClient().get_run, time.monotonic() + 120\n"
+            "while run(os.environ['MLFLOW_RUN_ID']).data.tags.get('air.session_cell') != '2':\n"
+            "    assert time.monotonic() < deadline, 'not named while it runs'\n"
+            "    time.sleep(0.1)\n"
+        )
+        assert waits.error is None, waits.traceback
     finally:
         kernel.run("%air_session stop")
     deadline = time.monotonic() + 30
@@ -365,6 +369,30 @@ def test_a_dead_rank_ends_the_session_and_the_next_cell_says_why(kernel: Kernel)
     assert "%air_session restart starts it again with the same options" in after.stderr
 
 
+def test_ranks_killed_between_cells_make_the_next_cell_say_the_session_ended(
+    kernel: Kernel, air_home: Path
+) -> None:
+    """kill -9 of every rank while no cell runs, the job's supervisor stopped (SIGSTOP) so
+    that nothing records the job's end yet: the next cell finds the ranks' channels closed
+    and says the session ended and why, never a broken pipe."""
+    job_id = start(kernel)
+    supervisor = psutil.Process(JobStore(air_home).get(job_id).supervisor_pid)
+    supervisor.suspend()
+    try:
+        ranks = job_processes(job_id)
+        for rank in ranks:
+            rank.kill()
+        psutil.wait_procs(ranks, timeout=10)
+        threading.Timer(1.0, supervisor.resume).start()  # once the cell has met the pipes
+        after = kernel.run("%%air_distributed --session\n1")
+    finally:
+        supervisor.resume()
+    assert "BrokenPipe" not in after.traceback
+    assert "the session ended: rank 0's process ended" in after.traceback
+    assert "%air_session restart starts it again with the same options" in after.traceback
+    supervised_until_its_end(wait_done(air_home, job_id))
+
+
 def test_a_shared_session_is_ended_by_air_cancel(kernel: Kernel, air_home: Path) -> None:
     started = kernel.run("%air_session start -n 2 --oversubscribe --share bob:CAN_VIEW")
     assert "Shared: bob:CAN_VIEW" in started.text
@@ -373,7 +401,9 @@ def test_a_shared_session_is_ended_by_air_cancel(kernel: Kernel, air_home: Path)
     job_id = found.group(1)
     access = JobStore(air_home).access(job_id)
     assert access.grants == (Grant(Principal("user", "bob"), Level.CAN_VIEW),)
-    assert cancel.cancel(JobStore(air_home), job_id)  # what `air cancel ID` does
+    store = JobStore(air_home)
+    assert cancel.cancel(store, job_id)  # what `air cancel ID` does, then waits for its end
+    assert cancel.wait(store, job_id, 60).done
     assert_gone_within(job_id, time.monotonic(), 30)
     after = kernel.run("%%air_distributed --session\n1")
     assert "UsageError: the session" in after.stderr

@@ -48,12 +48,7 @@ def open_notebook(browser: Any, lab: Lab, name: str, app: str) -> Any:
 
 def kernel_of(lab: Lab, name: str) -> str | None:
     """The id of the kernel the server's session of notebook ``name`` has now, if any."""
-    request = urllib.request.Request(
-        f"{lab.url}api/sessions", headers={"Authorization": f"token {lab.token}"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        sessions = json.loads(answer.read())
-    for session in sessions:
+    for session in lab.api("api/sessions"):
         if session.get("path") == name and session.get("kernel"):
             return str(session["kernel"]["id"])
     return None
