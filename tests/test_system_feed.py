@@ -7,7 +7,7 @@ under which name, at which step and time.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -145,6 +145,36 @@ def test_a_cell_whose_end_the_feed_never_saw_ends_when_the_kernel_says_not_at_th
     feed.finish()
     assert [t for *_, t in client.of("cell-1")] == [int(now - 3) * 1000]
     assert [t for *_, t in client.of("cell-2")] == [int((now - 0.5) * 1000)]
+
+
+def test_a_sample_taken_while_the_kernel_takes_a_cells_end_waits_for_that_end(
+    tmp_path: Path,
+) -> None:
+    """The kernel marks the cell closing, then takes its end's time and writes it: a
+    sample read in between may fall on either side, and goes where the end says."""
+    files = JobDir(tmp_path)
+    client = Client()
+    feed = SystemMetricsFeed("session", 1, RunGuard(), lambda: client, files)
+    now = float(int(time.time()))
+    running = LatestCell(1, "cell-1", started=now - 3)
+    set_latest(files, running)
+    feed.add(0, [sample(now - 2, 0)])
+    feed.flush()
+    set_latest(files, replace(running, closing=True))
+    feed.add(0, [sample(now - 1, 1), sample(now - 0.2, 2)])
+    feed.flush()
+    assert len(client.of("cell-1")) == 1, "held until the end is known"
+    set_latest(files, replace(running, ended=now - 0.5))
+    deadline = time.monotonic() + 10
+    while len(client.of("cell-1")) < 2:  # the feed's next look at the cells file
+        assert time.monotonic() < deadline, "the held samples were never placed"
+        time.sleep(0.05)
+    feed.finish()
+    assert [(step, t) for _, _, step, t in client.of("cell-1")] == [
+        (0, int(now - 2) * 1000),
+        (1, int(now - 1) * 1000),
+    ], "the one taken before the end is the cell's, the one after is not"
+    assert len(client.of("session")) == 3
 
 
 def test_a_cell_shorter_than_the_interval_asks_for_a_sample_and_gets_the_next_one(

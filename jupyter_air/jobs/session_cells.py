@@ -40,13 +40,16 @@ class CellRecord:
 class LatestCell:
     """A session's latest cell: running while ``ended`` is None. ``previous_ended``: when
     the cell before it ended, for a reader that never saw that end (the next cell can
-    start within milliseconds)."""
+    start within milliseconds). ``closing``: its ranks have answered and its end's time
+    is about to be taken: a reader that saw the cell running without this mark knows
+    the end comes after that look, one that sees it waits for the end."""
 
     cell: int
     run_id: str
     started: float
     ended: float | None = None
     previous_ended: float | None = None
+    closing: bool = False
 
 
 class NotASession(ValueError):

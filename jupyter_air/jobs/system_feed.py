@@ -12,7 +12,9 @@ and also to the run of the cell whose span holds its time (``session_cells``: th
 kernel writes the latest cell's span), at the cell's own steps from 0, so each cell's
 run has the system metrics of its time. A cell that ended with no sample in its span
 (shorter than the interval) is owed one: the nodes are asked for a sample at once, and
-the first each sends after the cell's end goes to that cell too.
+the first each sends after the cell's end goes to that cell too. A sample taken while
+the kernel was taking a cell's end (``LatestCell.closing``) waits for that end: the
+kernel takes the time first and writes it after, so a look in between cannot tell.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class SystemMetricsFeed:
         self._cell_steps: dict[tuple[int, int], int] = {}  # (cell, node) -> next step
         self._owed: dict[int, set[int]] = {}  # cell -> nodes whose next sample it gets
         self._fed: set[int] = set()  # cells that got a sample
+        self._held: list[tuple[int, Sample]] = []  # (node, sample) waiting for a cell's end
         self._over = threading.Event()
         if session is not None:
             threading.Thread(target=self._watch_cells, name="air-cell-metrics", daemon=True).start()
@@ -81,8 +84,13 @@ class SystemMetricsFeed:
             if self._over.is_set():  # a sample loop that outlived its attempt's end
                 return
             self.sampled = True
-            self._pending = [f for f in self._pending if not f.done()]
-            self._pending.append(self._executor.submit(self._log, node, list(samples)))
+            self._submit(self._log, node, list(samples))
+
+    def _submit(self, work: Callable[..., None], *args: Any) -> Future[None]:
+        """``work`` on the log thread (the lock held: not once the feed is finished)."""
+        self._pending = [f for f in self._pending if not f.done()]
+        self._pending.append(future := self._executor.submit(work, *args))
+        return future
 
     def _log(self, node: int, samples: list[Sample]) -> None:
         client = self._client()  # MLflow loaded first
@@ -92,31 +100,49 @@ class SystemMetricsFeed:
             reopen = not self._guard.over.is_set()
             if reopen and client.get_run(self.run_id).info.status != "RUNNING":
                 client.update_run(self.run_id, status="RUNNING")
-        where = prefix(node, self._nnodes)
-        log_samples(client, self.run_id, where, samples, [s.step for s in samples])
+        log_samples(
+            client, self.run_id, prefix(node, self._nnodes), samples, [s.step for s in samples]
+        )
         if self._session is not None:
-            for cell, got in self._by_cell(node, samples):
-                log_samples(client, cell.run_id, where, got, self._steps(cell.cell, node, got))
+            self._log_cells([(node, sample) for sample in samples])
 
-    def _by_cell(self, node: int, samples: list[Sample]) -> list[tuple[LatestCell, list[Sample]]]:
-        """The samples of each cell: those in its span, and the first after its end
-        for a cell owed one."""
+    def _log_cells(self, samples: list[tuple[int, Sample]]) -> None:
+        """``samples`` (and those held before) into their cells' runs, on the log thread."""
         assert self._session is not None
+        client = self._client()
+        from ..tracking.system_metrics import log_samples, prefix
+
         self._see(session_cells.latest(self._session))
-        found: dict[int, list[Sample]] = {}
+        for cell, node, got in self._by_cell(samples):
+            steps = self._steps(cell.cell, node, got)
+            log_samples(client, cell.run_id, prefix(node, self._nnodes), got, steps)
+
+    def _by_cell(
+        self, samples: list[tuple[int, Sample]]
+    ) -> list[tuple[LatestCell, int, list[Sample]]]:
+        """The samples of each cell and node: those in the cell's span, and the first after
+        its end for a cell owed one. Those since the start of a closing cell are held."""
+        found: dict[tuple[int, int], list[Sample]] = {}
         with self._lock:
-            for sample in samples:
+            todo, self._held = self._held + samples, []
+            for node, sample in todo:
+                if any(
+                    c.closing and c.ended is None and sample.t >= c.started
+                    for c in self._cells.values()
+                ):
+                    self._held.append((node, sample))
+                    continue
                 for cell in self._cells.values():
                     ended = cell.ended if cell.ended is not None else float("inf")
                     inside = cell.started <= sample.t <= ended
                     owed = self._owed.get(cell.cell, set())
                     if inside or (node in owed and sample.t >= ended):
-                        found.setdefault(cell.cell, []).append(sample)
+                        found.setdefault((cell.cell, node), []).append(sample)
                         owed.discard(node)
                         self._fed.add(cell.cell)
             for number in [n for n, nodes in self._owed.items() if not nodes]:
                 del self._owed[number]
-            return [(self._cells[n], got) for n, got in found.items()]
+            return [(self._cells[n], node, got) for (n, node), got in found.items()]
 
     def _steps(self, cell: int, node: int, samples: list[Sample]) -> list[int]:
         first = self._cell_steps.get((cell, node), 0)
@@ -144,6 +170,8 @@ class SystemMetricsFeed:
     def _watch_cells(self) -> None:
         assert self._session is not None
         asked = 0.0
+        release: Future[None] = Future()
+        release.set_result(None)
         while not self._over.wait(CELL_POLL):
             try:
                 self._see(session_cells.latest(self._session))
@@ -152,6 +180,8 @@ class SystemMetricsFeed:
                 continue
             with self._lock:
                 owed = bool(self._owed)
+                if self._held and release.done() and not self._over.is_set():
+                    release = self._submit(self._log_cells, [])  # their cell's end may be known
             if owed and time.monotonic() - asked >= ASK_GAP:
                 asked = time.monotonic()
                 try:
@@ -173,5 +203,7 @@ class SystemMetricsFeed:
         """Every sample handed over logged, then no more."""
         with self._lock:
             self._over.set()
+            if self._held:  # a last look at the cell they wait for
+                self._submit(self._log_cells, [])
         self.flush()
         self._executor.shutdown(wait=True)

@@ -21,6 +21,7 @@ the route to the cluster, with the session's secret (``session_wire``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -237,9 +238,8 @@ class WarmSession:
 
         status = "FAILED"
         files = self.session.files
-        session_cells.set_latest(
-            files, LatestCell(number, run_id, started, previous_ended=self._last_ended)
-        )
+        running = LatestCell(number, run_id, started, previous_ended=self._last_ended)
+        session_cells.set_latest(files, running)
         try:
             self.session.send_cell(payload, run_id)
             complete = self._collect(tick)
@@ -269,8 +269,11 @@ class WarmSession:
             raise JobFailed(f"the session ended: {err}; {RESTART}") from None
         finally:
             notebook_cell = tags.get("air.cell_id")
+            # Said before its end's time is taken: a sample the supervisor saw the cell
+            # running after is the cell's (see ``LatestCell.closing``).
+            session_cells.set_latest(files, dataclasses.replace(running, closing=True))
             finished = self._last_ended = time.time()
-            session_cells.set_latest(files, LatestCell(number, run_id, started, finished))
+            session_cells.set_latest(files, dataclasses.replace(running, ended=finished))
             hints = read_hints(hints_of)
             view.status(status, 1, 1, view.elided_note() or "", hints["hints"])
             view.finish(chart, hints["gpus"])
