@@ -7,7 +7,6 @@ every sample; each cell's child run has those of its span, at its own steps.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from mlflow import MlflowClient
@@ -17,7 +16,7 @@ from jupyter_air.jobs import session_cells
 from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Kernel
 from tests.kernel.test_distributed_magic import supervised_until_its_end, wait_done
-from tests.kernel.test_session import start
+from tests.kernel.test_session import session_run_sampled, start
 
 CPU = "system/cpu_utilization_percentage"
 
@@ -32,12 +31,7 @@ def test_each_cell_run_has_the_system_metrics_of_its_span_and_the_session_run_al
     client = MlflowClient(kernel_env["MLFLOW_TRACKING_URI"])
     store = JobStore(air_home)
     job_id = start(kernel)
-    parent_id = store.attempts(job_id)[0].run_id
-    assert parent_id is not None
-    deadline = time.monotonic() + 120  # the supervisor loads MLflow's monitors first
-    while not client.get_metric_history(parent_id, CPU):
-        assert time.monotonic() < deadline, "the session's run got no system metrics"
-        time.sleep(0.2)
+    parent_id = session_run_sampled(air_home, job_id)
 
     slow = kernel.run("%%air_distributed --session\nimport time\ntime.sleep(2)")
     assert slow.error is None, slow.traceback

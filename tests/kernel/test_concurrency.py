@@ -11,7 +11,7 @@ from jupyter_air.jobs import cancel
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.query import LogFilter, read_all
 from tests.kernel.conftest import Execution, Kernel
-from tests.kernel.test_distributed_magic import job_id_of
+from tests.kernel.test_distributed_magic import job_id_of, supervised_until_its_end
 
 LINES = 2000
 CELL = (
@@ -74,7 +74,9 @@ def test_two_kernels_and_the_cli_at_once_lose_nothing(
     store = JobStore(air_home)
     job_ids = [job_id_of(r) for r in results] + [cli.stdout.split()[1]]
     for job_id in job_ids:  # --watch ends with the outcome, before its run's tail is done
-        assert cancel.wait(store, job_id, 60).status == "SUCCEEDED"
+        job = cancel.wait(store, job_id, 60)
+        assert job.status == "SUCCEEDED"
+        supervised_until_its_end(job)  # it logs what went wrong on the MLflow side until then
         lines = list(read_all(store.attempt_dir(job_id, 1), LogFilter()))
         assert len(lines) == 2 * LINES, f"job {job_id} lost lines"
         for rank in (0, 1):

@@ -23,6 +23,13 @@ import os, time
 for step in range(30):
     log_metrics({"train_loss": 1.0 / (step + 1), "lr": 0.1}, step=step)
     time.sleep(0.2)
+if os.environ["RANK"] == "0":  # the chart, drawn at the end, has the host's CPU once the
+    from mlflow import MlflowClient  # supervisor has loaded MLflow: seconds under load
+
+    run, deadline = MlflowClient().get_run, time.monotonic() + 120
+    while "system/cpu_utilization_percentage" not in run(os.environ["MLFLOW_RUN_ID"]).data.metrics:
+        assert time.monotonic() < deadline, "no system sample in the run"
+        time.sleep(0.5)
 print("rank", os.environ["RANK"], "done")
 """
 

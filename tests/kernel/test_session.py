@@ -39,6 +39,20 @@ def start(kernel: Kernel, options: str = "") -> str:
     return found.group(1)
 
 
+def session_run_sampled(air_home: Path, job_id: str, timeout: float = 120) -> str:
+    """The session's run, once the supervisor has logged a system sample into it: it
+    loads MLflow first, seconds on a loaded machine, and a cell over before then gets
+    its samples after its chart is drawn."""
+    run_id = JobStore(air_home).attempts(job_id)[0].run_id
+    assert run_id is not None
+    client = MlflowClient(f"sqlite:///{air_home}/mlflow.db")
+    deadline = time.monotonic() + timeout
+    while not client.get_metric_history(run_id, "system/cpu_utilization_percentage"):
+        assert time.monotonic() < deadline, "the session's run got no system metrics"
+        time.sleep(0.2)
+    return run_id
+
+
 def cell(kernel: Kernel, body: str, flags: str = "") -> str:
     done = kernel.run(f"%%air_distributed --session {flags}\n{body}")
     return done.value()

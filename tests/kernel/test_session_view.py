@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.kernel.conftest import Kernel
 from tests.kernel.test_live_view import PLOTLY, collect, sent_points
-from tests.kernel.test_session import cell, start
+from tests.kernel.test_session import cell, session_run_sampled, start
 
 LOSS_CELL = """%%air_distributed --session
 import time
@@ -23,13 +23,13 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
 def test_a_session_cell_leaves_its_own_runs_chart_and_status_as_a_fresh_cell_does(
-    kernel: Kernel,
+    kernel: Kernel, air_home: Path
 ) -> None:
     """Where widgets are not drawn: the header and the final status naming the cell (one
     display, until an output line comes between them), and the chart of the cell's own
     child run, as a static plotly figure with its summary; a later cell's chart holds its
     own points only."""
-    start(kernel)
+    session_run_sampled(air_home, start(kernel))
     first = kernel.run(LOSS_CELL.format(steps=20, pause=0.25))
     assert first.error is None, first.traceback
     assert not any(WIDGET in d for d in first.displays)
