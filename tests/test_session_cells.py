@@ -93,6 +93,12 @@ def test_an_unreadable_latest_cell_reads_as_none(store: JobStore) -> None:
     assert session_cells.latest(files) is None
 
 
+def test_a_latest_cell_with_a_field_of_a_later_version_still_reads(store: JobStore) -> None:
+    files = JobDir(store.job_dir(make_session(store)))
+    files.session_cell.write_text('{"cell": 3, "run_id": "run3", "started": 30.0, "new": 1}')
+    assert session_cells.latest(files) == LatestCell(3, "run3", 30.0)
+
+
 async def test_the_logs_route_shows_one_cell_and_each_lines_cell_to_a_viewer(
     jp_fetch: Any, alices_session: str
 ) -> None:

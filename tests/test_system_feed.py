@@ -12,7 +12,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from jupyter_air.job_dir import JobDir
+from jupyter_air.jobs import system_feed
 from jupyter_air.jobs.session_cells import LatestCell, set_latest
 from jupyter_air.jobs.system_feed import SystemMetricsFeed
 from jupyter_air.tracking.guard import RunGuard
@@ -175,6 +178,28 @@ def test_a_sample_taken_while_the_kernel_takes_a_cells_end_waits_for_that_end(
         (1, int(now - 1) * 1000),
     ], "the one taken before the end is the cell's, the one after is not"
     assert len(client.of("session")) == 3
+
+
+def test_samples_still_held_at_the_attempts_end_get_a_last_look_at_their_cell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(system_feed, "CELL_POLL", 3600.0)  # no look but the last
+    files = JobDir(tmp_path)
+    client = Client()
+    feed = SystemMetricsFeed("session", 2, RunGuard(), lambda: client, files)
+    now = float(int(time.time()))
+    closing = LatestCell(1, "cell-1", started=now - 3, closing=True)
+    set_latest(files, closing)
+    feed.add(0, [sample(now - 2, 0), sample(now - 1, 1)])
+    feed.add(1, [sample(now - 1.5, 0)])
+    feed.flush()
+    assert client.of("cell-1") == []
+    set_latest(files, replace(closing, closing=False, ended=now - 1.2))
+    feed.finish()
+    assert [(key, step, t) for key, _, step, t in client.of("cell-1")] == [
+        ("system/node_0/cpu_utilization_percentage", 0, int(now - 2) * 1000),
+        ("system/node_1/cpu_utilization_percentage", 0, int((now - 1.5) * 1000)),
+    ]
 
 
 def test_a_cell_shorter_than_the_interval_asks_for_a_sample_and_gets_the_next_one(

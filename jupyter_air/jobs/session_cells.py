@@ -73,8 +73,11 @@ def set_latest(files: JobDir, cell: LatestCell) -> None:
 def latest(files: JobDir) -> LatestCell | None:
     """The session's latest cell, or None before its first (or if the file is unreadable)."""
     found = read_json(files.session_cell)
-    try:
-        return LatestCell(**found) if isinstance(found, dict) else None
+    if not isinstance(found, dict):
+        return None
+    known = {field.name for field in dataclasses.fields(LatestCell)}
+    try:  # a field a later version added is not this one's business
+        return LatestCell(**{k: v for k, v in found.items() if k in known})
     except TypeError:
         return None
 

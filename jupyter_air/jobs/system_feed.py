@@ -112,7 +112,7 @@ class SystemMetricsFeed:
         client = self._client()
         from ..tracking.system_metrics import log_samples, prefix
 
-        self._see(session_cells.latest(self._session))
+        self._look()
         for cell, node, got in self._by_cell(samples):
             steps = self._steps(cell.cell, node, got)
             log_samples(client, cell.run_id, prefix(node, self._nnodes), got, steps)
@@ -149,14 +149,17 @@ class SystemMetricsFeed:
         self._cell_steps[(cell, node)] = first + len(samples)
         return list(range(first, first + len(samples)))
 
-    def _see(self, latest: LatestCell | None) -> None:
-        """The session's latest cell, as the kernel last wrote it; an ended cell with no
-        sample in its span is owed one. Cells ended ``KEEP`` seconds ago are let go (a
-        sample of theirs would have come by then)."""
-        if latest is None:
-            return
+    def _look(self) -> None:
+        """The session's latest cell, as the kernel last wrote it, read and taken in under
+        the lock: a look never undoes a later one (a sample's cell is then the one seen
+        after the sample was taken). An ended cell with no sample in its span is owed one.
+        Cells ended ``KEEP`` seconds ago are let go (a sample of theirs would have come)."""
+        assert self._session is not None
         gone = time.time() - KEEP
         with self._lock:
+            latest = session_cells.latest(self._session)
+            if latest is None:
+                return
             self._cells[latest.cell] = latest
             for number, cell in list(self._cells.items()):
                 if cell.ended is None and number < latest.cell:  # its end was not seen
@@ -174,7 +177,7 @@ class SystemMetricsFeed:
         release.set_result(None)
         while not self._over.wait(CELL_POLL):
             try:
-                self._see(session_cells.latest(self._session))
+                self._look()
             except Exception as err:  # a bug here costs the cells' metrics only
                 log.warning("session cells not read: %s", err)
                 continue
@@ -190,7 +193,8 @@ class SystemMetricsFeed:
                     log.warning("no sample asked of the nodes: %s", err)
 
     def flush(self) -> None:
-        """Wait until every sample handed over is logged (or its failure said)."""
+        """Wait until every sample handed over is logged, held for its cell's end, or its
+        failure said."""
         with self._lock:
             pending, self._pending = self._pending, []
         for future in pending:
@@ -203,7 +207,16 @@ class SystemMetricsFeed:
         """Every sample handed over logged, then no more."""
         with self._lock:
             self._over.set()
-            if self._held:  # a last look at the cell they wait for
-                self._submit(self._log_cells, [])
         self.flush()
         self._executor.shutdown(wait=True)
+        if self._held:  # a last look at the cell they wait for
+            try:
+                self._log_cells([])
+            except Exception as err:
+                log.warning("system metrics of run %s's cells not logged: %s", self.run_id, err)
+        if self._held:
+            log.warning(
+                "%d system samples of a cell whose end never came: in run %s only",
+                len(self._held),
+                self.run_id,
+            )
