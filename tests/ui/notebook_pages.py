@@ -70,6 +70,25 @@ def run_cells_in_one_kernel(page: Any, lab: Lab, name: str, cells: list[int]) ->
     raise AssertionError(f"the kernel of {name} changed twice while its cells ran")
 
 
+def run_cell_until_drawn(page: Any, lab: Lab, name: str, index: int, drawn: str) -> None:
+    """Run cell ``index`` until ``drawn`` (a selector) is in its output, with the notebook's
+    kernel the same before the run and after the drawing. A frontend that changes its
+    kernel seconds after it started one (``run_cells_in_one_kernel``) leaves the first
+    run's widgets without their models, half drawn: then the cell runs again."""
+    for _ in range(3):
+        before = kernel_of(lab, name)
+        run_cell(page, index)
+        try:
+            page.wait_for_selector(drawn, state="attached", timeout=60_000)
+        except Exception:  # playwright's TimeoutError: only a changed kernel excuses it
+            if kernel_of(lab, name) == before:
+                raise
+            continue
+        if before is not None and kernel_of(lab, name) == before:
+            return
+    raise AssertionError(f"the kernel of {name} kept changing while cell {index} ran")
+
+
 def accept_kernel_choice(page: Any) -> None:
     """JupyterLab at times asks which kernel to start (its "Select Kernel" dialog, with
     the notebook's own kernel chosen) when it opens a notebook on a loaded machine before

@@ -13,10 +13,11 @@ import pytest
 
 from tests.fake_nvml import Scenario
 from tests.ui.conftest import Lab
-from tests.ui.notebook_pages import open_notebook, put_notebook, run_cell
+from tests.ui.notebook_pages import open_notebook, put_notebook, run_cell, run_cell_until_drawn
 from tests.ui.test_gpu_panel import two_gpus
 
 VIEW = ".jp-air-GpuView"
+CHART_TRACE = f"{VIEW} .js-plotly-plot .scatterlayer .trace"
 CELL = "%load_ext jupyter_air\nview = %air_gpu --interval 2\nview"
 IDLE_CELL = "idle = %air_gpu --interval 1 --idle-timeout 5\nidle"
 
@@ -45,7 +46,7 @@ def server(start_lab: Callable[..., Lab], app: str) -> Lab:
 @pytest.fixture(scope="module")
 def page(browser: Any, server: Lab, app: str) -> Iterator[Any]:
     page = open_notebook(browser, server, "gpu.ipynb", app)
-    run_cell(page, 0)
+    run_cell_until_drawn(page, server, "gpu.ipynb", 0, CHART_TRACE)
     page.wait_for_selector(metric(1, "util"), timeout=60_000)
     yield page
     page.close()
@@ -66,12 +67,7 @@ def test_the_view_shows_the_scripted_gpus_from_the_servers_sampler(
     status = page.text_content(f"{VIEW} .jp-air-GpuView-status")
     assert "the Jupyter server's sampler" in status
     assert "Updated every 2 s" in status
-    page.wait_for_selector(
-        f"{VIEW} .js-plotly-plot .scatterlayer .trace", state="attached", timeout=60_000
-    )
-    traces = page.eval_on_selector_all(
-        f"{VIEW} .js-plotly-plot .scatterlayer .trace", "nodes => nodes.length"
-    )
+    traces = page.eval_on_selector_all(CHART_TRACE, "nodes => nodes.length")
     assert traces == 2 * 3 + 2  # utilization, memory, temperature per GPU; host CPU, memory
     page.screenshot(path=str(artifacts / f"air-gpu-{app}.png"), full_page=True)
 
@@ -120,14 +116,10 @@ def test_without_a_gpu_the_view_says_why_and_draws_only_the_host(
     put_notebook(lab, "nogpu.ipynb", [CELL])
     page = open_notebook(browser, lab, "nogpu.ipynb", app)
     try:
-        run_cell(page, 0)
-        page.wait_for_selector(f"{VIEW} .jp-air-GpuView-nogpu", timeout=60_000)
+        run_cell_until_drawn(page, lab, "nogpu.ipynb", 0, CHART_TRACE)
         line = page.text_content(f"{VIEW} .jp-air-GpuView-nogpu")
         assert line.startswith("No GPU here: ")
         assert line.endswith("Host CPU and memory below.")
-        page.wait_for_selector(
-            f"{VIEW} .js-plotly-plot .scatterlayer .trace", state="attached", timeout=60_000
-        )
         titles = page.eval_on_selector_all(
             f"{VIEW} .js-plotly-plot .annotation-text", "nodes => nodes.map(n => n.textContent)"
         )
