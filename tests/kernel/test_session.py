@@ -402,7 +402,10 @@ def test_ranks_killed_between_cells_make_the_next_cell_say_the_session_ended(
     finally:
         supervisor.resume()
     assert "BrokenPipe" not in after.traceback
-    assert "the session ended: rank 0's process ended" in after.traceback
+    # Every rank died: the channel found closed first is either one's (a send into a
+    # dead peer's socket can still succeed), the supervisor's account names the first
+    # death it saw.
+    assert re.search(r"the session ended: rank [01]'s process ended: .*SIGKILL", after.traceback)
     assert "%air_session restart starts it again with the same options" in after.traceback
     supervised_until_its_end(wait_done(air_home, job_id))
 
