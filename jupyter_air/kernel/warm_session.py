@@ -269,8 +269,8 @@ class WarmSession:
             raise JobFailed(f"the session ended: {err}; {RESTART}") from None
         finally:
             notebook_cell = tags.get("air.cell_id")
-            # Said before its end's time is taken: a sample the supervisor saw the cell
-            # running after is the cell's (see ``LatestCell.closing``).
+            # Marked closing before its end's time is taken: a sample the supervisor then
+            # reads the cell as running for is surely inside it (``LatestCell.closing``).
             session_cells.set_latest(files, dataclasses.replace(running, closing=True))
             finished = self._last_ended = time.time()
             session_cells.set_latest(files, dataclasses.replace(running, ended=finished))

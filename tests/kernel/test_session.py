@@ -26,7 +26,11 @@ from jupyter_air.kernel.session_magic import AirSessionMagics
 from jupyter_air.logs.query import LogFilter, read_all
 from tests.kernel.conftest import Kernel, job_processes
 from tests.kernel.test_abuse_processes import Server, assert_gone_within, server  # noqa: F401
-from tests.kernel.test_distributed_magic import supervised_until_its_end, wait_done
+from tests.kernel.test_distributed_magic import (
+    mlflow_client,
+    supervised_until_its_end,
+    wait_done,
+)
 
 SESSION_JOB = re.compile(r"Session job (\d{8}-\d{6}-[0-9a-f]{6})")
 
@@ -45,7 +49,7 @@ def session_run_sampled(air_home: Path, job_id: str, timeout: float = 120) -> st
     its samples after its chart is drawn."""
     run_id = JobStore(air_home).attempts(job_id)[0].run_id
     assert run_id is not None
-    client = MlflowClient(f"sqlite:///{air_home}/mlflow.db")
+    client = mlflow_client(air_home)
     deadline = time.monotonic() + timeout
     while not client.get_metric_history(run_id, "system/cpu_utilization_percentage"):
         assert time.monotonic() < deadline, "the session's run got no system metrics"
