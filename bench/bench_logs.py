@@ -50,9 +50,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from jupyter_air.jobs import local  # noqa: E402
-from jupyter_air.jobs.local import LocalRanks, RankSpec  # noqa: E402
-from jupyter_air.jobs.spec import Workload  # noqa: E402
+from jupyter_air.jobs.backends import local  # noqa: E402
+from jupyter_air.jobs.backends.local import LocalRanks, RankSpec  # noqa: E402
+from jupyter_air.jobs.spec import JobKind, job_spec  # noqa: E402
 from jupyter_air.jobs.store import JobStore  # noqa: E402
 from jupyter_air.logs.capture import RankLog, StreamSplitter  # noqa: E402
 from jupyter_air.logs.levels import NAMES  # noqa: E402
@@ -131,7 +131,7 @@ def devnull_run(ranks: int, per_rank: int, env: dict[str, str]) -> float:
 def air_run(store: JobStore, ranks: int, per_rank: int, env: dict[str, str]) -> tuple[float, Path]:
     """The same processes under LocalRanks, as attempt 1 of a job in ``store``."""
     argv = [sys.executable, "-c", RANK]
-    job = store.create(Workload(kind="command", command=argv, nproc_per_node=ranks))
+    job = store.create(job_spec(JobKind.COMMAND, command=argv, nproc_per_node=ranks))
     store.start_attempt(job.id, 1, None)
     store.update(job.id, status="RUNNING", started=time.time())
     attempt_dir = store.attempt_dir(job.id, 1)
@@ -531,15 +531,11 @@ def bench_follow(store: JobStore, work: Path, ticks: int) -> dict[str, Any]:
         f"bench-follow-{time.time_ns()}", artifact_location=str(work / "mlruns")
     )
     run_id = mlflow.create_run(experiment).info.run_id
-    workload = Workload(
-        kind="command",
+    workload = job_spec(
+        JobKind.COMMAND,
         command=[sys.executable, "-c", TICKER.format(n=ticks)],
-        nproc_per_node=1,
         background=True,
-        tracking_uri=uri,
-        experiment_id=experiment,
-        tags={"air.first_run_id": run_id},
-    )
+    ).with_tracking(tracking_uri=uri, experiment_id=experiment, first_run_id=run_id)
     job = start_job(store, workload, None)
     deadline = time.monotonic() + 60
     while not store.attempts(job.id):  # `air logs` wants an attempt to read

@@ -39,14 +39,14 @@ sys.path.insert(0, str(ROOT))
 from jupyter_air.identity import Identity, os_user  # noqa: E402
 from jupyter_air.jobs.documents import job_document  # noqa: E402
 from jupyter_air.jobs.permissions import Grant, Level, Principal  # noqa: E402
-from jupyter_air.jobs.spec import Workload  # noqa: E402
+from jupyter_air.jobs.spec import JobKind, job_spec  # noqa: E402
 from jupyter_air.jobs.store import JobStore  # noqa: E402
 
 JOBS, GRANTS = 1000, 10
 
 
 def fill(store: JobStore) -> None:
-    workload = Workload(kind="command", command=["python", "train.py"], nproc_per_node=2)
+    workload = job_spec(JobKind.COMMAND, command=["python", "train.py"], nproc_per_node=2)
     for n in range(JOBS):
         grants = tuple(
             Grant(Principal("user", f"user{n % 50}-{k}"), Level.CAN_VIEW) for k in range(9)

@@ -202,7 +202,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="air-bench-runs-"))
     (work / "root").mkdir()
     os.environ["AIR_HOME"] = str(work / "air")
-    from jupyter_air.jobs.spec import Workload
+    from jupyter_air.jobs.spec import JobKind, job_spec
     from jupyter_air.jobs.store import JobStore
     from jupyter_air.tracking.stores import register_store
 
@@ -222,11 +222,8 @@ def main() -> None:
         )
     )
     JobStore().create(
-        Workload(
-            kind="python",
-            tracking_uri=uri,
-            experiment_id=experiment,
-            tags={"air.notebook": str(notebook)},
+        job_spec(JobKind.PYTHON, tags={"air.notebook": str(notebook)}).with_tracking(
+            tracking_uri=uri, experiment_id=experiment
         ),
         "20261130-000000-abcdef",
     )

@@ -38,7 +38,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from jupyter_air.identity import os_identity  # noqa: E402
-from jupyter_air.jobs.spec import Workload  # noqa: E402
+from jupyter_air.jobs.spec import JobKind, job_spec  # noqa: E402
 from jupyter_air.jobs.store import JobStore  # noqa: E402
 from jupyter_air.schedules.model import Schedule, ScheduleRun, TaskSpec  # noqa: E402
 from jupyter_air.schedules.scheduler import ensure_scheduler, running, stop  # noqa: E402
@@ -115,7 +115,7 @@ def fire_latency(home: Path, fires: int) -> None:
             called = time.time()
             job = submit(
                 jobs,
-                Workload(kind="command", command=["true"], background=True),
+                job_spec(JobKind.COMMAND, command=["true"], background=True),
                 ExperimentRef(uri, "direct"),
                 owner=ME.name,
                 user=ME.name,
@@ -142,7 +142,7 @@ class RecordOnly:
 
     def __call__(self, schedule: Schedule, run: ScheduleRun, task: TaskSpec) -> str:
         started = time.perf_counter()
-        job_id = self.jobs.create(Workload(kind="command"), owner=schedule.owner).id
+        job_id = self.jobs.create(job_spec(JobKind.COMMAND), owner=schedule.owner).id
         self.seconds += time.perf_counter() - started
         return job_id
 
@@ -189,7 +189,7 @@ def lone_store_calls(rounds: int) -> None:
                     jobs.close()
                 started = time.perf_counter()
                 for _ in range(10):
-                    job = jobs.create(Workload(kind="command"))
+                    job = jobs.create(job_spec(JobKind.COMMAND))
                     jobs.update(job.id, status="RUNNING")
                     jobs.get(job.id)
                 times[held].append(time.perf_counter() - started)

@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from .identity import Identity, os_identity
-from .jobs import cancel
-from .jobs.documents import job_document, job_documents
 from .jobs.permissions import (
     BadGrant,
     Forbidden,
@@ -33,13 +31,13 @@ from .jobs.permissions import (
     parse_grant,
     parse_principal,
 )
-from .jobs.sharing import mirror
-from .jobs.spec import Workload
-from .jobs.store import JOB_ID, Job, JobStore, StoreError, UnknownJob
+from .jobs.service import Conflict, JobService, NoLogs
+from .jobs.store import Job, JobStore, StoreError, UnknownJob
 from .logs.query import BadFilter, LogFilter, LogLine, read_all_text, read_tail
 from .logs.text import format_line
 from .paths import UnsafeHome
 from .redact import redact
+from .status import JobStatus
 
 
 class CliError(Exception):
@@ -93,6 +91,13 @@ def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         action="store_true",
         help="stream node 0's logs until the job's outcome is known; print its last run and "
         "exit with its status (the run's MLflow end and log artifacts finish in the background)",
+    )
+    run.add_argument(
+        "--output",
+        choices=["text", "json"],
+        default="text",
+        help="json: print the job's document (as air get --output json does) and nothing "
+        "else; with --watch, the document once the outcome is known",
     )
     run.set_defaults(func=_run)
 
@@ -176,20 +181,24 @@ def _output(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", choices=["text", "json"], default="text")
 
 
-def _store() -> JobStore:
+def _service(settle: bool = False) -> JobService:
+    """The jobs service as the OS user; with ``settle``, once the jobs whose supervisor
+    died are recorded as failed (what is shown is the same; the record keeps their end
+    time), unless another process holds the database."""
     try:
-        return JobStore()
+        store = JobStore()
     except (UnsafeHome, StoreError) as err:
         raise CliError(str(err)) from None
+    if settle:
+        with contextlib.suppress(sqlite3.OperationalError):
+            store.settle()
+    return JobService(store, os_identity(), _run_link)
 
 
-def _job(store: JobStore, job_id: str, needed: Level = Level.CAN_VIEW) -> Job:
+def _job(service: JobService, job_id: str, needed: Level = Level.CAN_VIEW) -> Job:
     """The job, if the OS user holds ``needed`` on it."""
-    if not JOB_ID.fullmatch(job_id):
-        raise CliError(f"no job {job_id!r}")
     try:
-        store.access(job_id).require(os_identity(), needed)
-        return store.get(job_id)
+        return service.get(job_id, needed)
     except UnknownJob:
         raise CliError(f"no job {job_id!r}") from None
     except Forbidden as err:
@@ -207,18 +216,18 @@ def _run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .jobs.checks import Refused, check_submission
+    from .jobs.service import Refused, place
     from .jobs.workload_file import WorkloadError, load
 
     try:
         spec = load(args.file, args.override)
-        check_submission(
+        placed = place(
             spec,
             os_identity().name,
             nproc_per_node=spec.compute.nproc_per_node,
             override="--oversubscribe (compute.oversubscribe: true)",
             oversubscribe=args.oversubscribe,
-            reach_cluster=not args.dry_run,
+            reach=not args.dry_run,
         )
     except WorkloadError as err:
         raise CliError(str(err)) from None
@@ -234,8 +243,13 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if not working_dir.is_dir():
         raise CliError(f"working_dir {working_dir} is not a directory")
-    store = _store()
-    job = _submit(store, spec, working_dir)
+    service = _service()
+    job = _submit(service, placed, spec, working_dir)
+    if args.output == "json":
+        if args.watch:
+            _outcome_known(service, job.id)
+        print(json.dumps(service.document(service.store.get(job.id)), indent=2))
+        return _exit_status(service, job.id) if args.watch else 0
     print(
         f"Job {job.id} submitted: {spec.compute.nproc_per_node} rank(s) x "
         f"{spec.compute.nnodes} node(s) ({spec.backend}), "
@@ -250,67 +264,63 @@ def _run(args: argparse.Namespace) -> int:
     print(f"  logs: air logs {job.id} --follow" + (f"  or  {view}" if view else ""))
     if not args.watch:
         return 0
-    _follow(store, job.id, LogFilter(node=0), None)
-    return _watched(store, job.id)
+    _follow(service.store, job.id, LogFilter(node=0), None)
+    return _watched(service, job.id)
 
 
-def _watched(store: JobStore, job_id: str) -> int:
+def _outcome_known(service: JobService, job_id: str) -> None:
+    """Wait, without printing, until the job's outcome is known (``--watch`` in JSON)."""
+    from .jobs.follow import outcome
+
+    while outcome(service.store, job_id) is None:
+        time.sleep(0.2)
+
+
+def _exit_status(service: JobService, job_id: str) -> int:
+    return 0 if service.document(service.store.get(job_id))["status"] == JobStatus.SUCCEEDED else 1
+
+
+def _watched(service: JobService, job_id: str) -> int:
     """The end of ``--watch``: the outcome and the last attempt's run, as soon as the
     outcome is known; the run's MLflow tail (its end, its logs as artifacts) goes on
     in the background, and ``air get`` shows the job ended once it is done."""
     from .jobs.follow import outcome
 
+    store = service.store
     job = store.get(job_id)
     status, message = outcome(store, job_id) or (job.status, job.message)
     attempts = store.attempts(job_id)
     if attempts and attempts[-1].run_id:
-        run_id, w = attempts[-1].run_id, job.workload
-        link = w.experiment_id and _run_link(w.tracking_uri or "", w.experiment_id, run_id)
+        run_id, experiment_id = attempts[-1].run_id, store.get(job_id).experiment_id
+        uri = job.spec.tracking.tracking_uri or ""
+        link = experiment_id and _run_link(uri, experiment_id, run_id)
         print(f"  run:  {link or run_id}")
     print(f"Job {job_id} {status.lower()}" + (f": {message}" if message else ""))
-    return 0 if status == "SUCCEEDED" else 1
+    return 0 if status == JobStatus.SUCCEEDED else 1
 
 
-def _submit(store: JobStore, spec: Any, working_dir: Path) -> Job:
+def _submit(service: JobService, placed: Any, spec: Any, working_dir: Path) -> Job:
     from .identity import mlflow_user
-    from .jobs.submit import submit
+    from .jobs.spec import JobKind
     from .tracking.targets import ExperimentRef, current_tracking_uri
 
     target = ExperimentRef(
         current_tracking_uri(), spec.experiment_name, spec.mlflow_artifact_location
     )
-    compute = spec.compute
-    workload = Workload(
-        kind="command",
+    job_spec = placed.spec(
+        JobKind.COMMAND,
         command=spec.argv,
-        nproc_per_node=compute.nproc_per_node,
-        nnodes=compute.nnodes,
-        backend=spec.backend,
-        ray_address=spec.ray_address,
-        max_retries=spec.max_retries,
-        env=_rank_env(spec.env),
         background=True,  # nobody's kernel: the job outlives this shell
         working_dir=str(working_dir),
         run_name=spec.run_name,
     )
-    return submit(
-        store,
-        workload,
+    return service.submit(
+        job_spec,
         target,
-        owner=os_identity().name,
         grants=spec.grants,
         user=mlflow_user(),
         extra_tags={"air.command": redact(spec.command)},
     ).job
-
-
-def _rank_env(env: dict[str, str]) -> dict[str, str]:
-    """The workload's env, with air's own interpreter first on PATH unless it sets PATH:
-    ``python train.py`` then runs where air's packages are, as the magic does."""
-    if "PATH" in env:
-        return env
-    here = str(Path(sys.executable).parent)  # a venv's bin, never resolved out of it
-    return {**env, "PATH": os.pathsep.join([here, os.environ.get("PATH", os.defpath)])}
 
 
 # -- list / get ----------------------------------------------------------------------
@@ -319,27 +329,26 @@ def _rank_env(env: dict[str, str]) -> dict[str, str]:
 def _list(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise CliError("--limit must be >= 1")
-    store = _settled_store()
-    jobs = store.jobs(active_only=not args.all_status, limit=args.limit, visible_to=os_identity())
+    service = _service(settle=True)
+    jobs = service.jobs(active_only=not args.all_status, limit=args.limit)
     if args.output == "json":
-        print(json.dumps(job_documents(store, jobs, _run_link), indent=2))
+        print(json.dumps(service.documents(jobs), indent=2))
         return 0
     if not jobs:
         print("no active jobs" if not args.all_status else "no jobs")
         return 0
     print(f"{'JOB':24} {'STATUS':10} {'CREATED':19} {'RANKS':>5} RUN")
     for job in jobs:
-        w = job.workload
         print(
             f"{job.id:24} {job.status:10} {_time(job.created):19} "
-            f"{w.nproc_per_node * w.nnodes:>5} {w.run_name or ''}"
+            f"{job.spec.compute.world_size:>5} {job.spec.tracking.run_name or ''}"
         )
     return 0
 
 
 def _get(args: argparse.Namespace) -> int:
-    store = _settled_store()
-    doc = job_document(store, _job(store, args.job_id), _run_link)
+    service = _service(settle=True)
+    doc = service.document(_job(service, args.job_id))
     if args.output == "json":
         print(json.dumps(doc, indent=2))
         return 0
@@ -370,16 +379,6 @@ def _get(args: argparse.Namespace) -> int:
     return 0
 
 
-def _settled_store() -> JobStore:
-    """The store, once the jobs whose supervisor died are recorded as failed (what is
-    shown is the same; the record keeps their end time). Left for later when another
-    process holds the database."""
-    store = _store()
-    with contextlib.suppress(sqlite3.OperationalError):
-        store.settle()
-    return store
-
-
 def _time(t: float | None) -> str:
     return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
 
@@ -388,18 +387,15 @@ def _time(t: float | None) -> str:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    store = _store()
-    job = _job(store, args.job_id)
-    attempts = len(store.attempts(job.id))
-    if not attempts and args.follow:  # just submitted: its supervisor is starting it
-        attempts = len(_first_attempt(store, job.id))
-    if not attempts:
-        raise CliError(f"job {job.id} has no attempt yet")
-    attempt = args.attempt or attempts
-    if not 1 <= attempt <= attempts:
-        raise CliError(f"--attempt must be between 1 and {attempts}")
-    if not store.job_dir(job.id).exists():
-        raise CliError(f"the logs of job {job.id} have expired")
+    service = _service()
+    store = service.store
+    job = _job(service, args.job_id)
+    if args.follow:  # just submitted: its supervisor is starting it
+        _first_attempt(store, job.id)
+    try:
+        attempt, directory = service.log_attempt(job, args.attempt)
+    except NoLogs as err:
+        raise CliError(str(err)) from None
     since = _when(args.since, "--since")
     if args.minutes is not None:
         since = max(since or 0.0, time.time() - args.minutes * 60)
@@ -422,7 +418,6 @@ def _logs(args: argparse.Namespace) -> int:
             flt = cell_filter(store, job, flt, args.cell)
         except (NotASession, NoCell) as err:
             raise CliError(str(err)) from None
-    directory = store.attempt_dir(job.id, attempt)
     if args.download_to is not None:
         return _download(directory, flt, args.download_to, attempt)
     if args.follow:
@@ -516,36 +511,35 @@ def _download(directory: Path, flt: LogFilter, target: Path, attempt: int) -> in
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    store = _store()
-    job = _job(store, args.job_id, Level.CAN_MANAGE_RUN)
+    service = _service()
     try:
-        cancelled = cancel.cancel(store, job.id)
-    except cancel.Elsewhere as err:
+        job = service.cancel(args.job_id)
+    except UnknownJob:
+        raise CliError(f"no job {args.job_id!r}") from None
+    except (Forbidden, Conflict) as err:
         raise CliError(str(err)) from None
-    if not cancelled:
-        raise CliError(f"job {job.id} already ended ({job.status.lower()})")
-    job = cancel.wait(store, job.id, 60.0)
+    job = service.wait(job, 60.0)
     print(f"Job {job.id} {job.status.lower()}")
-    return 0 if job.status == "CANCELLED" else 1
+    return 0 if job.status is JobStatus.CANCELLED else 1
 
 
 # -- permissions -------------------------------------------------------------------------
 
 
 def _permissions(args: argparse.Namespace) -> int:
-    store = _store()
-    job = _job(store, args.job_id)
-    me = os_identity()
+    service = _service()
+    job = _job(service, args.job_id)
+    me = service.caller
+    report = None
     try:
         grants = merged(parse_grant(g) for g in args.grant)
         revoke = tuple(parse_principal(p) for p in args.revoke)
         if grants or revoke:
-            access = store.change_access(job.id, me, grants, revoke)
+            access, report = service.change_access(job.id, grants, revoke)
         else:
-            access = store.access(job.id)
+            access = service.access(job.id)
     except (BadGrant, Forbidden) as err:
         raise CliError(str(err)) from None
-    report = mirror(store, job, grants, revoke)
     if args.output == "json":
         doc = {**access.as_json(me), "mlflow": report.to_json() if report else None}
         print(json.dumps(doc, indent=2))

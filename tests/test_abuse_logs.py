@@ -18,7 +18,6 @@ from traitlets import TraitError
 
 from jupyter_air.jobs.follow import LogFollower
 from jupyter_air.jobs.retention import prune, retention_days
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.capture import LINE_LIMIT, RankLog, StreamSplitter, parse_record, plain_lines
 from jupyter_air.logs.query import (
@@ -31,6 +30,7 @@ from jupyter_air.logs.query import (
     read_tail,
 )
 from jupyter_air.server.app import AirExtension
+from tests.factories import job_spec
 
 MiB = 1 << 20
 
@@ -123,7 +123,7 @@ def test_a_cursor_past_the_end_of_its_file_is_refused(attempt: Path) -> None:
 def catastrophic_job(store: JobStore) -> str:
     """A finished job whose 8 rank logs each hold lines on which ``(a+)+b`` backtracks for
     more than a second in Python's ``re`` (and microseconds in RE2), among 2 MB of others."""
-    job = store.create(Workload(kind="command", command=["true"], nproc_per_node=8))
+    job = store.create(job_spec("command", command=["true"], nproc_per_node=8))
     store.start_attempt(job.id, 1, None)
     attempt = store.attempt_dir(job.id, 1)
     ordinary = [(float(i), "OI", f"step {i} loss 0.5") for i in range(8000)]
@@ -234,7 +234,7 @@ def test_air_logs_follow_ends_after_a_long_record(
 ) -> None:
     from jupyter_air import cli
 
-    job = store.create(Workload(kind="command", command=["true"]))
+    job = store.create(job_spec("command", command=["true"]))
     store.start_attempt(job.id, 1, None)
     write(
         store.attempt_dir(job.id, 1),
@@ -251,7 +251,7 @@ def test_air_logs_follow_ends_after_a_long_record(
 def test_the_kernel_s_follower_takes_a_long_record_and_split_characters_whole(
     store: JobStore,
 ) -> None:
-    job = store.create(Workload(kind="command", command=["true"]))
+    job = store.create(job_spec("command", command=["true"]))
     path = store.attempt_dir(job.id, 1) / "logs" / "node_0" / "rank_0.log"
     path.parent.mkdir(parents=True)
     follower = LogFollower(store, job.id)
@@ -342,7 +342,7 @@ def test_plain_lines_streams_a_log(tmp_path: Path) -> None:
 
 
 def finished_job(store: JobStore) -> str:
-    job = store.create(Workload(kind="command", command=["true"]))
+    job = store.create(job_spec("command", command=["true"]))
     write(store.attempt_dir(job.id, 1), 0, [(1.0, "OI", "kept")])
     store.update(job.id, status="SUCCEEDED", ended=time.time() - 3600)
     return job.id

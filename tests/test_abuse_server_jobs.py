@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
+from tests.factories import job_spec
 from tests.test_job_store import orphan, recorded_status
 
 HOLD = 10.0  # seconds another process holds the lock at most (the test releases it sooner)
@@ -62,7 +62,7 @@ def rollback_journal(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_a_locked_job_store_holds_up_its_requests_not_the_server(
     rollback_journal: None, jp_fetch: Any, store: JobStore, lock_holder: Any
 ) -> None:
-    job = store.create(Workload(kind="command", command=["true"]))
+    job = store.create(job_spec("command", command=["true"]))
     assert not store.wal
     release = lock_holder("EXCLUSIVE")
     started = time.monotonic()
@@ -118,7 +118,7 @@ async def test_the_server_records_jobs_whose_supervisor_died_on_a_thread_of_its_
 
 
 async def test_job_documents_show_no_credentials(jp_fetch: Any, store: JobStore) -> None:
-    workload = Workload(
+    workload = job_spec(
         kind="command",
         command=["python", "train.py", "--token", "s3cret"],
         env={"HF_TOKEN": "envs3cret"},

@@ -18,11 +18,11 @@ import pytest
 from jupyter_air import cli, paths
 from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs import rank_main, submit
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore, StoreError
 from jupyter_air.logs.capture import RankLog
 from jupyter_air.paths import UnsafeHome, filesystem_type
 from jupyter_air.redact import redact, redact_argv
+from tests.factories import job_spec
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
 from tests.test_job_store import orphan, recorded_status
 
@@ -52,7 +52,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_a_new_air_home_and_the_job_store_are_private(home: Path, open_umask: None) -> None:
     store = JobStore()
-    job = store.create(Workload(kind="command", command=["true"]))
+    job = store.create(job_spec("command", command=["true"]))
     with sqlite3.connect(store.path) as reader:  # a reader makes the -wal and -shm files
         reader.execute("SELECT count(*) FROM jobs").fetchone()
         assert mode(home) == 0o700
@@ -68,7 +68,7 @@ def test_what_a_job_writes_is_private(
     # The process boundary: no supervisor starts, the job only records one.
     fake = SimpleNamespace(pid=1, wait=lambda: 0)  # reaped by start_job as it exits
     monkeypatch.setattr(submit.subprocess, "Popen", lambda *a, **k: fake)
-    job = submit.start_job(store, Workload(kind="python"), b"the notebook's state")
+    job = submit.start_job(store, job_spec("python"), b"the notebook's state")
     attempt = store.attempt_dir(job.id, 1)
     RankLog(attempt / "logs" / "node_0" / "rank_0.log").close()
     rank_main._write_result(attempt, {"weights": [1, 2]}, {})
@@ -90,7 +90,7 @@ def test_what_a_job_writes_is_private(
 def test_an_air_home_of_an_earlier_version_is_made_private(home: Path, open_umask: None) -> None:
     """Made with the default umask and owned by the user: nobody else could write into
     it, so it is tightened rather than refused, and its jobs are kept."""
-    job = JobStore().create(Workload(kind="command", command=["true"]))
+    job = JobStore().create(job_spec("command", command=["true"]))
     home.chmod(0o755)
     (home / "jobs.db").chmod(0o644)
     store = JobStore()
@@ -154,7 +154,7 @@ def test_a_new_store_on_a_network_filesystem_keeps_a_rollback_journal(
     tmp_path: Path, nfs: None
 ) -> None:
     store = JobStore(tmp_path)
-    store.create(Workload(kind="command", command=["true"]))
+    store.create(job_spec("command", command=["true"]))
     assert journal_mode(store) == "delete"
     assert journal_mode(JobStore(tmp_path)) == "delete"
 
@@ -162,7 +162,7 @@ def test_a_new_store_on_a_network_filesystem_keeps_a_rollback_journal(
 def test_a_wal_store_met_on_a_network_filesystem_is_switched_keeping_its_jobs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job = JobStore(tmp_path).create(Workload(kind="command", command=["true"]))
+    job = JobStore(tmp_path).create(job_spec("command", command=["true"]))
     monkeypatch.setattr(paths, "filesystem_type", lambda path: "nfs")
     store = JobStore(tmp_path)
     assert journal_mode(store) == "delete"
@@ -267,7 +267,7 @@ SECRETS = ("s3cret", "envs3cret", "msgs3cret")
 def secret_job(home: Path) -> str:
     store = JobStore()
     job = store.create(
-        Workload(
+        job_spec(
             kind="command",
             command=["python", "train.py", "--token", "s3cret"],
             env={"HF_TOKEN": "envs3cret"},
@@ -311,7 +311,9 @@ def test_a_job_document_shows_where_it_tracks_without_credentials(secret_job: st
         doc["attempts"][0]["run_url"]
         == "https://mlflow.internal/#/experiments/7/runs/run1?workflowType=machine_learning"
     )
-    assert store.get(secret_job).workload.tracking_uri == "https://alice:s3cret@mlflow.internal/"
+    assert (
+        store.get(secret_job).spec.tracking.tracking_uri == "https://alice:s3cret@mlflow.internal/"
+    )
 
 
 def test_the_links_a_cell_shows_carry_no_credentials() -> None:

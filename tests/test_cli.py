@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from jupyter_air.jobs import cancel
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
+from tests.factories import job_spec
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
 from tests.kernel.conftest import job_processes
 
@@ -146,7 +146,7 @@ HEAD = "experiment_name: e\ncommand: x\n"
         (f"{HEAD}max_retries: two\n", "max_retries (line 3): Input should be a valid integer"),
         (f"{HEAD}compute:\n  nproc_per_node: 0\n", "compute.nproc_per_node (line 4)"),
         (f"{HEAD}compute:\n  nnodes: 2\n", "compute.nnodes 2 needs a cluster: add 'backend: ray'"),
-        (f"{HEAD}backend: slurm\n", "backend (line 3): Input should be 'local' or 'ray'"),
+        (f"{HEAD}backend: slurm\n", "backend (line 3): no backend 'slurm': choose one of"),
         (f"{HEAD}env: {{A: 1}}\n", "env.A (line 3): Input should be a valid string"),
         ("experiment_name: e\ncommand: 'x \"y'\n", "command (line 2): cannot be split"),
         ("- a list\n", "expected a mapping of fields"),
@@ -273,7 +273,7 @@ def test_run_submits_without_mlflow_and_the_supervisor_makes_experiment_and_run(
 
 def test_a_closed_pipe_ends_quietly_with_status_0(workdir: Path) -> None:
     store = JobStore(workdir / "air")
-    job = store.create(Workload(kind="command", command=["true"]))
+    job = store.create(job_spec("command", command=["true"]))
     store.start_attempt(job.id, 1, None)
     log = store.attempt_dir(job.id, 1) / "logs" / "node_0" / "rank_0.log"
     log.parent.mkdir(parents=True)
@@ -315,3 +315,21 @@ def test_a_workload_s_python_is_the_one_air_runs_under_unless_its_env_sets_path(
     watched = air("run", "-f", "own.yaml", "--watch")
     assert rank_says(watched, "PATH") == "/opt/tools:/usr/bin:/bin"
     assert "interpreter air runs under" in " ".join(air("run", "--help").stdout.split())
+
+
+def test_run_output_json_prints_the_job_s_document_and_nothing_else(workdir: Path) -> None:
+    submitted = json.loads(air("run", "-f", "w.yaml", "--output", "json").stdout)
+    assert submitted["status"] in ("PENDING", "RUNNING")
+    assert (submitted["kind"], submitted["backend"], submitted["nproc_per_node"]) == (
+        "command",
+        "local",
+        2,
+    )
+    got = json.loads(air("get", submitted["id"], "--output", "json").stdout)
+    assert set(got) == set(submitted), "the same document as air get --output json"
+
+    watched = air("run", "-f", "w.yaml", "--output", "json", "--watch", check=False)
+    doc = json.loads(watched.stdout)  # only the document: no log lines, no summary
+    assert doc["status"] == "SUCCEEDED"
+    assert watched.returncode == 0
+    assert [a["status"] for a in doc["attempts"]] == ["FAILED", "SUCCEEDED"]

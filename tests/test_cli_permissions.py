@@ -12,8 +12,8 @@ import pytest
 
 from jupyter_air.identity import Identity, os_identity
 from jupyter_air.jobs.permissions import Level, parse_grant
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
+from tests.factories import job_spec
 
 ME = os_identity()
 MY_GROUP = sorted(ME.groups)[0]
@@ -30,7 +30,7 @@ def air(*args: str) -> subprocess.CompletedProcess[str]:
 
 def job_of(store: JobStore, owner: str, *grants: str) -> str:
     shared = tuple(parse_grant(g) for g in grants)
-    job = store.create(Workload(kind="command", command=["true"]), owner=owner, grants=shared)
+    job = store.create(job_spec("command", command=["true"]), owner=owner, grants=shared)
     store.update(job.id, status="SUCCEEDED", ended=1.0)
     return job.id
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from jupyter_air.jobs.follow import LogFollower, outcome
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs import query
 from jupyter_air.logs.query import CHUNK, RECORD_LIMIT, LogFilter, LogLine
+from tests.factories import job_spec
 
 
 def rank_log(store: JobStore, job_id: str, attempt: int, rank: int) -> Path:
@@ -35,7 +35,7 @@ def followed(follower: LogFollower) -> list[tuple[int, LogLine]]:
 
 @pytest.fixture
 def job_id(store: JobStore) -> str:
-    job = store.create(Workload(kind="command", command=["true"]))
+    job = store.create(job_spec("command", command=["true"]))
     store.update(job.id, status="RUNNING")
     return job.id
 
@@ -155,7 +155,7 @@ def test_following_ends_with_the_last_attempt_s_outcome_not_the_job_s_later_reco
 ) -> None:
     """A job nobody's kernel follows (``air run``) is recorded as ended only after its
     run's MLflow tail; ``--watch`` ends as soon as the outcome is known."""
-    job_id = store.create(Workload(kind="command", command=["true"], max_retries=1)).id
+    job_id = store.create(job_spec("command", command=["true"], max_retries=1)).id
     store.update(job_id, status="RUNNING")
     rank_log(store, job_id, 1, 0).write_bytes(record(1, "try 1"))
     store.start_attempt(job_id, 1, None)
@@ -176,7 +176,7 @@ def test_following_ends_with_the_last_attempt_s_outcome_not_the_job_s_later_reco
 
 
 def test_a_success_is_the_outcome_at_once_whatever_retries_are_left(store: JobStore) -> None:
-    job_id = store.create(Workload(kind="command", command=["true"], max_retries=3)).id
+    job_id = store.create(job_spec("command", command=["true"], max_retries=3)).id
     store.update(job_id, status="RUNNING")
     store.start_attempt(job_id, 1, None)
     store.end_attempt(job_id, 1, "SUCCEEDED", [0, 0])
@@ -235,7 +235,7 @@ def test_an_attempt_cut_by_a_crash_mid_record_does_not_keep_its_follower_busy(
     """The attempt's last record never ends (its writer died mid-record), so it is never
     read to its end; its retry's existence must not make the follower spin: it ends
     with the outcome, as it does without a retry."""
-    job_id = store.create(Workload(kind="command", command=["true"], max_retries=1)).id
+    job_id = store.create(job_spec("command", command=["true"], max_retries=1)).id
     store.update(job_id, status="RUNNING")
     rank_log(store, job_id, 1, 0).write_bytes(record(1, "try 1") + b"2\tOI\tcut by a cra")
     store.start_attempt(job_id, 1, None)

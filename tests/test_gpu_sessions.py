@@ -27,14 +27,14 @@ from jupyter_air.jobs.session_activity import (
     idle_timeout_of,
 )
 from jupyter_air.jobs.session_cells import LatestCell
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import Job, JobStore
 from tests.conftest import WriteScenario
+from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
 
 
 def running_session(store: JobStore, tags: dict[str, str] | None = None) -> Job:
-    job = store.create(Workload(kind="session", nproc_per_node=1, tags=tags or {}))
+    job = store.create(job_spec("session", nproc_per_node=1, tags=tags or {}))
     store.update(job.id, status="RUNNING", started=1000.0)
     store.start_attempt(job.id, 1, None)
     return store.get(job.id)
@@ -107,7 +107,7 @@ async def test_an_ended_session_and_a_job_of_another_kind_have_no_activity(
     store.update(session.id, status="SUCCEEDED")
     assert "session" not in await owner_of_the_rank(jp_fetch)
 
-    fresh = store.create(Workload(kind="python"))
+    fresh = store.create(job_spec("python"))
     store.update(fresh.id, status="RUNNING", started=1000.0)
     assert activity_of(store, store.get(fresh.id)) is None
 

@@ -20,9 +20,9 @@ from jupyter_air.jobs.hints import (
     read_hints,
     write_hints,
 )
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from tests.conftest import WriteScenario
+from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
 
 LIMITS = Thresholds(idle_util=20, idle_window=60, memory_full=95, silent_after=30)
@@ -129,7 +129,7 @@ def test_a_damaged_hints_file_reads_as_none(tmp_path: Path) -> None:
 async def test_the_gpu_panel_shows_a_running_jobs_hints_beside_its_processes(
     jp_fetch: Any, scenario: WriteScenario, store: JobStore
 ) -> None:
-    job = store.create(Workload(kind="command", command=["true"]))
+    job = store.create(job_spec("command", command=["true"]))
     store.update(job.id, status="RUNNING")
     store.start_attempt(job.id, 1, None)
     attempt_dir = store.attempt_dir(job.id, 1)

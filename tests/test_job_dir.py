@@ -8,8 +8,8 @@ from pathlib import Path
 
 import jupyter_air
 from jupyter_air.job_dir import AttemptDir, JobDir, RankLogFile
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
+from tests.factories import job_spec
 
 PACKAGE = Path(jupyter_air.__file__).parent
 #: The names of a job directory's files, as literals, and their patterns.
@@ -19,7 +19,7 @@ PATTERNS = ("attempt_", "node_*", "rank_*", "rank_{")
 
 def test_the_store_lays_out_jobs_through_job_dir(tmp_path: Path) -> None:
     store = JobStore(tmp_path)
-    job = store.create(Workload(kind="command", command=["true"]))
+    job = store.create(job_spec("command", command=["true"]))
     files = JobDir(store.job_dir(job.id))
     assert files.path == tmp_path / "jobs" / job.id
     assert files.attempt(2).path == store.attempt_dir(job.id, 2)

@@ -10,13 +10,13 @@ import pytest
 
 from jupyter_air import cli
 from jupyter_air.jobs.documents import job_document
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
+from tests.factories import job_spec
 
 
 def running_job(store: JobStore, max_retries: int = 0) -> str:
     """A job whose supervisor (this process) is alive, with attempt 1 running."""
-    job = store.create(Workload(kind="command", command=["true"], max_retries=max_retries))
+    job = store.create(job_spec("command", command=["true"], max_retries=max_retries))
     store.update(job.id, status="RUNNING", supervisor_pid=os.getpid())
     store.start_attempt(job.id, 1, "run-1")
     return job.id

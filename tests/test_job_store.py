@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import sqlite3
 import subprocess
@@ -15,8 +16,8 @@ import pytest
 
 from jupyter_air.jobs.cancel import Elsewhere, cancel
 from jupyter_air.jobs.documents import job_documents
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
+from tests.factories import job_spec
 
 
 def ended_pid() -> int:
@@ -28,7 +29,7 @@ def ended_pid() -> int:
 
 def orphan(store: JobStore) -> str:
     """A running job whose supervisor died without recording the end."""
-    job = store.create(Workload(kind="command", command=["true"]))
+    job = store.create(job_spec("command", command=["true"]))
     store.update(job.id, status="RUNNING", supervisor_pid=ended_pid())
     store.start_attempt(job.id, 1, None)
     return job.id
@@ -44,7 +45,7 @@ def test_a_job_whose_supervisor_died_unrecorded_is_failed_and_leaves_the_active_
     tmp_path: Path,
 ) -> None:
     store = JobStore(tmp_path)
-    job = store.create(Workload(kind="command", command=["true"]))
+    job = store.create(job_spec("command", command=["true"]))
     pid = ended_pid()
     store.update(job.id, status="RUNNING", supervisor_pid=pid)
     store.start_attempt(job.id, 1, None)
@@ -59,9 +60,9 @@ def test_a_job_whose_supervisor_died_unrecorded_is_failed_and_leaves_the_active_
 
 def test_a_job_whose_supervisor_lives_or_recorded_its_end_is_left_alone(tmp_path: Path) -> None:
     store = JobStore(tmp_path)
-    running = store.create(Workload(kind="command", command=["true"]))
+    running = store.create(job_spec("command", command=["true"]))
     store.update(running.id, status="RUNNING", supervisor_pid=os.getpid())
-    done = store.create(Workload(kind="command", command=["true"]))
+    done = store.create(job_spec("command", command=["true"]))
     store.update(done.id, status="SUCCEEDED", supervisor_pid=ended_pid())
 
     assert [j.id for j in store.jobs(active_only=True)] == [running.id]
@@ -72,7 +73,7 @@ def test_a_job_whose_supervisor_lives_or_recorded_its_end_is_left_alone(tmp_path
 def test_a_job_supervised_on_another_machine_is_left_to_that_machine(tmp_path: Path) -> None:
     """A job store on a shared disk: a pid means nothing on another host."""
     store = JobStore(tmp_path)
-    job = store.create(Workload(kind="command", command=["true"]))
+    job = store.create(job_spec("command", command=["true"]))
     store.update(job.id, status="RUNNING", supervisor_pid=ended_pid(), supervisor_host="gpu-b")
     assert store.get(job.id).status == "RUNNING"
     with pytest.raises(Elsewhere, match="is supervised on gpu-b: cancel it there"):
@@ -81,7 +82,7 @@ def test_a_job_supervised_on_another_machine_is_left_to_that_machine(tmp_path: P
 
 def test_a_pid_reused_by_a_later_process_is_not_the_supervisor(tmp_path: Path) -> None:
     store = JobStore(tmp_path)
-    job = store.create(Workload(kind="command", command=["true"]))
+    job = store.create(job_spec("command", command=["true"]))
     # The job says its supervisor was running in 1970; the process that holds that pid
     # now (this test) started much later: the pid was reused, the supervisor is gone.
     store.update(job.id, status="RUNNING", supervisor_pid=os.getpid(), started=1.0)
@@ -92,7 +93,7 @@ def test_active_jobs_whose_supervisor_died_do_not_take_the_places_of_live_ones(
     tmp_path: Path,
 ) -> None:
     store = JobStore(tmp_path)
-    running = store.create(Workload(kind="command", command=["true"]))
+    running = store.create(job_spec("command", command=["true"]))
     store.update(running.id, status="RUNNING", supervisor_pid=os.getpid())
     orphans = [orphan(store) for _ in range(3)]  # newer than the live job
 
@@ -118,7 +119,7 @@ def test_a_page_of_job_documents_reads_the_store_a_fixed_number_of_times(
 
     def page_of(count: int) -> int:
         for _ in range(count):
-            job = store.create(Workload(kind="command", command=["true"]))
+            job = store.create(job_spec("command", command=["true"]))
             store.start_attempt(job.id, 1, "run-1")
             store.start_attempt(job.id, 2, "run-2")
         statements.clear()
@@ -147,9 +148,9 @@ def test_a_wal_store_commits_without_an_fsync_and_keeps_jobs_of_a_process_killed
             sys.executable,
             "-c",
             "import os, pathlib, signal, sys\n"
-            "from jupyter_air.jobs.spec import Workload\n"
+            "from jupyter_air.jobs.spec import JobKind, job_spec\n"
             "from jupyter_air.jobs.store import JobStore\n"
-            "job = JobStore(pathlib.Path(sys.argv[1])).create(Workload(kind='command'))\n"
+            "job = JobStore(pathlib.Path(sys.argv[1])).create(job_spec(JobKind.COMMAND))\n"
             "print(job.id, flush=True)\n"
             "os.kill(os.getpid(), signal.SIGKILL)\n",
             str(tmp_path),
@@ -181,10 +182,54 @@ def test_a_wal_store_keeps_its_wal_between_calls_and_lets_it_go_when_dropped(
     """The last connection's close checkpoints and deletes the WAL, which the next call
     would re-create: an idle connection of the store's own keeps any call from being last."""
     store = JobStore(tmp_path)
-    store.create(Workload(kind="command"))
+    store.create(job_spec("command"))
     assert (tmp_path / "jobs.db-wal").exists()
     del store
     gc.collect()
     with closing(sqlite3.connect(tmp_path / "jobs.db")) as db:
         db.execute("SELECT count(*) FROM jobs").fetchone()
     assert not (tmp_path / "jobs.db-wal").exists()  # that close was the last
+
+
+def test_a_store_of_an_earlier_version_reads_its_flat_workloads_as_specs(tmp_path: Path) -> None:
+    JobStore(tmp_path).close()
+    flat = {
+        "kind": "command",
+        "command": ["python", "train.py"],
+        "nproc_per_node": 2,
+        "nnodes": 2,
+        "backend": "ray",
+        "ray_address": "10.0.0.1:6379",
+        "max_retries": 1,
+        "tracking_uri": "sqlite:///m.db",
+        "experiment_id": "7",
+        "run_name": "old",
+        "tags": {"air.notebook": "a.ipynb", "air.first_run_id": "r1"},
+    }
+    with closing(sqlite3.connect(tmp_path / "jobs.db")) as db, db:
+        db.execute("ALTER TABLE jobs DROP COLUMN experiment_id")
+        db.execute(
+            "INSERT INTO jobs (id, created, owner, status, workload) VALUES (?, 0, 'me', ?, ?)",
+            ("20261101-000000-abcdef", "SUCCEEDED", json.dumps(flat)),
+        )
+    job = JobStore(tmp_path).get("20261101-000000-abcdef")
+    spec = job.spec
+    assert (spec.kind, spec.program.command) == ("command", ("python", "train.py"))
+    assert (spec.compute.nproc_per_node, spec.compute.nnodes, spec.policy.max_retries) == (2, 2, 1)
+    assert (spec.backend.name, dict(spec.backend.settings)) == ("ray", {"address": "10.0.0.1:6379"})
+    assert (spec.tracking.first_run_id, dict(spec.tracking.tags)) == (
+        "r1",
+        {"air.notebook": "a.ipynb"},
+    )
+    assert job.experiment_id == "7"
+    with closing(sqlite3.connect(tmp_path / "jobs.db")) as db:
+        stored = json.loads(db.execute("SELECT workload FROM jobs").fetchone()[0])
+    assert "program" in stored, "migrated once, in the database"
+
+
+def test_a_spec_does_not_change_once_built() -> None:
+    spec = job_spec("command", env={"A": "1"}, tags={"t": "1"})
+    with pytest.raises(TypeError, match="does not change"):
+        spec.program.env["A"] = "2"  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        spec.compute.nnodes = 3  # type: ignore[misc]

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from jupyter_air.jobs.follow import LogFollower
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs import query
 from jupyter_air.logs.query import LogFilter, read_all, read_all_text, read_page, read_text_page
 from jupyter_air.logs.text import format_line
+from tests.factories import job_spec
 
 #: Texts as ranks print them: plain, non-ASCII, tabs, and bytes that are not UTF-8
 #: (cut sequences, a lone continuation byte, a surrogate, 0xff), alone and mid-text.
@@ -119,7 +119,7 @@ def test_text_of_a_record_cut_by_a_read_boundary_comes_once_it_is_whole(attempt:
 
 
 def test_the_follower_gives_the_same_text_as_its_lines(tmp_path: Path, store: JobStore) -> None:
-    job = store.create(Workload(kind="command", command=["true"], max_retries=1))
+    job = store.create(job_spec("command", command=["true"], max_retries=1))
     store.update(job.id, status="RUNNING")
     for number in (1, 2):
         for rank in (0, 1):

@@ -21,8 +21,8 @@ from jupyter_air.jobs.permissions import (
     parse_grant,
     parse_principal,
 )
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
+from tests.factories import job_spec
 
 BOB = Principal("user", "bob")
 TEAM = Principal("group", "ml-team")
@@ -145,7 +145,7 @@ def test_a_cell_job_belongs_to_the_hub_user_whose_server_runs_the_kernel(
 
 def job_of(store: JobStore, owner: str = "alice", *grants: str) -> str:
     shared = tuple(parse_grant(g) for g in grants)
-    return store.create(Workload(kind="command"), owner=owner, grants=shared).id
+    return store.create(job_spec("command"), owner=owner, grants=shared).id
 
 
 def test_the_store_keeps_owner_and_grants(store: JobStore) -> None:
@@ -211,7 +211,7 @@ def test_a_store_made_by_the_previous_version_opens_and_takes_grants(tmp_path: P
     db.execute(
         "INSERT INTO jobs (id, created, owner, status, workload) VALUES (?, 1.0, 'alice', "
         "'SUCCEEDED', ?)",
-        (old, Workload(kind="command").to_json()),
+        (old, job_spec("command").to_json()),
     )
     db.commit()
     db.close()

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_air.jobs import ray_agent
+from jupyter_air.jobs.backends.ray import agent as ray_agent
+from jupyter_air.jobs.backends.ray.agent import NodeAgent
+from jupyter_air.jobs.backends.ray.nodes import RayNodes
 from jupyter_air.jobs.hints import GpuSample, HintRecorder, read_hints
-from jupyter_air.jobs.ray_agent import NodeAgent
-from jupyter_air.jobs.ray_nodes import RayNodes
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.system_feed import SystemMetricsFeed
 from jupyter_air.tracking.guard import RunGuard
 from jupyter_air.tracking.sampling import Sample, SampleLoop
 from tests.conftest import WriteScenario
+from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
 from tests.test_system_feed import Client
 
@@ -30,7 +30,7 @@ def watching(
     """The supervisor's watch over nodes already placed, their clocks that far ahead."""
     nnodes = len(clock_offsets)
     watch = RayNodes(
-        Workload(kind="command", backend="ray", nnodes=nnodes),
+        job_spec("command", backend="ray", nnodes=nnodes),
         "job",
         1,
         attempt_dir,

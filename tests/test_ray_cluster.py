@@ -6,8 +6,7 @@ import socket
 
 import pytest
 
-from jupyter_air.jobs.outcome import AttemptEnd, Outcome, first_failure
-from jupyter_air.jobs.ray_cluster import (
+from jupyter_air.jobs.backends.ray.cluster import (
     ClusterError,
     NodeShape,
     check_capacity,
@@ -15,6 +14,8 @@ from jupyter_air.jobs.ray_cluster import (
     node_shape,
     resolve_address,
 )
+from jupyter_air.jobs.outcome import AttemptEnd, first_failure
+from jupyter_air.status import Outcome
 
 
 def ray_node(node_id: str, cpus: float, gpus: float = 0) -> dict[str, object]:

@@ -9,14 +9,14 @@ import pytest
 
 from jupyter_air.jobs.documents import job_document
 from jupyter_air.jobs.retention import prune, retention_days
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
+from tests.factories import job_spec
 
 DAY = 86400.0
 
 
 def ended_job(store: JobStore, ended: float | None, status: str = "SUCCEEDED") -> str:
-    job = store.create(Workload(kind="command", command=["true"]))
+    job = store.create(job_spec("command", command=["true"]))
     (store.attempt_dir(job.id, 1) / "logs" / "node_0").mkdir(parents=True)
     (store.attempt_dir(job.id, 1) / "logs" / "node_0" / "rank_0.log").write_text("1\tOI\thi\n")
     store.update(job.id, status=status, ended=ended)

@@ -228,7 +228,7 @@ def test_a_notebook_task_keeps_its_executed_notebook_and_its_cell_is_a_job(
     cell_jobs = [j for j in jobs.jobs() if j.id != task["job_id"]]
     assert len(cell_jobs) == 1  # the distributed cell: a job of its own
     assert cell_jobs[0].status == "SUCCEEDED"
-    assert cell_jobs[0].workload.run_name == "cell"
+    assert cell_jobs[0].spec.tracking.run_name == "cell"
 
 
 FIRE_IN_A_FRESH_PROCESS = """

@@ -15,7 +15,6 @@ import pytest
 
 from jupyter_air.identity import Identity
 from jupyter_air.jobs.permissions import Level
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.schedules.model import (
     MISSED,
@@ -27,6 +26,7 @@ from jupyter_air.schedules.model import (
 )
 from jupyter_air.schedules.service import ScheduleForbidden, Schedules
 from jupyter_air.schedules.tick import tick
+from tests.factories import job_spec
 
 ME = Identity("alice", frozenset({"ml"}))
 
@@ -42,7 +42,7 @@ class FakeLaunch:
     def __call__(self, schedule: Schedule, run: ScheduleRun, task: TaskSpec) -> str:
         if task.task_key in self.fail:
             raise RuntimeError("the tracking store is unreachable")
-        job = self.jobs.create(Workload(kind="command"), owner=schedule.owner)
+        job = self.jobs.create(job_spec("command"), owner=schedule.owner)
         self.launched.append((run.id, task.task_key, job.id))
         return job.id
 

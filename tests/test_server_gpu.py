@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from tests.conftest import WriteScenario
+from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
 
 ROUTES = [("GET", "jupyter-air/gpu"), ("POST", "jupyter-air/gpu/sample")]
@@ -200,7 +200,7 @@ async def test_gpu_processes_of_a_kernel_are_attributed_to_it(
 async def test_gpu_processes_of_a_job_are_attributed_to_the_job(
     jp_fetch: Any, scenario: WriteScenario, store: JobStore
 ) -> None:
-    job = store.create(Workload(kind="command", command=["true"]))
+    job = store.create(job_spec("command", command=["true"]))
     rank = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)"],
         env={**os.environ, "AIR_JOB_ID": job.id, "RANK": "0"},

@@ -15,9 +15,9 @@ from tornado.httpclient import HTTPClientError
 
 from jupyter_air.gpu.sampler import GpuSampler
 from jupyter_air.job_dir import AttemptDir
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from tests.conftest import WriteScenario
+from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
 
 NODES = [
@@ -43,7 +43,7 @@ def node_snapshot(scenario: WriteScenario, gpus: list[FakeGpu]) -> dict[str, Any
 @pytest.fixture
 def job(store: JobStore, scenario: WriteScenario) -> str:
     """A running 2-node job whose supervisor has written its nodes and their samples."""
-    job = store.create(Workload(kind="command", command=["python", "train.py"], nnodes=2))
+    job = store.create(job_spec("command", command=["python", "train.py"], nnodes=2))
     store.update(job.id, status="RUNNING")
     store.start_attempt(job.id, 1, None)
     attempt_dir = store.attempt_dir(job.id, 1)
@@ -95,10 +95,10 @@ async def test_only_the_latest_attempt_of_a_running_job_is_listed(
 async def test_single_machine_and_pending_jobs_list_no_nodes(
     jp_fetch: Any, store: JobStore
 ) -> None:
-    running = store.create(Workload(kind="command", command=["true"]))
+    running = store.create(job_spec("command", command=["true"]))
     store.update(running.id, status="RUNNING")
     store.start_attempt(running.id, 1, None)
-    store.create(Workload(kind="command", command=["true"], nnodes=2))
+    store.create(job_spec("command", command=["true"], nnodes=2))
     assert (await get_json(jp_fetch, "jupyter-air", "gpu"))["nodes"] == []
 
 

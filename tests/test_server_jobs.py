@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.capture import RankLog
 from jupyter_air.logs.query import LogFilter, read_all
 from jupyter_air.logs.text import format_line
+from tests.factories import job_spec
 
 ROUTES = [
     ("GET", "jupyter-air/jobs"),
@@ -26,7 +26,7 @@ ROUTES = [
 @pytest.fixture
 def finished_job(store: JobStore) -> str:
     """A finished 2-rank job with known lines, as the supervisor would have left it."""
-    workload = Workload(
+    workload = job_spec(
         kind="python", nproc_per_node=2, tracking_uri="sqlite:////tmp/x.db", experiment_id="3"
     )
     job = store.create(workload)

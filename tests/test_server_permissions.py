@@ -26,9 +26,9 @@ from jupyter_air.identity import Identity, os_identity
 from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.hints import Hint, write_hints
 from jupyter_air.jobs.permissions import Level, parse_grant
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from tests.conftest import WriteScenario
+from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
 
 
@@ -97,7 +97,7 @@ def jp_server_config(store: JobStore) -> dict[str, Any]:
 def job(store: JobStore, scenario: WriteScenario) -> str:
     """alice's finished job, with grants of every level and one node's GPU samples."""
     grants = tuple(parse_grant(g) for g in GRANTS)
-    job = store.create(Workload(kind="command", command=["true"]), owner="alice", grants=grants)
+    job = store.create(job_spec("command", command=["true"]), owner="alice", grants=grants)
     store.start_attempt(job.id, 1, None)
     scenario(Scenario(gpus=[FakeGpu()]))
     AttemptDir(store.attempt_dir(job.id, 1)).write_gpu(0, GpuSampler(interval=3600.0).snapshot())
@@ -163,7 +163,7 @@ def jobs(store: JobStore) -> dict[str, str]:
         ("mallory's", "mallory", ()),
     ]:
         shared = tuple(parse_grant(g) for g in grants)
-        made[name] = store.create(Workload(kind="command"), owner=owner, grants=shared).id
+        made[name] = store.create(job_spec("command"), owner=owner, grants=shared).id
     return made
 
 
@@ -326,7 +326,7 @@ async def test_a_gpu_process_of_a_job_the_caller_may_not_view_is_another_users(
 async def test_a_nodes_gpu_process_of_another_users_job_is_hidden_from_a_viewer(
     jp_fetch: Any, job: str, store: JobStore
 ) -> None:
-    private = store.create(Workload(kind="command"), owner="alice")
+    private = store.create(job_spec("command"), owner="alice")
     snapshot_path = store.attempt_dir(job, 1)
     stored = GpuSampler(interval=3600.0).snapshot()
     stored["state"][0]["processes"] = [
@@ -348,9 +348,9 @@ async def test_the_gpu_answer_lists_only_the_nodes_of_jobs_the_caller_may_view(
     jp_fetch: Any, store: JobStore
 ) -> None:
     shared = store.create(
-        Workload(kind="command", nnodes=2), owner="alice", grants=(parse_grant("bob:CAN_VIEW"),)
+        job_spec("command", nnodes=2), owner="alice", grants=(parse_grant("bob:CAN_VIEW"),)
     )
-    private = store.create(Workload(kind="command", nnodes=2), owner="alice")
+    private = store.create(job_spec("command", nnodes=2), owner="alice")
     for made in (shared, private):
         store.update(made.id, status="RUNNING")
         store.start_attempt(made.id, 1, None)
@@ -409,8 +409,8 @@ class TestASingleUserServer:
         }
 
     async def test_every_caller_is_the_os_user(self, jp_fetch: Any, store: JobStore) -> None:
-        mine = store.create(Workload(kind="command"))  # owned by the OS user
-        store.create(Workload(kind="command"), owner="someone-else")
+        mine = store.create(job_spec("command"))  # owned by the OS user
+        store.create(job_spec("command"), owner="someone-else")
         answer = json.loads((await jp_fetch("jupyter-air", "jobs")).body)
         assert [job["id"] for job in answer["jobs"]] == [mine.id]
         doc = json.loads((await jp_fetch("jupyter-air", "jobs", mine.id, "permissions")).body)
@@ -424,7 +424,7 @@ async def test_a_grant_holds_when_mlflow_cannot_be_told_and_the_answer_says_why(
     with socket.socket() as free:  # bound, never listening: connections are refused
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-        workload = Workload(
+        workload = job_spec(
             kind="command", tracking_uri=f"http://127.0.0.1:{port}", experiment_id="7"
         )
         job = store.create(workload, owner="alice").id
@@ -465,8 +465,8 @@ async def test_mlflow_gets_the_highest_level_any_job_of_the_experiment_grants(
         told.append([(g.grantee, g.level) for g in grants])
 
     monkeypatch.setattr("jupyter_air.tracking.permissions.mirror_grants", tell_mlflow)
-    workload = Workload(kind="command", tracking_uri="http://127.0.0.1:9/", experiment_id="7")
-    elsewhere = Workload(kind="command", tracking_uri="http://127.0.0.1:9/", experiment_id="8")
+    workload = job_spec("command", tracking_uri="http://127.0.0.1:9/", experiment_id="7")
+    elsewhere = job_spec("command", tracking_uri="http://127.0.0.1:9/", experiment_id="8")
     first, second = (store.create(workload, owner="alice").id for _ in range(2))
     other = store.create(elsewhere, owner="alice").id
     store.change_access(other, Identity("alice"), (parse_grant("bob:CAN_MANAGE"),))

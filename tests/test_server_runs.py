@@ -17,9 +17,9 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from jupyter_air.jobs.permissions import parse_grant
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.tracking.stores import register_store
+from tests.factories import job_spec
 from tests.test_server_permissions import HeaderIdentityProvider
 
 NOTEBOOK = "work/train.ipynb"
@@ -89,7 +89,7 @@ def jp_server_config(store: JobStore, monkeypatch: pytest.MonkeyPatch) -> dict[s
 def key(store: JobStore, tracked: Tracked, jp_root_dir: Path) -> str:
     """The store registered as a kernel's jobs would have; the jobs recorded."""
     for job_id, (_, _, _, grants) in JOBS.items():
-        workload = Workload(
+        workload = job_spec(
             kind="python",
             tracking_uri=tracked.uri,
             experiment_id=tracked.experiment_id,

@@ -14,9 +14,9 @@ from jupyter_air.job_dir import JobDir
 from jupyter_air.jobs import session_cells
 from jupyter_air.jobs.permissions import Level, parse_grant
 from jupyter_air.jobs.session_cells import CellRecord, LatestCell
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.capture import RankLog
+from tests.factories import job_spec
 from tests.test_server_permissions import (  # the server of that file: callers by header
     CALLERS,
     call,
@@ -37,7 +37,7 @@ LINES = [
 def make_session(store: JobStore, owner: str | None = None, grants: tuple[str, ...] = ()) -> str:
     """A session job with two ended cells (1 and 2) and its ranks' lines, as a kernel and a
     supervisor would have left them."""
-    workload = Workload(kind="session", nproc_per_node=2, command=["python"])
+    workload = job_spec("session", nproc_per_node=2, command=["python"])
     job = store.create(workload, owner=owner, grants=tuple(parse_grant(g) for g in grants))
     store.start_attempt(job.id, 1, "parent")
     logs = store.attempt_dir(job.id, 1) / "logs" / "node_0"
@@ -153,7 +153,7 @@ async def test_a_bad_or_unknown_cell_is_refused_in_one_line(
 
 
 async def test_a_job_that_is_not_a_session_has_no_cells(jp_fetch: Any, store: JobStore) -> None:
-    job = store.create(Workload(kind="command", command=["true"]), owner="alice")
+    job = store.create(job_spec("command", command=["true"]), owner="alice")
     store.start_attempt(job.id, 1, None)
     code, error = await refusal(jp_fetch, "owner", "GET", f"jupyter-air/jobs/{job.id}/logs?cell=1")
     assert (code, error["message"]) == (400, f"job {job.id} is not a session: it has no cells")

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from jupyter_air.jobs.permissions import Level
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
+from tests.factories import job_spec
 from tests.test_server_permissions import (  # the server of that file: callers by header
     call,
     jp_server_config,  # noqa: F401
@@ -62,13 +62,13 @@ async def test_a_caller_without_can_view_gets_403_and_nothing_of_the_cells(
 
 
 async def test_a_job_that_is_not_a_session_is_a_400(jp_fetch: Any, store: JobStore) -> None:
-    job = store.create(Workload(kind="command", command=["true"]), owner="alice")
+    job = store.create(job_spec("command", command=["true"]), owner="alice")
     code, error = await refusal(jp_fetch, "owner", "GET", f"jupyter-air/jobs/{job.id}/cells")
     assert (code, error["message"]) == (400, f"job {job.id} is not a session: it has no cells")
 
 
 async def test_a_session_before_its_first_cell_has_none(jp_fetch: Any, store: JobStore) -> None:
-    job = store.create(Workload(kind="session", command=["python"]), owner="alice")
+    job = store.create(job_spec("session", command=["python"]), owner="alice")
     answer = await call(jp_fetch, "owner", "GET", f"jupyter-air/jobs/{job.id}/cells")
     doc = json.loads(answer.body)
     assert doc == {"job": job.id, "cells": []}

@@ -19,13 +19,14 @@ import psutil
 import pytest
 
 from jupyter_air.jobs import submit, supervisor
+from jupyter_air.jobs.backends.local import LocalRanks
 from jupyter_air.jobs.hints import HintRecorder
-from jupyter_air.jobs.local import LocalRanks
 from jupyter_air.jobs.node_launch import RankSpec
-from jupyter_air.jobs.outcome import AttemptEnd, Outcome, Stop, StopRule
+from jupyter_air.jobs.outcome import AttemptEnd, Stop, StopRule
 from jupyter_air.jobs.run_tails import Answer, MadeRun, NewRun, NoAnswer, RunNotMade, Tail
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.status import Outcome
+from tests.factories import job_spec
 
 # -- the stop rule -------------------------------------------------------------------
 
@@ -149,12 +150,12 @@ def tails(monkeypatch: pytest.MonkeyPatch) -> list[Tail]:
 
 
 def job(store: JobStore, code: str, **fields: Any) -> str:
-    workload = Workload(
+    workload = job_spec(
         kind="command",
         command=[sys.executable, "-c", code],
         tracking_uri="sqlite:////nonexistent/mlflow.db",
         experiment_id="1",
-        tags={"air.first_run_id": "run-1"},
+        first_run_id="run-1",
         **fields,
     )
     return store.create(workload).id
@@ -238,7 +239,7 @@ def test_a_kernel_that_died_cancels_its_job(tmp_path: Path, tails: list[Tail]) -
 
 def named_only(store: JobStore, tmp_path: Path) -> str:
     """A job as ``air run`` submits it: an experiment named, no run made yet."""
-    workload = Workload(
+    workload = job_spec(
         kind="command",
         command=[sys.executable, "-c", "import os; print(os.environ['MLFLOW_RUN_ID'])"],
         tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
@@ -276,7 +277,7 @@ def test_the_tail_process_makes_the_run_and_mlflow_is_not_loaded_here(
     assert (request.tags["air.job_id"], request.tags["air.attempt"]) == (job_id, "1")
     assert request.tags["air.command"] == "python -c ..."
     assert [a.run_id for a in store.attempts(job_id)] == ["run-from-tails"]
-    assert store.get(job_id).workload.experiment_id == "7", "recorded for the job's links"
+    assert store.get(job_id).experiment_id == "7", "recorded for the job's links"
     assert isinstance(sup._tracking._ready.exception(timeout=10), supervisor.NotLoaded), (
         "the supervisor never loaded MLflow, and will not while it waits for the tail"
     )
@@ -298,7 +299,7 @@ def test_without_an_answer_from_the_tail_process_the_supervisor_makes_the_run(
     [attempt] = store.attempts(job_id)
     assert attempt.run_id is not None
     run = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(attempt.run_id)
-    experiment_id = store.get(job_id).workload.experiment_id
+    experiment_id = store.get(job_id).experiment_id
     assert run.info.experiment_id == experiment_id is not None
     assert run.data.tags["air.job_id"] == job_id
     assert [t.run_id for t in tails] == [attempt.run_id]
@@ -332,7 +333,7 @@ def test_a_finished_supervisor_is_reaped_by_the_process_that_started_it(
         return process
 
     monkeypatch.setattr(subprocess, "Popen", supervisor_that_ends_at_once)
-    submit.start_job(JobStore(tmp_path), Workload(kind="command", command=["true"]), None)
+    submit.start_job(JobStore(tmp_path), job_spec("command", command=["true"]), None)
     monkeypatch.undo()
     [pid] = started
     deadline = time.monotonic() + 30

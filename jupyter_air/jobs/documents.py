@@ -37,13 +37,14 @@ def job_document(
     A job whose last attempt settled its outcome shows that outcome at once, ``finishing``
     while its supervisor ends the run in MLflow and attaches the logs (seconds, for a big
     log): what ``air run --watch`` printed is what ``air get`` shows next."""
-    w = job.workload
+    spec, experiment_id = job.spec, job.experiment_id
+    uri = spec.tracking.tracking_uri
     documents = []
     attempts = store.attempts(job.id) if attempts is None else attempts
     for a in attempts:
         url = None
-        if run_link is not None and a.run_id and w.tracking_uri and w.experiment_id:
-            url = run_link(w.tracking_uri, w.experiment_id, a.run_id)
+        if run_link is not None and a.run_id and uri and experiment_id:
+            url = run_link(uri, experiment_id, a.run_id)
             url = without_userinfo(url) if url else None
         documents.append(
             {
@@ -59,9 +60,11 @@ def job_document(
                 "nodes": AttemptDir(store.attempt_dir(job.id, a.attempt)).read_nodes(),
             }
         )
-    status, message, finishing = job.status, job.message, False
+    status: str = job.status
+    message, finishing = job.message, False
     last = attempts[-1] if attempts else None
-    if not job.done and last and is_final(last.status, last.ended, last.attempt, w.max_retries):
+    retries = spec.policy.max_retries
+    if not job.done and last and is_final(last.status, last.ended, last.attempt, retries):
         status, message, finishing = last.status, last.message, True
     return {
         "id": job.id,
@@ -72,14 +75,14 @@ def job_document(
         "started": job.started,
         "ended": job.ended,
         "message": _shown(message),
-        "kind": w.kind,
-        "nproc_per_node": w.nproc_per_node,
-        "nnodes": w.nnodes,
-        "backend": w.backend,
-        "max_retries": w.max_retries,
-        "experiment_id": w.experiment_id,
-        "run_name": w.run_name,
-        "tracking_uri": _shown(w.tracking_uri),
+        "kind": spec.kind,
+        "nproc_per_node": spec.compute.nproc_per_node,
+        "nnodes": spec.compute.nnodes,
+        "backend": spec.backend.name,
+        "max_retries": retries,
+        "experiment_id": experiment_id,
+        "run_name": spec.tracking.run_name,
+        "tracking_uri": _shown(uri),
         "logs_expired": not store.job_dir(job.id).exists(),
         "attempts": documents,
     }

@@ -25,7 +25,7 @@ from ..logs.query import (
     read_page,
     read_text_page,
 )
-from .outcome import Outcome
+from ..status import AttemptStatus
 from .store import Attempt, Job, JobStore
 
 #: Seconds between two looks at a job that wrote nothing new.
@@ -161,7 +161,7 @@ def outcome(store: JobStore, job_id: str) -> tuple[str, str | None] | None:
 def _outcome(job: Job, attempts: list[Attempt]) -> tuple[str, str | None] | None:
     if job.done:
         return job.status, job.message
-    if attempts and _last(attempts[-1], job.workload.max_retries):
+    if attempts and _last(attempts[-1], job.spec.policy.max_retries):
         return attempts[-1].status, attempts[-1].message
     return None
 
@@ -169,4 +169,4 @@ def _outcome(job: Job, attempts: list[Attempt]) -> tuple[str, str | None] | None
 def _last(attempt: Attempt, max_retries: int) -> bool:
     if attempt.ended is None:
         return False
-    return attempt.status != Outcome.FAILED or attempt.attempt > max_retries
+    return attempt.status is not AttemptStatus.FAILED or attempt.attempt > max_retries

@@ -15,13 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-
-class Outcome(enum.StrEnum):
-    """The end of an attempt or a job, as the store and MLflow name it."""
-
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
+from ..status import Outcome
 
 
 class Stop(enum.Enum):

@@ -16,7 +16,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..job_dir import JobDir
+from ..status import JobStatus
 from . import session_cells
+from .spec import JobKind
 from .store import Job, JobStore
 
 #: The job's tag (and its runs') holding the session's ``--idle-timeout`` in seconds
@@ -51,7 +53,7 @@ class SessionActivity:
 def idle_timeout_of(job: Job) -> float | None:
     """The session's idle timeout in seconds, as its job recorded it (None: unknown)."""
     try:
-        seconds = float(job.workload.tags[IDLE_TIMEOUT_TAG])
+        seconds = float(job.spec.tracking.tags[IDLE_TIMEOUT_TAG])
     except (KeyError, ValueError):
         return None
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
@@ -59,7 +61,7 @@ def idle_timeout_of(job: Job) -> float | None:
 
 def activity_of(store: JobStore, job: Job) -> SessionActivity | None:
     """The activity of ``job`` if it is a running session, else None."""
-    if job.workload.kind != "session" or job.status != "RUNNING":
+    if job.spec.kind is not JobKind.SESSION or job.status is not JobStatus.RUNNING:
         return None
     timeout = idle_timeout_of(job)
     latest = session_cells.latest(JobDir(store.job_dir(job.id)))

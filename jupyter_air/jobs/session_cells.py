@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ..job_dir import JobDir, read_json, replace_json
 from ..logs.query import LogFilter
 from ..paths import private_opener
+from .spec import JobKind
 from .store import Job, JobStore
 
 
@@ -118,7 +119,7 @@ def cells_of(cells: list[CellRecord], times: list[float]) -> list[CellRecord | N
 
 def cell_filter(store: JobStore, job: Job, flt: LogFilter, number: int) -> LogFilter:
     """``flt`` narrowed to the lines of cell ``number`` of session ``job``."""
-    if job.workload.kind != "session":
+    if job.spec.kind is not JobKind.SESSION:
         raise NotASession(f"job {job.id} is not a session: it has no cells")
     for cell in cells(JobDir(store.job_dir(job.id))):
         if cell.cell == number:

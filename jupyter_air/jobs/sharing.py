@@ -31,15 +31,15 @@ def mirror(
     """
     from ..tracking import permissions
 
-    w = job.workload
+    uri, experiment_id = job.spec.tracking.tracking_uri, job.experiment_id
     changed = list(dict.fromkeys([*(g.principal for g in grants), *revoke]))  # in order
-    if not changed or not w.tracking_uri or not w.experiment_id:
+    if not changed or not uri or not experiment_id:
         return None
-    levels = store.experiment_levels(w.tracking_uri, w.experiment_id, set(changed))
+    levels = store.experiment_levels(uri, experiment_id, set(changed))
     changes = [
         permissions.PermissionChange(
             p.name, levels[p].name if p in levels else None, p.kind == "group"
         )
         for p in changed
     ]
-    return permissions.mirror_grants(w.tracking_uri, w.experiment_id, changes)
+    return permissions.mirror_grants(uri, experiment_id, changes)

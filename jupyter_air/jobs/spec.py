@@ -1,55 +1,249 @@
-"""What to run and how: a workload, as the magic, the decorator and the CLI describe it."""
+"""A job's spec: what it was asked to run, how, where and with what tracking.
+
+One ``JobSpec`` per job, nested by concern (the program, its compute, its tracking, its
+policy, its backend), frozen once built and stored as JSON with the job. It is built
+here only, by the ``*_spec`` functions that the jobs service's callers use (a cell, a
+function, a session, a workload file, a schedule's task); what they were given was
+checked before (``workload_file.Submission``, ``checks``).
+
+Plain frozen dataclasses, not pydantic models: every supervisor, rank and ``air``
+command reads a spec, and these import in no time.
+"""
 
 from __future__ import annotations
 
+import enum
 import json
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
-
-OutputRanks = Literal["all", "0", "none"]
-Backend = Literal["local", "ray"]
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any, NoReturn
 
 
-@dataclass
-class Workload:
-    """One submission's description; stored as JSON with the job."""
+class JobKind(enum.StrEnum):
+    #: A pickled cell or function (``payload.pkl`` in the job's directory).
+    PYTHON = "python"
+    #: An argv that every rank runs.
+    COMMAND = "command"
+    #: Warm ranks (``command`` is their loop) that run the cells the kernel sends.
+    SESSION = "session"
 
-    #: "python": a pickled cell or function (payload.pkl in the job dir); "command": argv;
-    #: "session": warm ranks (``command`` is their loop) that run cells the kernel sends.
-    kind: Literal["python", "command", "session"]
+
+class OutputRanks(enum.StrEnum):
+    """Whose output a cell shows: every rank's, rank 0's, or none."""
+
+    ALL = "all"
+    ZERO = "0"
+    NONE = "none"
+
+
+class FrozenDict(dict[str, Any]):
+    """A mapping of a spec (its env, tags, settings): a dict that refuses changes, and
+    that pickles and copies as one."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("a job's spec does not change once built")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple[type[FrozenDict], tuple[dict[str, Any]]]:
+        return FrozenDict, (dict(self),)
+
+
+def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return FrozenDict(value or {})
+
+
+@dataclass(frozen=True)
+class Program:
+    """What every rank runs, and where."""
+
+    kind: JobKind
+    command: tuple[str, ...] = ()
+    working_dir: str | None = None
+    env: Mapping[str, str] = field(default_factory=lambda: _frozen_map(None))
+    output_ranks: OutputRanks = OutputRanks.ALL
+    #: Names brought back from rank 0 into the notebook.
+    outputs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Compute:
     nproc_per_node: int = 1
     nnodes: int = 1
-    #: "local": ranks on this machine; "ray": one node agent per node of a Ray cluster.
-    backend: Backend = "local"
-    #: The Ray cluster (None: RAY_ADDRESS, else "auto").
-    ray_address: str | None = None
-    max_retries: int = 0
-    timeout: float | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    output_ranks: OutputRanks = "all"
-    background: bool = False
-    command: list[str] = field(default_factory=list)
-    working_dir: str | None = None
-    #: MLflow: resolved in the kernel (experiment id and the first attempt's run id), or
-    #: named only (``air run``), then made by the supervisor, which records the id.
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+
+@dataclass(frozen=True)
+class Tracking:
+    """Where the job's MLflow runs go: resolved in a kernel (the experiment's id and the
+    first attempt's run), or named only (``air run``, schedules), then made by the
+    supervisor, which records the experiment's id with the job (``Job.experiment_id``)."""
+
     tracking_uri: str | None = None
     experiment_id: str | None = None
     experiment_name: str | None = None
     artifact_location: str | None = None
     run_name: str | None = None
     parent_run_id: str | None = None
-    tags: dict[str, str] = field(default_factory=dict)
-    #: Names brought back from rank 0 into the notebook.
-    outputs: list[str] = field(default_factory=list)
+    #: The first attempt's run, started by the kernel that submitted the job.
+    first_run_id: str | None = None
+    #: On every attempt's run.
+    tags: Mapping[str, str] = field(default_factory=lambda: _frozen_map(None))
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
 
-    @classmethod
-    def from_json(cls, text: str) -> Workload:
-        data: dict[str, Any] = json.loads(text)
-        return cls(**data)
+@dataclass(frozen=True)
+class Policy:
+    """How the job's attempts are run and followed."""
+
+    max_retries: int = 0
+    timeout: float | None = None
+    #: Nobody's kernel follows it: it outlives its submitter, nobody reads its value.
+    background: bool = False
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The engine that runs the attempts' nodes, and its own settings (validated by that
+    backend, see ``backends``)."""
+
+    name: str = "local"
+    settings: Mapping[str, Any] = field(default_factory=lambda: _frozen_map(None))
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    program: Program
+    compute: Compute = Compute()
+    tracking: Tracking = Tracking()
+    policy: Policy = Policy()
+    backend: BackendChoice = BackendChoice()
 
     @property
-    def world_size(self) -> int:
-        return self.nproc_per_node * self.nnodes
+    def kind(self) -> JobKind:
+        return self.program.kind
+
+    def to_json(self) -> str:
+        return json.dumps(_plain(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> JobSpec:
+        data: dict[str, Any] = json.loads(text)
+        if "program" not in data:
+            data = _from_flat(data)
+        return JobSpec(
+            program=_section(Program, data["program"]),
+            compute=_section(Compute, data.get("compute", {})),
+            tracking=_section(Tracking, data.get("tracking", {})),
+            policy=_section(Policy, data.get("policy", {})),
+            backend=_section(BackendChoice, data.get("backend", {})),
+        )
+
+    def with_tracking(self, **changes: Any) -> JobSpec:
+        """The spec with its tracking filled in, as ``submit`` does before recording it."""
+        if "tags" in changes:
+            changes["tags"] = _frozen_map(changes["tags"])
+        return replace(self, tracking=replace(self.tracking, **changes))
+
+
+def _plain(value: Any) -> Any:
+    """JSON's shapes for a spec's sections and frozen containers."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+_CONVERT: dict[str, Any] = {
+    "kind": JobKind,
+    "output_ranks": OutputRanks,
+    "command": tuple,
+    "outputs": tuple,
+    "env": _frozen_map,
+    "tags": _frozen_map,
+    "settings": _frozen_map,
+}
+
+
+def _section(cls: Any, data: Mapping[str, Any]) -> Any:
+    """One section of a stored spec; a field a later version added is left out."""
+    known = {f.name for f in fields(cls)}
+    values = {k: _CONVERT.get(k, _same)(v) for k, v in data.items() if k in known}
+    return cls(**values)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _from_flat(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A job recorded by an earlier version: one flat ``Workload`` of every field."""
+    tags = dict(data.get("tags") or {})
+    first_run = tags.pop("air.first_run_id", None)
+    backend = data.get("backend", "local")
+    settings = {"address": data["ray_address"]} if data.get("ray_address") else {}
+    pick = {
+        "program": ("kind", "command", "working_dir", "env", "output_ranks", "outputs"),
+        "compute": ("nproc_per_node", "nnodes"),
+        "tracking": (
+            "tracking_uri",
+            "experiment_id",
+            "experiment_name",
+            "artifact_location",
+            "run_name",
+            "parent_run_id",
+        ),
+        "policy": ("max_retries", "timeout", "background"),
+    }
+    nested: dict[str, Any] = {
+        section: {k: data[k] for k in names if k in data} for section, names in pick.items()
+    }
+    nested["tracking"].update(tags=tags, first_run_id=first_run)
+    nested["backend"] = {"name": backend, "settings": settings}
+    return nested
+
+
+# -- the one place specs are built ------------------------------------------------------
+
+
+def job_spec(
+    kind: JobKind,
+    *,
+    command: Sequence[str] = (),
+    working_dir: str | None = None,
+    env: Mapping[str, str] | None = None,
+    output_ranks: str = OutputRanks.ALL,
+    outputs: Sequence[str] = (),
+    nproc_per_node: int = 1,
+    nnodes: int = 1,
+    max_retries: int = 0,
+    timeout: float | None = None,
+    background: bool = False,
+    backend: str = "local",
+    backend_settings: Mapping[str, Any] | None = None,
+    run_name: str | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> JobSpec:
+    """A spec from the fields every entry point speaks of, already checked: the magic's
+    options, the decorator's, a session's, a workload file's or a schedule task's (the
+    tracking's destination is filled by ``submit``)."""
+    return JobSpec(
+        program=Program(
+            kind=JobKind(kind),
+            command=tuple(command),
+            working_dir=working_dir,
+            env=_frozen_map(env),
+            output_ranks=OutputRanks(output_ranks),
+            outputs=tuple(outputs),
+        ),
+        compute=Compute(nproc_per_node=nproc_per_node, nnodes=nnodes),
+        tracking=Tracking(run_name=run_name, tags=_frozen_map(tags)),
+        policy=Policy(max_retries=max_retries, timeout=timeout, background=background),
+        backend=BackendChoice(backend, _frozen_map(backend_settings)),
+    )

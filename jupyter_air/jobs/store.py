@@ -41,11 +41,13 @@ from ..identity import Identity, os_user
 from ..job_dir import JobDir
 from ..paths import air_home, make_private, on_network_filesystem, private_dir, tighten
 from ..procs import alive
+from ..status import ACTIVE, AttemptStatus, JobStatus
 from .permissions import Grant, JobAccess, Level, Principal, check_change
-from .spec import Workload
+from .spec import JobSpec
 
 JOB_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")  # what new_job_id() makes
-ACTIVE = ("PENDING", "RUNNING")
+#: The SQL list of the active states.
+ACTIVE_SQL = "(" + ", ".join(f"'{s}'" for s in sorted(ACTIVE)) + ")"
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +62,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     supervisor_host TEXT,
     started REAL,
     ended REAL,
-    message TEXT
+    message TEXT,
+    experiment_id TEXT
 );
 CREATE TABLE IF NOT EXISTS attempts (
     job_id TEXT NOT NULL REFERENCES jobs(id),
@@ -89,7 +92,7 @@ CREATE INDEX IF NOT EXISTS grants_by_principal ON grants (kind, name, job_id);
 class Attempt:
     job_id: str
     attempt: int
-    status: str
+    status: AttemptStatus
     run_id: str | None
     started: float
     ended: float | None
@@ -103,19 +106,22 @@ class Job:
     id: str
     created: float
     owner: str
-    status: str
-    workload: Workload
+    status: JobStatus
+    spec: JobSpec
     supervisor_pid: int | None
     supervisor_host: str | None
     started: float | None
     ended: float | None
     message: str | None
+    #: The MLflow experiment's id: the spec's, or the one its supervisor made for a job
+    #: submitted with the experiment's name only.
+    experiment_id: str | None = None
     #: Read as failed: active in the database, but its supervisor died unrecorded.
     supervisor_gone: bool = False
 
     @property
     def done(self) -> bool:
-        return self.status not in ACTIVE
+        return not self.status.active
 
     @property
     def supervised_here(self) -> bool:
@@ -152,9 +158,7 @@ class JobStore:
         with self._connect() as db:
             self.wal = self._journal_mode(db, new) == "wal"
             db.executescript(SCHEMA)  # also adds the grants table to an earlier store
-            columns = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
-            if "supervisor_host" not in columns:  # a store made by an earlier version
-                db.execute("ALTER TABLE jobs ADD COLUMN supervisor_host TEXT")
+            _migrate(db)
         # Held open, unused, for the store's life in WAL mode. When the last connection to
         # a WAL database closes, SQLite checkpoints (syncing, even with NORMAL) and deletes
         # the WAL, and the next open re-creates it: with a connection per call and no other
@@ -227,7 +231,7 @@ class JobStore:
 
     def create(
         self,
-        workload: Workload,
+        spec: JobSpec,
         job_id: str | None = None,
         *,
         owner: str | None = None,
@@ -242,8 +246,16 @@ class JobStore:
         with self._connect() as db:
             db.execute("BEGIN IMMEDIATE")
             db.execute(
-                "INSERT INTO jobs (id, created, owner, status, workload) VALUES (?, ?, ?, ?, ?)",
-                (job_id, now, owner, "PENDING", workload.to_json()),
+                "INSERT INTO jobs (id, created, owner, status, workload, experiment_id) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    job_id,
+                    now,
+                    owner,
+                    JobStatus.PENDING,
+                    spec.to_json(),
+                    spec.tracking.experiment_id,
+                ),
             )
             _put_grants(db, job_id, grants)
             db.execute("COMMIT")
@@ -268,7 +280,7 @@ class JobStore:
         where: list[str] = []
         params: list[str] = []
         if active_only:
-            where.append(f"status IN {ACTIVE!r}")
+            where.append(f"status IN {ACTIVE_SQL}")
         if visible_to is not None:
             sql, params = _visible(visible_to)
             where.append(sql)
@@ -319,8 +331,8 @@ class JobStore:
         with self._connect() as db:
             rows = db.execute(
                 "SELECT g.kind, g.name, g.level FROM grants g JOIN jobs j ON j.id = g.job_id "
-                "WHERE json_extract(j.workload, '$.tracking_uri') = ? "
-                "AND json_extract(j.workload, '$.experiment_id') = ?",
+                "WHERE json_extract(j.workload, '$.tracking.tracking_uri') = ? "
+                "AND j.experiment_id = ?",
                 (tracking_uri, experiment_id),
             ).fetchall()
         levels: dict[Principal, Level] = {}
@@ -368,7 +380,7 @@ class JobStore:
         record its end in the meantime keeps its word.
         """
         with self._connect() as db:
-            rows = db.execute(f"SELECT * FROM jobs WHERE status IN {ACTIVE!r}").fetchall()
+            rows = db.execute(f"SELECT * FROM jobs WHERE status IN {ACTIVE_SQL}").fetchall()
         found = [(job.id, message) for job in map(_job, rows) if (message := orphaned(job))]
         if not found:
             return []
@@ -377,19 +389,22 @@ class JobStore:
             db.execute("BEGIN IMMEDIATE")
             for job_id, message in found:
                 db.execute(
-                    f"UPDATE jobs SET status = 'FAILED', ended = ?, message = ? "
-                    f"WHERE id = ? AND status IN {ACTIVE!r}",
-                    (now, message, job_id),
+                    f"UPDATE jobs SET status = ?, ended = ?, message = ? "
+                    f"WHERE id = ? AND status IN {ACTIVE_SQL}",
+                    (JobStatus.FAILED, now, message, job_id),
                 )
                 db.execute(
-                    "UPDATE attempts SET status = 'FAILED', ended = ?, message = ? "
-                    "WHERE job_id = ? AND status = 'RUNNING'",
-                    (now, message, job_id),
+                    "UPDATE attempts SET status = ?, ended = ?, message = ? "
+                    "WHERE job_id = ? AND status = ?",
+                    (AttemptStatus.FAILED, now, message, job_id, AttemptStatus.RUNNING),
                 )
             db.execute("COMMIT")
         return [job_id for job_id, _ in found]
 
     def update(self, job_id: str, **fields: Any) -> None:
+        """Change a job's state fields (a status is a ``JobStatus``)."""
+        if "status" in fields:
+            fields["status"] = JobStatus(fields["status"])
         if not fields or not set(fields) <= {
             "status",
             "supervisor_pid",
@@ -404,12 +419,10 @@ class JobStore:
             db.execute(f"UPDATE jobs SET {columns} WHERE id = ?", (*fields.values(), job_id))
 
     def set_experiment(self, job_id: str, experiment_id: str) -> None:
-        """The MLflow experiment a job submitted by name only was given (by its supervisor)."""
+        """The MLflow experiment a job submitted by name only was given (by its supervisor);
+        the spec stays as submitted."""
         with self._connect() as db:
-            db.execute(
-                "UPDATE jobs SET workload = json_set(workload, '$.experiment_id', ?) WHERE id = ?",
-                (experiment_id, job_id),
-            )
+            db.execute("UPDATE jobs SET experiment_id = ? WHERE id = ?", (experiment_id, job_id))
 
     # -- attempts --------------------------------------------------------------------
 
@@ -417,15 +430,15 @@ class JobStore:
         with self._connect() as db:
             db.execute(
                 "INSERT INTO attempts (job_id, attempt, status, run_id, started) "
-                "VALUES (?, ?, 'RUNNING', ?, ?)",
-                (job_id, attempt, run_id, time.time()),
+                "VALUES (?, ?, ?, ?, ?)",
+                (job_id, attempt, AttemptStatus.RUNNING, run_id, time.time()),
             )
 
     def end_attempt(
         self,
         job_id: str,
         attempt: int,
-        status: str,
+        status: AttemptStatus,
         exit_codes: list[int | None],
         failed_rank: int | None = None,
         message: str | None = None,
@@ -435,7 +448,7 @@ class JobStore:
                 "UPDATE attempts SET status = ?, ended = ?, exit_codes = ?, failed_rank = ?, "
                 "message = ? WHERE job_id = ? AND attempt = ?",
                 (
-                    status,
+                    AttemptStatus(status),
                     time.time(),
                     json.dumps(exit_codes),
                     failed_rank,
@@ -479,7 +492,7 @@ def _attempts(rows: list[sqlite3.Row], orphan_message: str | None) -> list[Attem
         Attempt(
             job_id=row["job_id"],
             attempt=row["attempt"],
-            status=row["status"],
+            status=AttemptStatus(row["status"]),
             run_id=row["run_id"],
             started=row["started"],
             ended=row["ended"],
@@ -492,7 +505,9 @@ def _attempts(rows: list[sqlite3.Row], orphan_message: str | None) -> list[Attem
     if orphan_message is None:
         return found
     return [
-        replace(a, status="FAILED", message=orphan_message) if a.status == "RUNNING" else a
+        replace(a, status=AttemptStatus.FAILED, message=orphan_message)
+        if a.status is AttemptStatus.RUNNING
+        else a
         for a in found
     ]
 
@@ -531,7 +546,7 @@ def _seen(job: Job) -> Job:
     message = orphaned(job)
     if message is None:
         return job
-    return replace(job, status="FAILED", message=message, supervisor_gone=True)
+    return replace(job, status=JobStatus.FAILED, message=message, supervisor_gone=True)
 
 
 def new_job_id() -> str:
@@ -540,18 +555,42 @@ def new_job_id() -> str:
 
 
 def _job(row: sqlite3.Row) -> Job:
+    spec = JobSpec.from_json(row["workload"])
     return Job(
         id=row["id"],
         created=row["created"],
         owner=row["owner"],
-        status=row["status"],
-        workload=Workload.from_json(row["workload"]),
+        status=JobStatus(row["status"]),
+        spec=spec,
         supervisor_pid=row["supervisor_pid"],
         supervisor_host=row["supervisor_host"],
         started=row["started"],
         ended=row["ended"],
         message=row["message"],
+        experiment_id=row["experiment_id"] or spec.tracking.experiment_id,
     )
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring a store made by an earlier version to this schema: its columns, and its
+    jobs' flat workloads as nested specs (their experiment's id in its column)."""
+    columns = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
+    for column in ("supervisor_host", "experiment_id"):
+        if column not in columns:
+            db.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
+    flat = db.execute(
+        "SELECT id, workload FROM jobs WHERE json_extract(workload, '$.program') IS NULL"
+    ).fetchall()
+    if not flat:
+        return
+    db.execute("BEGIN IMMEDIATE")
+    for row in flat:
+        spec = JobSpec.from_json(row["workload"])
+        db.execute(
+            "UPDATE jobs SET workload = ?, experiment_id = ? WHERE id = ?",
+            (spec.to_json(), spec.tracking.experiment_id, row["id"]),
+        )
+    db.execute("COMMIT")
 
 
 def _visible(who: Identity) -> tuple[str, list[str]]:

@@ -1,14 +1,13 @@
-"""The one submission path of the magic, the decorator, ``air run`` and schedules.
+"""How a job starts: its spec recorded, its first run made, its supervisor started; the
+last step of the jobs service's ``submit``.
 
-Each caller decides what to run (a ``Workload`` without its MLflow fields) and where
+Each caller decides what to run (a ``JobSpec`` without its MLflow destination) and where
 its runs go: a kernel's resolved ``RunTarget``, whose first run is started (or resumed)
 here so that its links show at once; or an ``ExperimentRef``, which imports no MLflow
 in this process: the experiment and the first run are made as the supervisor starts, by
 the user's tail process (``run_tails``), woken here so that its import of MLflow
 overlaps the supervisor's start.
-Then the job is recorded with its owner and grants and its supervisor started. Rules on
-the options themselves live in ``workload_file``'s model; checks against this machine
-and the cluster in ``checks``.
+Then the job is recorded with its owner and grants and its supervisor started.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..job_dir import JobDir
 from ..paths import private_opener, write_private
@@ -27,7 +26,7 @@ from ..tracking.stores import register_store
 from ..tracking.targets import ExperimentRef, RunTarget, job_tags
 from .permissions import Grant
 from .run_tails import ensure_running
-from .spec import Workload
+from .spec import JobSpec
 from .store import Job, JobStore, new_job_id
 
 
@@ -41,7 +40,7 @@ class Submitted:
 
 def submit(
     store: JobStore,
-    workload: Workload,
+    spec: JobSpec,
     target: RunTarget | ExperimentRef,
     *,
     owner: str,
@@ -53,7 +52,7 @@ def submit(
     extra_tags: Mapping[str, str] | None = None,
     watch_pid: int | None = None,
 ) -> Submitted:
-    """Fill the workload's MLflow fields from ``target``, then record and start the job.
+    """Fill the spec's tracking from ``target``, then record and start the job.
 
     ``source`` is the cell's code, kept with the run (a ``RunTarget`` only); ``user`` is
     MLflow's run user; ``extra_tags`` land on every attempt's run.
@@ -62,37 +61,38 @@ def submit(
         raise ValueError("a cell's source is kept with a run the kernel started: a RunTarget")
     register_store(target.tracking_uri, store.home)
     job_id = new_job_id()
-    tags = job_tags(job_id, 1, workload.nproc_per_node, workload.nnodes, notebook, user)
+    compute = spec.compute
+    tags = job_tags(job_id, 1, compute.nproc_per_node, compute.nnodes, notebook, user)
+    tags.update(spec.tracking.tags)
     tags.update(extra_tags or {})
     if isinstance(target, ExperimentRef):
-        workload = replace(
-            workload,
+        spec = spec.with_tracking(
             tracking_uri=target.tracking_uri,
             experiment_name=target.experiment_name,
             artifact_location=target.artifact_location,
             tags=tags,
         )
         job = start_job(
-            store, workload, payload, job_id=job_id, watch_pid=watch_pid, owner=owner, grants=grants
+            store, spec, payload, job_id=job_id, watch_pid=watch_pid, owner=owner, grants=grants
         )
         return Submitted(job, None, None)
-    run_id, run_name = _first_run(target, workload, tags, source)
-    workload = replace(
-        workload,
+    run_id, run_name = _first_run(target, spec, tags, source)
+    spec = spec.with_tracking(
         tracking_uri=target.tracking_uri,
         experiment_id=target.experiment_id,
         experiment_name=target.experiment_name,
         parent_run_id=target.parent_run_id,
-        tags={**tags, "air.first_run_id": run_id},
+        first_run_id=run_id,
+        tags=tags,
     )
     job = start_job(
-        store, workload, payload, job_id=job_id, watch_pid=watch_pid, owner=owner, grants=grants
+        store, spec, payload, job_id=job_id, watch_pid=watch_pid, owner=owner, grants=grants
     )
     return Submitted(job, run_id, run_name)
 
 
 def _first_run(
-    target: RunTarget, workload: Workload, tags: dict[str, str], source: str | None
+    target: RunTarget, spec: JobSpec, tags: dict[str, str], source: str | None
 ) -> tuple[str, str]:
     """The run of attempt 1 in a kernel's target, started (or resumed) here: its id, name."""
     from mlflow import MlflowClient
@@ -106,7 +106,7 @@ def _first_run(
         os.environ.pop("MLFLOW_RUN_ID", None)  # used once, as mlflow.start_run() does
     else:
         run_id = runs.start_run(
-            mlflow_client, target.experiment_id, tags, workload.run_name, target.parent_run_id
+            mlflow_client, target.experiment_id, tags, spec.tracking.run_name, target.parent_run_id
         )
     if source is not None:
         mlflow_client.log_text(run_id, source, "code/cell.py")
@@ -115,7 +115,7 @@ def _first_run(
 
 def start_job(
     store: JobStore,
-    workload: Workload,
+    spec: JobSpec,
     payload: bytes | None,
     job_id: str | None = None,
     watch_pid: int | None = None,
@@ -129,9 +129,9 @@ def start_job(
     supervisor is reaped by a thread of this process as it exits: a kernel or scheduler
     that submits many jobs keeps no zombie of theirs.
     """
-    job = store.create(workload, job_id=job_id, owner=owner, grants=grants)
-    if workload.tracking_uri and not workload.tags.get("air.first_run_id"):
-        ensure_running(store.home, workload.tracking_uri)  # the tail process makes the run
+    job = store.create(spec, job_id=job_id, owner=owner, grants=grants)
+    if spec.tracking.tracking_uri and not spec.tracking.first_run_id:
+        ensure_running(store.home, spec.tracking.tracking_uri)  # the tail process makes the run
     job_dir = JobDir(store.job_dir(job.id))
     if payload is not None:
         write_private(job_dir.payload, payload)

@@ -30,20 +30,20 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any
 
 from ..job_dir import AttemptDir, JobDir
 from ..procs import alive
+from ..status import JobStatus, Outcome
 from ..tracking.guard import RunGuard
-from .env import free_port
+from . import backends
+from .backends.base import AttemptContext, Nodes
 from .hints import HintRecorder
-from .local import LocalNode
-from .node_launch import NodeLaunch
-from .outcome import AttemptEnd, Outcome
+from .outcome import AttemptEnd
 from .reaper import Reaper
 from .run_tails import Answer, NewRun, NoAnswer, Tail, hand_over, make_run
 from .sharing import mirror
-from .spec import Workload
+from .spec import JobKind, JobSpec
 from .store import JobStore
 from .system_feed import SystemMetricsFeed
 
@@ -71,13 +71,15 @@ class Tracking:
 
     def __init__(
         self,
-        workload: Workload,
+        spec: JobSpec,
+        experiment_id: str | None,
         home: Path,
         on_experiment: Callable[[str], None] = lambda _: None,
     ) -> None:
-        self._workload = workload
+        self._spec = spec.tracking
+        #: The experiment's id: the spec's, or the one made here for a named experiment.
+        self.experiment_id = experiment_id
         self._home = home
-        self._local = workload.backend == "local"
         self._on_experiment = on_experiment
         self._ready: Future[Any] = Future()
         self._needed = threading.Event()
@@ -111,8 +113,8 @@ class Tracking:
 
             # MlflowClient opens (and, for a new sqlite store, migrates) the store at once:
             # under the store's lock, or a kernel creating it too fails the migration.
-            with runs.quiet_store_setup(self._workload.tracking_uri):
-                client = MlflowClient(self._workload.tracking_uri)
+            with runs.quiet_store_setup(self._spec.tracking_uri):
+                client = MlflowClient(self._spec.tracking_uri)
             self._ready.set_result((client, runs))
         except BaseException as err:
             self._ready.set_exception(err)
@@ -131,20 +133,20 @@ class Tracking:
                 client,
                 self._experiment_id(client, runs),
                 tags,
-                self._workload.run_name,
-                self._workload.parent_run_id,
+                self._spec.run_name,
+                self._spec.parent_run_id,
             )
         )
 
     def _made_by_tail_process(self, job_id: str, attempt: int, tags: dict[str, str]) -> str | None:
         """The run's id, or None when the tail process did not answer (MLflow's own
         refusal is raised: it would refuse here too)."""
-        w = self._workload
+        w = self._spec
         request = NewRun(
             job_id,
             attempt,
             w.tracking_uri or "",
-            w.experiment_id,
+            self.experiment_id,
             w.experiment_name,
             w.artifact_location,
             tags,
@@ -156,24 +158,24 @@ class Tracking:
         except NoAnswer as err:
             log.warning("%s: attempt %d's run is made here", err, attempt)
             return None
-        if w.experiment_id is None:
-            w.experiment_id = made.experiment_id
+        if self.experiment_id is None:
+            self.experiment_id = made.experiment_id
             self._on_experiment(made.experiment_id)
         return made.run_id
 
     def _experiment_id(self, client: Any, runs: Any) -> str:
         """The workload's experiment. One only named (``air run`` imports no MLflow) is
         made here, before the first run, and its id given to ``on_experiment``."""
-        workload = self._workload
-        if workload.experiment_id is None:
-            assert workload.experiment_name is not None
-            assert workload.tracking_uri is not None
-            with runs.quiet_store_setup(workload.tracking_uri):  # a new store: migrated once
-                workload.experiment_id = runs.ensure_experiment(
-                    client, workload.experiment_name, workload.artifact_location
+        w = self._spec
+        if self.experiment_id is None:
+            assert w.experiment_name is not None
+            assert w.tracking_uri is not None
+            with runs.quiet_store_setup(w.tracking_uri):  # a new store: migrated once
+                self.experiment_id = runs.ensure_experiment(
+                    client, w.experiment_name, w.artifact_location
                 )
-            self._on_experiment(workload.experiment_id)
-        return workload.experiment_id
+            self._on_experiment(self.experiment_id)
+        return self.experiment_id
 
     def client(self) -> Any:
         """The MLflow client, once MLflow is loaded (this asks for it)."""
@@ -186,18 +188,6 @@ class Tracking:
             self.client().set_tag(run_id, key, value)
         except Exception as err:
             log.warning("could not tag MLflow run %s: %s", run_id, err)
-
-
-class Ranks(Protocol):
-    """An attempt's nodes on some backend: ``LocalNode`` (in-process) or ``RayNodes``."""
-
-    def cancel(self) -> None: ...
-
-    def sample_now(self) -> None: ...
-
-    def run(self, timeout: float | None = None) -> AttemptEnd: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass
@@ -219,14 +209,18 @@ class Supervisor:
     def __init__(self, store: JobStore, job_id: str, watch_pid: int | None) -> None:
         self.store = store
         self.job = store.get(job_id)
+        self.spec = self.job.spec
+        self.backend = backends.get(self.spec.backend.name)
         self.watch_pid = watch_pid
         self._cancelled = threading.Event()
         self._over = threading.Event()
         self._follower_gone = False
         self._started = time.time()
-        self._ranks: Ranks | None = None
+        self._ranks: Nodes | None = None
         self._open: int | None = None  # the attempt recorded as started, not yet as ended
-        self._tracking = Tracking(self.job.workload, store.home, self._experiment_made)
+        self._tracking = Tracking(
+            self.spec, self.job.experiment_id, store.home, self._experiment_made
+        )
 
     def cancel(self, *_: Any) -> None:
         self._cancelled.set()
@@ -265,7 +259,7 @@ class Supervisor:
 
         prune_in_background(self.store, retention_days())
         reaper = Reaper({"AIR_JOB_ID": self.job.id})
-        if self.job.workload.kind == "python":
+        if self.spec.kind is JobKind.PYTHON:
             reaper.remove(JobDir(self.store.job_dir(self.job.id)).payload)
         try:
             return self._guarded(reaper)
@@ -279,13 +273,16 @@ class Supervisor:
         end = AttemptEnd(Outcome.CANCELLED, message="cancelled before it started")
         try:
             self.store.update(
-                self.job.id, status="RUNNING", started=time.time(), supervisor_pid=os.getpid()
+                self.job.id,
+                status=JobStatus.RUNNING,
+                started=time.time(),
+                supervisor_pid=os.getpid(),
             )
             if self.watch_pid is not None:
                 threading.Thread(
                     target=self._watch_kernel, name="air-kernel-watch", daemon=True
                 ).start()
-            last = self.job.workload.max_retries + 1
+            last = self.spec.policy.max_retries + 1
             for number in range(1, last + 1):
                 if self._cancelled.is_set():
                     break
@@ -313,24 +310,24 @@ class Supervisor:
     def _start(self, number: int, reaper: Reaper) -> Attempt:
         """The attempt's run (the kernel's for the first, else a new one) and its record,
         its hints and system metrics."""
-        job, workload, tracking = self.job, self.job.workload, self._tracking
-        first_run = workload.tags.get("air.first_run_id")
+        job, spec, tracking = self.job, self.spec, self._tracking
+        first_run = spec.tracking.first_run_id
         run_id = (
             first_run
             if number == 1 and first_run
-            else tracking.new_run(job.id, number, _run_tags(workload))
+            else tracking.new_run(job.id, number, dict(spec.tracking.tags))
         )
         self.store.start_attempt(job.id, number, run_id)
         self._open = number
         files = AttemptDir(self.store.attempt_dir(job.id, number)).make()
-        if workload.background:
+        if spec.policy.background:
             reaper.remove(files.result)  # nobody reads a background job's value
         guard = RunGuard()
         hints = HintRecorder(
-            files.path, functools.partial(tracking.tag, run_id), nnodes=workload.nnodes
+            files.path, functools.partial(tracking.tag, run_id), nnodes=spec.compute.nnodes
         )
-        session = JobDir(self.store.job_dir(job.id)) if workload.kind == "session" else None
-        metrics = SystemMetricsFeed(run_id, workload.nnodes, guard, tracking.client, session)
+        session = JobDir(self.store.job_dir(job.id)) if spec.kind is JobKind.SESSION else None
+        metrics = SystemMetricsFeed(run_id, spec.compute.nnodes, guard, tracking.client, session)
         return Attempt(number, run_id, files, guard, metrics, hints)
 
     def _run_attempt(self, attempt: Attempt, reaper: Reaper) -> AttemptEnd:
@@ -341,7 +338,7 @@ class Supervisor:
             attempt.metrics.ask_sample = self._ranks.sample_now
             if self._cancelled.is_set():
                 self._ranks.cancel()
-            return self._ranks.run(timeout=self.job.workload.timeout)
+            return self._ranks.run(timeout=self.spec.policy.timeout)
         except Exception as err:  # a bug or a lost cluster: the job still gets an end
             log.exception("attempt %d", attempt.number)
             return AttemptEnd(Outcome.FAILED, message=f"the supervisor failed: {err!r}")
@@ -350,11 +347,11 @@ class Supervisor:
         """Record the attempt's end (and the job's, when it is over) before anything on
         the MLflow side, which may fail or take long and changes no outcome; then hand the
         run's tail over (see ``run_tails``)."""
-        workload = self.job.workload
+        background = self.spec.policy.background
         attempt.guard.end()
         self._record_attempt_end(attempt.number, end)
         # A kernel following the job learns at once (and ends the run itself too).
-        if over and not workload.background:
+        if over and not background:
             self._end_job(end)
         try:
             if self._ranks is not None:
@@ -366,26 +363,33 @@ class Supervisor:
         if over:  # what the job started is swept now: none of it waits for MLflow
             reaper.close(wait=REAPER_WAIT)
         self._end_run(attempt, end.status, over)
-        if over and workload.background:
+        if over and background:
             self._end_job(end)  # nobody follows: "done" means its run is finished too
 
     def _record_attempt_end(self, number: int, end: AttemptEnd) -> None:
         self._open = None
         self.store.end_attempt(
-            self.job.id, number, end.status, end.exit_codes, end.failed_rank, end.message
+            self.job.id,
+            number,
+            end.status.attempt_status,
+            end.exit_codes,
+            end.failed_rank,
+            end.message,
         )
 
     def _end_job(self, end: AttemptEnd) -> None:
         self._over.set()  # the kernel may go now: what is left is this process's own work
-        self.store.update(self.job.id, status=end.status, ended=time.time(), message=end.message)
+        self.store.update(
+            self.job.id, status=end.status.job_status, ended=time.time(), message=end.message
+        )
 
     def _end_run(self, attempt: Attempt, status: str, over: bool) -> None:
         """The run's last metrics, its end and its logs, whoever follows the job; a
         failure is logged here (and the logs' in the run's tags)."""
         attempt.metrics.finish()
         # A local job ended before its first sample: the tail process samples this
-        # machine (MLflow is not loaded here for it). A Ray node samples at its end.
-        sampled = attempt.metrics.sampled or self.job.workload.backend != "local"
+        # machine (MLflow is not loaded here for it). A remote node samples at its end.
+        sampled = attempt.metrics.sampled or self.backend.samples_at_close
         if over:  # what is left is the tail's: MLflow is not loaded here for it
             self._tracking.job_over()
         tail = Tail(
@@ -393,7 +397,7 @@ class Supervisor:
             attempt.number,
             attempt.run_id,
             str(status),
-            self.job.workload.tracking_uri or "",
+            self.spec.tracking.tracking_uri or "",
             str(attempt.files.path),
             sample=not sampled,
         )
@@ -413,7 +417,7 @@ class Supervisor:
 
     def _end_unstarted_run(self, end: AttemptEnd) -> None:
         """The kernel's run of a job that ended before its first attempt started."""
-        first_run = self.job.workload.tags.get("air.first_run_id")
+        first_run = self.spec.tracking.first_run_id
         try:
             if first_run and not self.store.attempts(self.job.id):
                 files = AttemptDir(self.store.attempt_dir(self.job.id, 1))
@@ -422,7 +426,7 @@ class Supervisor:
                     1,
                     first_run,
                     str(end.status),
-                    self.job.workload.tracking_uri or "",
+                    self.spec.tracking.tracking_uri or "",
                     str(files.path),
                     sample=False,
                 )
@@ -430,57 +434,25 @@ class Supervisor:
         except Exception as err:
             log.error("could not end MLflow run %s: %s", first_run, err)
 
-    def _nodes(self, attempt: Attempt, reaper: Reaper) -> Ranks:
-        job, workload = self.job, self.job.workload
-        extra = {**workload.env, **_mlflow_env(workload, attempt.run_id)}
-        files = JobDir(self.store.job_dir(job.id))
-        if workload.backend == "ray":
-            from .ray_nodes import RayNodes
-
-            return RayNodes(
-                workload,
-                job.id,
-                attempt.number,
-                attempt.files.path,
-                payload=files.payload.read_bytes() if workload.kind == "python" else None,
-                extra_env=extra,
-                on_metrics=attempt.metrics.add,
-                hints=attempt.hints,
-            )
-        launch = NodeLaunch(
-            job_id=job.id,
+    def _nodes(self, attempt: Attempt, reaper: Reaper) -> Nodes:
+        tracking = self.spec.tracking
+        mlflow_env = {
+            "MLFLOW_TRACKING_URI": tracking.tracking_uri or "",
+            "MLFLOW_EXPERIMENT_ID": self._tracking.experiment_id or "",
+            "MLFLOW_RUN_ID": attempt.run_id,
+        }
+        context = AttemptContext(
+            job_id=self.job.id,
             attempt=attempt.number,
-            node_rank=0,
-            nnodes=1,
-            nproc_per_node=workload.nproc_per_node,
-            master_addr="127.0.0.1",
-            master_port=free_port(),
-            max_restarts=workload.max_retries,
-            env=extra,
-            command=list(workload.command) if workload.kind != "python" else [],
-            working_dir=workload.working_dir,
-        )
-        return LocalNode(
-            launch,
-            files,
-            workload.working_dir,
-            attempt.hints,
-            reaper,
+            spec=self.spec,
+            files=JobDir(self.store.job_dir(self.job.id)),
+            env={**self.spec.program.env, **mlflow_env},
+            hints=attempt.hints,
+            reaper=reaper,
             on_metrics=attempt.metrics.add,
             metrics_interval=METRICS_INTERVAL,
         )
-
-
-def _mlflow_env(workload: Workload, run_id: str) -> dict[str, str]:
-    return {
-        "MLFLOW_TRACKING_URI": workload.tracking_uri or "",
-        "MLFLOW_EXPERIMENT_ID": workload.experiment_id or "",
-        "MLFLOW_RUN_ID": run_id,
-    }
-
-
-def _run_tags(workload: Workload) -> dict[str, str]:
-    return {k: v for k, v in workload.tags.items() if not k.startswith("air.first_")}
+        return self.backend.start(context)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ options are checked by it too (``kernel.launch.Options``), named as their flags.
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -25,8 +26,9 @@ from pydantic import (
     model_validator,
 )
 
+from . import backends
+from .backends.base import Backend
 from .permissions import BadGrant, Grant, merged, parse_grant
-from .spec import Backend
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -36,8 +38,10 @@ FILE_NAMES = {
     "compute.nnodes": "compute.nnodes",
     "compute.oversubscribe": "compute.oversubscribe",
     "ray_address": "ray_address",
-    "backend ray": "'backend: ray'",
-    "backend local": "'backend: local'",
+    "backend": "backend",
+    #: A backend named where it is chosen, and where it is only mentioned.
+    "backend named": "'backend: {}'",
+    "a backend": "'backend: {}'",
 }
 
 
@@ -49,7 +53,7 @@ class Compute(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     nproc_per_node: int = Field(1, ge=1, description="ranks on each node")
-    nnodes: int = Field(1, ge=1, description="nodes (more than 1 needs backend: ray)")
+    nnodes: int = Field(1, ge=1, description="nodes (more than 1 needs a cluster's backend)")
     oversubscribe: bool = Field(False, description="more ranks than this machine holds")
 
 
@@ -63,12 +67,19 @@ class Submission(BaseModel):
     )
     max_retries: int = Field(0, ge=0)
     env: dict[str, str] = Field(default_factory=dict)
-    backend: Backend = "local"
+    backend: str = Field("local", description="the engine: local, ray (see jobs/backends)")
     ray_address: str | None = Field(None, min_length=1, description="default: $RAY_ADDRESS")
     permissions: list[str] = Field(
         default_factory=list,
         description="grants at submission: NAME:LEVEL or group:NAME:LEVEL",
     )
+
+    @field_validator("backend")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        if value not in backends.names():
+            raise ValueError(f"no backend {value!r}: choose one of {', '.join(backends.names())}")
+        return value
 
     @field_validator("env")
     @classmethod
@@ -90,23 +101,44 @@ class Submission(BaseModel):
 
     @model_validator(mode="after")
     def _placement(self, info: ValidationInfo) -> Submission:
+        """What the chosen backend can take, in the words of the submitter's interface."""
         names: Mapping[str, str] = (info.context or {}).get("names", FILE_NAMES)
-        if self.compute.nnodes > 1 and self.backend != "ray":
+        chosen = backends.get(self.backend)
+
+        def choose(test: Callable[[Backend], bool], form: str = "backend named") -> str:
+            found = [n for n in backends.names() if test(backends.get(n))]
+            return " or ".join(names[form].format(n) for n in found)
+
+        if self.compute.nnodes > 1 and not chosen.multi_node:
             raise ValueError(
                 f"{names['compute.nnodes']} {self.compute.nnodes} needs a cluster: add "
-                f"{names['backend ray']} (the local backend runs on this machine only)"
+                f"{choose(lambda b: b.multi_node)} (the {chosen.name} backend runs on this "
+                "machine only)"
             )
-        if self.ray_address is not None and self.backend != "ray":
-            raise ValueError(f"{names['ray_address']} is for {names['backend ray']}")
-        if self.compute.oversubscribe and self.backend != "local":
+        for option in OWNED_OPTIONS:
+            if getattr(self, option) is not None and option not in chosen.options:
+                owns = functools.partial(_owns, option)
+                raise ValueError(f"{names[option]} is for {choose(owns)}")
+        if self.compute.oversubscribe and chosen.multi_node:
             raise ValueError(
-                f"{names['compute.oversubscribe']} is for {names['backend local']} (this machine)"
+                f"{names['compute.oversubscribe']} is for "
+                f"{choose(lambda b: not b.multi_node, 'a backend')} (this machine)"
             )
         return self
 
     @property
     def grants(self) -> tuple[Grant, ...]:
         return merged(parse_grant(text) for text in self.permissions)
+
+    @property
+    def backend_settings(self) -> dict[str, Any]:
+        """The settings the submission gives its backend (those it leaves out, the
+        backend or the caller resolves)."""
+        return {"address": self.ray_address} if self.ray_address is not None else {}
+
+
+#: The submission's fields that belong to one backend (``Backend.options``).
+OWNED_OPTIONS = ("ray_address",)
 
 
 class WorkloadFile(Submission):
@@ -215,3 +247,7 @@ def _line(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
         else:
             break
     return line
+
+
+def _owns(option: str, backend: Backend) -> bool:
+    return option in backend.options

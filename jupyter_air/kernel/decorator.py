@@ -24,7 +24,7 @@ class DistributedFunction(Generic[P, R]):
     """
 
     def __init__(self, fn: Callable[P, R], options: Options, session: bool = False) -> None:
-        options.validate()
+        self._submission = options.validate()
         functools.update_wrapper(self, fn)
         self._fn = fn
         self._options = options
@@ -50,7 +50,8 @@ class DistributedFunction(Generic[P, R]):
                 payload.dumps(), source, self._options.output_ranks, None, title
             )
             return value
-        return run(payload, self._options, source, None)  # type: ignore[no-any-return]
+        result: R | None = run(payload, self._options, self._submission, source, None)
+        return result
 
 
 @overload

@@ -16,16 +16,17 @@ from typing import Any
 import cloudpickle
 from pydantic import ValidationError
 
-from ..identity import mlflow_user, server_owner
+from ..identity import Identity, mlflow_user, server_owner
 from ..job_dir import AttemptDir
 from ..jobs import cancel
-from ..jobs.checks import Refused, check_grants, check_submission
 from ..jobs.follow import LogFollower
 from ..jobs.permissions import Grant
-from ..jobs.spec import Workload
+from ..jobs.service import JobService, Placed, Refused, check_grants
+from ..jobs.spec import JobKind
 from ..jobs.store import Job, JobStore
 from ..jobs.workload_file import Submission, describe
 from ..logs.query import LogFilter
+from ..status import JobStatus, Outcome
 from .capture import Payload
 from .display import OPEN_RUN, JobView
 from .session import cell_id, notebook_path
@@ -36,8 +37,8 @@ FLAGS = {
     "compute.nnodes": "--nnodes",
     "compute.oversubscribe": "--oversubscribe",
     "backend": "--backend",
-    "backend ray": "--backend ray",
-    "backend local": "the local backend",
+    "backend named": "--backend {}",
+    "a backend": "the {} backend",
     "ray_address": "--ray-address",
     "max_retries": "--max-retries",
     "env": "--env",
@@ -90,8 +91,22 @@ class Options:
         try:
             check_grants(server_owner(), submission)
         except Refused as err:
-            raise _option_error(err) from None
+            raise option_error(err) from None
         return submission
+
+    def placed(self, service: JobService, submission: Submission) -> Placed:
+        """The submission checked against its backend as ``service``'s caller, with this
+        kernel's defaults (one rank per GPU here, ``c.AirMagics.ray_address``)."""
+        try:
+            return service.place(
+                submission,
+                nproc_per_node=self.nproc_per_node,
+                oversubscribe=self.oversubscribe,
+                override="--oversubscribe (oversubscribe=True for @distributed)",
+                settings=kernel_settings(),
+            )
+        except Refused as err:
+            raise option_error(err) from None
 
     def _submission(self) -> Submission:
         fields = {
@@ -159,65 +174,45 @@ class Interrupted(KeyboardInterrupt):
         return [f"\x1b[31mKeyboardInterrupt\x1b[0m: {self}"]
 
 
-def default_nproc() -> int:
-    """One rank per visible GPU, or 1 without GPUs."""
-    from ..gpu.nvml import Nvml
-    from ..jobs.env import visible_gpus
-
-    nvml = Nvml()
-    try:
-        return max(1, len(visible_gpus(os.environ, len(nvml.inventory()))))
-    finally:
-        nvml.shutdown()
+def kernel_service() -> JobService:
+    """The jobs service as this kernel's owner: the user whose server runs it."""
+    return JobService(JobStore(), Identity(server_owner()))
 
 
-def run(payload: Payload, options: Options, source: str, user_ns: dict[str, Any] | None) -> Any:
-    """Run a payload as a job and return rank 0's value (None for a background job)."""
-    submission = options.validate()
+def run(
+    payload: Payload,
+    options: Options,
+    submission: Submission,
+    source: str,
+    user_ns: dict[str, Any] | None,
+) -> Any:
+    """Run a payload as a job and return rank 0's value (None for a background job);
+    ``submission`` is what ``options.validate()`` made of the options."""
     grants = submission.grants
     payload_bytes = payload.dumps()  # refuses unpicklable names before anything exists
-    # On Ray the nodes' GPUs are not known from here: one rank each unless told.
-    nproc = options.nproc_per_node or (1 if options.backend == "ray" else default_nproc())
-    try:
-        ray_address = check_submission(
-            submission,
-            server_owner(),
-            nproc_per_node=nproc,
-            override="--oversubscribe (oversubscribe=True for @distributed)",
-            ray_address=configured_ray_address() if options.backend == "ray" else None,
-        )
-    except Refused as err:
-        raise _option_error(err) from None
+    service = kernel_service()
+    placed = options.placed(service, submission)
 
     from mlflow import MlflowClient
 
-    from ..jobs.submit import submit
     from ..tracking import runs
 
     user, notebook = mlflow_user(), notebook_path()
     with runs.quiet_store_setup():
         target = runs.resolve_target(options.experiment, user, notebook)
-    workload = Workload(
-        kind="python",
-        nproc_per_node=nproc,
-        nnodes=options.nnodes,
-        backend=options.backend,  # type: ignore[arg-type]
-        ray_address=ray_address,
-        max_retries=options.max_retries,
-        timeout=options.timeout,
-        env=options.env,
-        output_ranks=options.output_ranks,  # type: ignore[arg-type]
-        background=options.background,
+    spec = placed.spec(
+        JobKind.PYTHON,
         working_dir=os.getcwd(),
+        output_ranks=options.output_ranks,
+        outputs=options.out,
+        timeout=options.timeout,
+        background=options.background,
         run_name=options.run_name,
-        outputs=list(options.out),
     )
-    store = JobStore()
-    submitted = submit(
-        store,
-        workload,
+    store = service.store
+    submitted = service.submit(
+        spec,
         target,
-        owner=server_owner(),
         grants=grants,
         payload=payload_bytes,
         source=source,
@@ -262,18 +257,20 @@ def announce_grants(store: JobStore, job: Job, grants: tuple[Grant, ...]) -> Non
     print("\n".join(lines))
 
 
-def _option_error(err: Refused) -> OptionError:
+def option_error(err: Refused) -> OptionError:
     """A refusal, said with the magic's flag where it names the workload-file field."""
     return OptionError(f"{FLAGS[err.field]}: {err}" if err.field == "permissions" else str(err))
 
 
-def configured_ray_address() -> str | None:
-    """``c.AirMagics.ray_address`` of this kernel's IPython configuration, if any."""
+def kernel_settings() -> dict[str, str]:
+    """The backends' settings this kernel's IPython configuration gives:
+    ``c.AirMagics.ray_address``, the Ray cluster when the call names none."""
     from IPython import get_ipython
 
     shell = get_ipython()
     magics = shell.magics_manager.registry.get("AirMagics") if shell is not None else None
-    return getattr(magics, "ray_address", None) or None
+    address = getattr(magics, "ray_address", None)
+    return {"address": address} if address else {}
 
 
 def job_links(
@@ -347,10 +344,10 @@ def _follow(
     hints = _hints(store, job_id, attempts)  # the last ones raised stay said
     view.status(job.status, len(attempts), max_attempts, note or "", hints["hints"])
     view.finish(_runs(attempts), hints["gpus"])
-    result = _take_result(store, job_id, load=job.status == "SUCCEEDED")
-    if job.status != "SUCCEEDED":
+    result = _take_result(store, job_id, load=job.status is JobStatus.SUCCEEDED)
+    if job.status is not JobStatus.SUCCEEDED:
         raise _failure(store, job_id, job.status, last, view)
-    return _result(result, user_ns)
+    return take_value(result, user_ns)
 
 
 def _show_new(view: JobView, follower: LogFollower) -> None:
@@ -377,7 +374,7 @@ def _end_last_run(
     store: JobStore, job_id: str, status: str, end_run: Callable[[str, str], None]
 ) -> None:
     attempts = store.attempts(job_id)
-    if status in ("SUCCEEDED", "FAILED", "CANCELLED") and attempts and attempts[-1].run_id:
+    if status in set(Outcome) and attempts and attempts[-1].run_id:
         end_run(attempts[-1].run_id, status)
 
 
@@ -409,7 +406,7 @@ def _take_result(store: JobStore, job_id: str, load: bool = True) -> dict[str, A
     return result
 
 
-def _result(result: dict[str, Any] | None, user_ns: dict[str, Any] | None) -> Any:
+def take_value(result: dict[str, Any] | None, user_ns: dict[str, Any] | None) -> Any:
     if result is None:
         return None
     if result.get("unpicklable"):

@@ -96,11 +96,11 @@ class AirMagics(Magics):
             return run_session_cell(cell, list(args.out), args.output_ranks, self.shell.user_ns)
         try:
             options = options_from(args)
-            options.validate()
+            submission = options.validate()
             assert self.shell is not None
             user_ns = self.shell.user_ns
             payload = cell_payload(cell, user_ns, options.out)
-            return run(payload, options, cell, user_ns)
+            return run(payload, options, submission, cell, user_ns)
         except (OptionError, UnpicklableName, SyntaxError) as err:
             raise UsageError(f"{err}; {SEE_HELP}") from None
 

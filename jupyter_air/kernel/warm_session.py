@@ -30,30 +30,28 @@ from typing import Any, ClassVar
 
 import cloudpickle
 
-from ..identity import mlflow_user, server_owner
+from ..identity import mlflow_user
 from ..jobs import session_cells, session_host, session_rank
-from ..jobs.checks import Refused, check_submission
 from ..jobs.follow import LogFollower
 from ..jobs.hints import read_hints
+from ..jobs.service import Refused
 from ..jobs.session_activity import IDLE_TIMEOUT_TAG
 from ..jobs.session_cells import CellRecord, LatestCell
 from ..jobs.session_host import Session, SessionEnded
-from ..jobs.session_wire import facing
-from ..jobs.spec import Workload
-from ..jobs.store import JobStore
+from ..jobs.spec import JobKind
 from ..logs.query import LogFilter
+from ..status import AttemptStatus
 from .display import JobView
 from .launch import (
     Interrupted,
     JobFailed,
     OptionError,
     Options,
-    _option_error,
-    _result,
     announce_grants,
-    configured_ray_address,
-    default_nproc,
     job_links,
+    kernel_service,
+    option_error,
+    take_value,
 )
 from .session import cell_id, notebook_path
 
@@ -92,52 +90,33 @@ class WarmSession:
         #: What ``%air_session start`` was given, kept for ``restarted``.
         self.options, self.idle_timeout_min = options, idle_timeout_min
         submission = options.validate()
-        on_ray = options.backend == "ray"
-        # On Ray the nodes' GPUs are not known from here: one rank each unless told.
-        nproc = options.nproc_per_node or (1 if on_ray else default_nproc())
+        service = kernel_service()
+        placed = options.placed(service, submission)
         try:
-            ray_address = check_submission(
-                submission,
-                server_owner(),
-                nproc_per_node=nproc,
-                override="--oversubscribe",
-                ray_address=configured_ray_address() if on_ray else None,
-            )
-            # Where the cluster's nodes reach the kernel: one address, never all of them.
-            host = facing(ray_address) if ray_address is not None else None
+            host = placed.kernel_host  # where the nodes reach the kernel; None: here
         except Refused as err:
-            raise _option_error(err) from None
-        except OSError as err:
-            raise OptionError(f"--backend ray: no route to the cluster here: {err}") from None
+            raise option_error(err) from None
         if idle_timeout_min < 0:
             raise OptionError(f"--idle-timeout must be minutes >= 0, got {idle_timeout_min:g}")
         from mlflow import MlflowClient
 
-        from ..jobs.submit import submit
         from ..tracking import runs
 
         self._runs = runs
         user, notebook = mlflow_user(), notebook_path()
         with runs.quiet_store_setup():
             self.target = runs.resolve_target(options.experiment, user, notebook)
-        workload = Workload(
-            kind="session",
-            nproc_per_node=nproc,
-            nnodes=options.nnodes,
-            backend=options.backend,  # type: ignore[arg-type]
-            ray_address=ray_address,
-            env=options.env,
+        spec = placed.spec(
+            JobKind.SESSION,
+            command=[sys.executable, *session_rank.ARGS],
             working_dir=os.getcwd(),
             run_name=options.run_name,
-            command=[sys.executable, *session_rank.ARGS],
         )
-        self.nnodes, self.backend = options.nnodes, options.backend
-        self.store = JobStore()
-        submitted = submit(
-            self.store,
-            workload,
+        self.nnodes, self.backend = options.nnodes, placed.backend
+        self.store = service.store
+        submitted = service.submit(
+            spec,
             self.target,
-            owner=server_owner(),
             grants=submission.grants,
             notebook=notebook,
             user=user,
@@ -161,7 +140,7 @@ class WarmSession:
         self.session = Session(
             self.store,
             self.job_id,
-            nproc * options.nnodes,
+            spec.compute.world_size,
             idle_timeout_min * 60 or None,
             self._parent_ended,
             host,
@@ -233,10 +212,10 @@ class WarmSession:
                 name_run()
                 hints = read_hints(hints_of)
                 view.chart(chart, hints["gpus"])  # first: a widget view, if any, shows the status
-                view.status("RUNNING", 1, 1, hints=hints["hints"])
+                view.status(AttemptStatus.RUNNING, 1, 1, hints=hints["hints"])
                 status_at = time.monotonic()
 
-        status = "FAILED"
+        status = AttemptStatus.FAILED
         files = self.session.files
         running = LatestCell(number, run_id, started, previous_ended=self._last_ended)
         session_cells.set_latest(files, running)
@@ -257,13 +236,13 @@ class WarmSession:
                     view.showed_all_of(rank),
                 )
             if failed or ended:
-                status = "CANCELLED"
+                status = AttemptStatus.CANCELLED
                 raise Interrupted(
                     f"interrupted; {ended or f'the session (job {self.job_id}) is still up'}"
                 )
-            status = "SUCCEEDED"
+            status = AttemptStatus.SUCCEEDED
             result = replies[0]["result"]
-            return _result(cloudpickle.loads(result) if result else None, user_ns)
+            return take_value(cloudpickle.loads(result) if result else None, user_ns)
         except SessionEnded as err:
             self._show(view, seen)
             raise JobFailed(f"the session ended: {err}; {RESTART}") from None
@@ -370,10 +349,10 @@ class WarmSession:
     def shape(self) -> str:
         """``2 ranks``, or ``2 ranks on 2 Ray nodes (host-a, host-b)``."""
         ranks = f"{self.session.nproc} ranks"
-        if self.nnodes == 1 and self.backend == "local":
+        if not self.backend.multi_node:
             return ranks
         hosts = sorted(set(self.session.hosts.values()))
-        return f"{ranks} on {self.nnodes} {self.backend.title()} nodes ({', '.join(hosts)})"
+        return f"{ranks} {self.backend.describe(self.nnodes, hosts)}"
 
     def describe(self) -> str:
         s = self.session

@@ -9,14 +9,16 @@ supervisor makes it and the run, so the scheduler never imports MLflow.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
-from ..jobs.permissions import merged, parse_grant
-from ..jobs.spec import Workload
+from ..identity import Identity
+from ..jobs.permissions import merged
+from ..jobs.service import JobService
+from ..jobs.spec import JobKind, JobSpec
 from ..jobs.store import JobStore
-from ..jobs.submit import submit
+from ..jobs.workload_file import Submission, WorkloadFile
 from ..redact import redact
 from ..tracking.targets import ExperimentRef, current_tracking_uri
 from .model import Schedule, ScheduleRun, TaskSpec
@@ -30,9 +32,6 @@ class Launcher:
 
     def __init__(self, jobs: JobStore) -> None:
         self.jobs = jobs
-        # Loaded now, not at the first fire: building its pydantic models took 0.3 s
-        # (more under load) of the first fire's latency. Every later fire holds it anyway.
-        importlib.import_module("jupyter_air.jobs.workload_file")
 
     def __call__(self, schedule: Schedule, run: ScheduleRun, task: TaskSpec) -> str:
         spec = schedule.spec
@@ -50,22 +49,30 @@ class Launcher:
             "air.task_key": task.task_key,
             "air.scheduled_time": datetime.fromtimestamp(run.scheduled_time, UTC).isoformat(),
         }
+        service = JobService(self.jobs, Identity(schedule.owner))
         if task.notebook is not None:
-            workload = notebook_workload(schedule, task, experiment)
+            job_spec = notebook_spec(service, schedule, task, experiment)
+            grants = spec.grants
         else:
-            workload = command_workload(fields, experiment, f"{spec.name}.{task.task_key}")
-            tags["air.command"] = redact(fields["command"])
-        grants = merged([*spec.grants, *(parse_grant(g) for g in fields.get("permissions", []))])
+            submission = WorkloadFile.model_validate({**fields, "experiment_name": experiment})
+            placed = service.place(submission, nproc_per_node=submission.compute.nproc_per_node)
+            job_spec = placed.spec(
+                JobKind.COMMAND,
+                command=submission.argv,
+                background=True,  # nobody's kernel: the job outlives the scheduler
+                working_dir=submission.working_dir,
+                run_name=submission.mlflow_run_name or f"{spec.name}.{task.task_key}",
+            )
+            tags["air.command"] = redact(submission.command)
+            grants = merged([*spec.grants, *submission.grants])
         target = ExperimentRef(
             spec.tracking_uri or current_tracking_uri(),
             experiment,
             fields.get("mlflow_artifact_location"),
         )
-        submitted = submit(
-            self.jobs,
-            workload,
+        submitted = service.submit(
+            job_spec,
             target,
-            owner=schedule.owner,
             grants=grants,
             notebook=task.notebook_path,
             user=schedule.owner,
@@ -74,33 +81,14 @@ class Launcher:
         return submitted.job.id
 
 
-def command_workload(fields: dict[str, object], experiment: str, run_name: str) -> Workload:
-    """What ``air run -f`` submits for these workload-file fields."""
-    from ..jobs.workload_file import WorkloadFile
-
-    spec = WorkloadFile.model_validate({**fields, "experiment_name": experiment})
-    return Workload(
-        kind="command",
-        command=spec.argv,
-        nproc_per_node=spec.compute.nproc_per_node,
-        nnodes=spec.compute.nnodes,
-        backend=spec.backend,
-        ray_address=spec.ray_address,
-        max_retries=spec.max_retries,
-        env=spec.env,
-        background=True,  # nobody's kernel: the job outlives the scheduler
-        working_dir=spec.working_dir,
-        run_name=spec.mlflow_run_name or run_name,
-    )
-
-
-def notebook_workload(schedule: Schedule, task: TaskSpec, experiment: str) -> Workload:
+def notebook_spec(
+    service: JobService, schedule: Schedule, task: TaskSpec, experiment: str
+) -> JobSpec:
     """One rank running ``notebook_task`` on the snapshot, beside the original notebook."""
-    from pathlib import Path
-
     where = Path(task.notebook_path or ".").parent
-    return Workload(
-        kind="command",
+    submission = Submission.model_validate({"env": {NOTEBOOK_ENV: experiment}})
+    return service.place(submission, nproc_per_node=1).spec(
+        JobKind.COMMAND,
         command=[
             sys.executable,
             "-m",
@@ -110,6 +98,5 @@ def notebook_workload(schedule: Schedule, task: TaskSpec, experiment: str) -> Wo
         ],
         background=True,
         working_dir=str(where) if where.is_dir() else None,
-        env={NOTEBOOK_ENV: experiment},
         run_name=f"{schedule.spec.name}.{task.task_key}",
     )

@@ -106,16 +106,17 @@ def _mlflow(jobs: JobStore, job_id: str | None, run_link: RunLink | None) -> dic
     if job_id is None:
         return found
     try:
-        w = jobs.get(job_id).workload
+        job = jobs.get(job_id)
     except UnknownJob:
         return found  # its records expired
     attempts = [a for a in jobs.attempts(job_id) if a.run_id]
-    if not attempts or not w.tracking_uri or not w.experiment_id:
+    uri, experiment_id = job.spec.tracking.tracking_uri, job.experiment_id
+    if not attempts or not uri or not experiment_id:
         return found
     run_id = attempts[-1].run_id or ""
-    url = run_link(w.tracking_uri, w.experiment_id, run_id) if run_link else None
+    url = run_link(uri, experiment_id, run_id) if run_link else None
     found.update(
-        run_id=run_id, experiment_id=w.experiment_id, run_url=without_userinfo(url) if url else None
+        run_id=run_id, experiment_id=experiment_id, run_url=without_userinfo(url) if url else None
     )
     return found
 

@@ -19,6 +19,7 @@ from tornado import web
 
 from ..identity import Identity, os_identity
 from ..jobs.permissions import BadGrant, Forbidden
+from ..jobs.service import Conflict
 from ..jobs.store import UnknownJob
 
 #: jupyter_server's own logins (a token, a password): they authenticate the one user who
@@ -26,7 +27,12 @@ from ..jobs.store import UnknownJob
 SINGLE_USER_PROVIDERS = (IdentityProvider, PasswordIdentityProvider, LegacyIdentityProvider)
 
 #: Domain errors and the status they answer (docs/api.md, "Errors").
-DOMAIN_ERRORS: dict[type[Exception], int] = {BadGrant: 400, Forbidden: 403, UnknownJob: 404}
+DOMAIN_ERRORS: dict[type[Exception], int] = {
+    BadGrant: 400,
+    Forbidden: 403,
+    UnknownJob: 404,
+    Conflict: 409,
+}
 
 
 @functools.cache
@@ -78,7 +84,7 @@ class AirHandler(APIHandler):
         if isinstance(exc, Forbidden):
             message = str(exc)
             extra = {"job": exc.job_id, "needed": exc.needed.name, "owner": exc.owner}
-        elif isinstance(exc, BadGrant):
+        elif isinstance(exc, BadGrant | Conflict):
             message = str(exc)
         elif isinstance(exc, UnknownJob):
             message = f"no job {exc.args[0]!r}"

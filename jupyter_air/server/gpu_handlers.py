@@ -16,6 +16,7 @@ from ..job_dir import AttemptDir
 from ..jobs.hints import read_hints
 from ..jobs.session_activity import activity_of
 from ..jobs.store import JobStore, UnknownJob
+from ..status import JobStatus
 from .base import AirHandler
 from .jobs_handlers import JobsBase, in_store_thread
 
@@ -106,7 +107,7 @@ class JobGpuHandler(JobsBase):
         )
         if stored is None:
             raise web.HTTPError(404, f"no GPU samples of node {node} in attempt {attempt}")
-        running = job.status == "RUNNING" and attempt == attempts
+        running = job.status is JobStatus.RUNNING and attempt == attempts
         doc = _cut(stored, since, inventory)
         if running:  # its jobs' hints and sessions as they are now, as for this server
             processes = [p for state in doc["state"] for p in state.get("processes") or []]
@@ -173,7 +174,7 @@ def running_job_details(store: JobStore, job_ids: set[str]) -> dict[str, dict[st
             job = store.get(job_id)
         except UnknownJob:
             continue
-        attempts = store.attempts(job_id) if job.status == "RUNNING" else []
+        attempts = store.attempts(job_id) if job.status is JobStatus.RUNNING else []
         details: dict[str, Any] = {}
         if attempts:
             doc = read_hints(store.attempt_dir(job_id, attempts[-1].attempt))
@@ -191,7 +192,7 @@ def running_nodes(store: JobStore) -> list[dict[str, Any]]:
     multi-node ones): one query, then one query and one small file per running job."""
     nodes = []
     for job in store.jobs(active_only=True):
-        attempts = store.attempts(job.id) if job.status == "RUNNING" else []
+        attempts = store.attempts(job.id) if job.status is JobStatus.RUNNING else []
         if not attempts:
             continue  # pending, or between the job's start and its first attempt
         attempt = attempts[-1].attempt

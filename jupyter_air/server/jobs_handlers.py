@@ -1,4 +1,5 @@
-"""REST routes of jobs and their logs (see docs/api.md): translation only.
+"""REST routes of jobs and their logs (see docs/api.md): translation only, to and from
+the jobs service, which checks each call against the job's grants.
 
 The job store's SQLite calls and the job files they come with run on threads of their
 own (``in_store_thread``), never on the event loop: another process holding the
@@ -19,21 +20,20 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..job_dir import JobDir
-from ..jobs import cancel, session_cells
-from ..jobs.documents import job_document, job_documents
+from ..jobs import session_cells
 from ..jobs.permissions import (
     BadGrant,
     Grant,
-    JobAccess,
     Level,
     Principal,
     grant_from_json,
     merged,
     principal_from_json,
 )
+from ..jobs.service import JobService
 from ..jobs.session_cells import NoCell, NotASession, cell_filter
-from ..jobs.sharing import mirror
-from ..jobs.store import JOB_ID, Job, JobStore
+from ..jobs.spec import JobKind
+from ..jobs.store import Job, JobStore
 from ..logs.query import BadFilter, LogFilter, read_all_text, read_page, read_tail
 from ..tracking.stores import store_key
 from ..tracking.ui_links import run_url
@@ -64,20 +64,17 @@ class JobsBase(AirHandler):
     def initialize(self, store: JobStore) -> None:
         self.store = store
 
+    @property
+    def service(self) -> JobService:
+        """The jobs service as this request's caller."""
+        return JobService(self.store, self.caller(), self._run_link)
+
     async def job(self, job_id: str, needed: Level = Level.CAN_VIEW) -> Job:
         """The job, if the caller holds ``needed`` on it (else ``Forbidden``: a 403)."""
-        if not JOB_ID.fullmatch(job_id):
-            raise web.HTTPError(404, f"no job {job_id!r}")
-        who = self.caller()
-
-        def allowed() -> Job:
-            self.store.access(job_id).require(who, needed)
-            return self.store.get(job_id)
-
-        return await in_store_thread(allowed)
+        return await in_store_thread(self.service.get, job_id, needed)
 
     async def document(self, job: Job) -> dict[str, Any]:
-        return await in_store_thread(job_document, self.store, job, self._run_link)
+        return await in_store_thread(self.service.document, job)
 
     def _run_link(self, tracking_uri: str, experiment_id: str, run_id: str) -> str | None:
         if tracking_uri.startswith(("http://", "https://")):
@@ -125,11 +122,10 @@ class JobsHandler(JobsBase):
     async def get(self) -> None:
         limit = self.int_argument("limit", 100, 1, 1000)
         active_only = self.get_query_argument("all", "0") not in ("1", "true")
-        who = self.caller()
+        service = self.service
 
         def documents() -> list[dict[str, Any]]:
-            jobs = self.store.jobs(active_only=active_only, limit=limit, visible_to=who)
-            return job_documents(self.store, jobs, self._run_link)
+            return service.documents(service.jobs(active_only=active_only, limit=limit))
 
         self.write_json({"jobs": await in_store_thread(documents)})
 
@@ -162,7 +158,7 @@ class JobLogsHandler(JobsBase):
             raise web.HTTPError(400, str(err)) from None
         job = await self.job(job.id)  # after reading: "done" must not miss late lines
         lines = [line.as_json() for line in page.lines]
-        if job.workload.kind == "session":
+        if job.spec.kind is JobKind.SESSION:
             await in_store_thread(self._with_cells, job, lines)
         self.write_json(
             {
@@ -193,7 +189,7 @@ class JobCellsHandler(JobsBase):
     @authorized
     async def get(self, job_id: str) -> None:
         job = await self.job(job_id)
-        if job.workload.kind != "session":
+        if job.spec.kind is not JobKind.SESSION:
             raise web.HTTPError(400, f"job {job.id} is not a session: it has no cells")
         files = JobDir(self.store.job_dir(job.id))
         cells = await in_store_thread(session_cells.cells, files)
@@ -228,13 +224,7 @@ class JobCancelHandler(JobsBase):
     @web.authenticated
     @authorized
     async def post(self, job_id: str) -> None:
-        job = await self.job(job_id, Level.CAN_MANAGE_RUN)
-        try:
-            cancelled = await in_store_thread(cancel.cancel, self.store, job.id)
-        except cancel.Elsewhere as err:
-            raise web.HTTPError(409, str(err)) from None
-        if not cancelled:
-            raise web.HTTPError(409, f"job {job.id} already ended ({job.status.lower()})")
+        job = await in_store_thread(self.service.cancel, job_id)
         deadline = asyncio.get_running_loop().time() + 30.0
         while not job.done and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.1)  # the wait holds no thread
@@ -249,22 +239,22 @@ class JobPermissionsHandler(JobsBase):
     @web.authenticated
     @authorized
     async def get(self, job_id: str) -> None:
-        job = await self.job(job_id)
-        access = await in_store_thread(self.store.access, job.id)
+        access = await in_store_thread(self.service.access, job_id)
         self.write_json(access.as_json(self.caller()))
 
     @web.authenticated
     @authorized
     async def put(self, job_id: str) -> None:
-        job = await self.job(job_id, Level.CAN_MANAGE)  # checked again as it changes
+        await self.job(job_id, Level.CAN_MANAGE)  # before the body; checked as it changes
         grants, revoke = _change(self.request.body)
-        who = self.caller()
-        access: JobAccess = await in_store_thread(
-            self.store.change_access, job.id, who, grants, revoke
-        )
+        service = self.service
+        # the MLflow side makes network calls: on the default executor, not a store thread
         loop = asyncio.get_running_loop()
-        report = await loop.run_in_executor(None, mirror, self.store, job, grants, revoke)
-        self.write_json({**access.as_json(who), "mlflow": report.to_json() if report else None})
+        access, report = await loop.run_in_executor(
+            None, service.change_access, job_id, grants, revoke
+        )
+        doc = access.as_json(service.caller)
+        self.write_json({**doc, "mlflow": report.to_json() if report else None})
 
 
 def _change(body: bytes) -> tuple[tuple[Grant, ...], tuple[Principal, ...]]:

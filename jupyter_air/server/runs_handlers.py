@@ -85,9 +85,9 @@ class RunsBase(JobsBase):
     def granted_experiments(self, who: Identity, uri: str) -> set[str]:
         """The experiments of ``uri`` that jobs ``who`` may view ran in (store thread)."""
         return {
-            str(job.workload.experiment_id)
+            str(job.experiment_id)
             for job in self.store.jobs(visible_to=who)
-            if job.workload.tracking_uri == uri and job.workload.experiment_id
+            if job.spec.tracking.tracking_uri == uri and job.experiment_id
         }
 
     async def require_experiment(self, who: Identity, uri: str, experiment_id: str) -> None:
@@ -136,9 +136,9 @@ class NotebookRunsHandler(RunsBase):
 
         def from_jobs() -> tuple[str, str] | None:
             for job in self.store.jobs(visible_to=who):  # newest first
-                workload = job.workload
-                if workload.tags.get("air.notebook") in names and workload.tracking_uri:
-                    return workload.tracking_uri, str(workload.experiment_id)
+                tracking = job.spec.tracking
+                if tracking.tags.get("air.notebook") in names and tracking.tracking_uri:
+                    return tracking.tracking_uri, str(job.experiment_id)
             return None
 
         found = await in_store_thread(from_jobs)

@@ -16,12 +16,17 @@ from typing import Any
 import mlflow
 from mlflow import MlflowClient
 
+from ..status import Outcome
 from .run_page import DESCRIPTION, describe_run, mark_model_training
 from .stores import store_lock
 from .targets import RunTarget, absolute_tracking_uri
 
-#: Job status -> MLflow run status.
-RUN_STATUS = {"SUCCEEDED": "FINISHED", "FAILED": "FAILED", "CANCELLED": "KILLED"}
+#: A job's outcome -> MLflow's run status (MLflow's own words).
+RUN_STATUS: dict[str, str] = {
+    Outcome.SUCCEEDED: "FINISHED",
+    Outcome.FAILED: "FAILED",
+    Outcome.CANCELLED: "KILLED",
+}
 
 
 @contextmanager

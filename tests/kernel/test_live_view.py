@@ -154,14 +154,14 @@ def test_a_mostly_idle_gpu_raises_the_idle_hint_in_the_status_the_run_and_the_ch
     from mlflow import MlflowClient
 
     store = JobStore(air_home)
-    job = next(j for j in store.jobs() if j.workload.run_name == "idle")
+    job = next(j for j in store.jobs() if j.spec.tracking.run_name == "idle")
     (attempt,) = store.attempts(job.id)
     doc = read_hints(store.attempt_dir(job.id, attempt.attempt))
     assert doc["gpus"] == [0]
     assert [h["kind"] for h in doc["hints"]] == ["idle_gpu"]
     # The run is tagged by the supervisor's sampling thread, which may still be loading
     # MLflow when the job's outcome (what the cell waits for) is recorded.
-    client = MlflowClient(job.workload.tracking_uri)
+    client = MlflowClient(job.spec.tracking.tracking_uri)
     deadline = time.monotonic() + 60
     while "air.hint.idle_gpu" not in (tags := client.get_run(attempt.run_id).data.tags):
         assert time.monotonic() < deadline, f"the run has no hint tag: {tags}"

@@ -72,9 +72,9 @@ def test_the_quickstart_trains_on_two_ranks_and_the_demo_leaves_git_status_clean
     from mlflow import MlflowClient
 
     ddp = JobStore(air_home).get(demo.job_of(nb))
-    assert ddp.workload.run_name == "quickstart"
+    assert ddp.spec.tracking.run_name == "quickstart"
     (attempt,) = JobStore(air_home).attempts(ddp.id)
-    client = MlflowClient(ddp.workload.tracking_uri)
+    client = MlflowClient(ddp.spec.tracking.tracking_uri)
     for metric in ("train_loss", "train_accuracy", "lr"):
         history = client.get_metric_history(attempt.run_id, metric)
         assert [m.step for m in history] == list(range(200)), f"rank 0 logged {metric} once a step"

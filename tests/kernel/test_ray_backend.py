@@ -298,7 +298,7 @@ def test_several_nodes_need_the_ray_backend(kernel: Kernel) -> None:
 def test_without_ray_installed_the_error_says_how_to_install_it() -> None:
     code = (
         "import sys; sys.modules['ray'] = None\n"
-        "from jupyter_air.jobs.ray_cluster import require_ray\n"
+        "from jupyter_air.jobs.backends.ray.cluster import require_ray\n"
         "require_ray()\n"
     )
     result = subprocess.run(

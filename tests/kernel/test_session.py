@@ -173,7 +173,7 @@ def test_a_session_keeps_names_process_group_and_takes_kernel_names(
     assert by_cell[8].info.status == "FINISHED"
     assert by_cell[7].data.tags["air.job_id"] == job_id
     store = JobStore(air_home)
-    assert store.get(job_id).workload.kind == "session"
+    assert store.get(job_id).spec.kind == "session"
     assert not job_processes(job_id)
 
     # the logs of one cell: what its ranks printed, and nothing of the other cells
@@ -357,9 +357,13 @@ def test_a_running_session_restarts_with_its_options_and_functions_follow_it(
     assert_gone_within(first, time.monotonic())
     store = JobStore(air_home)
     assert store.get(first).status == "SUCCEEDED"  # stopped: its ranks left when asked
-    old, new = store.get(first).workload, store.get(second).workload
-    assert (new.env, new.run_name, new.nproc_per_node) == ({"AIR_PROBE": "7"}, "warm", 2)
-    assert (new.env, new.run_name, new.nproc_per_node) == (old.env, old.run_name, 2)
+
+    def options(job_id: str) -> tuple[dict[str, str], str | None, int]:
+        spec = store.get(job_id).spec
+        return dict(spec.program.env), spec.tracking.run_name, spec.compute.nproc_per_node
+
+    assert options(second) == ({"AIR_PROBE": "7"}, "warm", 2)
+    assert options(second) == options(first)
     assert "(--idle-timeout 5)" in kernel.run("%air_session status").text
 
     env, run_id, kept = ast.literal_eval(kernel.run("probe.distributed()").value())

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from jupyter_air.job_dir import AttemptDir
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
+from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
 from tests.ui.conftest import Lab
 from tests.ui.test_gpu_panel import PANEL, PANEL_TAB, card, open_lab, value
@@ -92,7 +92,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> JobStore:
 @pytest.fixture(scope="module")
 def job(store: JobStore) -> str:
     """A running 2-node job: node 0 has one A100, node 1 two busy H100s."""
-    job = store.create(Workload(kind="command", command=["python", "train.py"], nnodes=2))
+    job = store.create(job_spec("command", command=["python", "train.py"], nnodes=2))
     store.update(job.id, status="RUNNING")
     store.start_attempt(job.id, 1, None)
     attempt_dir = store.attempt_dir(job.id, 1)

@@ -22,8 +22,8 @@ from jupyter_air.job_dir import JobDir
 from jupyter_air.jobs import session_cells
 from jupyter_air.jobs.session_activity import IDLE_TIMEOUT_TAG
 from jupyter_air.jobs.session_cells import LatestCell
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
+from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
 from tests.ui.conftest import Lab
 from tests.ui.test_gpu_panel import PANEL, PANEL_TAB, card, open_lab
@@ -32,7 +32,7 @@ GIB = 1024**3
 
 
 def running_session(store: JobStore, latest: LatestCell) -> str:
-    job = store.create(Workload(kind="session", nproc_per_node=1, tags={IDLE_TIMEOUT_TAG: "1800"}))
+    job = store.create(job_spec("session", nproc_per_node=1, tags={IDLE_TIMEOUT_TAG: "1800"}))
     store.update(job.id, status="RUNNING", started=latest.started - 60)
     store.start_attempt(job.id, 1, None)
     session_cells.set_latest(JobDir(store.job_dir(job.id)), latest)

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from jupyter_air.jobs import cancel
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.submit import start_job
 from jupyter_air.logs.capture import RankLog
+from tests.factories import job_spec
 from tests.fake_nvml import Scenario
 from tests.ui.conftest import Lab
 
@@ -93,7 +93,7 @@ def job(air_home: Path, control: Path, logs_lab: Lab) -> Iterator[str]:
     the second ticks until ``control / "stop"`` exists."""
     store = JobStore(air_home)
     uri, experiment_id = new_experiment(air_home)
-    workload = Workload(
+    workload = job_spec(
         kind="command",
         command=[sys.executable, "-c", RANK_SCRIPT],
         nproc_per_node=2,
@@ -492,7 +492,7 @@ def test_a_large_log_loads_its_end_and_renders_only_the_rows_in_view(
     browser: Any, logs_lab: Lab, air_home: Path, artifacts: Path
 ) -> None:
     store = JobStore(air_home)
-    job = store.create(Workload(kind="command", nproc_per_node=2))
+    job = store.create(job_spec("command", nproc_per_node=2))
     store.start_attempt(job.id, 1, None)
     total = 200_000
     for rank in (0, 1):

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from jupyter_air.jobs import cancel
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.submit import start_job
+from tests.factories import job_spec
 from tests.ui.conftest import Lab
 from tests.ui.notebook_pages import open_notebook, put_notebook
 from tests.ui.test_gpu_panel import card, two_gpus, value
@@ -51,7 +51,7 @@ def finished_job(air_home: Path, notebook7: Lab) -> str:
     store = JobStore(air_home)
     uri, experiment_id = new_experiment(air_home)
     script = "import os; print(f\"hello from rank {os.environ['RANK']} in notebook 7\")"
-    workload = Workload(
+    workload = job_spec(
         kind="command",
         command=[sys.executable, "-c", script],
         nproc_per_node=2,

@@ -18,9 +18,9 @@ import pytest
 from jupyter_air.job_dir import JobDir
 from jupyter_air.jobs import session_cells
 from jupyter_air.jobs.session_cells import CellRecord
-from jupyter_air.jobs.spec import Workload
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.capture import RankLog
+from tests.factories import job_spec
 from tests.ui.conftest import Lab
 from tests.ui.test_job_logs import (  # that file's lab, on an AIR_HOME of this module
     ROWS,
@@ -48,7 +48,7 @@ CELLS = [(1, "cell-a", 0.5, 2.0), (2, "cell-b", 4.5, 6.0)]
 def session(air_home: Path) -> str:  # noqa: F811 (the fixture, imported)
     """An ended two-rank session with two cells."""
     store = JobStore(air_home)
-    job = store.create(Workload(kind="session", nproc_per_node=2, command=["python"]))
+    job = store.create(job_spec("session", nproc_per_node=2, command=["python"]))
     store.start_attempt(job.id, 1, None)
     t0 = time.time() - 60
     logs = store.attempt_dir(job.id, 1) / "logs" / "node_0"

@@ -1,14 +1,20 @@
-"""The one check before a submission, for the magic, the decorator and ``air run``."""
+"""The jobs service's one check before a submission (``place``), for the magic, the
+decorator, a session, ``air run`` and a schedule's task: the grants, then the backend's
+own (this machine's capacity, a Ray cluster that answers)."""
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jupyter_air.jobs.capacity import CPU_RANKS_PER_CORE, usable_cores
-from jupyter_air.jobs.checks import Refused, check_submission
+from jupyter_air.jobs.service import Refused, place
+from jupyter_air.jobs.spec import JobKind, JobSpec
 from jupyter_air.jobs.workload_file import Submission
 
 OVERRIDE = "--oversubscribe (compute.oversubscribe: true)"
@@ -25,7 +31,11 @@ def no_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def check(sub: Submission, nproc: int = 1, **options: Any) -> str | None:
-    return check_submission(sub, "alice", nproc_per_node=nproc, override=OVERRIDE, **options)
+    """The Ray address the placed job keeps (None: a local job, which keeps none)."""
+    placed = place(sub, "alice", nproc_per_node=nproc, override=OVERRIDE, **options)
+    assert placed.backend.name == sub.backend
+    address: str | None = placed.settings.get("address")
+    return address
 
 
 def refused(sub: Submission, nproc: int = 1, **options: Any) -> Refused:
@@ -65,20 +75,44 @@ def test_a_ray_cluster_nobody_listens_on_is_refused_at_once() -> None:
     err = refused(ray)
     assert err.field is None
     assert f"cannot reach the Ray cluster at 127.0.0.1:{port}" in str(err)
-    assert check(ray, reach_cluster=False) == f"127.0.0.1:{port}"  # a dry run
+    assert check(ray, reach=False) == f"127.0.0.1:{port}"  # a dry run
 
 
 def test_the_ray_address_is_the_submission_s_then_the_default_then_ray_address(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert check(submission(backend="ray"), reach_cluster=False) == "auto"
+    assert check(submission(backend="ray"), reach=False) == "auto"
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.3:6379")
-    assert check(submission(backend="ray"), reach_cluster=False) == "10.0.0.3:6379"
-    configured = {"ray_address": "10.0.0.2:6379", "reach_cluster": False}
+    assert check(submission(backend="ray"), reach=False) == "10.0.0.3:6379"
+    configured = {"settings": {"address": "10.0.0.2:6379"}, "reach": False}
     assert check(submission(backend="ray"), **configured) == "10.0.0.2:6379"
     own = submission(backend="ray", ray_address="10.0.0.1:6379")
     assert check(own, **configured) == "10.0.0.1:6379"
 
 
 def test_ray_ranks_are_not_counted_against_this_machine() -> None:
-    assert check(submission(backend="ray"), 10_000, reach_cluster=False) == "auto"
+    assert check(submission(backend="ray"), 10_000, reach=False) == "auto"
+
+
+def test_the_backend_s_default_ranks_are_one_per_gpu_here_and_one_per_ray_node() -> None:
+    local = place(submission(), "alice")  # CUDA_VISIBLE_DEVICES="" hides every GPU
+    assert local.nproc_per_node == 1
+    ray = place(submission(backend="ray"), "alice", reach=False)
+    assert ray.nproc_per_node == 1
+
+
+def test_the_placed_spec_keeps_the_backend_and_its_resolved_settings() -> None:
+    placed = place(submission(backend="ray", compute={"nnodes": 2}), "alice", reach=False)
+    spec = placed.spec(JobKind.PYTHON)
+    assert (spec.backend.name, dict(spec.backend.settings)) == ("ray", {"address": "auto"})
+    assert (spec.compute.nnodes, spec.compute.nproc_per_node) == (2, 1)
+    assert JobSpec.from_json(spec.to_json()) == spec
+
+
+def test_a_command_runs_with_this_interpreter_first_on_its_path_unless_it_sets_path() -> None:
+    placed = place(submission(env={"A": "1"}), "alice")
+    path = placed.spec(JobKind.COMMAND, command=["python", "x.py"]).program.env["PATH"]
+    assert path.split(os.pathsep)[0] == str(Path(sys.executable).parent)
+    own = place(submission(env={"PATH": "/opt/bin"}), "alice")
+    assert own.spec(JobKind.COMMAND, command=["x"]).program.env["PATH"] == "/opt/bin"
+    assert "PATH" not in placed.spec(JobKind.PYTHON).program.env  # a cell's ranks: the kernel's

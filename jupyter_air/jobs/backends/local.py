@@ -18,15 +18,21 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..job_dir import JobDir
-from ..logs.capture import LINE, RankLog, StreamSplitter
-from ..logs.levels import ERROR
-from ..tracking.sampling import Sample, SampleLoop
-from .hints import HintRecorder, rank_gpus
-from .node_launch import NodeLaunch, RankSpec, node_specs
-from .outcome import AttemptEnd, Outcome, StopRule
-from .reaper import Reaper, sweep
+from ...job_dir import JobDir
+from ...logs.capture import LINE, RankLog, StreamSplitter
+from ...logs.levels import ERROR
+from ...status import Outcome
+from ...tracking.sampling import Sample, SampleLoop
+from ..capacity import TooManyRanks, check_here
+from ..env import free_port
+from ..hints import HintRecorder, rank_gpus
+from ..node_launch import NodeLaunch, RankSpec, node_specs
+from ..outcome import AttemptEnd, StopRule
+from ..reaper import Reaper, sweep
+from ..spec import JobKind
+from .base import AttemptContext, Backend, BackendRefused, Nodes, Placement
 
 #: Seconds a rank gets to stop after SIGINT, then after SIGTERM, before SIGKILL.
 INTERRUPT_GRACE = 5.0
@@ -313,3 +319,49 @@ def _exit_text(rank: int, code: int | None) -> str:
         except ValueError:
             pass
     return f"rank {rank} exited with code {code}"
+
+
+class LocalBackend(Backend):
+    """This machine: one node, its ranks subprocesses of the supervisor (``LocalNode``)."""
+
+    name = "local"
+    multi_node = False
+
+    def default_nproc(self) -> int:
+        """One rank per visible GPU, or 1 without GPUs."""
+        from ..env import gpu_count, visible_gpus
+
+        return max(1, len(visible_gpus(os.environ, gpu_count())))
+
+    def prepare(self, placement: Placement) -> dict[str, Any]:
+        if not placement.oversubscribe:
+            try:
+                check_here(placement.nproc_per_node, placement.override)
+            except TooManyRanks as err:
+                raise BackendRefused("compute.nproc_per_node", str(err)) from None
+        return {}
+
+    def start(self, attempt: AttemptContext) -> Nodes:
+        spec = attempt.spec
+        launch = NodeLaunch(
+            job_id=attempt.job_id,
+            attempt=attempt.attempt,
+            node_rank=0,
+            nnodes=1,
+            nproc_per_node=spec.compute.nproc_per_node,
+            master_addr="127.0.0.1",
+            master_port=free_port(),
+            max_restarts=spec.policy.max_retries,
+            env=dict(attempt.env),
+            command=list(spec.program.command) if spec.kind is not JobKind.PYTHON else [],
+            working_dir=spec.program.working_dir,
+        )
+        return LocalNode(
+            launch,
+            attempt.files,
+            spec.program.working_dir,
+            attempt.hints,
+            attempt.reaper,
+            on_metrics=attempt.on_metrics,
+            metrics_interval=attempt.metrics_interval,
+        )

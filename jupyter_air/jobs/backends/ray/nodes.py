@@ -22,15 +22,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from ..job_dir import AttemptDir, JobDir
-from ..paths import private_opener, write_private
-from ..tracking.sampling import Sample
-from .hints import HintRecorder
-from .node_launch import NodeLaunch
-from .outcome import AttemptEnd, Outcome, StopRule
-from .ray_agent import NodeAgent
-from .ray_cluster import (
+from .... import __version__
+from ....job_dir import AttemptDir, JobDir
+from ....paths import private_opener, write_private
+from ....status import Outcome
+from ....tracking.sampling import Sample
+from ...hints import HintRecorder
+from ...node_launch import NodeLaunch
+from ...outcome import AttemptEnd, StopRule
+from ...session_wire import TICKET_ENV
+from ...spec import JobKind, JobSpec
+from .agent import NodeAgent
+from .cluster import (
     Cancelled,
     ClusterError,
     alive_nodes,
@@ -40,8 +43,6 @@ from .ray_cluster import (
     reserve,
     resolve_address,
 )
-from .session_wire import TICKET_ENV
-from .spec import Workload
 
 log = logging.getLogger("jupyter_air.ray")
 
@@ -62,7 +63,7 @@ class RayNodes:
 
     def __init__(
         self,
-        workload: Workload,
+        spec: JobSpec,
         job_id: str,
         attempt: int,
         attempt_dir: Path,
@@ -72,7 +73,7 @@ class RayNodes:
         on_metrics: Callable[[int, list[Sample]], None],
         hints: HintRecorder | None = None,
     ) -> None:
-        self._workload = workload
+        self._spec = spec
         self._job_id = job_id
         self._attempt = attempt
         self._dir = AttemptDir(attempt_dir)
@@ -94,8 +95,7 @@ class RayNodes:
         self._rule.cancel()
 
     def run(self, timeout: float | None = None) -> AttemptEnd:
-        workload = self._workload
-        address = resolve_address(workload.ray_address)
+        address = resolve_address(self._spec.backend.settings.get("address"))
         try:
             self._place(address)
             self._start_all()
@@ -119,17 +119,17 @@ class RayNodes:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        workload = self._workload
+        compute = self._spec.compute
         if not ray.is_initialized():
             connect(address)
         nodes = alive_nodes()
-        shape = node_shape(workload.nproc_per_node, nodes)
-        check_capacity(address, workload.nnodes, shape, nodes)
+        shape = node_shape(compute.nproc_per_node, nodes)
+        check_capacity(address, compute.nnodes, shape, nodes)
         name = f"air-{self._job_id}-{self._attempt}"
-        self._group = reserve(workload.nnodes, shape, name, self._cancel)
+        self._group = reserve(compute.nnodes, shape, name, self._cancel)
         agent_class = ray.remote(NodeAgent)
         bundle = shape.bundle()
-        for node in range(workload.nnodes):
+        for node in range(compute.nnodes):
             strategy = PlacementGroupSchedulingStrategy(
                 self._group, placement_group_bundle_index=node
             )
@@ -160,26 +160,26 @@ class RayNodes:
         self._dir.write_nodes([{k: n[k] for k in shown} for n in self._nodes])
 
     def _start_all(self) -> None:
-        workload, head = self._workload, self._nodes[0]
+        spec, head = self._spec, self._nodes[0]
         env = self._extra_env
-        if workload.kind == "session":
+        if spec.kind is JobKind.SESSION:
             env = {**env, TICKET_ENV: self._session_ticket()}
         launches = [
             NodeLaunch(
                 job_id=self._job_id,
                 attempt=self._attempt,
                 node_rank=node,
-                nnodes=workload.nnodes,
-                nproc_per_node=workload.nproc_per_node,
+                nnodes=spec.compute.nnodes,
+                nproc_per_node=spec.compute.nproc_per_node,
                 master_addr=head["ip"],
                 master_port=head["port"],
-                max_restarts=workload.max_retries,
+                max_restarts=spec.policy.max_retries,
                 env=env,
-                command=list(workload.command),
+                command=list(spec.program.command),
                 payload=self._payload,
-                working_dir=workload.working_dir,
+                working_dir=spec.program.working_dir,
             )
-            for node in range(workload.nnodes)
+            for node in range(spec.compute.nnodes)
         ]
         calls = [a.start.remote(launch) for a, launch in zip(self._agents, launches, strict=True)]
         self._gather(calls, "could not start its ranks")
@@ -331,7 +331,7 @@ class RayNodes:
     def _node_lost(self, node: int, what: str, answered: dict[int, float]) -> AttemptEnd:
         """A node gone: it went after its last answer, before its peers' collectives broke
         (their failures are its consequence, so they must not come first)."""
-        nproc = self._workload.nproc_per_node
+        nproc = self._spec.compute.nproc_per_node
         return AttemptEnd(
             Outcome.FAILED,
             [None] * nproc,

@@ -22,24 +22,25 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
-from ..gpu.owners import job_of
-from ..gpu.sampler import GpuSampler
-from ..job_dir import AttemptDir, JobDir
-from ..paths import write_private
-from ..tracking.sampling import Sample, SampleLoop
-from . import session_rank
-from .env import free_port
-from .hints import GpuSample, gpu_samples, rank_gpus
-from .local import LocalRanks
-from .node_launch import NodeLaunch, node_specs
-from .outcome import AttemptEnd, Outcome
+from .... import __version__
+from ....gpu.owners import job_of
+from ....gpu.sampler import GpuSampler
+from ....job_dir import AttemptDir, JobDir
+from ....paths import write_private
+from ....status import Outcome
+from ....tracking.sampling import Sample, SampleLoop
+from ... import session_rank
+from ...env import free_port
+from ...hints import GpuSample, gpu_samples, rank_gpus
+from ...node_launch import NodeLaunch, node_specs
+from ...outcome import AttemptEnd
+from ..local import LocalRanks
 
 #: Bytes of one rank's log sent in one poll at most.
 MAX_POLL_BYTES = 8 << 20
 
 if TYPE_CHECKING:
-    from ..gpu.nvml import GpuInfo, GpuReading
+    from ....gpu.nvml import GpuInfo, GpuReading
 
 
 class NodeAgent:

@@ -1,0 +1,261 @@
+"""The jobs service: the one API every entry point calls.
+
+The magic, the decorator, a warm session, ``air``, the server's routes and the
+scheduler only translate: their input into a ``Submission`` (and the program to run),
+the service's answer into their output. Each call is made as one caller (an
+``Identity``) and checked against the job's grants here, so no entry point can forget
+a check another makes. Nothing here knows of tornado, IPython or argparse.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..identity import Identity
+from . import backends, cancel
+from .backends.base import Backend, BackendRefused, Placement
+from .documents import RunLink, job_document, job_documents
+from .permissions import BadGrant, Grant, JobAccess, Level, Principal, check_change
+from .sharing import mirror
+from .spec import JobKind, JobSpec, OutputRanks, job_spec
+from .store import JOB_ID, Job, JobStore, UnknownJob
+from .submit import Submitted, submit
+from .workload_file import Submission
+
+if TYPE_CHECKING:
+    from ..tracking.permissions import MirrorReport
+    from ..tracking.targets import ExperimentRef, RunTarget
+
+
+class Refused(ValueError):
+    """A submission that cannot start; ``field`` is the workload-file field at fault (None
+    for the backend as a whole), the message says why and what to do. Nothing exists yet
+    when one is raised: no job, no run, no process."""
+
+    def __init__(self, field: str | None, reason: str) -> None:
+        super().__init__(reason)
+        self.field = field
+
+
+class Conflict(RuntimeError):
+    """The job is not in a state that allows this (it ended; it runs elsewhere)."""
+
+
+class NoLogs(LookupError):
+    """The job has no logs to read: no attempt yet, or they expired."""
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A submission checked against its backend: what ``spec`` builds the job from."""
+
+    submission: Submission
+    backend: Backend
+    nproc_per_node: int
+    settings: Mapping[str, Any]
+
+    def spec(
+        self,
+        kind: JobKind,
+        *,
+        command: Sequence[str] = (),
+        working_dir: str | None = None,
+        output_ranks: str = OutputRanks.ALL,
+        outputs: Sequence[str] = (),
+        timeout: float | None = None,
+        background: bool = False,
+        run_name: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> JobSpec:
+        """The job's spec: the program given here, the rest from the submission (whose
+        ``env`` a given one replaces)."""
+        s = self.submission
+        env = s.env if env is None else env
+        return job_spec(
+            kind,
+            command=command,
+            working_dir=working_dir,
+            env=command_env(env) if kind is JobKind.COMMAND else env,
+            output_ranks=output_ranks,
+            outputs=outputs,
+            nproc_per_node=self.nproc_per_node,
+            nnodes=s.compute.nnodes,
+            max_retries=s.max_retries,
+            timeout=timeout,
+            background=background,
+            backend=self.backend.name,
+            backend_settings=self.settings,
+            run_name=run_name,
+        )
+
+    @property
+    def kernel_host(self) -> str | None:
+        """Where this backend's nodes reach the kernel (a warm session's ranks)."""
+        try:
+            return self.backend.kernel_host(self.settings)
+        except BackendRefused as err:
+            raise Refused(err.field, str(err)) from None
+
+
+def place(
+    submission: Submission,
+    owner: str,
+    *,
+    nproc_per_node: int | None = None,
+    oversubscribe: bool = False,
+    override: str = "--oversubscribe",
+    settings: Mapping[str, Any] | None = None,
+    reach: bool = True,
+) -> Placed:
+    """Refuse what ``owner`` cannot start: grants they may not give (never to themself),
+    more ranks than the backend holds, a cluster that does not answer (``reach=False``
+    leaves it alone: a dry run). ``nproc_per_node`` None is the backend's default (one
+    per GPU here); ``settings`` are the backend's as the caller resolved them (a
+    kernel's configured Ray address), under the submission's own."""
+    check_grants(owner, submission)
+    backend = backends.get(submission.backend)
+    nproc = nproc_per_node or backend.default_nproc()
+    placement = Placement(
+        nproc_per_node=nproc,
+        nnodes=submission.compute.nnodes,
+        settings={**(settings or {}), **submission.backend_settings},
+        oversubscribe=oversubscribe or submission.compute.oversubscribe,
+        override=override,
+        reach=reach,
+    )
+    try:
+        resolved = backend.prepare(placement)
+    except BackendRefused as err:
+        raise Refused(err.field, str(err)) from None
+    return Placed(submission, backend, nproc, resolved)
+
+
+def check_grants(owner: str, submission: Submission) -> None:
+    """The grants of a submission are ones ``owner`` may give (never to themself)."""
+    try:
+        check_change(owner, submission.grants, ())
+    except BadGrant as err:
+        raise Refused("permissions", str(err)) from None
+
+
+def command_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A command's env, with this interpreter's directory first on PATH unless it sets
+    PATH: ``python train.py`` then runs where jupyter_air is, as a cell's ranks do."""
+    if "PATH" in env:
+        return dict(env)
+    here = str(Path(sys.executable).parent)  # a venv's bin, never resolved out of it
+    return {**env, "PATH": os.pathsep.join([here, os.environ.get("PATH", os.defpath)])}
+
+
+class JobService:
+    """Jobs as one caller sees them. ``run_link`` makes a run's MLflow page from
+    (tracking URI, experiment id, run id), as the caller's UI reaches it."""
+
+    def __init__(self, store: JobStore, caller: Identity, run_link: RunLink | None = None) -> None:
+        self.store = store
+        self.caller = caller
+        self.run_link = run_link
+
+    # -- submitting --------------------------------------------------------------------
+
+    def place(self, submission: Submission, **options: Any) -> Placed:
+        """``place`` as this service's caller."""
+        return place(submission, self.caller.name, **options)
+
+    def submit(
+        self,
+        spec: JobSpec,
+        target: RunTarget | ExperimentRef,
+        *,
+        grants: tuple[Grant, ...] = (),
+        payload: bytes | None = None,
+        source: str | None = None,
+        notebook: str | None = None,
+        user: str,
+        extra_tags: Mapping[str, str] | None = None,
+        watch_pid: int | None = None,
+    ) -> Submitted:
+        """Record the job, owned by the caller, and start it (see ``submit.submit``)."""
+        return submit(
+            self.store,
+            spec,
+            target,
+            owner=self.caller.name,
+            grants=grants,
+            payload=payload,
+            source=source,
+            notebook=notebook,
+            user=user,
+            extra_tags=extra_tags,
+            watch_pid=watch_pid,
+        )
+
+    # -- reading -----------------------------------------------------------------------
+
+    def get(self, job_id: str, needed: Level = Level.CAN_VIEW) -> Job:
+        """The job, if the caller holds ``needed`` on it (``Forbidden`` otherwise)."""
+        if not JOB_ID.fullmatch(job_id):
+            raise UnknownJob(job_id)
+        self.store.access(job_id).require(self.caller, needed)
+        return self.store.get(job_id)
+
+    def jobs(self, *, active_only: bool = False, limit: int | None = None) -> list[Job]:
+        """The jobs the caller may view, newest first."""
+        return self.store.jobs(active_only=active_only, limit=limit, visible_to=self.caller)
+
+    def document(self, job: Job) -> dict[str, Any]:
+        """What the caller sees of a job they may view (docs/api.md)."""
+        return job_document(self.store, job, self.run_link)
+
+    def documents(self, jobs: list[Job]) -> list[dict[str, Any]]:
+        return job_documents(self.store, jobs, self.run_link)
+
+    def log_attempt(self, job: Job, attempt: int | None = None) -> tuple[int, Path]:
+        """Which attempt's logs to read (the latest by default) and their directory."""
+        attempts = len(self.store.attempts(job.id))
+        if not attempts:
+            raise NoLogs(f"job {job.id} has no attempt yet")
+        number = attempt or attempts
+        if not 1 <= number <= attempts:
+            raise NoLogs(f"attempt {number} of job {job.id}: it has 1 to {attempts}")
+        if not self.store.job_dir(job.id).exists():
+            raise NoLogs(f"the logs of job {job.id} have expired")
+        return number, self.store.attempt_dir(job.id, number)
+
+    # -- changing ----------------------------------------------------------------------
+
+    def cancel(self, job_id: str) -> Job:
+        """Ask every rank of the job to stop (CAN_MANAGE_RUN); the job as it was asked."""
+        job = self.get(job_id, Level.CAN_MANAGE_RUN)
+        try:
+            cancelled = cancel.cancel(self.store, job.id)
+        except cancel.Elsewhere as err:
+            raise Conflict(str(err)) from None
+        if not cancelled:
+            raise Conflict(f"job {job.id} already ended ({job.status.lower()})")
+        return job
+
+    def wait(self, job: Job, timeout: float) -> Job:
+        """The job (already read by the caller) once it ended, or as it is after
+        ``timeout`` seconds."""
+        return cancel.wait(self.store, job.id, timeout)
+
+    def access(self, job_id: str) -> JobAccess:
+        """The job's owner and grants (CAN_VIEW)."""
+        self.get(job_id)
+        return self.store.access(job_id)
+
+    def change_access(
+        self, job_id: str, grants: tuple[Grant, ...] = (), revoke: tuple[Principal, ...] = ()
+    ) -> tuple[JobAccess, MirrorReport | None]:
+        """Grant and revoke (CAN_MANAGE, checked in the change's own transaction), then
+        the same on the job's MLflow experiment (its report; the job grant holds
+        whatever MLflow says)."""
+        job = self.get(job_id)
+        access = self.store.change_access(job.id, self.caller, grants, revoke)
+        return access, mirror(self.store, job, grants, revoke)

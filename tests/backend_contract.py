@@ -1,0 +1,200 @@
+"""The backend contract: what every registered backend does for a job, whatever runs it.
+
+Each test submits a real command job of at least 2 ranks through the jobs service to the backend of
+the ``engine`` fixture and reads what its supervisor recorded. A module runs the suite
+for a backend by importing these tests and giving ``engine`` (``test_backend_contract``
+for the backends that need no cluster; the Ray module, whose cluster it reuses, for
+ray); ``test_every_registered_backend_has_an_engine`` keeps a new backend from joining
+the registry without it, as ipyparallel's database tests run against each database.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jupyter_air.identity import os_identity
+from jupyter_air.jobs.service import JobService
+from jupyter_air.jobs.spec import JobKind
+from jupyter_air.jobs.store import Job, JobStore
+from jupyter_air.jobs.workload_file import Submission
+from jupyter_air.logs.query import LogFilter, read_tail
+from jupyter_air.status import AttemptStatus, JobStatus
+from jupyter_air.tracking.targets import ExperimentRef
+from tests.kernel.conftest import job_processes
+
+#: Seconds a job of these tests gets to end: generous, CI shares its 2 cores.
+JOB_END = 180.0
+#: What torchrun gives every worker, and what we add.
+TORCHRUN_ENV = (
+    "RANK",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "AIR_JOB_ID",
+    "AIR_ATTEMPT",
+    "MLFLOW_RUN_ID",
+)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A backend as a contract test uses it: its name, the settings that reach its
+    world (a cluster's address), the nodes a job takes there."""
+
+    backend: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    nnodes: int = 1
+    nproc_per_node: int = 2
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+
+def submit(engine: Engine, home: Path, code: str, **options: Any) -> tuple[JobService, Job]:
+    """A job of ``python -c code`` on the engine, submitted as the OS user."""
+    service = JobService(JobStore(home), os_identity())
+    fields: dict[str, Any] = {
+        "backend": engine.backend,
+        "compute": {"nproc_per_node": engine.nproc_per_node, "nnodes": engine.nnodes},
+        "max_retries": options.pop("max_retries", 0),
+        "env": {"PYTHONUNBUFFERED": "1"},
+    }
+    placed = service.place(
+        Submission.model_validate(fields),
+        nproc_per_node=engine.nproc_per_node,
+        settings=engine.settings,
+    )
+    spec = placed.spec(
+        JobKind.COMMAND,
+        command=[sys.executable, "-c", code],
+        working_dir=str(home),
+        background=True,
+        **options,
+    )
+    target = ExperimentRef(f"sqlite:///{home}/mlflow.db", "contract", None)
+    return service, service.submit(spec, target, user="contract").job
+
+
+def ended(service: JobService, job: Job, timeout: float = JOB_END) -> Job:
+    deadline = time.monotonic() + timeout
+    while not (job := service.get(job.id)).done:
+        assert time.monotonic() < deadline, f"job {job.id} still {job.status} after {timeout} s"
+        time.sleep(0.2)
+    return job
+
+
+def started(service: JobService, job: Job, ranks: int) -> None:
+    """Once ``ranks`` of the job's rank processes are up."""
+    deadline = time.monotonic() + JOB_END
+    while len(job_processes(job.id)) < ranks:
+        assert time.monotonic() < deadline, f"{ranks} ranks of job {job.id} did not start"
+        assert not service.get(job.id).done, f"job {job.id} ended before its ranks started"
+        time.sleep(0.2)
+
+
+def nothing_left(job_id: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while left := job_processes(job_id):
+        described = [(p.pid, p.name()) for p in left if p.is_running()]
+        assert time.monotonic() < deadline, f"job {job_id} left {described} behind"
+        time.sleep(0.2)
+
+
+def rank_lines(service: JobService, job: Job, attempt: int, node: int, rank: int) -> list[str]:
+    """What one rank printed, from its log (``logs/node_N/rank_R.log``)."""
+    directory = service.store.attempt_dir(job.id, attempt)
+    flt = LogFilter(node=node, rank=rank)
+    return [line.text for line in read_tail(directory, flt, 1000).lines]
+
+
+PRINT_ENV = (
+    f"import json, os\nprint(json.dumps({{k: os.environ.get(k) for k in {TORCHRUN_ENV!r}}}))\n"
+)
+
+
+def test_every_rank_gets_the_torchrun_environment_and_its_own_log(
+    engine: Engine, tmp_path: Path
+) -> None:
+    service, job = submit(engine, tmp_path, PRINT_ENV)
+    job = ended(service, job)
+    assert job.status is JobStatus.SUCCEEDED, job.message
+    [attempt] = service.store.attempts(job.id)
+    seen = {}
+    for node in range(engine.nnodes):
+        for local in range(engine.nproc_per_node):
+            rank = node * engine.nproc_per_node + local
+            printed = rank_lines(service, job, 1, node, rank)
+            env = json.loads(next(line for line in printed if line.startswith("{")))
+            seen[rank] = env
+            assert env["RANK"] == str(rank)
+            assert env["LOCAL_RANK"] == str(local)
+            assert env["GROUP_RANK"] == str(node)
+            assert env["WORLD_SIZE"] == str(engine.world_size)
+            assert env["LOCAL_WORLD_SIZE"] == str(engine.nproc_per_node)
+            assert (env["AIR_JOB_ID"], env["AIR_ATTEMPT"]) == (job.id, "1")
+            assert env["MLFLOW_RUN_ID"] == attempt.run_id
+            assert env["TORCHELASTIC_RESTART_COUNT"] == "0"
+    masters = {
+        (e["MASTER_ADDR"], e["MASTER_PORT"], e["TORCHELASTIC_RUN_ID"]) for e in seen.values()
+    }
+    assert len(masters) == 1, "every rank meets at one master, in one run"
+    nothing_left(job.id)
+
+
+def test_a_failing_rank_stops_the_others_and_fails_the_attempt(
+    engine: Engine, tmp_path: Path
+) -> None:
+    code = (
+        "import os, sys, time\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    raise SystemExit('rank 1 broke')\n"
+        "time.sleep(600)\n"
+    )
+    service, job = submit(engine, tmp_path, code)
+    job = ended(service, job)
+    assert job.status is JobStatus.FAILED
+    [attempt] = service.store.attempts(job.id)
+    assert (attempt.status, attempt.failed_rank) == (AttemptStatus.FAILED, 1)
+    assert "rank 1" in (attempt.message or "")
+    nothing_left(job.id)
+
+
+def test_cancel_stops_every_rank(engine: Engine, tmp_path: Path) -> None:
+    service, job = submit(engine, tmp_path, "import time; time.sleep(600)")
+    started(service, job, engine.world_size)
+    service.cancel(job.id)
+    job = ended(service, job)
+    assert job.status is JobStatus.CANCELLED
+    nothing_left(job.id)
+
+
+def test_the_timeout_stops_every_rank_and_fails_the_job(engine: Engine, tmp_path: Path) -> None:
+    service, job = submit(engine, tmp_path, "import time; time.sleep(600)", timeout=3.0)
+    job = ended(service, job)
+    assert job.status is JobStatus.FAILED
+    assert "timed out after 3 s" in (job.message or "")
+    nothing_left(job.id)
+
+
+def test_a_retry_is_a_new_attempt_with_its_own_run(engine: Engine, tmp_path: Path) -> None:
+    code = "import os; raise SystemExit(1 if os.environ['AIR_ATTEMPT'] == '1' else 0)"
+    service, job = submit(engine, tmp_path, code, max_retries=1)
+    job = ended(service, job)
+    assert job.status is JobStatus.SUCCEEDED, job.message
+    attempts = service.store.attempts(job.id)
+    assert [a.status for a in attempts] == [AttemptStatus.FAILED, AttemptStatus.SUCCEEDED]
+    assert len({a.run_id for a in attempts}) == 2, "each attempt has its own MLflow run"
+    nothing_left(job.id)

@@ -1,0 +1,41 @@
+"""The backend contract (``tests/backend_contract.py``) for the backends that need no
+cluster; those that do run it in their own module, beside the cluster they start."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_air.jobs import backends
+from tests.backend_contract import (  # noqa: F401  (the contract's tests, run here)
+    Engine,
+    test_a_failing_rank_stops_the_others_and_fails_the_attempt,
+    test_a_retry_is_a_new_attempt_with_its_own_run,
+    test_cancel_stops_every_rank,
+    test_every_rank_gets_the_torchrun_environment_and_its_own_log,
+    test_the_timeout_stops_every_rank_and_fails_the_job,
+)
+
+#: Where each registered backend runs the contract: here, or the module named.
+ENGINES: dict[str, Engine | str] = {
+    "local": Engine("local"),
+    "ray": "tests/kernel/test_ray_backend.py",
+}
+
+
+@pytest.fixture(params=[name for name, where in ENGINES.items() if isinstance(where, Engine)])
+def engine(request: pytest.FixtureRequest) -> Engine:
+    where = ENGINES[request.param]
+    assert isinstance(where, Engine)
+    return where
+
+
+def test_every_registered_backend_has_an_engine() -> None:
+    assert set(backends.names()) == set(ENGINES), "a new backend joins the contract suite"
+
+
+def test_the_registry_lists_local_and_ray_from_entry_points() -> None:
+    assert {"local", "ray"} <= set(backends.names())
+    assert backends.get("local").name == "local"
+    assert backends.get("ray").multi_node
+    with pytest.raises(backends.UnknownBackend, match="no backend 'nope': choose one of"):
+        backends.get("nope")
