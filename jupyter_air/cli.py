@@ -412,7 +412,7 @@ def _logs(args: argparse.Namespace) -> int:
     except BadFilter as err:
         raise CliError(str(err)) from None
     if args.cell is not None:
-        from .jobs.session_cells import NoCell, NotASession, cell_filter
+        from .jobs.sessions.cells import NoCell, NotASession, cell_filter
 
         try:
             flt = cell_filter(store, job, flt, args.cell)

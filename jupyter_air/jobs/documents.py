@@ -11,8 +11,8 @@ from typing import Any
 
 from ..job_dir import AttemptDir
 from ..redact import redact, without_userinfo
-from .outcome import is_final
 from .store import Attempt, Job, JobStore
+from .supervision.outcome import is_final
 
 #: (tracking URI, experiment id, run id) -> the run's page in an MLflow UI, or None.
 RunLink = Callable[[str, str, str], str | None]

@@ -20,7 +20,6 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..job_dir import JobDir
-from ..jobs import session_cells
 from ..jobs.permissions import (
     BadGrant,
     Grant,
@@ -31,7 +30,8 @@ from ..jobs.permissions import (
     principal_from_json,
 )
 from ..jobs.service import JobService
-from ..jobs.session_cells import NoCell, NotASession, cell_filter
+from ..jobs.sessions import cells as session_cells
+from ..jobs.sessions.cells import NoCell, NotASession, cell_filter
 from ..jobs.spec import JobKind
 from ..jobs.store import Job, JobStore
 from ..logs.query import BadFilter, LogFilter, read_all_text, read_page, read_tail

@@ -29,8 +29,8 @@ import pytest
 from jupyter_client.blocking import BlockingKernelClient
 
 from jupyter_air.jobs import cancel as job_cancel
-from jupyter_air.jobs.run_tails import attach_logs
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.tracking.run_tails import attach_logs
 from tests.kernel.conftest import Kernel, job_processes, running_job
 from tests.kernel.test_distributed_magic import (
     job_id_of,
@@ -63,7 +63,10 @@ def assert_gone_within(job_id: str, killed_at: float, seconds: float = GONE_WITH
 def rank_pid(job_id: str, rank: int) -> int:
     for proc in job_processes(job_id):
         env = proc.environ()
-        if env.get("RANK") == str(rank) and "jupyter_air.jobs.rank_main" in proc.cmdline():
+        if (
+            env.get("RANK") == str(rank)
+            and "jupyter_air.jobs.supervision.rank_main" in proc.cmdline()
+        ):
             return proc.pid
     raise AssertionError(f"rank {rank} of job {job_id} not found")
 

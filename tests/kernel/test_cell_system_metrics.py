@@ -12,7 +12,7 @@ from pathlib import Path
 from mlflow import MlflowClient
 
 from jupyter_air.job_dir import JobDir
-from jupyter_air.jobs import session_cells
+from jupyter_air.jobs.sessions import cells as session_cells
 from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Kernel
 from tests.kernel.test_distributed_magic import supervised_until_its_end, wait_done
