@@ -14,7 +14,7 @@ from jupyter_air.jobs import cancel
 from jupyter_air.jobs.store import JobStore
 from tests.factories import job_spec
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
-from tests.kernel.conftest import job_processes
+from tests.waits import job_processes
 
 TRAIN = """
 import logging, os, sys, time

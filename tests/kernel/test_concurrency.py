@@ -11,7 +11,8 @@ from jupyter_air.jobs import cancel
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.query import LogFilter, read_all
 from tests.kernel.conftest import Execution, Kernel
-from tests.kernel.test_distributed_magic import job_id_of, supervised_until_its_end
+from tests.kernel.test_distributed_magic import job_id_of
+from tests.waits import supervised_until_its_end
 
 LINES = 2000
 CELL = (

@@ -24,16 +24,15 @@ import pytest
 from jupyter_air.job_dir import AttemptDir, JobDir
 from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import FakeGpu, Scenario, env_for
-from tests.kernel.conftest import Kernel, execute_notebook, job_processes, running_job
+from tests.kernel.conftest import Kernel, execute_notebook, running_job
 from tests.kernel.test_distributed_magic import (
     TRAINING,
     job_id_of,
     mlflow_client,
     runs_of_job,
-    supervised_until_its_end,
-    wait_done,
 )
 from tests.kernel.test_session import SESSION_JOB, cell
+from tests.waits import job_processes, supervised_until_its_end, wait_done
 
 pytestmark = pytest.mark.ray
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,13 +25,12 @@ from jupyter_air.kernel.launch import Options
 from jupyter_air.kernel.magics import AirMagics
 from jupyter_air.kernel.session_magic import AirSessionMagics
 from jupyter_air.logs.query import LogFilter, read_all
-from tests.kernel.conftest import Kernel, job_processes
-from tests.kernel.test_abuse_processes import Server, assert_gone_within, server  # noqa: F401
+from tests.kernel.conftest import Kernel
+from tests.kernel.test_abuse_processes import Server, server  # noqa: F401
 from tests.kernel.test_distributed_magic import (
     mlflow_client,
-    supervised_until_its_end,
-    wait_done,
 )
+from tests.waits import assert_gone_within, job_processes, supervised_until_its_end, wait_done
 
 SESSION_JOB = re.compile(r"Session job (\d{8}-\d{6}-[0-9a-f]{6})")
 
