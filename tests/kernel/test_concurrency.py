@@ -7,6 +7,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from jupyter_air.jobs import cancel
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.query import LogFilter, read_all
@@ -23,6 +25,7 @@ CELL = (
 )
 
 
+@pytest.mark.slow
 def test_two_kernels_and_the_cli_at_once_lose_nothing(
     kernel_env: dict[str, str], air_home: Path, tmp_path: Path
 ) -> None:
