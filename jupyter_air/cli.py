@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .identity import Identity, os_identity
+from .jobs.api_models import change_document
 from .jobs.permissions import (
     BadGrant,
     Forbidden,
@@ -541,8 +542,7 @@ def _permissions(args: argparse.Namespace) -> int:
     except (BadGrant, Forbidden) as err:
         raise CliError(str(err)) from None
     if args.output == "json":
-        doc = {**access.as_json(me), "mlflow": report.to_json() if report else None}
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(change_document(access, me, report).model_dump(mode="json"), indent=2))
         return 0
     _print_access(access, me)
     for line in report.lines() if report else []:
