@@ -335,8 +335,13 @@ def _list(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(service.documents(jobs), indent=2))
         return 0
+    if not jobs and args.all_status:
+        print("no jobs")
+        return 0
     if not jobs:
-        print("no active jobs" if not args.all_status else "no jobs")
+        ended = service.count()
+        shown = f"; {ended} ended: air list --all-status shows them" if ended else ""
+        print(f"no active jobs{shown}")
         return 0
     print(f"{'JOB':24} {'STATUS':10} {'CREATED':19} {'RANKS':>5} RUN")
     for job in jobs:

@@ -333,3 +333,14 @@ def test_run_output_json_prints_the_job_s_document_and_nothing_else(workdir: Pat
     assert doc["status"] == "SUCCEEDED"
     assert watched.returncode == 0
     assert [a["status"] for a in doc["attempts"]] == ["FAILED", "SUCCEEDED"]
+
+
+def test_list_without_an_active_job_says_how_many_ended_ones_all_status_shows(
+    workdir: Path,
+) -> None:
+    assert air("list").stdout == "no active jobs\n"
+    store = JobStore(workdir / "air")
+    for _ in range(2):
+        store.update(store.create(job_spec("command", command=["true"])).id, status="SUCCEEDED")
+    assert air("list").stdout == "no active jobs; 2 ended: air list --all-status shows them\n"
+    assert len(air("list", "--all-status").stdout.splitlines()) == 3  # a header and 2 jobs
