@@ -23,7 +23,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 help:
 	@echo "make demo   set everything up and start JupyterLab with jupyter_air"
 	@echo "make test   set everything up and run lint, type checks and every test"
-	@echo "make check  the fast loop: lint, types, jest, and pytest without browser and Ray tests"
+	@echo "make check  the fast loop: lint, types, jest, and pytest without browser, Ray and slow tests"
 	@echo "make bench  run the benchmarks (results: docs/benchmarks.md)"
 
 ## --- setup ------------------------------------------------------------------------
@@ -75,7 +75,7 @@ lab: demo
 
 test: setup lint typecheck jstest pytest
 
-# The fast loop while developing: what `make test` runs, less the browser and Ray tests.
+# The fast loop while developing: what `make test` runs, less the browser, Ray and slow tests.
 check: setup lint typecheck jstest pytest-fast
 
 lint:
@@ -101,7 +101,7 @@ pytest:
 	$(PYTEST)
 
 pytest-fast:
-	$(PYTEST) -m "not browser and not ray"
+	$(PYTEST) -m "not browser and not ray and not slow"
 
 bench: setup
 	$(PY) bench/bench_gpu.py

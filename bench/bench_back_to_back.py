@@ -38,7 +38,7 @@ from tests.kernel.conftest import Kernel  # noqa: E402
 
 CELL = "%%air_distributed -n 1\nimport os\nprint('rank', os.environ['RANK'])\n"
 DONE = ("SUCCEEDED", "FAILED", "CANCELLED")
-JOBS_TAIL = "jupyter_air.jobs.run_tails"
+JOBS_TAIL = "jupyter_air.tracking.run_tails"
 
 
 class FinishedJobsRss:
@@ -94,8 +94,8 @@ class FinishedJobsRss:
         cmdline = proc.cmdline()
         if JOBS_TAIL in cmdline:
             return "tails"
-        if "jupyter_air.jobs.supervisor" in cmdline:
-            return cmdline[cmdline.index("jupyter_air.jobs.supervisor") + 1]
+        if "jupyter_air.jobs.supervision.supervisor" in cmdline:
+            return cmdline[cmdline.index("jupyter_air.jobs.supervision.supervisor") + 1]
         for arg in cmdline:
             if arg.startswith("AIR_JOB_ID="):  # a watchdog's match
                 return arg.split("=", 1)[1]

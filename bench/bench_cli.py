@@ -53,8 +53,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from jupyter_air.jobs.follow import LogFollower, outcome  # noqa: E402
-from jupyter_air.jobs.run_tails import serving  # noqa: E402
 from jupyter_air.jobs.store import JobStore  # noqa: E402
+from jupyter_air.tracking.run_tails import serving  # noqa: E402
 
 BIN = Path(sys.executable).parent
 CHATTY = """import os, sys

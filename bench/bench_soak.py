@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_back_to_back import CELL, check_runs, settle  # noqa: E402
 from bench.bench_runs import get, start_server  # noqa: E402
-from jupyter_air.jobs.run_tails import IDLE_EXIT  # noqa: E402
 from jupyter_air.jobs.store import JobStore  # noqa: E402
+from jupyter_air.tracking.run_tails import IDLE_EXIT  # noqa: E402
 from tests.kernel.conftest import Kernel  # noqa: E402
 
 AIR = str(Path(sys.executable).with_name("air"))

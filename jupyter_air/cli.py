@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .identity import Identity, os_identity
+from .jobs.api_models import change_document
 from .jobs.permissions import (
     BadGrant,
     Forbidden,
@@ -334,8 +335,13 @@ def _list(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(service.documents(jobs), indent=2))
         return 0
+    if not jobs and args.all_status:
+        print("no jobs")
+        return 0
     if not jobs:
-        print("no active jobs" if not args.all_status else "no jobs")
+        ended = service.count()
+        shown = f"; {ended} ended: air list --all-status shows them" if ended else ""
+        print(f"no active jobs{shown}")
         return 0
     print(f"{'JOB':24} {'STATUS':10} {'CREATED':19} {'RANKS':>5} RUN")
     for job in jobs:
@@ -412,7 +418,7 @@ def _logs(args: argparse.Namespace) -> int:
     except BadFilter as err:
         raise CliError(str(err)) from None
     if args.cell is not None:
-        from .jobs.session_cells import NoCell, NotASession, cell_filter
+        from .jobs.sessions.cells import NoCell, NotASession, cell_filter
 
         try:
             flt = cell_filter(store, job, flt, args.cell)
@@ -541,8 +547,7 @@ def _permissions(args: argparse.Namespace) -> int:
     except (BadGrant, Forbidden) as err:
         raise CliError(str(err)) from None
     if args.output == "json":
-        doc = {**access.as_json(me), "mlflow": report.to_json() if report else None}
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(change_document(access, me, report).model_dump(mode="json"), indent=2))
         return 0
     _print_access(access, me)
     for line in report.lines() if report else []:

@@ -26,7 +26,7 @@ from jupyter_air.jobs.workload_file import Submission
 from jupyter_air.logs.query import LogFilter, read_tail
 from jupyter_air.status import AttemptStatus, JobStatus
 from jupyter_air.tracking.targets import ExperimentRef
-from tests.kernel.conftest import job_processes
+from tests.waits import assert_gone_within, job_processes, until, wait_done
 
 #: Seconds a job of these tests gets to end: generous, CI shares its 2 cores.
 JOB_END = 180.0
@@ -88,29 +88,17 @@ def submit(engine: Engine, home: Path, code: str, **options: Any) -> tuple[JobSe
     return service, service.submit(spec, target, user="contract").job
 
 
-def ended(service: JobService, job: Job, timeout: float = JOB_END) -> Job:
-    deadline = time.monotonic() + timeout
-    while not (job := service.get(job.id)).done:
-        assert time.monotonic() < deadline, f"job {job.id} still {job.status} after {timeout} s"
-        time.sleep(0.2)
-    return job
+def ended(service: JobService, job: Job) -> Job:
+    return wait_done(service.store, job.id, JOB_END)
 
 
 def started(service: JobService, job: Job, ranks: int) -> None:
-    """Once ``ranks`` of the job's rank processes are up."""
-    deadline = time.monotonic() + JOB_END
-    while len(job_processes(job.id)) < ranks:
-        assert time.monotonic() < deadline, f"{ranks} ranks of job {job.id} did not start"
-        assert not service.get(job.id).done, f"job {job.id} ended before its ranks started"
-        time.sleep(0.2)
+    """Once ``ranks`` of the job's processes are up."""
+    until(lambda: len(job_processes(job.id)) >= ranks, f"{ranks} ranks of job {job.id}", JOB_END)
 
 
-def nothing_left(job_id: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while left := job_processes(job_id):
-        described = [(p.pid, p.name()) for p in left if p.is_running()]
-        assert time.monotonic() < deadline, f"job {job_id} left {described} behind"
-        time.sleep(0.2)
+def nothing_left(job_id: str) -> None:
+    assert_gone_within(job_id, time.monotonic(), 60.0)
 
 
 def rank_lines(service: JobService, job: Job, attempt: int, node: int, rank: int) -> list[str]:

@@ -20,8 +20,8 @@ from jupyter_air.kernel.launch import OptionError
 from tests.conftest import WriteScenario
 from tests.fake_nvml import Scenario
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
-from tests.kernel.conftest import job_processes
 from tests.test_cli import air, submitted_id
+from tests.waits import job_processes
 
 OVERRIDE = "--oversubscribe"
 

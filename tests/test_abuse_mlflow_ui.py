@@ -172,6 +172,7 @@ def _ui_page(tracking_uri: str) -> str:
 # --- item 6: the child never outlives the server ---------------------------------------
 
 
+@pytest.mark.slow
 def test_the_ui_ends_within_10_s_of_a_sigkill_of_the_jupyter_server(
     start_server: Any, tracking_uri: str
 ) -> None:
@@ -184,6 +185,7 @@ def test_the_ui_ends_within_10_s_of_a_sigkill_of_the_jupyter_server(
     assert _remaining(ui, GONE_WITHIN) == []
 
 
+@pytest.mark.slow
 def test_a_ui_left_by_a_killed_server_is_ended_when_the_next_server_starts(
     start_server: Any, tracking_uri: str
 ) -> None:

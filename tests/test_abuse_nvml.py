@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_air.jobs.system_feed import SystemMetricsFeed
+from jupyter_air.jobs.supervision.system_feed import SystemMetricsFeed
 from jupyter_air.tracking.guard import RunGuard
 from jupyter_air.tracking.sampling import SampleLoop
 from tests.conftest import WriteScenario

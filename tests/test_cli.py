@@ -14,7 +14,7 @@ from jupyter_air.jobs import cancel
 from jupyter_air.jobs.store import JobStore
 from tests.factories import job_spec
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
-from tests.kernel.conftest import job_processes
+from tests.waits import job_processes
 
 TRAIN = """
 import logging, os, sys, time
@@ -333,3 +333,14 @@ def test_run_output_json_prints_the_job_s_document_and_nothing_else(workdir: Pat
     assert doc["status"] == "SUCCEEDED"
     assert watched.returncode == 0
     assert [a["status"] for a in doc["attempts"]] == ["FAILED", "SUCCEEDED"]
+
+
+def test_list_without_an_active_job_says_how_many_ended_ones_all_status_shows(
+    workdir: Path,
+) -> None:
+    assert air("list").stdout == "no active jobs\n"
+    store = JobStore(workdir / "air")
+    for _ in range(2):
+        store.update(store.create(job_spec("command", command=["true"])).id, status="SUCCEEDED")
+    assert air("list").stdout == "no active jobs; 2 ended: air list --all-status shows them\n"
+    assert len(air("list", "--all-status").stdout.splitlines()) == 3  # a header and 2 jobs

@@ -18,15 +18,15 @@ import pytest
 
 from jupyter_air.gpu.sampler import GpuSampler
 from jupyter_air.job_dir import AttemptDir, JobDir
-from jupyter_air.jobs import session_cells
-from jupyter_air.jobs.session_activity import (
+from jupyter_air.jobs.sessions import cells as session_cells
+from jupyter_air.jobs.sessions.activity import (
     IDLE_TIMEOUT_TAG,
     Activity,
     SessionActivity,
     activity_of,
     idle_timeout_of,
 )
-from jupyter_air.jobs.session_cells import LatestCell
+from jupyter_air.jobs.sessions.cells import LatestCell
 from jupyter_air.jobs.store import Job, JobStore
 from tests.conftest import WriteScenario
 from tests.factories import job_spec

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jupyter_air.jobs.hints import (
+from jupyter_air.jobs.store import JobStore
+from jupyter_air.jobs.supervision.hints import (
     GpuSample,
     Hint,
     HintRecorder,
@@ -20,7 +21,6 @@ from jupyter_air.jobs.hints import (
     read_hints,
     write_hints,
 )
-from jupyter_air.jobs.store import JobStore
 from tests.conftest import WriteScenario
 from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario

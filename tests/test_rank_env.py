@@ -77,7 +77,13 @@ def run_rank(tmp_path: Path, source: str, env: dict[str, str]) -> Any:
     payload = tmp_path / "payload.pkl"
     payload.write_bytes(cloudpickle.dumps({"kind": "cell", "source": source}))
     done = subprocess.run(
-        [sys.executable, "-m", "jupyter_air.jobs.rank_main", str(payload), str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "jupyter_air.jobs.supervision.rank_main",
+            str(payload),
+            str(tmp_path),
+        ],
         env={**os.environ, "RANK": "0", **env},
         capture_output=True,
         text=True,

@@ -11,8 +11,8 @@ import pytest
 from jupyter_air.jobs.backends.ray import agent as ray_agent
 from jupyter_air.jobs.backends.ray.agent import NodeAgent
 from jupyter_air.jobs.backends.ray.nodes import RayNodes
-from jupyter_air.jobs.hints import GpuSample, HintRecorder, read_hints
-from jupyter_air.jobs.system_feed import SystemMetricsFeed
+from jupyter_air.jobs.supervision.hints import GpuSample, HintRecorder, read_hints
+from jupyter_air.jobs.supervision.system_feed import SystemMetricsFeed
 from jupyter_air.tracking.guard import RunGuard
 from jupyter_air.tracking.sampling import Sample, SampleLoop
 from tests.conftest import WriteScenario

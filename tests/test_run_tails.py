@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from jupyter_air.job_dir import AttemptDir
-from jupyter_air.jobs import run_tails
-from jupyter_air.jobs.run_tails import (
+from jupyter_air.logs.capture import RankLog
+from jupyter_air.paths import private_dir, write_private
+from jupyter_air.tracking import run_tails
+from jupyter_air.tracking.run_tails import (
     Answer,
     MadeRun,
     NewRun,
@@ -26,8 +28,6 @@ from jupyter_air.jobs.run_tails import (
     Tail,
     TailProcess,
 )
-from jupyter_air.logs.capture import RankLog
-from jupyter_air.paths import private_dir, write_private
 
 NOBODY = 65534
 

@@ -22,6 +22,9 @@ from jupyter_air.jobs.store import JobStore
 from jupyter_air.schedules.model import MISSED
 from jupyter_air.schedules.scheduler import running, stop
 
+#: A scheduler's chains and notebook tasks, fired for real: half a minute and more each.
+pytestmark = pytest.mark.slow
+
 CHAIN = """\
 name: chain
 schedule:

@@ -11,9 +11,9 @@ import pytest
 
 from jupyter_air import cli
 from jupyter_air.job_dir import JobDir
-from jupyter_air.jobs import session_cells
 from jupyter_air.jobs.permissions import Level, parse_grant
-from jupyter_air.jobs.session_cells import CellRecord, LatestCell
+from jupyter_air.jobs.sessions import cells as session_cells
+from jupyter_air.jobs.sessions.cells import CellRecord, LatestCell
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.capture import RankLog
 from tests.factories import job_spec

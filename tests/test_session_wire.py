@@ -15,7 +15,7 @@ from typing import Any
 import cloudpickle
 import pytest
 
-from jupyter_air.jobs import session_wire as wire
+from jupyter_air.jobs.sessions import wire
 
 
 class Background:

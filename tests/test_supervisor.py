@@ -18,14 +18,15 @@ from typing import Any
 import psutil
 import pytest
 
-from jupyter_air.jobs import submit, supervisor
+from jupyter_air.jobs import submit
 from jupyter_air.jobs.backends.local import LocalRanks
-from jupyter_air.jobs.hints import HintRecorder
-from jupyter_air.jobs.node_launch import RankSpec
-from jupyter_air.jobs.outcome import AttemptEnd, Stop, StopRule
-from jupyter_air.jobs.run_tails import Answer, MadeRun, NewRun, NoAnswer, RunNotMade, Tail
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.jobs.supervision import supervisor
+from jupyter_air.jobs.supervision.hints import HintRecorder
+from jupyter_air.jobs.supervision.node_launch import RankSpec
+from jupyter_air.jobs.supervision.outcome import AttemptEnd, Stop, StopRule
 from jupyter_air.status import Outcome
+from jupyter_air.tracking.run_tails import Answer, MadeRun, NewRun, NoAnswer, RunNotMade, Tail
 from tests.factories import job_spec
 
 # -- the stop rule -------------------------------------------------------------------

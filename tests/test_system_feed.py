@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from jupyter_air.job_dir import JobDir
-from jupyter_air.jobs import system_feed
-from jupyter_air.jobs.session_cells import LatestCell, set_latest
-from jupyter_air.jobs.system_feed import SystemMetricsFeed
+from jupyter_air.jobs.sessions.cells import LatestCell, set_latest
+from jupyter_air.jobs.supervision import system_feed
+from jupyter_air.jobs.supervision.system_feed import SystemMetricsFeed
 from jupyter_air.tracking.guard import RunGuard
 from jupyter_air.tracking.sampling import Sample
 

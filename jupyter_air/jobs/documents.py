@@ -1,4 +1,5 @@
-"""Jobs as their JSON documents (docs/api.md), for the server and ``air --output json``.
+"""Jobs as their JSON documents (docs/api.md), for the server and ``air --output json``:
+``api_models.JobDocument``, sent as ``model_dump(mode="json")``.
 
 A document is what others see of a job: secrets are redacted (``redact``), and the
 workload's environment, whose values may be secrets, is not in it at all.
@@ -11,8 +12,10 @@ from typing import Any
 
 from ..job_dir import AttemptDir
 from ..redact import redact, without_userinfo
-from .outcome import is_final
+from ..status import JobStatus
+from .api_models import AttemptDocument, AttemptNode, JobDocument
 from .store import Attempt, Job, JobStore
+from .supervision.outcome import is_final
 
 #: (tracking URI, experiment id, run id) -> the run's page in an MLflow UI, or None.
 RunLink = Callable[[str, str, str], str | None]
@@ -46,46 +49,46 @@ def job_document(
         if run_link is not None and a.run_id and uri and experiment_id:
             url = run_link(uri, experiment_id, a.run_id)
             url = without_userinfo(url) if url else None
+        nodes = AttemptDir(store.attempt_dir(job.id, a.attempt)).read_nodes()
         documents.append(
-            {
-                "attempt": a.attempt,
-                "status": a.status,
-                "run_id": a.run_id,
-                "started": a.started,
-                "ended": a.ended,
-                "exit_codes": a.exit_codes,
-                "failed_rank": a.failed_rank,
-                "message": _shown(a.message),
-                "run_url": url,
-                "nodes": AttemptDir(store.attempt_dir(job.id, a.attempt)).read_nodes(),
-            }
+            AttemptDocument(
+                attempt=a.attempt,
+                status=a.status,
+                run_id=a.run_id,
+                started=a.started,
+                ended=a.ended,
+                exit_codes=a.exit_codes,
+                failed_rank=a.failed_rank,
+                message=_shown(a.message),
+                run_url=url,
+                nodes=[AttemptNode.model_validate(n) for n in nodes],
+            )
         )
-    status: str = job.status
-    message, finishing = job.message, False
+    status, message, finishing = job.status, job.message, False
     last = attempts[-1] if attempts else None
     retries = spec.policy.max_retries
     if not job.done and last and is_final(last.status, last.ended, last.attempt, retries):
-        status, message, finishing = last.status, last.message, True
-    return {
-        "id": job.id,
-        "status": status,
-        "finishing": finishing,
-        "owner": job.owner,
-        "created": job.created,
-        "started": job.started,
-        "ended": job.ended,
-        "message": _shown(message),
-        "kind": spec.kind,
-        "nproc_per_node": spec.compute.nproc_per_node,
-        "nnodes": spec.compute.nnodes,
-        "backend": spec.backend.name,
-        "max_retries": retries,
-        "experiment_id": experiment_id,
-        "run_name": spec.tracking.run_name,
-        "tracking_uri": _shown(uri),
-        "logs_expired": not store.job_dir(job.id).exists(),
-        "attempts": documents,
-    }
+        status, message, finishing = JobStatus(last.status), last.message, True
+    return JobDocument(
+        id=job.id,
+        status=status,
+        finishing=finishing,
+        owner=job.owner,
+        created=job.created,
+        started=job.started,
+        ended=job.ended,
+        message=_shown(message),
+        kind=spec.kind,
+        nproc_per_node=spec.compute.nproc_per_node,
+        nnodes=spec.compute.nnodes,
+        backend=spec.backend.name,
+        max_retries=retries,
+        experiment_id=experiment_id,
+        run_name=spec.tracking.run_name,
+        tracking_uri=_shown(uri),
+        logs_expired=not store.job_dir(job.id).exists(),
+        attempts=documents,
+    ).model_dump(mode="json")
 
 
 def _shown(text: str | None) -> str | None:

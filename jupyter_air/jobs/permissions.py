@@ -89,15 +89,6 @@ class JobAccess:
         if level is None or level < needed:
             raise Forbidden(self.job_id, needed, self.owner)
 
-    def as_json(self, who: Identity) -> dict[str, Any]:
-        level = self.level_of(who)
-        return {
-            "job": self.job_id,
-            "owner": self.owner,
-            "grants": [g.as_json() for g in self.grants],
-            "you": {"name": who.name, "level": level.name if level else None},
-        }
-
 
 def parse_level(text: str) -> Level:
     try:

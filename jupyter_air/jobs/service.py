@@ -208,6 +208,10 @@ class JobService:
         """The jobs the caller may view, newest first."""
         return self.store.jobs(active_only=active_only, limit=limit, visible_to=self.caller)
 
+    def count(self) -> int:
+        """How many jobs the caller may view, ended ones included."""
+        return self.store.count(visible_to=self.caller)
+
     def document(self, job: Job) -> dict[str, Any]:
         """What the caller sees of a job they may view (docs/api.md)."""
         return job_document(self.store, job, self.run_link)

@@ -303,6 +303,12 @@ class JobStore:
                     return found[:limit]
         raise AssertionError("unreachable")
 
+    def count(self, visible_to: Identity | None = None) -> int:
+        """How many jobs there are (that ``visible_to`` may view), whatever their state."""
+        sql, params = _visible(visible_to) if visible_to is not None else ("1", [])
+        with self._connect() as db:
+            return int(db.execute(f"SELECT count(*) FROM jobs WHERE {sql}", params).fetchone()[0])
+
     def visible_ids(self, who: Identity, ids: set[str]) -> set[str]:
         """Which of these jobs ``who`` may view (unknown ids are not)."""
         if not ids:

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 from ..job_dir import JobDir
 from ..paths import private_opener, write_private
+from ..tracking.run_tails import ensure_running
 from ..tracking.stores import register_store
 from ..tracking.targets import ExperimentRef, RunTarget, job_tags
 from .permissions import Grant
-from .run_tails import ensure_running
 from .spec import JobSpec
 from .store import Job, JobStore, new_job_id
 
@@ -135,7 +135,7 @@ def start_job(
     job_dir = JobDir(store.job_dir(job.id))
     if payload is not None:
         write_private(job_dir.payload, payload)
-    argv = [sys.executable, "-m", "jupyter_air.jobs.supervisor", job.id]
+    argv = [sys.executable, "-m", "jupyter_air.jobs.supervision.supervisor", job.id]
     if watch_pid is not None:
         argv += ["--watch-pid", str(watch_pid)]
     with open(job_dir.supervisor_log, "ab", opener=private_opener) as out:

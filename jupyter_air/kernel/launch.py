@@ -365,7 +365,7 @@ def _runs(attempts: list[Any]) -> list[tuple[int, str]]:
 
 def _hints(store: JobStore, job_id: str, attempts: list[Any]) -> dict[str, Any]:
     """The last attempt's hints and GPUs, as its supervisor last wrote them."""
-    from ..jobs.hints import read_hints
+    from ..jobs.supervision.hints import read_hints
 
     return read_hints(store.attempt_dir(job_id, attempts[-1].attempt if attempts else 1))
 

@@ -9,7 +9,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from ..jobs.session_host import SessionEnded
+from ..jobs.sessions.host import SessionEnded
 from .capture import UnpicklableName, cell_payload
 from .job_options import options_from, whole_job_options
 from .launch import OptionError

@@ -31,14 +31,16 @@ from typing import Any, ClassVar
 import cloudpickle
 
 from ..identity import mlflow_user
-from ..jobs import session_cells, session_host, session_rank
 from ..jobs.follow import LogFollower
-from ..jobs.hints import read_hints
 from ..jobs.service import Refused
-from ..jobs.session_activity import IDLE_TIMEOUT_TAG
-from ..jobs.session_cells import CellRecord, LatestCell
-from ..jobs.session_host import Session, SessionEnded
+from ..jobs.sessions import cells as session_cells
+from ..jobs.sessions import host as session_host
+from ..jobs.sessions import rank as session_rank
+from ..jobs.sessions.activity import IDLE_TIMEOUT_TAG
+from ..jobs.sessions.cells import CellRecord, LatestCell
+from ..jobs.sessions.host import Session, SessionEnded
 from ..jobs.spec import JobKind
+from ..jobs.supervision.hints import read_hints
 from ..logs.query import LogFilter
 from ..status import AttemptStatus
 from .display import JobView

@@ -8,9 +8,13 @@ logged at ERROR/CRITICAL/FATAL. Warning: WARNING/WARN, PyTorch's ``[W ...]``, gl
 from __future__ import annotations
 
 import re
+from typing import Literal
+
+#: A line's level as readers see it (docs/api.md), the most severe last.
+LevelName = Literal["info", "warning", "error"]
 
 INFO, WARNING, ERROR = "I", "W", "E"
-NAMES = {INFO: "info", WARNING: "warning", ERROR: "error"}
+NAMES: dict[str, LevelName] = {INFO: "info", WARNING: "warning", ERROR: "error"}
 CODES = {name: code for code, name in NAMES.items()}
 #: The codes at or above a level, for filtering.
 AT_LEAST = {"info": "IWE", "warning": "WE", "error": "E"}

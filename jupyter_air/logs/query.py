@@ -26,19 +26,22 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, BinaryIO, Generic, TypeVar
+from typing import Any, BinaryIO, Generic, Literal, TypeVar
 
 import re2  # type: ignore[import-untyped]
 
 from ..job_dir import AttemptDir
 from .capture import char_boundary
-from .levels import AT_LEAST, NAMES
+from .levels import AT_LEAST, NAMES, LevelName
 from .text import RunText, format_line
 
 _T = TypeVar("_T")
 _STAMP_OF = operator.itemgetter(0)
 
-_STREAMS = {b"O": "out", b"E": "err", b"o": "out", b"e": "err"}
+#: The stream a line was printed on.
+Stream = Literal["out", "err"]
+
+_STREAMS: dict[bytes, Stream] = {b"O": "out", b"E": "err", b"o": "out", b"e": "err"}
 _LEVELS = {code.encode(): name for code, name in NAMES.items()}
 
 #: Bytes read from one file in one call; a page needs more only for one longer record.
@@ -141,21 +144,11 @@ class LogLine:
     t: float
     node: int
     rank: int
-    stream: str  # out, err
-    level: str  # info, warning, error
+    stream: Stream
+    level: LevelName
     text: str
     #: A progress update (only with ``LogFilter.progress``): the stream's line so far.
     progress: bool = False
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "t": self.t,
-            "node": self.node,
-            "rank": self.rank,
-            "stream": self.stream,
-            "level": self.level,
-            "text": self.text,
-        }
 
 
 @dataclass(frozen=True)

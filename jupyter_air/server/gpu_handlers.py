@@ -13,9 +13,9 @@ from tornado import web
 from ..gpu.owners import job_of, owner_of
 from ..gpu.sampler import GpuSampler
 from ..job_dir import AttemptDir
-from ..jobs.hints import read_hints
-from ..jobs.session_activity import activity_of
+from ..jobs.sessions.activity import activity_of
 from ..jobs.store import JobStore, UnknownJob
+from ..jobs.supervision.hints import read_hints
 from ..status import JobStatus
 from .base import AirHandler
 from .jobs_handlers import JobsBase, in_store_thread

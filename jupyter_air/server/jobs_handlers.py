@@ -20,7 +20,14 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..job_dir import JobDir
-from ..jobs import session_cells
+from ..jobs.api_models import (
+    LogLineDocument,
+    LogsPage,
+    SessionCells,
+    change_document,
+    line_document,
+    permissions_document,
+)
 from ..jobs.permissions import (
     BadGrant,
     Grant,
@@ -31,7 +38,8 @@ from ..jobs.permissions import (
     principal_from_json,
 )
 from ..jobs.service import JobService
-from ..jobs.session_cells import NoCell, NotASession, cell_filter
+from ..jobs.sessions import cells as session_cells
+from ..jobs.sessions.cells import NoCell, NotASession, cell_filter
 from ..jobs.spec import JobKind
 from ..jobs.store import Job, JobStore
 from ..logs.query import BadFilter, LogFilter, read_all_text, read_page, read_tail
@@ -157,22 +165,21 @@ class JobLogsHandler(JobsBase):
         except BadFilter as err:
             raise web.HTTPError(400, str(err)) from None
         job = await self.job(job.id)  # after reading: "done" must not miss late lines
-        lines = [line.as_json() for line in page.lines]
+        lines = [line_document(line) for line in page.lines]
         if job.spec.kind is JobKind.SESSION:
             await in_store_thread(self._with_cells, job, lines)
-        self.write_json(
-            {
-                "job": job.id,
-                "attempt": attempt,
-                "attempts": attempts,
-                "status": job.status,
-                "lines": lines,
-                "next": page.cursor,
-                "done": job.done and page.at_end and (tail is not None or len(page.lines) < limit),
-            }
+        answer = LogsPage(
+            job=job.id,
+            attempt=attempt,
+            attempts=attempts,
+            status=job.status,
+            lines=lines,
+            next=page.cursor,
+            done=job.done and page.at_end and (tail is not None or len(page.lines) < limit),
         )
+        self.write_json(answer.model_dump(mode="json"))
 
-    def _with_cells(self, job: Job, lines: list[dict[str, Any]]) -> None:
+    def _with_cells(self, job: Job, lines: list[LogLineDocument]) -> None:
         """A session's lines each say their cell: its number and notebook cell id."""
         cells = session_cells.cells(JobDir(self.store.job_dir(job.id)))
         of_lines = session_cells.cells_of(cells, [line["t"] for line in lines])
@@ -193,7 +200,10 @@ class JobCellsHandler(JobsBase):
             raise web.HTTPError(400, f"job {job.id} is not a session: it has no cells")
         files = JobDir(self.store.job_dir(job.id))
         cells = await in_store_thread(session_cells.cells, files)
-        self.write_json({"job": job.id, "cells": [dataclasses.asdict(c) for c in cells]})
+        answer = SessionCells.model_validate(
+            {"job": job.id, "cells": [dataclasses.asdict(c) for c in cells]}
+        )
+        self.write_json(answer.model_dump(mode="json"))
 
 
 class JobLogsDownloadHandler(JobsBase):
@@ -240,7 +250,7 @@ class JobPermissionsHandler(JobsBase):
     @authorized
     async def get(self, job_id: str) -> None:
         access = await in_store_thread(self.service.access, job_id)
-        self.write_json(access.as_json(self.caller()))
+        self.write_json(permissions_document(access, self.caller()).model_dump(mode="json"))
 
     @web.authenticated
     @authorized
@@ -253,8 +263,7 @@ class JobPermissionsHandler(JobsBase):
         access, report = await loop.run_in_executor(
             None, service.change_access, job_id, grants, revoke
         )
-        doc = access.as_json(service.caller)
-        self.write_json({**doc, "mlflow": report.to_json() if report else None})
+        self.write_json(change_document(access, service.caller, report).model_dump(mode="json"))
 
 
 def _change(body: bytes) -> tuple[tuple[Grant, ...], tuple[Principal, ...]]:

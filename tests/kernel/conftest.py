@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from jupyter_client.manager import KernelManager
 
 from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import FakeGpu, Scenario, env_for
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
+from tests.waits import job_processes
 
 
 @dataclass
@@ -130,18 +130,6 @@ def kernel(kernel_env: dict[str, str], air_home: Path) -> Iterator[Kernel]:
     assert loaded.error is None, loaded.traceback
     yield k
     k.shutdown()
-
-
-def job_processes(job_id: str) -> list[psutil.Process]:
-    """Live processes of a job: its ranks and anything they started."""
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.environ().get("AIR_JOB_ID") == job_id and proc.status() != "zombie":
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
 
 
 def running_job(air_home: Path, ranks: int, timeout: float = 120) -> str:

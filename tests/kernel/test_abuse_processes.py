@@ -29,16 +29,15 @@ import pytest
 from jupyter_client.blocking import BlockingKernelClient
 
 from jupyter_air.jobs import cancel as job_cancel
-from jupyter_air.jobs.run_tails import attach_logs
 from jupyter_air.jobs.store import JobStore
-from tests.kernel.conftest import Kernel, job_processes, running_job
+from jupyter_air.tracking.run_tails import attach_logs
+from tests.kernel.conftest import Kernel, running_job
 from tests.kernel.test_distributed_magic import (
     job_id_of,
     mlflow_client,
     runs_of_job,
-    supervised_until_its_end,
-    wait_done,
 )
+from tests.waits import assert_gone_within, job_processes, supervised_until_its_end, wait_done
 
 #: What the issue asks: nothing of the job left this many seconds after a kill.
 GONE_WITHIN = 10.0
@@ -53,17 +52,13 @@ time.sleep(600)
 PROCESSES = 2 * 5
 
 
-def assert_gone_within(job_id: str, killed_at: float, seconds: float = GONE_WITHIN) -> None:
-    while (left := job_processes(job_id)) and time.monotonic() < killed_at + seconds:
-        time.sleep(0.2)
-    described = [(p.pid, p.name()) for p in left if p.is_running()]
-    assert not left, f"{seconds:g} s after the kill, job {job_id} still has {described}"
-
-
 def rank_pid(job_id: str, rank: int) -> int:
     for proc in job_processes(job_id):
         env = proc.environ()
-        if env.get("RANK") == str(rank) and "jupyter_air.jobs.rank_main" in proc.cmdline():
+        if (
+            env.get("RANK") == str(rank)
+            and "jupyter_air.jobs.supervision.rank_main" in proc.cmdline()
+        ):
             return proc.pid
     raise AssertionError(f"rank {rank} of job {job_id} not found")
 

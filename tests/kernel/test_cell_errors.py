@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 
 from jupyter_air.jobs.store import JobStore
-from tests.kernel.conftest import Kernel, job_processes, running_job
+from tests.kernel.conftest import Kernel, running_job
+from tests.waits import job_processes
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -12,11 +12,11 @@ from pathlib import Path
 from mlflow import MlflowClient
 
 from jupyter_air.job_dir import JobDir
-from jupyter_air.jobs import session_cells
+from jupyter_air.jobs.sessions import cells as session_cells
 from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Kernel
-from tests.kernel.test_distributed_magic import supervised_until_its_end, wait_done
 from tests.kernel.test_session import session_run_sampled, start
+from tests.waits import supervised_until_its_end, wait_done
 
 CPU = "system/cpu_utilization_percentage"
 

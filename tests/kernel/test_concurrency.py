@@ -7,11 +7,14 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from jupyter_air.jobs import cancel
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.query import LogFilter, read_all
 from tests.kernel.conftest import Execution, Kernel
-from tests.kernel.test_distributed_magic import job_id_of, supervised_until_its_end
+from tests.kernel.test_distributed_magic import job_id_of
+from tests.waits import supervised_until_its_end
 
 LINES = 2000
 CELL = (
@@ -22,6 +25,7 @@ CELL = (
 )
 
 
+@pytest.mark.slow
 def test_two_kernels_and_the_cli_at_once_lose_nothing(
     kernel_env: dict[str, str], air_home: Path, tmp_path: Path
 ) -> None:

@@ -12,8 +12,8 @@ import pytest
 
 from jupyter_air.identity import os_user
 from jupyter_air.jobs.store import JobStore
-from jupyter_air.procs import alive
-from tests.kernel.conftest import Execution, Kernel, job_processes, running_job
+from tests.kernel.conftest import Execution, Kernel, running_job
+from tests.waits import job_processes, supervised_until_its_end, wait_done
 
 JOB_ID = re.compile(r"Job (\d{8}-\d{6}-[0-9a-f]{6})")
 
@@ -80,22 +80,6 @@ def runs_of_job(air_home: Path, job_id: str) -> list[Any]:
     experiments = [e.experiment_id for e in client.search_experiments()]
     found = client.search_runs(experiments, filter_string=f"tags.`air.job_id` = '{job_id}'")
     return sorted(found, key=lambda r: int(r.data.tags["air.attempt"]))
-
-
-def wait_done(air_home: Path, job_id: str, timeout: float = 60) -> Any:
-    store = JobStore(air_home)
-    deadline = time.monotonic() + timeout
-    while not (job := store.get(job_id)).done:
-        assert time.monotonic() < deadline, f"job {job_id} still {job.status}"
-        time.sleep(0.2)
-    return job
-
-
-def supervised_until_its_end(job: Any, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while job.supervisor_pid and alive(job.supervisor_pid):
-        assert time.monotonic() < deadline, f"the supervisor of job {job.id} did not end"
-        time.sleep(0.2)
 
 
 def test_loading_the_extension_imports_neither_mlflow_nor_nvml(

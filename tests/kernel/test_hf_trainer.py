@@ -14,6 +14,9 @@ from tests.kernel.test_distributed_magic import job_id_of, mlflow_client, runs_o
 
 pytest.importorskip("transformers")
 
+#: A real library's training: half a minute and more each.
+pytestmark = pytest.mark.slow
+
 TRAINER_CELL = """%%air_distributed -n 2 --timeout 240
 import os, torch
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
@@ -65,6 +68,7 @@ def test_hf_trainer_logs_its_loss_into_the_calls_one_run_from_rank_0(
 SESSION_TRAINER = """%%air_distributed --session
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
 torch.manual_seed(0)
 if "model" not in globals():  # built once; the later cell trains the same model further
     config = GPT2Config(vocab_size=32, n_positions=8, n_embd=16, n_layer=1, n_head=2,

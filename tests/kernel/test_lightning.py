@@ -19,11 +19,15 @@ from tests.kernel.test_session import start
 
 pytest.importorskip("lightning")
 
+#: A real library's training: half a minute and more each.
+pytestmark = pytest.mark.slow
+
 #: A linear regression and its data: 32 rows in batches of 4, so 4 steps an epoch a rank.
 MODEL = """
 import os, torch, lightning as L
 import torch.distributed as dist
 from lightning.pytorch.loggers import MLFlowLogger
+
 
 class Regression(L.LightningModule):
     def __init__(self, lr):

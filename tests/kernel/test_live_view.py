@@ -11,8 +11,8 @@ from typing import Any, NamedTuple
 import nbformat
 import pytest
 
-from jupyter_air.jobs.hints import read_hints
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.jobs.supervision.hints import read_hints
 from tests.kernel.conftest import Kernel, execute_notebook
 
 PLOTLY = "application/vnd.plotly.v1+json"

@@ -37,6 +37,7 @@ def workdir() -> Iterator[Path]:
         demo.WORKDIR.rmdir()
 
 
+@pytest.mark.slow
 def test_the_quickstart_trains_on_two_ranks_and_the_demo_leaves_git_status_clean(
     kernel_env: dict[str, str],
     air_home: Path,

@@ -36,16 +36,15 @@ from tests.backend_contract import (  # the contract's tests, run on this module
     test_the_timeout_stops_every_rank_and_fails_the_job,  # noqa: F401
 )
 from tests.fake_nvml import FakeGpu, Scenario, env_for
-from tests.kernel.conftest import Kernel, execute_notebook, job_processes, running_job
+from tests.kernel.conftest import Kernel, execute_notebook, running_job
 from tests.kernel.test_distributed_magic import (
     TRAINING,
     job_id_of,
     mlflow_client,
     runs_of_job,
-    supervised_until_its_end,
-    wait_done,
 )
 from tests.kernel.test_session import SESSION_JOB, cell
+from tests.waits import job_processes, supervised_until_its_end, wait_done
 
 pytestmark = pytest.mark.ray
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,21 +16,21 @@ from jupyter_client.blocking import BlockingKernelClient
 from mlflow import MlflowClient
 
 from jupyter_air.job_dir import JobDir
-from jupyter_air.jobs import cancel, session_cells
+from jupyter_air.jobs import cancel
 from jupyter_air.jobs.permissions import Grant, Level, Principal
+from jupyter_air.jobs.sessions import cells as session_cells
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.kernel.job_options import options_from
 from jupyter_air.kernel.launch import Options
 from jupyter_air.kernel.magics import AirMagics
 from jupyter_air.kernel.session_magic import AirSessionMagics
 from jupyter_air.logs.query import LogFilter, read_all
-from tests.kernel.conftest import Kernel, job_processes
-from tests.kernel.test_abuse_processes import Server, assert_gone_within, server  # noqa: F401
+from tests.kernel.conftest import Kernel
+from tests.kernel.test_abuse_processes import Server, server  # noqa: F401
 from tests.kernel.test_distributed_magic import (
     mlflow_client,
-    supervised_until_its_end,
-    wait_done,
 )
+from tests.waits import assert_gone_within, job_processes, supervised_until_its_end, wait_done
 
 SESSION_JOB = re.compile(r"Session job (\d{8}-\d{6}-[0-9a-f]{6})")
 
@@ -291,7 +291,7 @@ def test_a_rank_that_fails_a_cell_gets_the_others_out_of_it(kernel: Kernel) -> N
     at once and the session stays; stuck in a collective that waits for rank 1, it cannot,
     and the session ends saying the process group is lost, and how to restart it in place:
     new ranks, a new process group, the next cell works."""
-    kernel.run("import jupyter_air.jobs.session_host as host\nhost.LEAVE_WAIT = 2.0")
+    kernel.run("import jupyter_air.jobs.sessions.host as host\nhost.LEAVE_WAIT = 2.0")
     job_id = start(kernel)
     made = "import time, torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
     assert cell(kernel, made + "x = 1\nx") == "1"

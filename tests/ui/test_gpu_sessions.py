@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from jupyter_air.job_dir import JobDir
-from jupyter_air.jobs import session_cells
-from jupyter_air.jobs.session_activity import IDLE_TIMEOUT_TAG
-from jupyter_air.jobs.session_cells import LatestCell
+from jupyter_air.jobs.sessions import cells as session_cells
+from jupyter_air.jobs.sessions.activity import IDLE_TIMEOUT_TAG
+from jupyter_air.jobs.sessions.cells import LatestCell
 from jupyter_air.jobs.store import JobStore
 from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from jupyter_air.job_dir import JobDir
-from jupyter_air.jobs import session_cells
-from jupyter_air.jobs.session_cells import CellRecord
+from jupyter_air.jobs.sessions import cells as session_cells
+from jupyter_air.jobs.sessions.cells import CellRecord
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.capture import RankLog
 from tests.factories import job_spec

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_air.jobs.session_activity import Activity, activity_of
+from jupyter_air.jobs.sessions.activity import Activity, activity_of
 from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import Scenario
 from tests.ui.conftest import Lab

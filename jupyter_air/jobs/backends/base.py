@@ -18,10 +18,10 @@ from typing import Any, ClassVar, Protocol
 
 from ...job_dir import JobDir
 from ...tracking.sampling import Sample
-from ..hints import HintRecorder
-from ..outcome import AttemptEnd
-from ..reaper import Reaper
 from ..spec import JobSpec
+from ..supervision.hints import HintRecorder
+from ..supervision.outcome import AttemptEnd
+from ..supervision.reaper import Reaper
 
 
 class BackendRefused(ValueError):

@@ -27,11 +27,11 @@ from ...status import Outcome
 from ...tracking.sampling import Sample, SampleLoop
 from ..capacity import TooManyRanks, check_here
 from ..env import free_port
-from ..hints import HintRecorder, rank_gpus
-from ..node_launch import NodeLaunch, RankSpec, node_specs
-from ..outcome import AttemptEnd, StopRule
-from ..reaper import Reaper, sweep
 from ..spec import JobKind
+from ..supervision.hints import HintRecorder, rank_gpus
+from ..supervision.node_launch import NodeLaunch, RankSpec, node_specs
+from ..supervision.outcome import AttemptEnd, StopRule
+from ..supervision.reaper import Reaper, sweep
 from .base import AttemptContext, Backend, BackendRefused, Nodes, Placement
 
 #: Seconds a rank gets to stop after SIGINT, then after SIGTERM, before SIGKILL.

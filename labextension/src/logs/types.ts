@@ -1,25 +1,40 @@
 /**
- * The answers of the jobs and logs routes (docs/api.md, "Jobs and logs").
+ * The answers of the jobs and logs routes (docs/api.md, "Jobs and logs"): the
+ * server's models in jupyter_air/jobs/api_models.py, which tests/test_api_types.py
+ * checks these against.
  */
+
+/** A node of an attempt on a cluster (Ray), once the job's nodes are placed. */
+export interface IAttemptNode {
+  node: number;
+  node_id: string;
+  ip: string;
+  hostname: string;
+}
 
 /** One try of a job. */
 export interface IAttempt {
   attempt: number;
   status: string;
   run_id: string | null;
-  started: number | null;
+  started: number;
   ended: number | null;
   exit_codes: (number | null)[] | null;
   failed_rank: number | null;
   message: string | null;
   /** The attempt's MLflow run page, or null. */
   run_url: string | null;
+  /** Empty on one machine. */
+  nodes: IAttemptNode[];
 }
 
 /** `GET jupyter-air/jobs/<id>`. */
 export interface IJob {
   id: string;
+  /** The outcome as soon as the last attempt settles it (`finishing` then true). */
   status: string;
+  /** Its supervisor is ending the MLflow run and attaching the logs. */
+  finishing: boolean;
   owner: string;
   created: number;
   started: number | null;
@@ -28,9 +43,13 @@ export interface IJob {
   kind: string;
   nproc_per_node: number;
   nnodes: number;
+  /** `local` or `ray`. */
+  backend: string;
   max_retries: number;
   experiment_id: string | null;
   run_name: string | null;
+  /** Without credentials. */
+  tracking_uri: string | null;
   logs_expired: boolean;
   attempts: IAttempt[];
 }

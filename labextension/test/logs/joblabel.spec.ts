@@ -4,6 +4,7 @@ import type { IJob } from '../../src/logs/types';
 const job = (kind: string): IJob => ({
   id: '20261202-035009-1ad279',
   status: 'RUNNING',
+  finishing: false,
   owner: 'alice',
   created: 0,
   started: 1,
@@ -12,9 +13,11 @@ const job = (kind: string): IJob => ({
   kind,
   nproc_per_node: 2,
   nnodes: 1,
+  backend: 'local',
   max_retries: 0,
   experiment_id: null,
   run_name: 'train',
+  tracking_uri: null,
   logs_expired: false,
   attempts: []
 });

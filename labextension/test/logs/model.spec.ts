@@ -14,6 +14,7 @@ function job(attempts = 1, status = 'RUNNING'): IJob {
   return {
     id: JOB,
     status,
+    finishing: false,
     owner: 'alice',
     created: 0,
     started: 1,
@@ -22,9 +23,11 @@ function job(attempts = 1, status = 'RUNNING'): IJob {
     kind: 'torchrun',
     nproc_per_node: 2,
     nnodes: 1,
+    backend: 'local',
     max_retries: 1,
     experiment_id: null,
     run_name: 'train',
+    tracking_uri: null,
     logs_expired: false,
     attempts: Array.from({ length: attempts }, (_, i) => ({
       attempt: i + 1,
@@ -35,7 +38,8 @@ function job(attempts = 1, status = 'RUNNING'): IJob {
       exit_codes: null,
       failed_rank: null,
       message: null,
-      run_url: null
+      run_url: null,
+      nodes: []
     }))
   };
 }

@@ -32,7 +32,7 @@ class RayBackend(Backend):
 
     def kernel_host(self, settings: Mapping[str, Any]) -> str | None:
         """This machine's address on the route to the cluster: one address, never all."""
-        from ...session_wire import facing
+        from ...sessions.wire import facing
 
         try:
             return facing(str(settings["address"]))

@@ -29,11 +29,11 @@ from ....job_dir import AttemptDir, JobDir
 from ....paths import write_private
 from ....status import Outcome
 from ....tracking.sampling import Sample, SampleLoop
-from ... import session_rank
 from ...env import free_port
-from ...hints import GpuSample, gpu_samples, rank_gpus
-from ...node_launch import NodeLaunch, node_specs
-from ...outcome import AttemptEnd
+from ...sessions import rank as session_rank
+from ...supervision.hints import GpuSample, gpu_samples, rank_gpus
+from ...supervision.node_launch import NodeLaunch, node_specs
+from ...supervision.outcome import AttemptEnd
 from ..local import LocalRanks
 
 #: Bytes of one rank's log sent in one poll at most.

@@ -27,11 +27,11 @@ from ....job_dir import AttemptDir, JobDir
 from ....paths import private_opener, write_private
 from ....status import Outcome
 from ....tracking.sampling import Sample
-from ...hints import HintRecorder
-from ...node_launch import NodeLaunch
-from ...outcome import AttemptEnd, StopRule
-from ...session_wire import TICKET_ENV
+from ...sessions.wire import TICKET_ENV
 from ...spec import JobKind, JobSpec
+from ...supervision.hints import HintRecorder
+from ...supervision.node_launch import NodeLaunch
+from ...supervision.outcome import AttemptEnd, StopRule
 from .agent import NodeAgent
 from .cluster import (
     Cancelled,

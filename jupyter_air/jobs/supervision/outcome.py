@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..status import Outcome
+from ...status import Outcome
 
 
 class Stop(enum.Enum):

@@ -1,7 +1,7 @@
 """One warm rank of a session: run the cells (and functions) the kernel sends, in one
 namespace.
 
-``python -m jupyter_air.jobs.session_rank``, started by the job's node agent like any
+``python -m jupyter_air.jobs.sessions.rank``, started by the job's node agent like any
 rank (the torchrun environment, its output captured into its rank log). It connects to
 the kernel with the session's ticket (``session_wire``: from the job's directory on the
 kernel's machine, from ``AIR_SESSION_TICKET`` on a Ray node) and runs each cell in
@@ -29,14 +29,14 @@ from typing import Any
 
 import cloudpickle
 
-from ..job_dir import JobDir
-from ..paths import air_home
-from . import rank_main
-from . import session_wire as wire
-from .rank_main import exit_now, keep_run_in_environment, run_cell
+from ...job_dir import JobDir
+from ...paths import air_home
+from ..supervision import rank_main
+from ..supervision.rank_main import exit_now, keep_run_in_environment, run_cell
+from . import wire
 
 #: A rank's arguments to its interpreter (on a Ray node, the node's own interpreter).
-ARGS = ["-u", "-m", "jupyter_air.jobs.session_rank"]
+ARGS = ["-u", "-m", "jupyter_air.jobs.sessions.rank"]
 #: Seconds a rank tries to reach its kernel before giving up.
 CONNECT_WAIT = 300.0
 #: Seconds a rank whose kernel died waits for the supervisor's cancel.

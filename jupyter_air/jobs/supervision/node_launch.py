@@ -8,10 +8,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..job_dir import JobDir
-from .env import RankPlace, gpu_count, inherited_env, rank_env, visible_gpus
+from ...job_dir import JobDir
+from ..env import RankPlace, gpu_count, inherited_env, rank_env, visible_gpus
 
-RANK_MAIN = "jupyter_air.jobs.rank_main"
+RANK_MAIN = "jupyter_air.jobs.supervision.rank_main"
 
 
 @dataclass

@@ -27,11 +27,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from ..job_dir import JobDir
-from ..tracking.guard import RunGuard
-from ..tracking.sampling import Sample
-from . import session_cells
-from .session_cells import LatestCell
+from ...job_dir import JobDir
+from ...tracking.guard import RunGuard
+from ...tracking.sampling import Sample
+from ..sessions import cells as session_cells
+from ..sessions.cells import LatestCell
 
 log = logging.getLogger("jupyter_air.system_metrics")
 
@@ -94,7 +94,7 @@ class SystemMetricsFeed:
 
     def _log(self, node: int, samples: list[Sample]) -> None:
         client = self._client()  # MLflow loaded first
-        from ..tracking.system_metrics import log_samples, prefix
+        from ...tracking.system_metrics import log_samples, prefix
 
         with self._guard.lock:  # a rank's ``with mlflow.start_run`` ended it mid-job
             reopen = not self._guard.over.is_set()
@@ -110,7 +110,7 @@ class SystemMetricsFeed:
         """``samples`` (and those held before) into their cells' runs, on the log thread."""
         assert self._session is not None
         client = self._client()
-        from ..tracking.system_metrics import log_samples, prefix
+        from ...tracking.system_metrics import log_samples, prefix
 
         self._look()
         for cell, node, got in self._by_cell(samples):

@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..job_dir import AttemptDir, read_json, replace_json
+from ...job_dir import AttemptDir, read_json, replace_json
 
 if TYPE_CHECKING:  # pynvml stays out of the kernel, which reads hints files only
-    from ..gpu.nvml import GpuInfo, GpuReading
+    from ...gpu.nvml import GpuInfo, GpuReading
 
 TAG_PREFIX = "air.hint."
 

@@ -1,6 +1,6 @@
 """The entry point of one rank: run a notebook cell or a function shipped by the kernel.
 
-``python -m jupyter_air.jobs.rank_main PAYLOAD ATTEMPT_DIR``. The payload holds the
+``python -m jupyter_air.jobs.supervision.rank_main PAYLOAD ATTEMPT_DIR``. The payload holds the
 cell source (or the function and its arguments) and the notebook names it uses,
 pickled with cloudpickle. Rank 0 writes the cell's result for the kernel to pick up;
 a rank that fails writes its traceback beside it.
@@ -26,8 +26,8 @@ from typing import Any, ParamSpec, TypeVar
 
 import cloudpickle
 
-from ..job_dir import AttemptDir
-from ..paths import write_private
+from ...job_dir import AttemptDir
+from ...paths import write_private
 
 #: The cell's name in tracebacks (its lines come from ``linecache``, as in IPython).
 CELL_FILE = "<air_distributed cell>"

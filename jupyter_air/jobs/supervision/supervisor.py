@@ -1,6 +1,6 @@
 """The supervisor: one process per job, in its own session, owning the job's attempts.
 
-``python -m jupyter_air.jobs.supervisor JOB_ID [--watch-pid PID]``. It starts the ranks
+``python -m jupyter_air.jobs.supervision.supervisor JOB_ID [--watch-pid PID]``. It starts the ranks
 of each attempt at once, while MLflow is imported on a background thread (about 2 s
 that need not delay the ranks), logs every node's system metrics into the attempt's run
 (``system_feed``; a warm session's into its running cell's run too), stops
@@ -32,19 +32,19 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ..job_dir import AttemptDir, JobDir
-from ..procs import alive
-from ..status import JobStatus, Outcome
-from ..tracking.guard import RunGuard
-from . import backends
-from .backends.base import AttemptContext, Nodes
+from ...job_dir import AttemptDir, JobDir
+from ...procs import alive
+from ...status import JobStatus, Outcome
+from ...tracking.guard import RunGuard
+from ...tracking.run_tails import Answer, NewRun, NoAnswer, Tail, hand_over, make_run
+from .. import backends
+from ..backends.base import AttemptContext, Nodes
+from ..sharing import mirror
+from ..spec import JobKind, JobSpec
+from ..store import JobStore
 from .hints import HintRecorder
 from .outcome import AttemptEnd
 from .reaper import Reaper
-from .run_tails import Answer, NewRun, NoAnswer, Tail, hand_over, make_run
-from .sharing import mirror
-from .spec import JobKind, JobSpec
-from .store import JobStore
 from .system_feed import SystemMetricsFeed
 
 log = logging.getLogger("jupyter_air.supervisor")
@@ -109,7 +109,7 @@ class Tracking:
         try:
             from mlflow import MlflowClient
 
-            from ..tracking import runs
+            from ...tracking import runs
 
             # MlflowClient opens (and, for a new sqlite store, migrates) the store at once:
             # under the store's lock, or a kernel creating it too fails the migration.
@@ -255,7 +255,7 @@ class Supervisor:
     def run(self) -> int:
         """Every attempt, then the job's end; whatever the job started, and its pickled
         payload, go when this process does, however it ends (see ``reaper``)."""
-        from .retention import prune_in_background, retention_days
+        from ..retention import prune_in_background, retention_days
 
         prune_in_background(self.store, retention_days())
         reaper = Reaper({"AIR_JOB_ID": self.job.id})

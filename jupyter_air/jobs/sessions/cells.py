@@ -18,11 +18,11 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from ..job_dir import JobDir, read_json, replace_json
-from ..logs.query import LogFilter
-from ..paths import private_opener
-from .spec import JobKind
-from .store import Job, JobStore
+from ...job_dir import JobDir, read_json, replace_json
+from ...logs.query import LogFilter
+from ...paths import private_opener
+from ..spec import JobKind
+from ..store import Job, JobStore
 
 
 @dataclass(frozen=True)

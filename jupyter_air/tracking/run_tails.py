@@ -19,7 +19,7 @@ is not a plain file of this user is refused unanswered. A request is claimed (re
 before it is done, so a supervisor that gave up waiting withdraws only one nobody took.
 How long it lives: it holds a lock on ``tails/.lock`` while it runs and exits
 ``IDLE_EXIT`` seconds after its last request, or at once when the store is gone.
-``python -m jupyter_air.jobs.run_tails HOME [TRACKING_URI]``.
+``python -m jupyter_air.tracking.run_tails HOME [TRACKING_URI]``.
 """
 
 from __future__ import annotations
@@ -221,7 +221,7 @@ def ensure_running(home: Path, tracking_uri: str | None = None) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIR_JOB", "MLFLOW_RUN"))}
     with open(spool / "tails.log", "ab", opener=_private) as out:
         subprocess.Popen(
-            [sys.executable, "-m", "jupyter_air.jobs.run_tails", str(home)]
+            [sys.executable, "-m", "jupyter_air.tracking.run_tails", str(home)]
             + ([tracking_uri] if tracking_uri else []),
             stdin=subprocess.DEVNULL,
             stdout=out,
@@ -321,7 +321,7 @@ class TailProcess:
     def make(self, request: NewRun) -> dict[str, Any]:
         """The run (and its experiment first if only named): its id and its experiment's,
         or MLflow's error."""
-        from ..tracking import runs
+        from . import runs
 
         try:
             client = self._client(request.tracking_uri)
@@ -341,7 +341,7 @@ class TailProcess:
 
     def finish(self, tail: Tail) -> Answer:
         """The last sample, the run's end, then the logs: each failure only noted."""
-        from ..tracking import runs
+        from . import runs
 
         end_error = logs_error = None
         try:
@@ -363,7 +363,7 @@ class TailProcess:
     def open_store(self, tracking_uri: str) -> None:
         """MLflow loaded and this store opened now: a submission starts the process
         ahead of the first request it will get, a new run that a job's ranks wait for."""
-        from ..tracking import runs  # noqa: F401  (imported here, not on the first run)
+        from . import runs  # noqa: F401  (imported here, not on the first run)
 
         self._client(tracking_uri)
 
@@ -374,7 +374,7 @@ class TailProcess:
             if tracking_uri not in self._clients:
                 from mlflow import MlflowClient
 
-                from ..tracking.runs import quiet_store_setup
+                from .runs import quiet_store_setup
 
                 with quiet_store_setup(tracking_uri):
                     self._clients[tracking_uri] = MlflowClient(tracking_uri)
@@ -405,7 +405,7 @@ def _read_request(path: Path) -> dict[str, Any]:
 def _last_sample(client: Any, tail: Tail) -> None:
     """One system-metrics sample of this machine into the run, as the supervisor's
     local node takes at its end, so even a short run has its figures."""
-    from ..tracking.system_metrics import last_sample
+    from .system_metrics import last_sample
 
     try:
         last_sample(client, tail.run_id)

@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..job_dir import JobDir, replace_json
-from . import cancel
-from . import session_wire as wire
-from .store import JobStore
+from ...job_dir import JobDir, replace_json
+from .. import cancel
+from ..store import JobStore
+from . import wire
 
 #: Seconds the ranks get to leave after ``stop``, then the job is cancelled.
 STOP_WAIT = 15.0

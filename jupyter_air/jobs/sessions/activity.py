@@ -15,11 +15,11 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..job_dir import JobDir
-from ..status import JobStatus
-from . import session_cells
-from .spec import JobKind
-from .store import Job, JobStore
+from ...job_dir import JobDir
+from ...status import JobStatus
+from ..spec import JobKind
+from ..store import Job, JobStore
+from . import cells as session_cells
 
 #: The job's tag (and its runs') holding the session's ``--idle-timeout`` in seconds
 #: ("0": it never stops on its own). Absent: not known.

@@ -1,0 +1,229 @@
+"""The JSON documents of the jobs routes (docs/api.md, "Jobs and logs" and "Permissions")
+as pydantic models: a job with its attempts and their nodes, a page of logs, a session's
+cells, and a job's permissions.
+
+The server and ``air --output json`` build a model and send ``model_dump(mode="json")``
+(states as their words, ``"RUNNING"``). tests/test_api_types.py checks the front end's
+interfaces (labextension/src/logs/types.ts) and docs/api.md's examples against these
+fields, so the three cannot drift: a field added here fails that test until both say it.
+
+Only the readers of documents import this (the server, the CLI); supervisors and ranks
+never do, so their start does not pay for pydantic.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+from typing_extensions import NotRequired, TypedDict
+
+from ..identity import Identity
+from ..logs.levels import LevelName
+from ..logs.query import LogLine, Stream
+from ..status import AttemptStatus, JobStatus
+from ..tracking.permissions import Action, MirrorReport
+from ..tracking.permissions import Status as MirrorStatus
+from .permissions import JobAccess
+from .spec import JobKind
+
+#: ``permissions.Level``'s names: how a document spells a permission level.
+PermissionLevel = Literal["CAN_VIEW", "CAN_MANAGE_RUN", "CAN_MANAGE"]
+
+
+class Document(BaseModel):
+    """A document the API sends: built by this code, so an unknown field is a bug."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- jobs ------------------------------------------------------------------------------
+
+
+class AttemptNode(Document):
+    """A node of an attempt on a cluster (Ray), once the job's nodes are placed."""
+
+    node: int
+    node_id: str
+    ip: str
+    hostname: str
+
+
+class AttemptDocument(Document):
+    attempt: int
+    status: AttemptStatus
+    run_id: str | None
+    started: float
+    ended: float | None
+    exit_codes: list[int | None] | None
+    failed_rank: int | None
+    message: str | None
+    #: The attempt's MLflow run page, or None.
+    run_url: str | None
+    #: ``[]`` on one machine.
+    nodes: list[AttemptNode]
+
+
+class JobDocument(Document):
+    """``GET jupyter-air/jobs/<id>``, and each of ``GET jupyter-air/jobs``'s ``jobs``."""
+
+    id: str
+    #: The outcome as soon as the last attempt settles it (``finishing`` then true).
+    status: JobStatus
+    finishing: bool
+    owner: str
+    created: float
+    started: float | None
+    ended: float | None
+    message: str | None
+    kind: JobKind
+    nproc_per_node: int
+    nnodes: int
+    backend: str
+    max_retries: int
+    experiment_id: str | None
+    run_name: str | None
+    tracking_uri: str | None
+    logs_expired: bool
+    attempts: list[AttemptDocument]
+
+
+# -- logs ------------------------------------------------------------------------------
+
+
+class LogLineDocument(TypedDict):
+    """One line of ``GET jupyter-air/jobs/<id>/logs`` (``line_document``); a session's
+    lines also have the keys ``cell`` and ``cell_id``, which others do not have.
+
+    A TypedDict, not a model: a key that is there or not is what it says, and a page
+    of 10,000 lines is validated without making an object of each."""
+
+    t: float
+    node: int
+    rank: int
+    stream: Stream
+    level: LevelName
+    text: str
+    #: The number of the session cell whose time span holds the line (None: between cells).
+    cell: NotRequired[int | None]
+    #: The notebook cell's id, when known.
+    cell_id: NotRequired[str | None]
+
+
+def line_document(line: LogLine) -> LogLineDocument:
+    return {
+        "t": line.t,
+        "node": line.node,
+        "rank": line.rank,
+        "stream": line.stream,
+        "level": line.level,
+        "text": line.text,
+    }
+
+
+class LogsPage(Document):
+    """``GET jupyter-air/jobs/<id>/logs``."""
+
+    job: str
+    attempt: int
+    #: The job's attempts so far.
+    attempts: int
+    #: The job's status.
+    status: JobStatus
+    lines: list[LogLineDocument]
+    #: The cursor of the lines after these.
+    next: str
+    #: The job ended and every log of the attempt was read to its end.
+    done: bool
+
+
+class SessionCellDocument(Document):
+    """An ended cell of a session (``session_cells.CellRecord``)."""
+
+    cell: int
+    run_id: str
+    cell_id: str | None
+    started: float
+    ended: float
+    #: How its run ended.
+    status: AttemptStatus
+
+
+class SessionCells(Document):
+    """``GET jupyter-air/jobs/<id>/cells``."""
+
+    job: str
+    cells: list[SessionCellDocument]
+
+
+# -- permissions -----------------------------------------------------------------------
+
+
+class GrantDocument(Document):
+    """``Grant.as_json``."""
+
+    kind: Literal["user", "group"]
+    name: str
+    level: PermissionLevel
+
+
+class CallerLevel(Document):
+    name: str
+    #: None: none (only after a change that removed it).
+    level: PermissionLevel | None
+
+
+class JobPermissions(Document):
+    """``GET jupyter-air/jobs/<id>/permissions``."""
+
+    job: str
+    owner: str
+    grants: list[GrantDocument]
+    you: CallerLevel
+
+
+class MirrorOutcome(Document):
+    """``tracking.permissions.ChangeResult``: what became of one grant in MLflow."""
+
+    grantee: str
+    group: bool
+    level: str | None
+    action: Action
+    permission: str | None
+    error: str | None
+
+
+class MirrorReportDocument(Document):
+    """``tracking.permissions.MirrorReport.to_json``."""
+
+    status: MirrorStatus
+    experiment_id: str
+    notice: str | None
+    outcomes: list[MirrorOutcome]
+
+
+class JobPermissionsChange(JobPermissions):
+    """``PUT jupyter-air/jobs/<id>/permissions`` (and ``air permissions --output json``):
+    the permissions after the change, and what became of it on the job's MLflow
+    experiment (None: the job has none, or nothing was changed)."""
+
+    mlflow: MirrorReportDocument | None
+
+
+def permissions_document(access: JobAccess, who: Identity) -> JobPermissions:
+    """The job's owner and grants, and the level ``who`` holds."""
+    level = access.level_of(who)
+    return JobPermissions(
+        job=access.job_id,
+        owner=access.owner,
+        grants=[GrantDocument.model_validate(g.as_json()) for g in access.grants],
+        you=CallerLevel.model_validate({"name": who.name, "level": level.name if level else None}),
+    )
+
+
+def change_document(
+    access: JobAccess, who: Identity, report: MirrorReport | None
+) -> JobPermissionsChange:
+    """The permissions after a change, with ``report``: the change on MLflow's side."""
+    mlflow = None if report is None else MirrorReportDocument.model_validate(report.to_json())
+    return JobPermissionsChange(**dict(permissions_document(access, who)), mlflow=mlflow)

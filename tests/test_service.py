@@ -1,0 +1,146 @@
+"""The jobs service, without processes: each call checks its caller against the job's
+grants, says why it cannot act, and places a submission on its backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_air.identity import Identity
+from jupyter_air.jobs import backends
+from jupyter_air.jobs.backends.base import (
+    AttemptContext,
+    Backend,
+    BackendRefused,
+    Nodes,
+    Placement,
+)
+from jupyter_air.jobs.permissions import Forbidden, parse_grant
+from jupyter_air.jobs.service import Conflict, JobService, NoLogs, Refused
+from jupyter_air.jobs.spec import JobKind
+from jupyter_air.jobs.store import JobStore, UnknownJob
+from jupyter_air.jobs.workload_file import Submission
+from jupyter_air.status import JobStatus
+from tests.factories import job_spec
+
+ALICE, BOB, CAROL = Identity("alice"), Identity("bob"), Identity("carol", frozenset({"ml"}))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> JobStore:
+    return JobStore(tmp_path)
+
+
+def alices_job(store: JobStore, *grants: str) -> str:
+    spec = job_spec("command", command=["true"])
+    return store.create(spec, owner="alice", grants=tuple(map(parse_grant, grants))).id
+
+
+def test_a_job_is_read_by_its_owner_and_whom_it_is_granted_to_only(store: JobStore) -> None:
+    job_id = alices_job(store, "bob:CAN_VIEW", "group:ml:CAN_VIEW")
+    for who in (ALICE, BOB, CAROL):
+        assert JobService(store, who).get(job_id).id == job_id
+    with pytest.raises(Forbidden, match=f"You don't have CAN_VIEW on job {job_id}"):
+        JobService(store, Identity("mallory")).get(job_id)
+    assert [j.id for j in JobService(store, Identity("mallory")).jobs()] == []
+    assert [j.id for j in JobService(store, CAROL).jobs()] == [job_id]
+
+
+def test_an_id_that_is_not_a_job_id_is_unknown_without_reading_the_store(store: JobStore) -> None:
+    with pytest.raises(UnknownJob):
+        JobService(store, ALICE).get("../../etc/passwd")
+
+
+def test_a_viewer_can_neither_cancel_nor_share(store: JobStore) -> None:
+    job_id = alices_job(store, "bob:CAN_VIEW")
+    bob = JobService(store, BOB)
+    with pytest.raises(Forbidden, match="CAN_MANAGE_RUN"):
+        bob.cancel(job_id)
+    with pytest.raises(Forbidden, match="CAN_MANAGE"):
+        bob.change_access(job_id, (parse_grant("carol:CAN_VIEW"),))
+    assert [g.principal.name for g in bob.access(job_id).grants] == ["bob"]
+
+
+def test_a_job_that_ended_or_runs_elsewhere_cannot_be_cancelled_here(store: JobStore) -> None:
+    ended = alices_job(store)
+    store.update(ended, status=JobStatus.SUCCEEDED)
+    alice = JobService(store, ALICE)
+    with pytest.raises(Conflict, match=f"job {ended} already ended \\(succeeded\\)"):
+        alice.cancel(ended)
+    elsewhere = alices_job(store)
+    store.update(elsewhere, status=JobStatus.RUNNING, supervisor_pid=1, supervisor_host="gpu-7")
+    with pytest.raises(Conflict, match="supervised on gpu-7: cancel it there"):
+        alice.cancel(elsewhere)
+
+
+def test_logs_are_of_an_attempt_that_exists_until_they_expire(store: JobStore) -> None:
+    job_id = alices_job(store)
+    alice = JobService(store, ALICE)
+    with pytest.raises(NoLogs, match="has no attempt yet"):
+        alice.log_attempt(alice.get(job_id))
+    store.start_attempt(job_id, 1, None)
+    store.start_attempt(job_id, 2, None)
+    assert alice.log_attempt(alice.get(job_id)) == (2, store.attempt_dir(job_id, 2))
+    assert alice.log_attempt(alice.get(job_id), 1)[0] == 1
+    with pytest.raises(NoLogs, match=r"attempt 3 of job .*: it has 1 to 2"):
+        alice.log_attempt(alice.get(job_id), 3)
+    store.job_dir(job_id).rmdir()
+    with pytest.raises(NoLogs, match="have expired"):
+        alice.log_attempt(alice.get(job_id))
+
+
+class Recording(Backend):
+    """A backend that runs nothing: it keeps what it was asked, refuses on demand."""
+
+    name = "recording"
+    multi_node = True
+
+    def __init__(self) -> None:
+        self.asked: list[Placement] = []
+
+    def prepare(self, placement: Placement) -> dict[str, Any]:
+        self.asked.append(placement)
+        if placement.settings.get("queue") == "full":
+            raise BackendRefused(None, "the queue is full")
+        return {"queue": placement.settings.get("queue", "default")}
+
+    def start(self, attempt: AttemptContext) -> Nodes:
+        raise AssertionError("no job is started here")
+
+
+@pytest.fixture
+def recording(monkeypatch: pytest.MonkeyPatch) -> Recording:
+    backend = Recording()
+    monkeypatch.setattr(backends, "names", lambda: ["local", "recording"])
+    real = backends.get
+    monkeypatch.setattr(backends, "get", lambda n: backend if n == "recording" else real(n))
+    return backend
+
+
+def test_place_asks_the_submission_s_backend_and_the_spec_keeps_its_answer(
+    store: JobStore, recording: Recording
+) -> None:
+    submission = Submission.model_validate({"backend": "recording", "compute": {"nnodes": 3}})
+    placed = JobService(store, ALICE).place(submission, settings={"queue": "gpu"})
+    [asked] = recording.asked
+    assert (asked.nnodes, asked.nproc_per_node, dict(asked.settings)) == (3, 1, {"queue": "gpu"})
+    spec = placed.spec(JobKind.PYTHON)
+    assert (spec.backend.name, dict(spec.backend.settings)) == ("recording", {"queue": "gpu"})
+    assert spec.compute.nnodes == 3
+    with pytest.raises(Refused, match="the queue is full") as refused:
+        JobService(store, ALICE).place(submission, settings={"queue": "full"})
+    assert refused.value.field is None
+
+
+def test_grants_the_caller_may_not_give_are_refused_before_the_backend_is_asked(
+    store: JobStore, recording: Recording
+) -> None:
+    submission = Submission.model_validate(
+        {"backend": "recording", "permissions": ["alice:CAN_VIEW"]}
+    )
+    with pytest.raises(Refused, match="owns the job") as refused:
+        JobService(store, ALICE).place(submission)
+    assert refused.value.field == "permissions"
+    assert recording.asked == []
