@@ -491,21 +491,9 @@ def _follow(
 
 
 def _download(directory: Path, flt: LogFilter, target: Path, attempt: int) -> int:
-    from .logs.query import log_files
+    from .logs.export import write_rank_files
 
-    written = []
-    for f in log_files(directory, flt):
-        # The download's own layout, attempt_K/node_N/rank_R.log (as --help says and
-        # tests/test_cli.py checks): not a job's directory, which has logs/ in between.
-        path = target / f"attempt_{attempt}" / f"node_{f.node}" / f"rank_{f.rank}.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        one = LogFilter(**{**flt.__dict__, "node": f.node, "rank": f.rank})
-        count = 0
-        with path.open("w", encoding="utf-8") as out:
-            for page in read_all_text(directory, one):
-                out.write(page.text)
-                count += page.count
-        written.append((path, count))
+    written = write_rank_files(directory, flt, target, attempt)
     for path, count in written:
         print(f"wrote {path} ({count} lines)")
     if not written:

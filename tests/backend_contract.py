@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from jupyter_air.identity import os_identity
 from jupyter_air.jobs.service import JobService
 from jupyter_air.jobs.spec import JobKind
@@ -26,7 +28,12 @@ from jupyter_air.jobs.workload_file import Submission
 from jupyter_air.logs.query import LogFilter, read_tail
 from jupyter_air.status import AttemptStatus, JobStatus
 from jupyter_air.tracking.targets import ExperimentRef
-from tests.waits import assert_gone_within, job_processes, until, wait_done
+from tests.waits import (
+    assert_gone_within,
+    job_processes,
+    until,
+    wait_done,
+)
 
 #: Seconds a job of these tests gets to end: generous, CI shares its 2 cores.
 JOB_END = 180.0
@@ -186,3 +193,29 @@ def test_a_retry_is_a_new_attempt_with_its_own_run(engine: Engine, tmp_path: Pat
     assert [a.status for a in attempts] == [AttemptStatus.FAILED, AttemptStatus.SUCCEEDED]
     assert len({a.run_id for a in attempts}) == 2, "each attempt has its own MLflow run"
     nothing_left(job.id)
+
+
+def test_every_node_s_system_samples_reach_the_attempt_s_run(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("AIR_SYSTEM_METRICS_INTERVAL", "1")  # the supervisor's, inherited
+    service, job = submit(engine, tmp_path, "import time; time.sleep(4)")
+    job = ended(service, job)
+    assert job.status is JobStatus.SUCCEEDED, job.message
+    [attempt] = service.store.attempts(job.id)
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    prefixes = (
+        ["system/"]
+        if engine.nnodes == 1
+        else [f"system/node_{node}/" for node in range(engine.nnodes)]
+    )
+    wanted = {f"{prefix}cpu_utilization_percentage" for prefix in prefixes}
+
+    def logged() -> set[str]:
+        return wanted & set(client.get_run(attempt.run_id).data.metrics)
+
+    # the last samples may come after the job's end: at a node's close, or from the
+    # run's tail (a job shorter than its first sample)
+    until(lambda: logged() == wanted, f"{sorted(wanted)} in run {attempt.run_id}")

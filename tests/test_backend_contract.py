@@ -11,6 +11,7 @@ from tests.backend_contract import (  # noqa: F401  (the contract's tests, run h
     test_a_failing_rank_stops_the_others_and_fails_the_attempt,
     test_a_retry_is_a_new_attempt_with_its_own_run,
     test_cancel_stops_every_rank,
+    test_every_node_s_system_samples_reach_the_attempt_s_run,
     test_every_rank_gets_the_torchrun_environment_and_its_own_log,
     test_the_timeout_stops_every_rank_and_fails_the_job,
 )

@@ -219,6 +219,9 @@ def ensure_running(home: Path, tracking_uri: str | None = None) -> None:
     finally:
         os.close(fd)  # closing lets the lock go
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIR_JOB", "MLFLOW_RUN"))}
+    # Its store locks under this home too, as the supervisors' do (``start_job``): a store
+    # opened at a home of its own must not be set up by two processes at once.
+    env["AIR_HOME"] = str(home)
     with open(spool / "tails.log", "ab", opener=_private) as out:
         subprocess.Popen(
             [sys.executable, "-m", "jupyter_air.tracking.run_tails", str(home)]

@@ -32,6 +32,7 @@ from tests.backend_contract import (  # the contract's tests, run on this module
     test_a_failing_rank_stops_the_others_and_fails_the_attempt,  # noqa: F401
     test_a_retry_is_a_new_attempt_with_its_own_run,  # noqa: F401
     test_cancel_stops_every_rank,  # noqa: F401
+    test_every_node_s_system_samples_reach_the_attempt_s_run,  # noqa: F401
     test_every_rank_gets_the_torchrun_environment_and_its_own_log,  # noqa: F401
     test_the_timeout_stops_every_rank_and_fails_the_job,  # noqa: F401
 )
