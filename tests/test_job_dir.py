@@ -100,7 +100,11 @@ def test_no_other_module_spells_a_job_directory_file_name() -> None:
 def _other_layout(path: Path, node: ast.AST) -> bool:
     """``air logs --download-to``'s own layout (attempt_K/node_N/rank_R.log, no logs/ in
     between, as its --help says): a copy's names, not a job directory's."""
-    return path.name == "cli.py" and isinstance(node, ast.FunctionDef) and node.name == "_download"
+    return (
+        path.name == "export.py"
+        and isinstance(node, ast.FunctionDef)
+        and node.name == "write_rank_files"
+    )
 
 
 def _docstrings(tree: ast.AST) -> set[int]:

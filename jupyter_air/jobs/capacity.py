@@ -1,5 +1,5 @@
 """How many ranks this machine holds: the one rule for the magic, the decorator and
-``air run`` (the local backend; a Ray cluster's capacity is checked by ``ray_cluster``).
+``air run`` (the local backend; a Ray cluster's capacity is checked by ``backends.ray.cluster``).
 
 With GPUs, each rank gets its own (``CUDA_VISIBLE_DEVICES``): more ranks than visible
 GPUs share them, and usually run out of GPU memory. Without GPUs, ranks share the cores:

@@ -2,9 +2,9 @@
 
 One ``JobSpec`` per job, nested by concern (the program, its compute, its tracking, its
 policy, its backend), frozen once built and stored as JSON with the job. It is built
-here only, by the ``*_spec`` functions that the jobs service's callers use (a cell, a
-function, a session, a workload file, a schedule's task); what they were given was
-checked before (``workload_file.Submission``, ``checks``).
+here only, by ``job_spec``, which the jobs service's callers reach through ``place``
+(a cell, a function, a session, a workload file, a schedule's task); what they gave was
+checked before (``workload_file.Submission``, the service's ``place``).
 
 Plain frozen dataclasses, not pydantic models: every supervisor, rank and ``air``
 command reads a spec, and these import in no time.

@@ -77,7 +77,7 @@ class Options:
     def validate(self) -> Submission:
         """Refuse what cannot run; the submission the options make. The rules a workload
         file obeys are ``Submission``'s, named here as the flags, and the grants are
-        checked by ``checks``; the rest are the kernel's own."""
+        checked as the jobs service's ``place`` does; the rest are the kernel's own."""
         submission = self._submission()
         if self.timeout is not None and not self.timeout > 0:
             raise OptionError(f"--timeout must be a number of seconds > 0, got {self.timeout}")
