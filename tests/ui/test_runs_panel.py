@@ -20,7 +20,7 @@ import pytest
 
 from tests.fake_nvml import Scenario
 from tests.ui.conftest import Lab
-from tests.ui.notebook_pages import open_notebook, put_notebook, run_cells_in_one_kernel
+from tests.ui.notebook_pages import open_notebook, put_notebook, run_calls
 
 PANEL = ".jp-air-RunsPanel"
 ROWS = f"{PANEL} .jp-air-RunsPanel-run"
@@ -88,7 +88,7 @@ def server(start_lab: Callable[..., Lab], tmp_path_factory: pytest.TempPathFacto
 @pytest.fixture(scope="module")
 def page(browser: Any, server: Lab) -> Iterator[Any]:
     page = open_notebook(browser, server, "train.ipynb", "jupyterlab")
-    run_cells_in_one_kernel(page, server, "train.ipynb", [0, 1, 2, 3])
+    run_calls(page, [0, 1, 2, 3])
     yield page
     page.close()
 
@@ -191,7 +191,7 @@ def sweep(browser: Any, server: Lab) -> Iterator[Any]:
     page.on("console", lambda m: page.console_lines.append(f"{m.type}: {m.text}"))
     page.goto(f"{server.url}lab/workspaces/sweep/tree/sweep.ipynb?token={server.token}")
     page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=60_000)
-    run_cells_in_one_kernel(page, server, "sweep.ipynb", [0, 1, 2])
+    run_calls(page, [0, 1, 2])
     page.click(TAB)
     page.wait_for_function(
         "() => document.querySelectorAll("
