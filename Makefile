@@ -58,7 +58,8 @@ setup: system $(VENV)/.installed
 ## --- the README's commands ----------------------------------------------------------
 
 # The demo works on copies of notebooks/ in $(DEMO_DIR) (ignored by git): saved outputs,
-# checkpoints and the MLflow store stay there, and `git status` stays clean.
+# checkpoints stay there (runs go to the one MLflow store in AIR_HOME), and `git status`
+# stays clean.
 DEMO_DIR ?= .demo
 
 demo: setup

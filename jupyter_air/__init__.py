@@ -41,12 +41,16 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext jupyter_air``: registers ``%%air_distributed``, ``%air_gpu``,
     ``%air_runs`` and ``%air_schedule`` (MLflow, NVML, ipywidgets and plotly are imported
-    at their first use)."""
+    at their first use). The kernel's runs go to the user's one default store unless
+    it names another (see ``tracking.targets``)."""
     from .kernel.gpu_magic import AirGpuMagics
     from .kernel.magics import AirMagics
     from .kernel.runs_magic import AirRunsMagics
     from .kernel.schedule_magic import AirScheduleMagics
     from .kernel.session_magic import AirSessionMagics
+    from .tracking.targets import adopt_default_store
+
+    adopt_default_store()
 
     ipython.register_magics(AirMagics)
     ipython.register_magics(AirGpuMagics)

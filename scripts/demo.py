@@ -2,9 +2,9 @@
 there headless, say where its job and run are; JupyterLab then serves that folder.
 
 The scratch folder (``.demo/`` by default, ignored by git) is where the demo's
-notebooks are saved with their outputs, where JupyterLab keeps its checkpoints and
-where the default MLflow store (``mlflow.db``) lands, so a demo never changes a file
-git tracks. A copy the user has edited there is kept, never overwritten.
+notebooks are saved with their outputs and where JupyterLab keeps its checkpoints, so
+a demo never changes a file git tracks (its runs go to the user's one MLflow store,
+``AIR_HOME/mlflow.db``). A copy the user has edited there is kept, never overwritten.
 """
 
 from __future__ import annotations

@@ -48,15 +48,13 @@ async def in_mlflow_thread(fn: Callable[..., T], *args: Any) -> T:
 
 
 def env_store() -> str | None:
-    """The server's own ``$MLFLOW_TRACKING_URI``, spelled as jobs record it, once a job
-    registered it: the server never opens a store first, since opening a new sqlite
-    store creates and migrates it, which a kernel doing the same at once would fail."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if not uri:
-        return None
-    from ..tracking.targets import absolute_tracking_uri
+    """The server's own store (``$MLFLOW_TRACKING_URI``, else the user's default), spelled
+    as jobs record it, once a job registered it: the server never opens a store first,
+    since opening a new sqlite store creates and migrates it, which a kernel doing the
+    same at once would fail."""
+    from ..tracking.targets import current_tracking_uri
 
-    uri = absolute_tracking_uri(uri)
+    uri = current_tracking_uri()
     return uri if lookup_store(store_key(uri)) == uri else None
 
 

@@ -19,7 +19,12 @@ from mlflow import MlflowClient
 from ..status import Outcome
 from .run_page import DESCRIPTION, describe_run, mark_model_training
 from .stores import store_lock
-from .targets import RunTarget, absolute_tracking_uri
+from .targets import (
+    RunTarget,
+    absolute_tracking_uri,
+    adopt_default_store,
+    default_artifact_location,
+)
 
 #: A job's outcome -> MLflow's run status (MLflow's own words).
 RUN_STATUS: dict[str, str] = {
@@ -64,7 +69,9 @@ def resolve_target(option_experiment: str | None, user: str, notebook: str | Non
     then ``/Users/<user>/<notebook>``. ``MLFLOW_RUN_ID`` resumes that run in its own
     experiment; an active run makes the new run its child, in the parent's experiment.
     Whichever it is opens in MLflow's model-training view unless it has a kind already.
+    The store is the notebook's own if it set one, else the user's default.
     """
+    adopt_default_store()
     target = _target(option_experiment, user, notebook)
     mark_model_training(MlflowClient(target.tracking_uri), target.experiment_id)
     return target
@@ -109,8 +116,9 @@ def _find_or_create(client: MlflowClient, name: str, artifact_location: str | No
     found = client.get_experiment_by_name(name)
     if found is not None:
         return str(found.experiment_id)
+    location = artifact_location or default_artifact_location(client.tracking_uri)
     try:
-        return str(client.create_experiment(name, artifact_location=artifact_location))
+        return str(client.create_experiment(name, artifact_location=location))
     except mlflow.exceptions.MlflowException:  # created meanwhile by another kernel
         found = client.get_experiment_by_name(name)
         if found is None:

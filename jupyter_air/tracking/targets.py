@@ -3,23 +3,26 @@
 ``import mlflow`` costs about 2 s of CPU. A kernel pays it once and resolves a
 ``RunTarget`` (its experiment, a run to resume or nest under); ``air run`` should not
 pay it at all, so it names an ``ExperimentRef`` (a tracking store and an experiment's
-name) and the job's supervisor makes the experiment and the first run. This module
-resolves the tracking URI as MLflow would, so both find the same store.
+name) and the job's supervisor makes the experiment and the first run.
+
+Without a tracking URI set, every process of a user (a kernel, ``air run``, the
+scheduler, the server) uses one store, ``AIR_HOME/mlflow.db``, whatever its working
+directory: MLflow's own default, ``./mlflow.db``, scattered runs over as many stores as
+directories a user started things from.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
-from urllib.request import pathname2url
 
-#: MLflow's own defaults (``mlflow.store.tracking``): a sqlite file in the working
-#: directory, unless ``./mlruns`` already holds a file store's experiments.
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
-DEFAULT_FILE_STORE = "./mlruns"
+#: The user's own store and its artifacts, under AIR_HOME.
+STORE_FILE = "mlflow.db"
+ARTIFACTS_DIR = "mlartifacts"
 
 
 @dataclass(frozen=True)
@@ -43,30 +46,39 @@ class ExperimentRef:
     artifact_location: str | None = None
 
 
+def default_tracking_uri(home: Path | None = None) -> str:
+    """The user's one store when no tracking URI is set: ``AIR_HOME/mlflow.db``."""
+    from ..paths import air_home
+
+    return f"sqlite:///{(home or air_home()).resolve() / STORE_FILE}"
+
+
 def current_tracking_uri() -> str:
-    """What ``mlflow.get_tracking_uri()`` answers in a process that never called
-    ``mlflow.set_tracking_uri()``, made absolute (see ``absolute_tracking_uri``)."""
+    """``$MLFLOW_TRACKING_URI`` made absolute (see ``absolute_tracking_uri``), else the
+    user's default store: what a process that never called ``mlflow.set_tracking_uri()``
+    uses once ``adopt_default_store`` ran."""
     if uri := os.environ.get("MLFLOW_TRACKING_URI"):
         return absolute_tracking_uri(uri)
-    if _holds_file_store(DEFAULT_FILE_STORE):
-        return absolute_tracking_uri(Path(os.path.abspath(DEFAULT_FILE_STORE)).as_uri())
-    sqlite_path = unquote(DEFAULT_TRACKING_URI[len("sqlite:///") :])
-    return "sqlite:///" + os.path.abspath(pathname2url(os.path.abspath(sqlite_path)))
+    return default_tracking_uri()
 
 
-def _holds_file_store(directory: str) -> bool:
-    """Whether ``directory`` holds experiments of MLflow's file store (``N/meta.yaml``):
-    MLflow keeps using such a store rather than switch to its sqlite default."""
-    try:
-        with os.scandir(directory) as entries:
-            return any(
-                entry.is_dir()
-                and entry.name.isdigit()
-                and os.path.lexists(os.path.join(entry.path, "meta.yaml"))
-                for entry in entries
-            )
-    except OSError:
-        return False
+def adopt_default_store() -> None:
+    """Make the user's default store this process's (and its children's) tracking URI,
+    unless one is set already (``mlflow.set_tracking_uri()`` sets the variable too)."""
+    if not os.environ.get("MLFLOW_TRACKING_URI"):
+        os.environ["MLFLOW_TRACKING_URI"] = default_tracking_uri()
+
+
+def default_artifact_location(tracking_uri: str) -> str | None:
+    """Where a new experiment of the default store keeps its artifacts:
+    ``AIR_HOME/mlartifacts/<uuid>``, not MLflow's ``./mlartifacts`` of whichever working
+    directory made the experiment. None (MLflow's choice) for any other store."""
+    from ..paths import air_home
+
+    home = air_home()
+    if tracking_uri != default_tracking_uri(home):
+        return None
+    return (home / ARTIFACTS_DIR / uuid.uuid4().hex).as_uri()
 
 
 def absolute_tracking_uri(uri: str, cwd: str | None = None) -> str:
