@@ -29,6 +29,7 @@ from jupyter_air.jobs.api_models import (
     LogsPage,
     PermissionLevel,
     SessionCells,
+    TrackingStores,
     line_document,
 )
 from jupyter_air.jobs.permissions import KINDS, Level
@@ -45,6 +46,7 @@ INTERFACES: dict[type[BaseModel], tuple[str, str]] = {
     JobDocument: ("logs/types.ts", "IJob"),
     LogsPage: ("logs/types.ts", "ILogsResponse"),
     SessionCells: ("logs/types.ts", "ICellsResponse"),
+    TrackingStores: ("runs/types.ts", "IStoresResponse"),
 }
 
 #: (route's heading in docs/api.md, which json block under it, the model of its example).
@@ -52,6 +54,7 @@ EXAMPLES: list[tuple[str, int, type[BaseModel]]] = [
     ("GET jupyter-air/jobs", 0, JobDocument),
     ("GET jupyter-air/jobs/<id>/logs", 0, LogsPage),
     ("GET jupyter-air/jobs/<id>/cells", 0, SessionCells),
+    ("GET jupyter-air/runs/stores", 0, TrackingStores),
     ("GET jupyter-air/jobs/<id>/permissions", 0, JobPermissions),
     ("PUT jupyter-air/jobs/<id>/permissions", 1, JobPermissionsChange),
 ]

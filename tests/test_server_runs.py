@@ -19,6 +19,7 @@ from tornado.httpclient import HTTPClientError
 from jupyter_air.jobs.permissions import parse_grant
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.tracking.stores import register_store
+from jupyter_air.tracking.targets import default_tracking_uri
 from tests.factories import job_spec
 from tests.test_server_permissions import HeaderIdentityProvider
 
@@ -215,6 +216,30 @@ async def test_the_experiment_picker_lists_the_store_for_its_owner(
 ) -> None:
     names = [e["name"] for e in (await get(jp_fetch, "runs/experiments", store=key))["experiments"]]
     assert names == ["/Users/alice/other", "/Users/alice/train", "Default"]
+
+
+async def test_the_store_picker_lists_the_stores_the_callers_jobs_used(
+    jp_fetch: Any, store: JobStore, key: str, tracked: Tracked, tmp_path: Path
+) -> None:
+    # A job of another project's store (as each working directory's mlflow.db was before
+    # the one default store), recorded after the notebook's jobs: the newest use.
+    old_uri = f"sqlite:///{tmp_path}/old-project/mlflow.db"
+    old = job_spec(kind="command", tracking_uri=old_uri, experiment_id="1")
+    store.create(old, "20261129-090000-dddddd", owner="alice")
+    unregistered = job_spec(kind="command", tracking_uri=f"sqlite:///{tmp_path}/x.db")
+    store.create(unregistered, "20261129-080000-eeeeee", owner="alice")
+    old_key = register_store(old_uri)
+    default_key = register_store(default_tracking_uri())
+
+    mine = (await get(jp_fetch, "runs/stores"))["stores"]
+    assert mine == [
+        {"store": default_key, "tracking_uri": default_tracking_uri(), "current": True},
+        {"store": old_key, "tracking_uri": old_uri, "current": False},
+        {"store": key, "tracking_uri": tracked.uri, "current": False},
+    ]
+    shared = (await get(jp_fetch, "runs/stores", "bob"))["stores"]
+    assert shared == [{"store": key, "tracking_uri": tracked.uri, "current": False}]
+    assert (await get(jp_fetch, "runs/stores", "mallory"))["stores"] == []
 
 
 async def test_another_user_sees_only_the_runs_of_jobs_they_may_view(

@@ -1,6 +1,6 @@
 """The JSON documents of the jobs routes (docs/api.md, "Jobs and logs" and "Permissions")
-as pydantic models: a job with its attempts and their nodes, a page of logs, a session's
-cells, and a job's permissions.
+and the runs panel's stores, as pydantic models: a job with its attempts and their
+nodes, a page of logs, a session's cells, the tracking stores, and a job's permissions.
 
 The server and ``air --output json`` build a model and send ``model_dump(mode="json")``
 (states as their words, ``"RUNNING"``). tests/test_api_types.py checks the front end's
@@ -154,6 +154,25 @@ class SessionCells(Document):
 
     job: str
     cells: list[SessionCellDocument]
+
+
+# -- runs ------------------------------------------------------------------------------
+
+
+class TrackingStoreDocument(Document):
+    """A tracking store that the caller's jobs used, by key (``tracking.stores``)."""
+
+    store: str
+    #: Without credentials.
+    tracking_uri: str
+    #: The server's own store (where a notebook without jobs yet will log).
+    current: bool
+
+
+class TrackingStores(Document):
+    """``GET jupyter-air/runs/stores``: newest first."""
+
+    stores: list[TrackingStoreDocument]
 
 
 # -- permissions -----------------------------------------------------------------------

@@ -26,7 +26,7 @@ from tornado import web
 from ..identity import Identity, server_owner
 from ..redact import without_userinfo
 from ..tracking import experiment_runs as er
-from ..tracking.stores import KEY, lookup_store, store_key
+from ..tracking.stores import KEY, lookup_store, registered_stores, store_key
 from .jobs_handlers import JobsBase, in_store_thread
 
 if TYPE_CHECKING:
@@ -163,6 +163,37 @@ class NotebookRunsHandler(RunsBase):
         )
 
 
+class StoresHandler(RunsBase):
+    """The tracking stores of the jobs the caller may view, newest use first (runs made
+    before the one default store, in each working directory's ``mlflow.db``, stay
+    reachable); for the owner, the server's own store first."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        from ..jobs.api_models import TrackingStoreDocument, TrackingStores
+
+        who = self.caller()
+        current = env_store() if self.is_owner(who) else None
+
+        def used() -> list[str]:
+            registered = set(registered_stores().values())
+            uris = [current] if current else []
+            for job in self.store.jobs(visible_to=who):  # newest first
+                uri = job.spec.tracking.tracking_uri
+                if uri in registered and uri not in uris:
+                    uris.append(uri)
+            return uris
+
+        stores = [
+            TrackingStoreDocument(
+                store=store_key(uri), tracking_uri=without_userinfo(uri), current=uri == current
+            )
+            for uri in await in_store_thread(used)
+        ]
+        self.write_json(TrackingStores(stores=stores).model_dump(mode="json"))
+
+
 class ExperimentsHandler(RunsBase):
     @web.authenticated
     @authorized
@@ -236,6 +267,7 @@ def runs_handlers(store: JobStore) -> list[tuple[str, type[RunsBase], dict[str, 
     return [
         (r"/jupyter-air/runs", RunsHandler, kwargs),
         (r"/jupyter-air/runs/notebook", NotebookRunsHandler, kwargs),
+        (r"/jupyter-air/runs/stores", StoresHandler, kwargs),
         (r"/jupyter-air/runs/experiments", ExperimentsHandler, kwargs),
         (r"/jupyter-air/runs/compare", CompareHandler, kwargs),
     ]

@@ -48,7 +48,12 @@ def lookup_store(key: str, home: Path | None = None) -> str | None:
     """The tracking URI registered under ``key``, if any."""
     if not KEY.fullmatch(key):
         return None
-    return _read(_registry(home)).get(key)
+    return registered_stores(home).get(key)
+
+
+def registered_stores(home: Path | None = None) -> dict[str, str]:
+    """Every registered store: key -> tracking URI."""
+    return _read(_registry(home))
 
 
 def _read(path: Path) -> dict[str, str]:

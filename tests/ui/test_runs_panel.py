@@ -82,7 +82,29 @@ def server(start_lab: Callable[..., Lab], tmp_path_factory: pytest.TempPathFacto
     put_notebook(
         lab, "sweep.ipynb", ["%load_ext jupyter_air", sweep_call("0.1"), sweep_call("0.3")]
     )
+    old_project_store(air_home, tmp_path_factory.mktemp("old-project"))
     return lab
+
+
+def old_project_store(air_home: Path, directory: Path) -> None:
+    """A store a job of this user used before (a project's own ``mlflow.db``), with a run
+    in its experiment for train.ipynb."""
+    from mlflow import MlflowClient
+
+    from jupyter_air.identity import mlflow_user
+    from jupyter_air.jobs.store import JobStore
+    from jupyter_air.tracking.runs import default_experiment_name
+    from jupyter_air.tracking.stores import register_store
+    from tests.factories import job_spec
+
+    uri = f"sqlite:///{directory}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment(default_experiment_name(mlflow_user(), "train.ipynb"))
+    run = client.create_run(experiment, run_name="from-last-month")
+    client.set_terminated(run.info.run_id)
+    spec = job_spec(kind="command", tracking_uri=uri, experiment_id=experiment)
+    JobStore(air_home).create(spec, "20261101-090000-aaaaaa")
+    register_store(uri, air_home)
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +202,28 @@ def test_the_status_filter_shows_only_the_failed_run(page: Any) -> None:
         "() => document.querySelectorAll('.jp-air-RunsPanel-run').length === 1", timeout=30_000
     )
     assert statuses(page) == {"lr-bad": "failed"}
+
+
+def test_the_store_picker_shows_the_runs_an_older_store_holds(page: Any, artifacts: Path) -> None:
+    page.select_option(f"{PANEL} .jp-air-RunsPanel-statusFilter select", "")
+    picker = f"{PANEL} .jp-air-RunsPanel-store select"
+    page.wait_for_selector(picker, timeout=30_000)
+    labels = page.eval_on_selector_all(f"{picker} option", "os => os.map(o => o.textContent)")
+    assert labels[0] == "Default store"
+    assert labels[1:] == ["old-project0/mlflow.db"]
+    page.select_option(picker, index=1)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.jp-air-RunsPanel-run')]"
+        ".map(r => r.textContent).join() .includes('from-last-month')",
+        timeout=30_000,
+    )
+    assert list(statuses(page)) == ["from-last-month"]
+    page.screenshot(path=str(artifacts / "runs-store-picker.png"))
+    page.select_option(picker, index=0)
+    page.wait_for_function(
+        "() => document.querySelectorAll('.jp-air-RunsPanel-run').length === 3", timeout=30_000
+    )
+    assert statuses(page) == EXPECTED
 
 
 @pytest.fixture(scope="module")

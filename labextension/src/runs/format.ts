@@ -1,8 +1,34 @@
 /**
- * Text of the runs table's cells.
+ * Text of the runs panel: the store picker's entries and the table's cells.
  */
 
 import { formatClock, formatDateTime } from '../common/time';
+import type { ITrackingStore } from './types';
+
+/**
+ * A store as the picker names it, short enough for a sidebar: the server's
+ * own is "Default store"; a file store by its folder and file
+ * (`project/mlflow.db`), a server by its host; the whole URI is the tooltip.
+ */
+export function storeLabel(store: ITrackingStore): string {
+  if (store.current) {
+    return 'Default store';
+  }
+  const uri = store.tracking_uri;
+  const scheme = uri.split(':', 1)[0];
+  if (scheme === 'http' || scheme === 'https') {
+    try {
+      return new URL(uri).host;
+    } catch {
+      return uri;
+    }
+  }
+  const parts = uri
+    .replace(/^[a-z+]+:\/+/, '')
+    .split('/')
+    .filter(Boolean);
+  return parts.slice(-2).join('/') || uri;
+}
 
 /**
  * A run's start in the runs table, from MLflow's ms, as short as a narrow

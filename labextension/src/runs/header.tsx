@@ -1,7 +1,7 @@
 /**
- * The chrome of the runs panel (experiment picker, search, status filter,
- * refresh, pager, status line), drawn with React from the model on every
- * state change.
+ * The chrome of the runs panel (store and experiment pickers, search,
+ * status filter, refresh, pager, status line), drawn with React from the
+ * model on every state change.
  */
 
 import {
@@ -14,6 +14,7 @@ import * as React from 'react';
 
 import { PauseNotice, RefreshButton, StatusLine } from '../common/chrome';
 import { IStatus, statusOf } from '../common/status';
+import { storeLabel } from './format';
 import { RunsModel } from './model';
 import { RunStatus, STATUSES } from './types';
 
@@ -33,7 +34,11 @@ export function statusText(model: RunsModel): IStatus {
     } else if (!model.resolved || (model.page === null && model.experimentId)) {
       text = 'Loading…';
     } else if (!model.experimentId) {
-      text = 'No runs yet: this notebook has no MLflow experiment.';
+      text = model.storePicked
+        ? model.experiments.length
+          ? 'Pick an experiment of this store.'
+          : 'This store has no experiment you may view.'
+        : 'No runs yet: this notebook has no MLflow experiment.';
     } else {
       const count = model.page?.runs.length ?? 0;
       text = `${count} run${count === 1 ? '' : 's'} · page ${model.pageNumber}`;
@@ -71,9 +76,28 @@ function Header(props: { model: RunsModel }): JSX.Element {
   if (model.experimentId === null && experiments.length > 0) {
     experiments.unshift({ value: '', label: 'Pick an experiment' });
   }
+  const stores = model.stores.map(s => ({
+    value: s.store,
+    label: storeLabel(s)
+  }));
+  const shown = model.stores.find(s => s.store === model.store);
   return (
     <div className="jp-air-RunsPanel-header">
       <h2 className="jp-air-RunsPanel-title">Experiment runs</h2>
+      {stores.length > 1 && (
+        <HTMLSelect
+          className="jp-air-RunsPanel-store"
+          title={`The MLflow store whose runs are shown: ${shown?.tracking_uri ?? 'none yet'}`}
+          aria-label="Tracking store"
+          options={
+            model.store === null || !shown
+              ? [{ value: '', label: 'Pick a store' }, ...stores]
+              : stores
+          }
+          value={shown ? shown.store : ''}
+          onChange={event => model.setStore(event.target.value)}
+        />
+      )}
       {experiments.length > 0 && (
         <HTMLSelect
           className="jp-air-RunsPanel-experiment"

@@ -1,7 +1,8 @@
 /**
- * The state of the runs panel: the notebook in focus, its experiment, one
- * page of runs, the filters, the selection and its comparison. Polls while
- * a view is shown, so that running runs' statuses stay live.
+ * The state of the runs panel: the notebook in focus, its store and
+ * experiment (or another the user picked), one page of runs, the filters,
+ * the selection and its comparison. Polls while a view is shown, so that
+ * running runs' statuses stay live.
  */
 
 import type { Requester } from '../common/api';
@@ -14,6 +15,8 @@ import type {
   INotebookExperiment,
   IRun,
   IRunsPage,
+  IStoresResponse,
+  ITrackingStore,
   RunStatus
 } from './types';
 
@@ -42,6 +45,9 @@ export class RunsModel extends PollingModel {
     }
     this._path = path;
     this._store = null;
+    this._notebookStore = null;
+    this._chosenStore = null;
+    this._wantedName = null;
     this._experimentId = null;
     this._experiments = [];
     this._resolved = false;
@@ -65,9 +71,13 @@ export class RunsModel extends PollingModel {
     this.frequency = pollFrequency(seconds);
   }
 
-  /** The notebook's tracking store key, once known. */
+  /** The key of the tracking store shown: the notebook's, or one picked. */
   get store(): string | null {
     return this._store;
+  }
+  /** What the store picker offers: the stores the user's jobs used. */
+  get stores(): readonly ITrackingStore[] {
+    return this._stores;
   }
   get experimentId(): string | null {
     return this._experimentId;
@@ -75,6 +85,10 @@ export class RunsModel extends PollingModel {
   /** What the experiment picker offers. */
   get experiments(): readonly IExperiment[] {
     return this._experiments;
+  }
+  /** Whether the store shown is one the user picked, not the notebook's. */
+  get storePicked(): boolean {
+    return this._chosenStore !== null;
   }
   /** Whether the notebook's experiment is known (it may have none yet). */
   get resolved(): boolean {
@@ -125,6 +139,26 @@ export class RunsModel extends PollingModel {
   }
   get xAxis(): XAxis {
     return this._xAxis;
+  }
+
+  /**
+   * Show another store's runs (one an older job or a team server used), in
+   * its experiment of the notebook's experiment's name if it has one; the
+   * notebook's own store brings its experiment back.
+   */
+  setStore(key: string): void {
+    if (!key || key === this._store) {
+      return;
+    }
+    const name = this._experiments.find(e => e.id === this._experimentId)?.name;
+    this._wantedName = name ?? this._wantedName;
+    this._chosenStore = key === this._notebookStore ? null : key;
+    this._store = this._chosenStore;
+    this._experimentId = null;
+    this._experiments = [];
+    this._resolved = false;
+    this._reset();
+    void this.refresh().catch(() => undefined);
   }
 
   /** Switch to another experiment of the store. */
@@ -215,7 +249,11 @@ export class RunsModel extends PollingModel {
     if (path === null) {
       return;
     }
-    if (!this._resolved || this._experimentId === null) {
+    if (this._chosenStore !== null) {
+      if (!this._resolved) {
+        await this._pickIn(path, this._chosenStore);
+      }
+    } else if (!this._resolved || this._experimentId === null) {
       // Until the notebook's first call makes its experiment, ask again.
       await this._resolve(path);
     }
@@ -251,31 +289,46 @@ export class RunsModel extends PollingModel {
   }
 
   private async _resolve(path: string): Promise<void> {
-    const found = await this._request<INotebookExperiment>(
-      'runs/notebook',
-      undefined,
-      { path }
-    );
-    if (path !== this._path) {
+    const [found, stores] = await Promise.all([
+      this._request<INotebookExperiment>('runs/notebook', undefined, { path }),
+      this._request<IStoresResponse>('runs/stores')
+    ]);
+    if (path !== this._path || this._chosenStore !== null) {
       return;
     }
-    let experiments: IExperiment[] = [];
-    if (found.store) {
-      experiments = (
-        await this._request<{ experiments: IExperiment[] }>(
-          'runs/experiments',
-          undefined,
-          { store: found.store }
-        )
-      ).experiments;
-    }
-    if (path !== this._path) {
+    const experiments = found.store
+      ? await this._experimentsOf(found.store)
+      : [];
+    if (path !== this._path || this._chosenStore !== null) {
       return;
     }
+    this._stores = stores.stores;
+    this._notebookStore = found.store;
     this._store = found.store;
     this._experimentId = found.experiment_id;
     this._experiments = experiments;
     this._resolved = true;
+  }
+
+  /** A picked store's experiments, and the one named as the notebook's. */
+  private async _pickIn(path: string, store: string): Promise<void> {
+    const experiments = await this._experimentsOf(store);
+    if (path !== this._path || store !== this._chosenStore) {
+      return;
+    }
+    this._experiments = experiments;
+    const same = experiments.find(e => e.name === this._wantedName);
+    this._experimentId = same?.id ?? null;
+    this._resolved = true;
+  }
+
+  private async _experimentsOf(store: string): Promise<IExperiment[]> {
+    const answer = await this._request<{ experiments: IExperiment[] }>(
+      'runs/experiments',
+      undefined,
+      { store }
+    );
+    return answer.experiments;
   }
 
   private _firstPage(): void {
@@ -301,6 +354,12 @@ export class RunsModel extends PollingModel {
   private _path: string | null = null;
   private _resolved = false;
   private _store: string | null = null;
+  private _notebookStore: string | null = null;
+  /** A store the user picked, other than the notebook's. */
+  private _chosenStore: string | null = null;
+  private _stores: ITrackingStore[] = [];
+  /** The experiment's name to look for in a picked store. */
+  private _wantedName: string | null = null;
   private _experimentId: string | null = null;
   private _experiments: IExperiment[] = [];
   private _page: IRunsPage | null = null;

@@ -20,6 +20,20 @@ export interface INotebookExperiment {
   source: 'job' | 'default' | 'none';
 }
 
+/** A tracking store the caller's jobs used (`GET jupyter-air/runs/stores`). */
+export interface ITrackingStore {
+  store: string;
+  /** Without credentials. */
+  tracking_uri: string;
+  /** The server's own store. */
+  current: boolean;
+}
+
+/** `GET jupyter-air/runs/stores`: newest use first. */
+export interface IStoresResponse {
+  stores: ITrackingStore[];
+}
+
 export interface IExperiment {
   id: string;
   name: string;

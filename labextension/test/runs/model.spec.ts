@@ -5,7 +5,8 @@ import type { IRun, IRunsPage } from '../../src/runs/types';
 import {
   formatMetric,
   formatRunDuration,
-  formatStart
+  formatStart,
+  storeLabel
 } from '../../src/runs/format';
 
 const last = <T>(items: T[]): T => items[items.length - 1];
@@ -63,8 +64,27 @@ class FakeServer {
                 source: 'none'
               }
         ) as T;
+      case 'runs/stores':
+        return {
+          stores: [
+            { store: 'k', tracking_uri: 'sqlite:///x', current: true },
+            {
+              store: 'old',
+              tracking_uri: 'sqlite:///p/mlflow.db',
+              current: false
+            }
+          ]
+        } as T;
       case 'runs/experiments':
-        return { experiments: [{ id: '1', name: '/Users/ada/train' }] } as T;
+        return {
+          experiments:
+            query.store === 'old'
+              ? [
+                  { id: '7', name: 'other' },
+                  { id: '8', name: '/Users/ada/train' }
+                ]
+              : [{ id: '1', name: '/Users/ada/train' }]
+        } as T;
       case 'runs': {
         const second = query.page_token === 'p2';
         const page: IRunsPage = {
@@ -208,6 +228,48 @@ describe('RunsModel', () => {
     ]);
   });
 
+  it("lists the stores the user's jobs used; another store shows its experiment of the same name", async () => {
+    model.notebookPath = 'train.ipynb';
+    model.active = true;
+    await until(() => model.page !== null);
+    expect(model.stores.map(s => s.store)).toEqual(['k', 'old']);
+    expect(model.storePicked).toBe(false);
+
+    model.setStore('old');
+    expect(model.page).toBeNull();
+    await until(() => model.page !== null);
+    expect(model.storePicked).toBe(true);
+    expect(model.experiments.map(e => e.id)).toEqual(['7', '8']);
+    expect(model.experimentId).toBe('8');
+    expect(last(server.queries('runs'))).toMatchObject({
+      store: 'old',
+      experiment: '8'
+    });
+    await model.refresh(); // polling keeps the picked store
+    expect(last(server.queries('runs')).store).toBe('old');
+
+    model.setStore('k');
+    await until(() => last(server.queries('runs')).store === 'k');
+    expect(model.storePicked).toBe(false);
+    expect(model.experimentId).toBe('1');
+  });
+
+  it('a store without an experiment of that name waits for a pick', async () => {
+    model.notebookPath = 'other.ipynb'; // no experiment in its own store
+    model.active = true;
+    await until(() => model.resolved);
+    model.setStore('old');
+    await until(() => model.resolved);
+    expect(model.experimentId).toBeNull();
+    expect(server.queries('runs')).toEqual([]);
+    model.setExperiment('7');
+    await until(() => model.page !== null);
+    expect(last(server.queries('runs'))).toMatchObject({
+      store: 'old',
+      experiment: '7'
+    });
+  });
+
   it('another notebook in focus forgets the experiment, the page and the selection', async () => {
     model.notebookPath = 'train.ipynb';
     model.active = true;
@@ -238,6 +300,19 @@ describe('runs formatting', () => {
     expect(at(2026, 1, 3, 7, 5, 9)).toBe('02-03 07:05'); // this year
     expect(at(2025, 10, 30, 19, 0, 1)).toBe('2025-11-30'); // before
     expect(formatStart(null)).toBe('');
+  });
+
+  it('names a store by what tells it apart in a narrow sidebar', () => {
+    const named = (tracking_uri: string, current = false) =>
+      storeLabel({ store: 'k', tracking_uri, current });
+    expect(named('sqlite:////home/ada/air/mlflow.db', true)).toBe(
+      'Default store'
+    );
+    expect(named('sqlite:////home/ada/project/mlflow.db')).toBe(
+      'project/mlflow.db'
+    );
+    expect(named('file:///data/runs/mlruns')).toBe('runs/mlruns');
+    expect(named('http://mlflow.team:5000')).toBe('mlflow.team:5000');
   });
 
   it('shows metrics in 4 significant digits and a diverged one as NaN', () => {
