@@ -382,6 +382,17 @@ def _get(args: argparse.Namespace) -> int:
         print(f"    run: {a['run_url'] or a['run_id']}")
         for n in a["nodes"]:
             print(f"    node {n['node']}: {n['hostname']} {n['ip']}, Ray node {n['node_id']}")
+    if doc["parent_id"]:
+        print(f"  started by job {doc['parent_id']} (air get {doc['parent_id']})")
+    if doc["children"]:
+        print(f"  jobs it started: {len(doc['children'])}")
+        for child in service.documents([service.store.get(c) for c in doc["children"]]):
+            last = child["attempts"][-1] if child["attempts"] else None
+            run = last and (last["run_url"] or last["run_id"])
+            print(
+                f"    {child['id']}  {child['status']:<9} {child['run_name'] or ''}"
+                + (f"  run: {run}" if run else "")
+            )
     return 0
 
 

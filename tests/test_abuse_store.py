@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from jupyter_air import cli, paths
+from jupyter_air.identity import os_identity
 from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs import submit
 from jupyter_air.jobs.store import JobStore, StoreError
@@ -305,7 +306,7 @@ def test_a_job_document_shows_where_it_tracks_without_credentials(secret_job: st
     from jupyter_air.jobs.documents import job_document
 
     store = JobStore()
-    doc = job_document(store, store.get(secret_job), cli._run_link)
+    doc = job_document(store, store.get(secret_job), os_identity(), cli._run_link)
     assert doc["tracking_uri"] == "https://***@mlflow.internal/"
     assert doc["message"] == "could not reach https://***@mlflow.internal/api"
     assert (

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from jupyter_air import cli
+from jupyter_air.identity import os_identity
 from jupyter_air.jobs.documents import job_document
 from jupyter_air.jobs.store import JobStore
 from tests.factories import job_spec
@@ -26,27 +27,27 @@ def test_a_settled_outcome_shows_at_once_finishing_until_the_end_is_recorded(
     store: JobStore,
 ) -> None:
     job_id = running_job(store)
-    doc = job_document(store, store.get(job_id))
+    doc = job_document(store, store.get(job_id), os_identity())
     assert (doc["status"], doc["finishing"]) == ("RUNNING", False)
 
     store.end_attempt(job_id, 1, "SUCCEEDED", [0, 0])
-    doc = job_document(store, store.get(job_id))
+    doc = job_document(store, store.get(job_id), os_identity())
     assert (doc["status"], doc["finishing"], doc["ended"]) == ("SUCCEEDED", True, None)
 
     store.update(job_id, status="SUCCEEDED", ended=123.0)
-    doc = job_document(store, store.get(job_id))
+    doc = job_document(store, store.get(job_id), os_identity())
     assert (doc["status"], doc["finishing"], doc["ended"]) == ("SUCCEEDED", False, 123.0)
 
 
 def test_a_failed_attempt_with_a_retry_left_is_not_the_outcome(store: JobStore) -> None:
     job_id = running_job(store, max_retries=1)
     store.end_attempt(job_id, 1, "FAILED", [1, 0], failed_rank=0, message="rank 0 exited 1")
-    doc = job_document(store, store.get(job_id))
+    doc = job_document(store, store.get(job_id), os_identity())
     assert (doc["status"], doc["finishing"]) == ("RUNNING", False)
 
     store.start_attempt(job_id, 2, "run-2")
     store.end_attempt(job_id, 2, "FAILED", [1, 0], failed_rank=0, message="rank 0 exited 1")
-    doc = job_document(store, store.get(job_id))
+    doc = job_document(store, store.get(job_id), os_identity())
     assert (doc["status"], doc["message"], doc["finishing"]) == (
         "FAILED",
         "rank 0 exited 1",

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_air.identity import Identity, os_identity
 from jupyter_air.jobs.cancel import Elsewhere, cancel
 from jupyter_air.jobs.documents import job_documents
+from jupyter_air.jobs.permissions import parse_grant
 from jupyter_air.jobs.store import JobStore
 from tests.factories import job_spec
 
@@ -123,11 +125,11 @@ def test_a_page_of_job_documents_reads_the_store_a_fixed_number_of_times(
             store.start_attempt(job.id, 1, "run-1")
             store.start_attempt(job.id, 2, "run-2")
         statements.clear()
-        documents = job_documents(store, store.jobs(limit=count))
+        documents = job_documents(store, store.jobs(limit=count), os_identity())
         assert [len(d["attempts"]) for d in documents] == [2] * count
         return len(statements)
 
-    assert page_of(2) == page_of(25) == 2
+    assert page_of(2) == page_of(25) == 3  # the jobs, their attempts, their children
 
 
 # -- commits: no fsync each in WAL mode, durable across a process killed outright -----------
@@ -233,3 +235,51 @@ def test_a_spec_does_not_change_once_built() -> None:
         spec.program.env["A"] = "2"  # type: ignore[index]
     with pytest.raises(AttributeError):
         spec.compute.nnodes = 3  # type: ignore[misc]
+
+
+# -- children: jobs submitted from inside a job ------------------------------------------
+
+
+def test_a_job_submitted_from_inside_another_is_its_child_with_its_grants(
+    tmp_path: Path,
+) -> None:
+    store = JobStore(tmp_path)
+    task = store.create(job_spec("command"), owner="alice", grants=(parse_grant("bob:CAN_VIEW"),))
+    first = store.create(job_spec("python"), owner="alice", parent_id=task.id)
+    second = store.create(
+        job_spec("python"),
+        owner="alice",
+        parent_id=task.id,
+        grants=(parse_grant("carol:CAN_VIEW"),),
+    )
+    assert (first.parent_id, second.parent_id) == (task.id, task.id)
+    assert store.children([task.id], Identity("alice")) == {task.id: [first.id, second.id]}
+    assert store.children([task.id], Identity("bob")) == {task.id: [first.id, second.id]}
+    assert store.children([task.id], Identity("carol")) == {task.id: [second.id]}
+    assert store.children([task.id], Identity("mallory")) == {task.id: []}
+    assert store.children([first.id], Identity("alice")) == {first.id: []}
+
+
+def test_a_job_never_lands_under_someone_elses_or_an_unknown_job(tmp_path: Path) -> None:
+    """The parent comes from the environment, which the submitter controls."""
+    store = JobStore(tmp_path)
+    victim = store.create(job_spec("command"), owner="alice")
+    planted = store.create(job_spec("python"), owner="mallory", parent_id=victim.id)
+    orphan = store.create(job_spec("python"), owner="alice", parent_id="20260101-000000-000000")
+    assert (planted.parent_id, orphan.parent_id) == (None, None)
+    assert store.children([victim.id], Identity("alice")) == {victim.id: []}
+    assert store.access(planted.id).grants == (), "nothing of alice's job is inherited"
+
+
+def test_a_store_of_an_earlier_version_gains_the_parent_column(tmp_path: Path) -> None:
+    with closing(sqlite3.connect(tmp_path / "jobs.db")) as db, db:
+        db.execute(
+            "CREATE TABLE jobs (id TEXT PRIMARY KEY, created REAL NOT NULL, owner TEXT NOT NULL,"
+            " status TEXT NOT NULL, workload TEXT NOT NULL, supervisor_pid INTEGER,"
+            " started REAL, ended REAL, message TEXT)"
+        )
+    store = JobStore(tmp_path)
+    parent = store.create(job_spec("command"), owner="alice")
+    child = store.create(job_spec("python"), owner="alice", parent_id=parent.id)
+    assert store.get(child.id).parent_id == parent.id
+    assert store.get(parent.id).parent_id is None

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_air.identity import os_identity
 from jupyter_air.jobs.documents import job_document
 from jupyter_air.jobs.retention import prune, retention_days
 from jupyter_air.jobs.store import JobStore
@@ -33,8 +34,8 @@ def test_logs_older_than_the_retention_are_removed_and_the_record_says_so(tmp_pa
     assert not store.job_dir(old).exists()
     assert store.job_dir(recent).exists()
     assert store.job_dir(running).exists()
-    assert job_document(store, store.get(old))["logs_expired"] is True
-    assert job_document(store, store.get(recent))["logs_expired"] is False
+    assert job_document(store, store.get(old), os_identity())["logs_expired"] is True
+    assert job_document(store, store.get(recent), os_identity())["logs_expired"] is False
     assert store.get(old).status == "SUCCEEDED"
     assert prune(store, 60, now=now) == [], "nothing twice"
 

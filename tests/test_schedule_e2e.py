@@ -200,7 +200,7 @@ def test_a_chain_every_two_seconds_pause_resume_and_a_killed_scheduler(workdir: 
     assert caught_up[0]["status"] != "SKIPPED" or "max_concurrent_runs" in caught_up[0]["message"]
 
 
-def test_a_notebook_task_keeps_its_executed_notebook_and_its_cell_is_a_job(
+def test_a_notebook_task_keeps_its_executed_notebook_and_its_cell_is_its_child_job(
     workdir: Path,
 ) -> None:
     (workdir / "report.ipynb").write_text(json.dumps(NOTEBOOK))
@@ -230,8 +230,45 @@ def test_a_notebook_task_keeps_its_executed_notebook_and_its_cell_is_a_job(
     jobs = JobStore(workdir / "air")
     cell_jobs = [j for j in jobs.jobs() if j.id != task["job_id"]]
     assert len(cell_jobs) == 1  # the distributed cell: a job of its own
-    assert cell_jobs[0].status == "SUCCEEDED"
-    assert cell_jobs[0].spec.tracking.run_name == "cell"
+    cell_job = cell_jobs[0]
+    assert cell_job.status == "SUCCEEDED"
+    assert cell_job.spec.tracking.run_name == "cell"
+
+    # ... the task's child: under it in `air get`, the schedule run and MLflow
+    assert cell_job.parent_id == task["job_id"]
+    assert air("get", task["job_id"])["children"] == [cell_job.id]
+    assert air("get", cell_job.id)["parent_id"] == task["job_id"]
+    (child,) = task["children"]
+    assert (child["job_id"], child["status"], child["run_name"]) == (
+        cell_job.id,
+        "SUCCEEDED",
+        "cell",
+    )
+    cell_run, cell_experiment = mlflow_run(workdir, child["run_id"])
+    assert cell_experiment == "reports"
+    assert cell_run.data.tags["mlflow.parentRunId"] == task["run_id"]
+    assert cell_run.data.tags["air.parent_job_id"] == task["job_id"]
+    text = subprocess.run(
+        [sys.executable, "-m", "jupyter_air.cli", "get", task["job_id"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert f"jobs it started: 1\n    {cell_job.id}  SUCCEEDED" in text
+
+    # ... and the task's logs read as the notebook: its outputs, not the kernel's chatter
+    logs = subprocess.run(
+        [sys.executable, "-m", "jupyter_air.cli", "logs", task["job_id"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert "lr is 0.001" in logs
+    assert "rank says hello" in logs
+    assert "without encryption" not in logs
+    assert "WARNING" not in logs
 
 
 FIRE_IN_A_FRESH_PROCESS = """

@@ -86,6 +86,10 @@ class JobDocument(Document):
     tracking_uri: str | None
     logs_expired: bool
     attempts: list[AttemptDocument]
+    #: The job that submitted this one (a scheduled notebook's task, for its cells).
+    parent_id: str | None
+    #: The jobs this one submitted that the caller may view, oldest first.
+    children: list[str]
 
 
 # -- logs ------------------------------------------------------------------------------

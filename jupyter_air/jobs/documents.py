@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..identity import Identity
 from ..job_dir import AttemptDir
 from ..redact import redact, without_userinfo
 from ..status import JobStatus
@@ -22,20 +23,28 @@ RunLink = Callable[[str, str, str], str | None]
 
 
 def job_documents(
-    store: JobStore, jobs: list[Job], run_link: RunLink | None = None
+    store: JobStore, jobs: list[Job], who: Identity, run_link: RunLink | None = None
 ) -> list[dict[str, Any]]:
-    """The documents of a page of jobs, their attempts read in one query."""
+    """The documents of a page of jobs as ``who`` sees them, their attempts and their
+    children read in one query each."""
     attempts = store.attempts_of(jobs)
-    return [job_document(store, job, run_link, attempts[job.id]) for job in jobs]
+    children = store.children([job.id for job in jobs], who)
+    return [
+        job_document(store, job, who, run_link, attempts[job.id], children[job.id])
+        for job in jobs
+    ]
 
 
 def job_document(
     store: JobStore,
     job: Job,
+    who: Identity,
     run_link: RunLink | None = None,
     attempts: list[Attempt] | None = None,
+    children: list[str] | None = None,
 ) -> dict[str, Any]:
-    """``attempts``: the job's, when already read (see ``job_documents``).
+    """``attempts`` and ``children`` (those ``who`` may view): the job's, when already
+    read (see ``job_documents``).
 
     A job whose last attempt settled its outcome shows that outcome at once, ``finishing``
     while its supervisor ends the run in MLflow and attaches the logs (seconds, for a big
@@ -88,6 +97,8 @@ def job_document(
         tracking_uri=_shown(uri),
         logs_expired=not store.job_dir(job.id).exists(),
         attempts=documents,
+        parent_id=job.parent_id,
+        children=store.children([job.id], who)[job.id] if children is None else children,
     ).model_dump(mode="json")
 
 

@@ -2,7 +2,8 @@
 
 Lightning, Accelerate and the HF Trainer look for TORCHELASTIC_RUN_ID and friends to
 decide that an elastic launcher already started the workers, so they do not spawn
-processes of their own.
+processes of their own. Who submits from inside a job (``submitting_job``) makes a
+child of it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,22 @@ import os
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+#: The job a process without ``AIR_JOB_ID`` works for: a scheduled notebook's kernel
+#: (whose cells must not look like ranks) sets it to its task's job.
+PARENT_ENV = "AIR_PARENT_JOB_ID"
+
+
+def submitting_job() -> str | None:
+    """The job this process belongs to, if any: a rank's own, else the one it was
+    started for."""
+    return os.environ.get("AIR_JOB_ID") or os.environ.get(PARENT_ENV) or None
+
+
+def job_free_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` less what ties a process to a job: for one that outlives it and submits
+    jobs of its own (the scheduler, started by whichever kernel scheduled first)."""
+    return {k: v for k, v in env.items() if k not in ("AIR_JOB_ID", PARENT_ENV)}
 
 
 @dataclass(frozen=True)

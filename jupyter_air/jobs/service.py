@@ -20,6 +20,7 @@ from ..identity import Identity
 from . import backends, cancel
 from .backends.base import Backend, BackendRefused, Placement
 from .documents import RunLink, job_document, job_documents
+from .env import submitting_job
 from .permissions import BadGrant, Grant, JobAccess, Level, Principal, check_change
 from .sharing import mirror
 from .spec import JobKind, JobSpec, OutputRanks, job_spec
@@ -193,6 +194,7 @@ class JobService:
             user=user,
             extra_tags=extra_tags,
             watch_pid=watch_pid,
+            parent_id=submitting_job(),
         )
 
     # -- reading -----------------------------------------------------------------------
@@ -214,10 +216,10 @@ class JobService:
 
     def document(self, job: Job) -> dict[str, Any]:
         """What the caller sees of a job they may view (docs/api.md)."""
-        return job_document(self.store, job, self.run_link)
+        return job_document(self.store, job, self.caller, self.run_link)
 
     def documents(self, jobs: list[Job]) -> list[dict[str, Any]]:
-        return job_documents(self.store, jobs, self.run_link)
+        return job_documents(self.store, jobs, self.caller, self.run_link)
 
     def log_attempt(self, job: Job, attempt: int | None = None) -> tuple[int, Path]:
         """Which attempt's logs to read (the latest by default) and their directory."""

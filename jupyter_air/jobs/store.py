@@ -42,7 +42,7 @@ from ..job_dir import JobDir
 from ..paths import air_home, make_private, on_network_filesystem, private_dir, tighten
 from ..procs import alive
 from ..status import ACTIVE, AttemptStatus, JobStatus
-from .permissions import Grant, JobAccess, Level, Principal, check_change
+from .permissions import Grant, JobAccess, Level, Principal, check_change, merged
 from .spec import JobSpec
 
 JOB_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")  # what new_job_id() makes
@@ -63,7 +63,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     started REAL,
     ended REAL,
     message TEXT,
-    experiment_id TEXT
+    experiment_id TEXT,
+    parent_id TEXT
 );
 CREATE TABLE IF NOT EXISTS attempts (
     job_id TEXT NOT NULL REFERENCES jobs(id),
@@ -116,6 +117,9 @@ class Job:
     #: The MLflow experiment's id: the spec's, or the one its supervisor made for a job
     #: submitted with the experiment's name only.
     experiment_id: str | None = None
+    #: The job whose process submitted this one (a scheduled notebook's task for the
+    #: notebook's cells), if it is the same owner's.
+    parent_id: str | None = None
     #: Read as failed: active in the database, but its supervisor died unrecorded.
     supervisor_gone: bool = False
 
@@ -236,8 +240,13 @@ class JobStore:
         *,
         owner: str | None = None,
         grants: tuple[Grant, ...] = (),
+        parent_id: str | None = None,
     ) -> Job:
-        """Record a new job, owned by ``owner`` (default: the OS user), with its grants."""
+        """Record a new job, owned by ``owner`` (default: the OS user), with its grants,
+        as a child of ``parent_id`` if that is a job of the same owner: a parent comes
+        from the submitting process's environment, which anyone can set, so a job
+        never appears under someone else's. A child has its parent's grants too: who
+        may view a scheduled notebook's task may view the jobs of its cells."""
         job_id = job_id or new_job_id()
         owner = owner or os_user()
         check_change(owner, grants, ())
@@ -245,9 +254,14 @@ class JobStore:
         self.job_dir(job_id).mkdir(mode=0o700, parents=True)
         with self._connect() as db:
             db.execute("BEGIN IMMEDIATE")
+            if parent_id is not None:
+                row = db.execute("SELECT owner FROM jobs WHERE id = ?", (parent_id,)).fetchone()
+                parent_id = parent_id if row is not None and row["owner"] == owner else None
+            if parent_id is not None:
+                grants = merged([*_access(db, parent_id).grants, *grants])
             db.execute(
-                "INSERT INTO jobs (id, created, owner, status, workload, experiment_id) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO jobs (id, created, owner, status, workload, experiment_id, "
+                "parent_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     job_id,
                     now,
@@ -255,6 +269,7 @@ class JobStore:
                     JobStatus.PENDING,
                     spec.to_json(),
                     spec.tracking.experiment_id,
+                    parent_id,
                 ),
             )
             _put_grants(db, job_id, grants)
@@ -472,6 +487,24 @@ class JobStore:
             ).fetchall()
         return _attempts(rows, orphaned(_job(job)) if job is not None else None)
 
+    def children(self, job_ids: list[str], visible_to: Identity) -> dict[str, list[str]]:
+        """The jobs each of these jobs started that ``visible_to`` may view, oldest first,
+        in one query (a page of jobs)."""
+        found: dict[str, list[str]] = {job_id: [] for job_id in job_ids}
+        if not job_ids:
+            return found
+        sql, params = _visible(visible_to)
+        marks = ", ".join("?" * len(job_ids))
+        with self._connect() as db:
+            rows = db.execute(
+                f"SELECT id, parent_id FROM jobs WHERE parent_id IN ({marks}) AND {sql} "
+                "ORDER BY created",
+                [*job_ids, *params],
+            ).fetchall()
+        for row in rows:
+            found[row["parent_id"]].append(row["id"])
+        return found
+
     def attempts_of(self, jobs: list[Job]) -> dict[str, list[Attempt]]:
         """The attempts of each of these jobs (as read), in one query: a page of jobs."""
         if not jobs:
@@ -574,6 +607,7 @@ def _job(row: sqlite3.Row) -> Job:
         ended=row["ended"],
         message=row["message"],
         experiment_id=row["experiment_id"] or spec.tracking.experiment_id,
+        parent_id=row["parent_id"],
     )
 
 
@@ -581,9 +615,10 @@ def _migrate(db: sqlite3.Connection) -> None:
     """Bring a store made by an earlier version to this schema: its columns, and its
     jobs' flat workloads as nested specs (their experiment's id in its column)."""
     columns = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
-    for column in ("supervisor_host", "experiment_id"):
+    for column in ("supervisor_host", "experiment_id", "parent_id"):
         if column not in columns:
             db.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
+    db.execute("CREATE INDEX IF NOT EXISTS jobs_by_parent ON jobs (parent_id)")
     flat = db.execute(
         "SELECT id, workload FROM jobs WHERE json_extract(workload, '$.program') IS NULL"
     ).fetchall()

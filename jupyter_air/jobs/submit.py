@@ -8,6 +8,10 @@ in this process: the experiment and the first run are made as the supervisor sta
 the user's tail process (``run_tails``), woken here so that its import of MLflow
 overlaps the supervisor's start.
 Then the job is recorded with its owner and grants and its supervisor started.
+
+A job submitted from inside another job (a rank running ``air run``, a scheduled
+notebook's kernel running a ``%%air_distributed`` cell) is that job's child: recorded
+under it, and its run nested under the parent's run when both are in one experiment.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..job_dir import JobDir
 from ..paths import private_opener, write_private
@@ -27,7 +31,7 @@ from ..tracking.stores import register_store
 from ..tracking.targets import ExperimentRef, RunTarget, job_tags
 from .permissions import Grant
 from .spec import JobSpec
-from .store import Job, JobStore, new_job_id
+from .store import Job, JobStore, UnknownJob, new_job_id
 
 
 @dataclass(frozen=True)
@@ -51,11 +55,13 @@ def submit(
     user: str,
     extra_tags: Mapping[str, str] | None = None,
     watch_pid: int | None = None,
+    parent_id: str | None = None,
 ) -> Submitted:
     """Fill the spec's tracking from ``target``, then record and start the job.
 
     ``source`` is the cell's code, kept with the run (a ``RunTarget`` only); ``user`` is
-    MLflow's run user; ``extra_tags`` land on every attempt's run.
+    MLflow's run user; ``extra_tags`` land on every attempt's run; ``parent_id`` is the
+    job that submits this one (see ``submitting_job``).
     """
     if source is not None and not isinstance(target, RunTarget):
         raise ValueError("a cell's source is kept with a run the kernel started: a RunTarget")
@@ -65,6 +71,22 @@ def submit(
     tags = job_tags(job_id, 1, compute.nproc_per_node, compute.nnodes, notebook, user)
     tags.update(spec.tracking.tags)
     tags.update(extra_tags or {})
+    parent = _parent(store, parent_id, owner)
+    if parent is not None:
+        tags["air.parent_job_id"] = parent.id
+
+    def start(spec: JobSpec) -> Job:
+        return start_job(
+            store,
+            spec,
+            payload,
+            job_id=job_id,
+            watch_pid=watch_pid,
+            owner=owner,
+            grants=grants,
+            parent_id=parent.id if parent else None,
+        )
+
     if isinstance(target, ExperimentRef):
         spec = spec.with_tracking(
             tracking_uri=target.tracking_uri,
@@ -72,10 +94,9 @@ def submit(
             artifact_location=target.artifact_location,
             tags=tags,
         )
-        job = start_job(
-            store, spec, payload, job_id=job_id, watch_pid=watch_pid, owner=owner, grants=grants
-        )
-        return Submitted(job, None, None)
+        return Submitted(start(spec), None, None)
+    if parent is not None:
+        target = _nested(store, parent, target)
     run_id, run_name = _first_run(target, spec, tags, source)
     spec = spec.with_tracking(
         tracking_uri=target.tracking_uri,
@@ -85,10 +106,33 @@ def submit(
         first_run_id=run_id,
         tags=tags,
     )
-    job = start_job(
-        store, spec, payload, job_id=job_id, watch_pid=watch_pid, owner=owner, grants=grants
+    return Submitted(start(spec), run_id, run_name)
+
+
+def _parent(store: JobStore, parent_id: str | None, owner: str) -> Job | None:
+    """The parent job, if it exists and is the owner's (anyone can set the variable)."""
+    if parent_id is None:
+        return None
+    try:
+        parent = store.get(parent_id)
+    except UnknownJob:  # e.g. a rank on a node whose AIR_HOME is another
+        return None
+    return parent if parent.owner == owner else None
+
+
+def _nested(store: JobStore, parent: Job, target: RunTarget) -> RunTarget:
+    """The target with the parent's current run as the run's parent, when the kernel
+    named none (no active run) and both runs are in one experiment of one store, where
+    MLflow's UI shows the nesting."""
+    if target.parent_run_id or target.resume_run_id:
+        return target
+    same = (parent.spec.tracking.tracking_uri, parent.experiment_id) == (
+        target.tracking_uri,
+        target.experiment_id,
     )
-    return Submitted(job, run_id, run_name)
+    attempts = store.attempts(parent.id)
+    run_id = attempts[-1].run_id if attempts else None
+    return replace(target, parent_run_id=run_id) if same and run_id else target
 
 
 def _first_run(
@@ -121,15 +165,17 @@ def start_job(
     watch_pid: int | None = None,
     owner: str | None = None,
     grants: tuple[Grant, ...] = (),
+    parent_id: str | None = None,
 ) -> Job:
-    """Record the job (owned by ``owner``, the OS user by default, with ``grants``) and
-    start its supervisor in a session of its own: the last step of ``submit``.
+    """Record the job (owned by ``owner``, the OS user by default, with ``grants``, a
+    child of ``parent_id``) and start its supervisor in a session of its own: the last
+    step of ``submit``.
 
     With ``watch_pid`` the job is cancelled when that process (the kernel) dies. The
     supervisor is reaped by a thread of this process as it exits: a kernel or scheduler
     that submits many jobs keeps no zombie of theirs.
     """
-    job = store.create(spec, job_id=job_id, owner=owner, grants=grants)
+    job = store.create(spec, job_id=job_id, owner=owner, grants=grants, parent_id=parent_id)
     if spec.tracking.tracking_uri and not spec.tracking.first_run_id:
         ensure_running(store.home, spec.tracking.tracking_uri)  # the tail process makes the run
     job_dir = JobDir(store.job_dir(job.id))

@@ -182,7 +182,7 @@ def _act(schedules: Schedules, who: Identity, action: str, target: str) -> None:
         if not runs:
             print(f"{schedule.name}: no runs yet.")
         for run in runs:
-            doc = run_document(schedules.jobs, run, timezone=schedule.spec.timezone)
+            doc = run_document(schedules.jobs, run, who, timezone=schedule.spec.timezone)
             tasks = ", ".join(
                 f"{t['task_key']} {t['status'].lower()}"
                 + (f" (job {t['job_id']})" if t["job_id"] else "")

@@ -284,7 +284,8 @@ def _show_runs(s: Schedules, runs: list[ScheduleRun], args: Args, said: str | No
 
     if args.output == "json":
         docs = [
-            run_document(s.jobs, r, None, s.store.get(r.schedule_id).spec.timezone) for r in runs
+            run_document(s.jobs, r, os_identity(), None, s.store.get(r.schedule_id).spec.timezone)
+            for r in runs
         ]
         _json(docs if args.schedule_command == "runs" else docs[0])
         return 0
@@ -294,9 +295,12 @@ def _show_runs(s: Schedules, runs: list[ScheduleRun], args: Args, said: str | No
         when = datetime.fromtimestamp(r.scheduled_time).strftime("%Y-%m-%d %H:%M:%S")
         message = f" ({r.message})" if r.message else ""
         print(f"run {r.id}  {when}  {r.trigger.value:7} {r.status.value}{message}")
+        children = s.jobs.children([t.job_id for t in r.tasks if t.job_id], os_identity())
         for t in r.tasks:
             note = f" ({t.message})" if t.message else ""
             print(f"    {t.task_key:20} {t.status.value:10} {t.job_id or '-'}{note}")
+            for child in children.get(t.job_id or "", []):
+                print(f"      started job {child} ({s.jobs.get(child).status.value})")
     return 0
 
 

@@ -8,17 +8,26 @@ task's experiment. The executed notebook, outputs and all, becomes an artifact o
 task's MLflow run (``notebook/<name>``), whether it succeeded or not; a failing cell
 fails the task (exit status 1). The kernel sees the job's environment less what makes a
 process a rank (RANK, MASTER_ADDR, the attempt's MLFLOW_RUN_ID, ...), so that the
-notebook's own distributed cells start ranks of their own.
+notebook's own distributed cells start ranks of their own, as jobs that are children of
+the task's job.
+
+What the notebook prints is printed here as it comes, so the task's logs read as the
+notebook does. The kernel talks to this process over Unix sockets in a private
+directory, not loopback TCP, where other users of the machine could reach it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+from ..jobs.env import PARENT_ENV
 from .launch import NOTEBOOK_ENV
 
 #: What the rank's environment has that the notebook's kernel must not inherit.
@@ -52,16 +61,50 @@ def parameters_cell(parameters: dict[str, Any]) -> str:
 
 
 def kernel_env(env: dict[str, str]) -> dict[str, str]:
+    """The rank's environment less what makes a rank; the task's job as the parent of
+    the jobs the notebook's cells submit."""
     out = {k: v for k, v in env.items() if k not in RANK_ONLY}
+    if env.get("AIR_JOB_ID"):
+        out[PARENT_ENV] = env["AIR_JOB_ID"]
     if env.get(NOTEBOOK_ENV):
         out["MLFLOW_EXPERIMENT_NAME"] = env[NOTEBOOK_ENV]
     return out
 
 
+#: Terminal colours of IPython's tracebacks: noise in a log.
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def echo(msg: dict[str, Any], out: TextIO, err: TextIO) -> None:
+    """Print one output message of the kernel as the notebook shows it: streams, results
+    and displays as text, errors as their traceback. Updates of a display (a cell's live
+    status line, each second) are left out."""
+    kind, content = msg["msg_type"], msg["content"]
+    if kind == "stream":
+        (err if content["name"] == "stderr" else out).write(content["text"])
+    elif kind in ("execute_result", "display_data"):
+        text = content["data"].get("text/plain")
+        if text and "application/vnd.jupyter.widget-view+json" not in content["data"]:
+            out.write(ANSI.sub("", text).rstrip("\n") + "\n")
+    elif kind == "error":
+        err.write(ANSI.sub("", "\n".join(content["traceback"])) + "\n")
+    else:
+        return
+    (err if kind == "error" else out).flush()
+
+
 def main(argv: list[str]) -> int:
     import nbformat
+    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
+
+    class EchoingClient(NotebookClient):
+        def output(
+            self, outs: list[Any], msg: dict[str, Any], display_id: str | None, cell_index: int
+        ) -> Any:
+            echo(msg, sys.stdout, sys.stderr)
+            return super().output(outs, msg, display_id, cell_index)
 
     from ..jobs.store import JobStore
     from .store import ScheduleStore, UnknownSchedule
@@ -80,8 +123,14 @@ def main(argv: list[str]) -> int:
     cell.metadata["tags"] = [PARAMETERS_TAG]
     nb.cells.insert(0, cell)
     kernel = nb.metadata.get("kernelspec", {}).get("name") or "python3"
-    client = NotebookClient(
-        nb, timeout=None, kernel_name=kernel, resources={"metadata": {"path": os.getcwd()}}
+    sockets = tempfile.mkdtemp(prefix="air-kernel-")  # 0700: this user's alone
+    km = KernelManager(kernel_name=kernel, transport="ipc", ip=os.path.join(sockets, "k"))
+    client = EchoingClient(
+        nb,
+        km=km,
+        timeout=None,
+        kernel_name=kernel,
+        resources={"metadata": {"path": os.getcwd()}},
     )
     failed: str | None = None
     try:
@@ -89,6 +138,9 @@ def main(argv: list[str]) -> int:
     except CellExecutionError as err:
         failed = str(err).strip().splitlines()[-1] if str(err).strip() else "a cell failed"
     finally:
+        if km.has_kernel:  # a kernel manager given to nbclient is the giver's to stop
+            km.shutdown_kernel()
+        shutil.rmtree(sockets, ignore_errors=True)
         _keep(nb, Path(task.notebook_path or f"{task_key}.ipynb").name)
     if failed:
         print(f"notebook task {task_key} failed: {failed}", file=sys.stderr)

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from ..jobs.env import job_free_env
 from ..jobs.store import JobStore
 from ..paths import private_opener, write_private
 from ..procs import alive
@@ -87,7 +88,7 @@ def ensure_scheduler(jobs: JobStore, wait: float = 10.0) -> SchedulerInfo | None
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "AIR_HOME": str(home)},
+            env={**job_free_env(os.environ), "AIR_HOME": str(home)},
         )
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:

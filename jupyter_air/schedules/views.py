@@ -2,7 +2,8 @@
 routes, ``%air_schedule`` and ``air schedule ... --output json``.
 
 A document is what a caller sees of a schedule: its cron in words, its next fire times,
-its task graph, its last runs with each task's job, and the caller's own level. Fire
+its task graph, its last runs with each task's job (and the jobs it started: a notebook
+task's cells), and the caller's own level. Fire
 times are ISO 8601 in the schedule's time zone, with their offset.
 """
 
@@ -66,14 +67,23 @@ def schedule_document(
             }
             for t in spec.tasks
         ],
-        "last_runs": [run_document(schedules.jobs, run, run_link, spec.timezone) for run in runs],
+        "last_runs": [
+            run_document(schedules.jobs, run, who, run_link, spec.timezone) for run in runs
+        ],
     }
 
 
 def run_document(
-    jobs: JobStore, run: ScheduleRun, run_link: RunLink | None = None, timezone: str = "UTC"
+    jobs: JobStore,
+    run: ScheduleRun,
+    who: Identity,
+    run_link: RunLink | None = None,
+    timezone: str = "UTC",
 ) -> dict[str, Any]:
-    """``timezone``: the schedule's, in which its scheduled time is written."""
+    """``timezone``: the schedule's, in which its scheduled time is written; a task's
+    ``children``: the jobs its job started that ``who`` may view."""
+    task_jobs = [t.job_id for t in run.tasks if t.job_id]
+    children = jobs.children(task_jobs, who)
     return {
         "id": run.id,
         "schedule_id": run.schedule_id,
@@ -93,9 +103,23 @@ def run_document(
                 "previous_job_ids": list(t.previous_job_ids),
                 "message": _shown(t.message),
                 **_mlflow(jobs, t.job_id, run_link),
+                "children": [
+                    _child(jobs, child, run_link) for child in children.get(t.job_id or "", [])
+                ],
             }
             for t in run.tasks
         ],
+    }
+
+
+def _child(jobs: JobStore, job_id: str, run_link: RunLink | None) -> dict[str, Any]:
+    """A job a task's job started: its status, its run's name and its run."""
+    job = jobs.get(job_id)
+    return {
+        "job_id": job_id,
+        "status": job.status.value,
+        "run_name": job.spec.tracking.run_name,
+        **_mlflow(jobs, job_id, run_link),
     }
 
 

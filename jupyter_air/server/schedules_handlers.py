@@ -274,7 +274,7 @@ class ScheduleRunsHandler(SchedulesBase):
             schedule = self.schedules.get(who, schedule_id)
             runs = self.schedules.runs(who, schedule_id, limit or 20)
             tz = schedule.spec.timezone
-            return [run_document(self.store, r, self._run_link, tz) for r in runs]
+            return [run_document(self.store, r, who, self._run_link, tz) for r in runs]
 
         self.write_json({"runs": await self.call(documents)})
 

@@ -52,6 +52,10 @@ export interface IJob {
   tracking_uri: string | null;
   logs_expired: boolean;
   attempts: IAttempt[];
+  /** The job that submitted this one (a scheduled notebook's task, for its cells). */
+  parent_id: string | null;
+  /** The jobs this one submitted that the caller may view, oldest first. */
+  children: string[];
 }
 
 /** `GET jupyter-air/jobs`. */

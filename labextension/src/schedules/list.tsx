@@ -10,7 +10,7 @@ import * as React from 'react';
 
 import { formatFireTime, relativeTime, taskStages } from './format';
 import { allows, ScheduleAction, SchedulesModel } from './model';
-import type { ISchedule, IScheduleRun, ITaskRun } from './types';
+import type { IChildJob, ISchedule, IScheduleRun, ITaskRun } from './types';
 
 /** What a card's links and buttons need of the shell; the plugin gives them. */
 export interface IScheduleActions {
@@ -96,6 +96,56 @@ function TaskRun(props: {
           target="_blank"
           rel="noopener"
           title="Open the task's run in MLflow"
+        >
+          MLflow
+        </a>
+      )}
+      {task.children.length > 0 && (
+        <ul className="jp-air-Schedules-children">
+          {task.children.map(child => (
+            <ChildJob key={child.job_id} child={child} actions={actions} />
+          ))}
+        </ul>
+      )}
+    </li>
+  );
+}
+
+/** A job the task's job started: a notebook task's distributed cell. */
+function ChildJob(props: {
+  child: IChildJob;
+  actions: IScheduleActions;
+}): JSX.Element {
+  const { child, actions } = props;
+  return (
+    <li
+      className="jp-air-Schedules-child"
+      data-job-id={child.job_id}
+      data-status={child.status}
+    >
+      <span className="jp-air-Schedules-childName">
+        {child.run_name ?? child.job_id}
+      </span>{' '}
+      <span
+        className={`jp-air-Schedules-status jp-mod-${child.status.toLowerCase()}`}
+      >
+        {child.status.toLowerCase()}
+      </span>
+      <button
+        type="button"
+        className="jp-air-Schedules-link jp-air-Schedules-logs"
+        title={`Open the logs of job ${child.job_id}, which the task started`}
+        onClick={() => actions.openLogs(child.job_id)}
+      >
+        logs
+      </button>
+      {child.run_url && (
+        <a
+          className="jp-air-Schedules-link jp-air-Schedules-mlflow"
+          href={child.run_url}
+          target="_blank"
+          rel="noopener"
+          title="Open this job's run in MLflow"
         >
           MLflow
         </a>

@@ -47,6 +47,18 @@ export interface ITaskRun {
   run_url: string | null;
   /** The jobs of earlier tries of this task in this run (before a repair). */
   previous_job_ids: string[];
+  /** The jobs the task's job started (a notebook task's cells), oldest first. */
+  children: IChildJob[];
+}
+
+/** A job a task's job started, with its MLflow run. */
+export interface IChildJob {
+  job_id: string;
+  status: string;
+  run_name: string | null;
+  run_id: string | null;
+  experiment_id: string | null;
+  run_url: string | null;
 }
 
 export interface IScheduleRun {

@@ -19,6 +19,8 @@ const job = (kind: string): IJob => ({
   run_name: 'train',
   tracking_uri: null,
   logs_expired: false,
+  parent_id: null,
+  children: [],
   attempts: []
 });
 

@@ -29,6 +29,8 @@ function job(attempts = 1, status = 'RUNNING'): IJob {
     run_name: 'train',
     tracking_uri: null,
     logs_expired: false,
+    parent_id: null,
+    children: [],
     attempts: Array.from({ length: attempts }, (_, i) => ({
       attempt: i + 1,
       status,
