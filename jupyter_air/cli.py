@@ -33,6 +33,7 @@ from .jobs.permissions import (
     parse_principal,
 )
 from .jobs.service import Conflict, JobService, NoLogs
+from .jobs.spec import JobKind
 from .jobs.store import Job, JobStore, StoreError, UnknownJob
 from .logs.query import BadFilter, LogFilter, LogLine, read_all_text, read_tail
 from .logs.text import format_line
@@ -302,7 +303,6 @@ def _watched(service: JobService, job_id: str) -> int:
 
 def _submit(service: JobService, placed: Any, spec: Any, working_dir: Path) -> Job:
     from .identity import mlflow_user
-    from .jobs.spec import JobKind
     from .tracking.targets import ExperimentRef, current_tracking_uri
 
     target = ExperimentRef(
@@ -382,6 +382,8 @@ def _get(args: argparse.Namespace) -> int:
         print(f"    run: {a['run_url'] or a['run_id']}")
         for n in a["nodes"]:
             print(f"    node {n['node']}: {n['hostname']} {n['ip']}, Ray node {n['node_id']}")
+    if doc["kind"] == JobKind.SESSION:
+        _print_cells(service.store, doc["id"])
     if doc["parent_id"]:
         print(f"  started by job {doc['parent_id']} (air get {doc['parent_id']})")
     if doc["children"]:
@@ -394,6 +396,17 @@ def _get(args: argparse.Namespace) -> int:
                 + (f"  run: {run}" if run else "")
             )
     return 0
+
+
+def _print_cells(store: JobStore, job_id: str) -> None:
+    """A session's cells: each ran as a child run of the session's."""
+    from .job_dir import JobDir
+    from .jobs.sessions.cells import cells
+
+    ran = cells(JobDir(store.job_dir(job_id)))
+    print(f"  cells run: {len(ran)}" + (f" (air logs {job_id} --cell N)" if ran else ""))
+    for c in ran:
+        print(f"    cell {c.cell}  {c.status:<9} {c.ended - c.started:.1f} s  run: {c.run_id}")
 
 
 def _time(t: float | None) -> str:

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_air.job_dir import JobDir
 from jupyter_air.jobs import cancel
+from jupyter_air.jobs.sessions.cells import CellRecord, record
 from jupyter_air.jobs.store import JobStore
 from tests.factories import job_spec
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
@@ -344,3 +346,22 @@ def test_list_without_an_active_job_says_how_many_ended_ones_all_status_shows(
         store.update(store.create(job_spec("command", command=["true"])).id, status="SUCCEEDED")
     assert air("list").stdout == "no active jobs; 2 ended: air list --all-status shows them\n"
     assert len(air("list", "--all-status").stdout.splitlines()) == 3  # a header and 2 jobs
+
+
+def test_get_lists_a_sessions_cells_and_a_jobs_parent_and_children(workdir: Path) -> None:
+    store = JobStore(workdir / "air")
+    session = store.create(job_spec("session", command=["loop"]))
+    store.update(session.id, status="SUCCEEDED")
+    files = JobDir(store.job_dir(session.id))
+    record(files, CellRecord(1, "run-a", "c1", 100.0, 103.5, "SUCCEEDED"))
+    record(files, CellRecord(2, "run-b", None, 104.0, 104.25, "FAILED"))
+    shown = air("get", session.id).stdout
+    assert f"  cells run: 2 (air logs {session.id} --cell N)\n" in shown
+    assert "    cell 1  SUCCEEDED 3.5 s  run: run-a\n" in shown
+    assert "    cell 2  FAILED    0.2 s  run: run-b\n" in shown
+
+    task = store.create(job_spec("command", command=["true"], run_name="nightly"))
+    cell = store.create(job_spec("python", run_name="train"), parent_id=task.id)
+    store.update(cell.id, status="SUCCEEDED")
+    assert f"  jobs it started: 1\n    {cell.id}  SUCCEEDED train\n" in air("get", task.id).stdout
+    assert f"  started by job {task.id} (air get {task.id})\n" in air("get", cell.id).stdout
