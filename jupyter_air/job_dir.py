@@ -13,6 +13,8 @@
     jobs/<id>/attempt_K/hints.json        the efficiency hints now raised
     jobs/<id>/attempt_K/nodes.json        the nodes of a multi-node attempt
     jobs/<id>/attempt_K/gpu/node_N.json   node N's GPU sampler snapshot (multi-node)
+    jobs/<id>/attempt_K/metrics.jsonl     rank 0's ``log_metrics`` journal (``tracking.journal``)
+    jobs/<id>/attempt_K/metrics.shipped   how many bytes of it have landed in MLflow
     jobs/<id>/attempt_K/logs/node_N/rank_R.log   rank R's records
 
 A Ray node agent lays out its node's scratch directory the same way. The JSON files
@@ -42,6 +44,8 @@ HINTS = "hints.json"
 NODES = "nodes.json"
 LOGS = "logs"
 GPU = "gpu"
+METRICS_JOURNAL = "metrics.jsonl"
+METRICS_SHIPPED = "metrics.shipped"
 
 _ATTEMPT = re.compile(r"attempt_(\d+)")
 _NODE = re.compile(r"node_(\d+)")
@@ -122,6 +126,14 @@ class AttemptDir:
 
     def gpu(self, node: int) -> Path:
         return self.path / GPU / f"node_{node}.json"
+
+    @property
+    def metrics_journal(self) -> Path:
+        return self.path / METRICS_JOURNAL
+
+    @property
+    def metrics_shipped(self) -> Path:
+        return self.path / METRICS_SHIPPED
 
     @property
     def nodes(self) -> Path:

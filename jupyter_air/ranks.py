@@ -1,7 +1,9 @@
 """Helpers for code running on the ranks: log from rank 0 only.
 
 As the managed product advises, metrics are logged once per step from rank 0, not
-once per rank. These helpers are no-ops on every other rank.
+once per rank. These helpers are no-ops on every other rank. In a job, rank 0's
+metrics go to the attempt's journal (``tracking.journal``), never straight to MLflow:
+a step never waits for a tracking server, nor for MLflow's import.
 """
 
 from __future__ import annotations
@@ -9,7 +11,10 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import ParamSpec, TypeVar
+
+from .tracking.journal import JOURNAL_ENV, Writer
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -29,16 +34,39 @@ def rank_zero_only(fn: Callable[P, R]) -> Callable[P, R | None]:
     return wrapper
 
 
+#: This process's journal, opened at the first call.
+_journal: Writer | None = None
+
+
+def _journal_writer() -> Writer | None:
+    """The attempt's journal, if this rank runs where its attempt's directory is (a
+    node of a Ray cluster without the store's disk logs to MLflow directly)."""
+    global _journal
+    path = os.environ.get(JOURNAL_ENV)
+    if not path:
+        return None
+    if _journal is None or str(_journal.path) != path:
+        if not Path(path).parent.is_dir():
+            return None
+        _journal = Writer(Path(path))
+    return _journal
+
+
 @rank_zero_only
 def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
     """``mlflow.log_metrics`` into the job's run, from rank 0 only.
 
     The job's run is MLFLOW_RUN_ID (MLflow's own start/end calls leave it set in a
-    rank); a run the code started itself is used when no job run is set.
+    rank); a run the code started itself is used when no job run is set. In a job the
+    points are journaled and shipped in the background (see ``tracking.journal``).
     """
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    journal = _journal_writer() if run_id else None
+    if journal is not None and run_id:
+        journal.append(run_id, metrics, step)
+        return
     import mlflow
 
-    run_id = os.environ.get("MLFLOW_RUN_ID")
     active = mlflow.active_run()
     if active is not None and run_id in (None, active.info.run_id):
         mlflow.log_metrics(metrics, step=step)

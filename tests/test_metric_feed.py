@@ -11,7 +11,9 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
+from jupyter_air.job_dir import AttemptDir
 from jupyter_air.tracking import metric_feed as metric_feed_module
+from jupyter_air.tracking.journal import Writer, ship
 from jupyter_air.tracking.metric_feed import (
     ClientFeed,
     SqliteFeed,
@@ -141,3 +143,25 @@ def test_sqlite_paths() -> None:
     assert sqlite_path("sqlite:////tmp/a/mlflow.db") == Path("/tmp/a/mlflow.db")
     assert sqlite_path("sqlite:///relative.db") is None
     assert sqlite_path("http://host:5000") is None
+
+
+def test_the_journal_gives_rank_zeros_points_first_and_the_store_the_rest(
+    store: tuple[MlflowClient, str, str], tmp_path: Path
+) -> None:
+    client, uri, run = store
+    files = AttemptDir(tmp_path / "attempt_1").make()
+    writer = Writer(files.metrics_journal)
+    feed = metric_feed(uri, run, files.metrics_journal)
+    writer.append(run, {"loss": 0.5}, step=0)
+    other = client.create_run(client.get_run(run).info.experiment_id).info.run_id
+    writer.append(other, {"loss": 9.0}, step=0)  # a session's other cell
+    client.log_metric(run, "system/cpu_utilization_percentage", 30.0, step=0)
+    assert [(p.key, p.value) for p in feed.poll()] == [
+        ("loss", 0.5),
+        ("system/cpu_utilization_percentage", 30.0),
+    ]
+    ship(client, files)  # the journal's points reach the store: read once, not twice
+    writer.append(run, {"loss": 0.25}, step=1)
+    assert [(p.key, p.step, p.value) for p in feed.poll()] == [("loss", 1, 0.25)]
+    assert feed.poll() == []
+    feed.close()

@@ -14,7 +14,9 @@ from typing import Any
 
 from IPython.display import DisplayHandle, display
 
+from ..job_dir import JobDir
 from ..logs.query import LogLine
+from ..paths import air_home
 from .live_view import Live, hints_html
 
 #: Output lines shown in a cell before the rest is only counted.
@@ -74,7 +76,7 @@ class JobView:
         self._progress: dict[tuple[int, int, str], DisplayHandle] = {}
         self._live: Live | None = None
         if tracking_uri is not None:
-            self._live = Live(tracking_uri)
+            self._live = Live(tracking_uri, JobDir.under(air_home(), job_id))
 
     def header(self, run_name: str | None, links: Mapping[str, str | None]) -> None:
         """Job id, run name and links, as soon as the run exists."""

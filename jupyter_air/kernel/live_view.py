@@ -39,6 +39,7 @@ from IPython.display import DisplayHandle, display
 from traitlets import Enum, Float
 from traitlets.config import Configurable
 
+from ..job_dir import JobDir
 from ..tracking.metric_feed import MetricFeed, Point, metric_feed
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
@@ -434,12 +435,14 @@ def _drawn(key: str, gpus: Sequence[int] | None) -> tuple[str, str, str | None] 
 
 
 class RunFeed:
-    """The chart's points, read at most every ``interval`` seconds, attempt by attempt."""
+    """The chart's points, read at most every ``interval`` seconds, attempt by attempt:
+    rank 0's from the attempt's metrics journal in ``job``, the rest from the store."""
 
-    def __init__(self, tracking_uri: str, interval: float) -> None:
+    def __init__(self, tracking_uri: str, interval: float, job: JobDir) -> None:
         self.chart = RunChart()
         self.interval = interval
         self._tracking_uri = tracking_uri
+        self._job = job
         self._feeds: dict[int, MetricFeed] = {}
         self._last = -math.inf
         self.points_read = 0
@@ -455,7 +458,8 @@ class RunFeed:
         for attempt, run_id in attempts:
             feed = self._feeds.get(attempt)
             if feed is None:
-                feed = self._feeds[attempt] = metric_feed(self._tracking_uri, run_id)
+                journal = self._job.attempt(attempt).metrics_journal
+                feed = self._feeds[attempt] = metric_feed(self._tracking_uri, run_id, journal)
             points = feed.poll()
             self.points_read += len(points)
             step = self.chart.add(attempt, points, gpus)
@@ -591,9 +595,9 @@ class Live:
     """The chart side of a job's cell output: a live widget view where widgets are drawn,
     and in every case the final chart left as static outputs."""
 
-    def __init__(self, tracking_uri: str) -> None:
+    def __init__(self, tracking_uri: str, job: JobDir) -> None:
         config = live_view_config()
-        self.feed = RunFeed(tracking_uri, config.interval)
+        self.feed = RunFeed(tracking_uri, config.interval, job)
         self.widgets = widgets_available(config)
         self.handle: DisplayHandle | None = None
         self._final: DisplayHandle | None = None

@@ -9,6 +9,10 @@ history, and a row logged late with an older timestamp (a node's batch of system
 metrics) is still read. The file is opened read-only, so the feed never writes to or
 migrates a store. Any other store (an MLflow server, a database server) is read
 through ``MlflowClient``, whole histories, and the feed says so (``incremental``).
+
+Rank 0's ``log_metrics`` points are read from the attempt's journal (``journal``), where
+they are the moment they are logged, whatever MLflow does; the store gives the rest
+(system metrics, what the code logged through MLflow itself).
 """
 
 from __future__ import annotations
@@ -135,11 +139,43 @@ def sqlite_path(tracking_uri: str) -> Path | None:
     return path if path.is_absolute() else None
 
 
-def metric_feed(tracking_uri: str, run_id: str) -> MetricFeed:
-    """The cheapest feed that can read this store."""
-    path = sqlite_path(tracking_uri)
-    if path is not None:
-        return SqliteFeed(path, run_id)
-    from mlflow import MlflowClient
+class JournalFeed:
+    """One run's points in an attempt's metrics journal, after the last line read; the
+    store's points of keys the journal has are its own, shipped: left out."""
 
-    return ClientFeed(MlflowClient(tracking_uri), run_id)
+    def __init__(self, path: Path, run_id: str, store: MetricFeed) -> None:
+        self._path = path
+        self._run_id = run_id
+        self._offset = 0
+        self._store = store
+        self._keys: set[str] = set()
+        self.incremental = store.incremental
+
+    def poll(self) -> list[Point]:
+        from .journal import read
+
+        points: list[Point] = []
+        for line, end in read(self._path, self._offset):
+            points += [
+                Point(p.key, p.step, p.value, p.timestamp) for p in line if p.run_id == self._run_id
+            ]
+            self._offset = end
+        self._keys.update(p.key for p in points)
+        points += [p for p in self._store.poll() if p.key not in self._keys]
+        return points
+
+    def close(self) -> None:
+        self._store.close()
+
+
+def metric_feed(tracking_uri: str, run_id: str, journal: Path | None = None) -> MetricFeed:
+    """The cheapest feed that can read this store (and the attempt's ``journal``)."""
+    path = sqlite_path(tracking_uri)
+    store: MetricFeed
+    if path is not None:
+        store = SqliteFeed(path, run_id)
+    else:
+        from mlflow import MlflowClient
+
+        store = ClientFeed(MlflowClient(tracking_uri), run_id)
+    return store if journal is None else JournalFeed(journal, run_id, store)

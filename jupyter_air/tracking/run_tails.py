@@ -10,8 +10,9 @@ for the supervisors:
   side wakes the process, so that its import overlaps the supervisor's start. A
   supervisor that gets no answer (no process could start, it died, it is too slow)
   makes the run itself; an MLflow error is the answer, and fails the job with its cause.
-- **a run's tail** once the ranks have exited: its last system-metrics sample, its end,
-  and the ranks' logs as artifacts, one at a time, in order.
+- **a run's tail** once the ranks have exited: what is left of rank 0's metrics journal
+  (``journal``), its last system-metrics sample, its end, and the ranks' logs as
+  artifacts, one at a time, in order.
 
 Who can reach it: requests are files in ``AIR_HOME/tails/`` (private to the user, 0700,
 each file 0600, like every file of the store) and it listens on nothing; a request that
@@ -44,6 +45,7 @@ from typing import Any
 from ..job_dir import AttemptDir
 from ..logs.capture import plain_lines
 from ..paths import private_dir, write_private
+from . import journal
 
 log = logging.getLogger("jupyter_air.run_tails")
 
@@ -128,6 +130,8 @@ class Answer:
 
     end_error: str | None = None
     logs_error: str | None = None
+    #: Rank 0's metrics not shipped (they stay in the journal).
+    metrics_error: str | None = None
 
 
 def make_run(home: Path, request: NewRun, take_timeout: float = RUN_TAKE_TIMEOUT) -> MadeRun:
@@ -151,7 +155,7 @@ def hand_over(home: Path, tail: Tail, timeout: float = ANSWER_TIMEOUT) -> Answer
         return Answer("no answer from the tail process", "no answer from the tail process")
     if done.get("refused"):
         return Answer(done["refused"], done["refused"])
-    return Answer(done.get("end_error"), done.get("logs_error"))
+    return Answer(done.get("end_error"), done.get("logs_error"), done.get("metrics_error"))
 
 
 def _ask(
@@ -343,10 +347,16 @@ class TailProcess:
         return asdict(MadeRun(run_id, experiment_id))
 
     def finish(self, tail: Tail) -> Answer:
-        """The last sample, the run's end, then the logs: each failure only noted."""
+        """The journal's rest, the last sample, the run's end, then the logs: each
+        failure only noted."""
         from . import runs
 
-        end_error = logs_error = None
+        end_error = logs_error = metrics_error = None
+        try:
+            client = self._client(tail.tracking_uri)
+            journal.ship(client, AttemptDir(Path(tail.attempt_dir)))
+        except Exception as err:  # kept in the journal, from its mark
+            metrics_error = repr(err)
         try:
             client = self._client(tail.tracking_uri)
             if tail.sample:
@@ -361,7 +371,7 @@ class TailProcess:
             with contextlib.suppress(Exception):
                 client = self._client(tail.tracking_uri)
                 client.set_tag(tail.run_id, "air.logs", f"not attached: {err!r}"[:500])
-        return Answer(end_error, logs_error)
+        return Answer(end_error, logs_error, metrics_error)
 
     def open_store(self, tracking_uri: str) -> None:
         """MLflow loaded and this store opened now: a submission starts the process

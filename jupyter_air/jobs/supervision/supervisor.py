@@ -1,15 +1,16 @@
 """The supervisor: one process per job, in its own session, owning the job's attempts.
 
-``python -m jupyter_air.jobs.supervision.supervisor JOB_ID [--watch-pid PID]``. It starts the ranks
-of each attempt at once, while MLflow is imported on a background thread (about 2 s
-that need not delay the ranks), logs every node's system metrics into the attempt's run
-(``system_feed``; a warm session's into its running cell's run too), stops
-every rank when one fails, retries up to ``max_retries`` times (a new MLflow run per
-attempt), and takes the job down when it is cancelled or the kernel that follows it
-dies. The first attempt's run was created by the kernel, so links show at once; a job
-submitted without MLflow (``air run``) gets its experiment and first run made by the
-user's tail process (``run_tails``), which keeps MLflow loaded, or here if it cannot.
-The job's end is recorded before anything on the MLflow side that may fail or take
+``python -m jupyter_air.jobs.supervision.supervisor JOB_ID [--watch-pid PID]``. It
+starts the ranks of each attempt at once, while MLflow is imported on a background
+thread (about 2 s that need not delay the ranks), logs every node's system metrics into
+the attempt's run (``system_feed``; a warm session's into its running cell's run too),
+ships rank 0's metrics journal there (``tracking.journal``), stops every rank when one
+fails, retries up to ``max_retries`` times (a new MLflow run per attempt), and takes the
+job down when it is cancelled or the kernel that follows it dies. The first attempt's
+run was created by the kernel, so links show at once; a job submitted without MLflow
+(``air run``) gets its experiment and first run made by the user's tail process
+(``run_tails``), which keeps MLflow loaded, or here if it cannot. The job's end is
+recorded before anything on the MLflow side that may fail or take
 memory, so nothing there changes a job's outcome; each run's tail (its last metrics
 sample, its end, its logs) is handed to the tail process too.
 """
@@ -35,6 +36,7 @@ from typing import Any
 from ...job_dir import AttemptDir, JobDir
 from ...procs import alive
 from ...status import JobStatus, Outcome
+from ...tracking import journal
 from ...tracking.guard import RunGuard
 from ...tracking.run_tails import Answer, NewRun, NoAnswer, Tail, hand_over, make_run
 from .. import backends
@@ -53,6 +55,10 @@ log = logging.getLogger("jupyter_air.supervisor")
 METRICS_INTERVAL = float(os.environ.get("AIR_SYSTEM_METRICS_INTERVAL", "10"))
 #: Seconds the supervisor waits, at its end, for its reaper to sweep what the job left.
 REAPER_WAIT = 15.0
+#: Seconds between two looks at the metrics journal, and the most the attempt's end
+#: waits for a batch under way.
+SHIP_INTERVAL = 1.0
+SHIP_STOP_WAIT = 5.0
 
 
 class NotLoaded(RuntimeError):
@@ -182,12 +188,54 @@ class Tracking:
         client, _ = self._mlflow()
         return client
 
+    def loaded_client(self) -> Any | None:
+        """The MLflow client if MLflow is loaded already (this does not ask for it)."""
+        if not self._ready.done() or self._ready.exception() is not None:
+            return None
+        client, _ = self._ready.result()
+        return client
+
     def tag(self, run_id: str, key: str, value: str) -> None:
         """A note on the run, if MLflow can still take one."""
         try:
             self.client().set_tag(run_id, key, value)
         except Exception as err:
             log.warning("could not tag MLflow run %s: %s", run_id, err)
+
+
+class JournalShipper:
+    """Ships the attempt's metrics journal to MLflow while the attempt runs, once MLflow
+    is loaded here (it is for the first system sample): a short job's journal is all
+    shipped by the tail process, before it ends the run. A failure is logged once and
+    tried again; the ranks never wait for any of it."""
+
+    def __init__(self, files: AttemptDir, tracking: Tracking) -> None:
+        self._files = files
+        self._tracking = tracking
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="air-journal", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        failing: str | None = None
+        while not self._stop.wait(SHIP_INTERVAL):
+            client = self._tracking.loaded_client()
+            if client is None or not journal.waiting(self._files):
+                continue
+            try:
+                journal.ship(client, self._files)
+                failing = None
+            except Exception as err:
+                if repr(err) != failing:
+                    log.warning("metrics not shipped yet, will try again: %r", err)
+                failing = repr(err)
+
+    def stop(self) -> None:
+        """Stop shipping (the tail process ships the rest). A batch under way is not
+        waited for past ``SHIP_STOP_WAIT``: a tracking server that does not answer must
+        not hold the attempt's end."""
+        self._stop.set()
+        self._thread.join(SHIP_STOP_WAIT)
 
 
 @dataclass
@@ -200,6 +248,7 @@ class Attempt:
     guard: RunGuard
     metrics: SystemMetricsFeed
     hints: HintRecorder
+    shipper: JournalShipper
 
 
 class Supervisor:
@@ -328,7 +377,8 @@ class Supervisor:
         )
         session = JobDir(self.store.job_dir(job.id)) if spec.kind is JobKind.SESSION else None
         metrics = SystemMetricsFeed(run_id, spec.compute.nnodes, guard, tracking.client, session)
-        return Attempt(number, run_id, files, guard, metrics, hints)
+        shipper = JournalShipper(files, tracking)
+        return Attempt(number, run_id, files, guard, metrics, hints, shipper)
 
     def _run_attempt(self, attempt: Attempt, reaper: Reaper) -> AttemptEnd:
         """The attempt's ranks, on its backend, until every one has exited."""
@@ -387,6 +437,7 @@ class Supervisor:
         """The run's last metrics, its end and its logs, whoever follows the job; a
         failure is logged here (and the logs' in the run's tags)."""
         attempt.metrics.finish()
+        attempt.shipper.stop()
         # A local job ended before its first sample: the tail process samples this
         # machine (MLflow is not loaded here for it). A remote node samples at its end.
         sampled = attempt.metrics.sampled or self.backend.samples_at_close
@@ -405,6 +456,13 @@ class Supervisor:
             answer = hand_over(self.store.home, tail)
         except Exception as err:  # the spool cannot be written: the outcome stands
             answer = Answer(repr(err), repr(err))
+        if answer.metrics_error:
+            log.error(
+                "rank 0's metrics of attempt %d wait in %s: %s",
+                attempt.number,
+                attempt.files.metrics_journal,
+                answer.metrics_error,
+            )
         if answer.end_error:
             log.error("could not end MLflow run %s: %s", attempt.run_id, answer.end_error)
         if answer.logs_error:
@@ -440,6 +498,7 @@ class Supervisor:
             "MLFLOW_TRACKING_URI": tracking.tracking_uri or "",
             "MLFLOW_EXPERIMENT_ID": self._tracking.experiment_id or "",
             "MLFLOW_RUN_ID": attempt.run_id,
+            journal.JOURNAL_ENV: str(attempt.files.metrics_journal),
         }
         context = AttemptContext(
             job_id=self.job.id,
