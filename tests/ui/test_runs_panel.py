@@ -115,6 +115,35 @@ def page(browser: Any, server: Lab) -> Iterator[Any]:
     page.close()
 
 
+#: What the panel shows at the sidebar's width: the heads of the table's columns in view
+#: (not cut by the sidebar's edge), and the search box's and its neighbours' boxes.
+PANEL_LAYOUT = """panel => {
+    const edge = panel.parentElement.getBoundingClientRect().right;
+    const box = e => {
+        const r = e.getBoundingClientRect();
+        return {left: r.left, right: r.right, top: r.top, bottom: r.bottom, width: r.width};
+    };
+    return {
+        edge,
+        heads: [...panel.querySelectorAll('.jp-air-RunsPanel-table th')]
+            .filter(th => th.getBoundingClientRect().right <= edge + 0.5)
+            .map(th => th.textContent),
+        search: box(panel.querySelector('.jp-air-RunsPanel-search')),
+        others: [...panel.querySelectorAll(
+            '.jp-air-RunsPanel-statusFilter, .jp-air-RunsPanel-refresh')].map(box),
+    };
+}"""
+
+
+def overlap(a: dict[str, float], b: dict[str, float]) -> bool:
+    return (
+        a["left"] < b["right"]
+        and b["left"] < a["right"]
+        and a["top"] < b["bottom"]
+        and b["top"] < a["bottom"]
+    )
+
+
 def statuses(page: Any) -> dict[str, str]:
     return dict(
         page.eval_on_selector_all(
@@ -163,7 +192,27 @@ def test_the_three_calls_appear_with_their_statuses_jobs_and_cells(
         " > panel.parentElement.getBoundingClientRect().right).length",
     )
     assert cut == 0, "Start is cut off in the sidebar"
+    # At the sidebar's default width the run's status, name, start and duration are in
+    # view; the table scrolls sideways for the rest. The search box has a line of its
+    # own, clear of the status filter and Refresh.
+    layout = page.eval_on_selector(PANEL, PANEL_LAYOUT)
+    assert layout["heads"][:5] == ["", "Status", "Run", "Start", "Duration"], layout
+    search = layout["search"]
+    assert search["width"] >= 120, layout
+    assert search["right"] <= layout["edge"], layout
+    assert not any(overlap(search, other) for other in layout["others"]), layout
     page.screenshot(path=str(artifacts / "runs-panel.png"))
+    # Scrolled to its last column, the table keeps the runs' names in view.
+    wrap = f"{PANEL} .jp-air-RunsPanel-tableWrap"
+    page.eval_on_selector(wrap, "w => { w.scrollLeft = w.scrollWidth; }")
+    names = page.eval_on_selector(
+        wrap,
+        "w => [...w.querySelectorAll('.jp-air-RunsPanel-name')]"
+        ".every(n => n.getBoundingClientRect().left >= w.getBoundingClientRect().left - 0.5)",
+    )
+    page.screenshot(path=str(artifacts / "runs-panel-scrolled.png"))
+    page.eval_on_selector(wrap, "w => { w.scrollLeft = 0; }")
+    assert names, "the runs' names scroll out of view"
     # the failed run's cell: the notebook's last cell becomes the active one
     page.click(f"{ROWS} >> nth=0 >> .jp-air-RunsPanel-cell")
     page.wait_for_function(

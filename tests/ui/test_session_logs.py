@@ -127,6 +127,55 @@ def test_one_cell_of_a_session_is_picked_and_a_link_preselects_another(
     assert page.input_value(".jp-air-JobLogs-cell select") == "2"
 
 
+#: The toolbar's box and its items' (those with a size: not the spacer).
+TOOLBAR_LAYOUT = """bar => {
+    const box = bar.getBoundingClientRect();
+    const items = [...bar.children]
+        .map(item => item.getBoundingClientRect())
+        .filter(r => r.width > 0 && r.height > 0);
+    return {
+        right: box.right,
+        middles: items.map(r => r.top + r.height / 2),
+        rights: items.map(r => r.right),
+    };
+}"""
+
+
+def toolbar_layout(page: Any) -> dict[str, Any]:
+    layout: dict[str, Any] = page.eval_on_selector(".jp-air-JobLogs-toolbar", TOOLBAR_LAYOUT)
+    return layout
+
+
+def test_the_toolbar_stays_one_line_with_the_cell_picker(page: Any, artifacts: Path) -> None:
+    """At a common width (a 1400 px window, the file browser open beside the view) the
+    session's toolbar keeps one line: its buttons turn to icons (their tooltips name
+    them) and its pickers shrink (a label cut with an ellipsis is whole in its tooltip)
+    before anything wraps. Narrower, it may wrap, but nothing overflows."""
+    page.wait_for_selector(".jp-air-JobLogs-cell select")
+    assert page.input_value(".jp-air-JobLogs-cell select") == "2"  # the longest label shown
+    layout = toolbar_layout(page)
+    assert max(layout["middles"]) - min(layout["middles"]) <= 2, layout  # one line
+    assert max(layout["rights"]) <= layout["right"] + 0.5, layout
+    # a label cut with an ellipsis is whole in the picker's tooltip
+    title = page.get_attribute(".jp-air-JobLogs-cell select", "title") or ""
+    assert title.startswith("Session cell: Cell 2 · SUCCEEDED · "), title
+    page.locator(".jp-air-JobLogs-header").screenshot(
+        path=str(artifacts / "session-logs-toolbar.png")
+    )
+    page.set_viewport_size({"width": 900, "height": 900})
+    try:
+        page.wait_for_function(
+            "() => document.querySelector('.jp-air-JobLogs-toolbar')"
+            ".getBoundingClientRect().right < 900",
+            timeout=10_000,
+        )
+        layout = toolbar_layout(page)
+        assert max(layout["rights"]) <= layout["right"] + 0.5, layout
+        page.screenshot(path=str(artifacts / "session-logs-narrow.png"))
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 900})
+
+
 def test_the_jobs_picker_names_a_session_as_such(page: Any, session: str) -> None:
     page.keyboard.press("Control+Shift+C")
     page.fill(".jp-mod-commandPalette input, #command-palette input", "Open job logs")

@@ -198,10 +198,14 @@ function CellSelect(props: { model: JobLogsModel }): JSX.Element {
   if (chosen !== null && !model.cells.some(c => c.cell === chosen)) {
     options.push({ value: String(chosen), label: `Cell ${chosen} · running` });
   }
+  // The picker may be too narrow for its label (cut with an ellipsis): the tooltip has it.
+  const shown = options.find(
+    o => o.value === (chosen === null ? '' : String(chosen))
+  );
   return (
     <HTMLSelect
       className="jp-air-JobLogs-cell"
-      title="Session cell"
+      title={shown ? `Session cell: ${shown.label}` : 'Session cell'}
       aria-label="Session cell"
       options={options}
       value={chosen === null ? '' : String(chosen)}

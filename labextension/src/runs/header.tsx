@@ -53,7 +53,8 @@ function Search(props: { model: RunsModel }): JSX.Element {
     <input
       className="jp-air-RunsPanel-search jp-mod-styled"
       type="search"
-      placeholder="Search runs (name, or params.lr = '0.1')"
+      placeholder="Search runs"
+      title="A run's name, or an MLflow filter such as params.lr = '0.1' (Enter to search)"
       aria-label="Search runs"
       value={text}
       onChange={event => setText(event.target.value)}
@@ -110,20 +111,23 @@ function Header(props: { model: RunsModel }): JSX.Element {
       )}
       <div className="jp-air-RunsPanel-toolbar">
         <Search model={model} />
-        <HTMLSelect
-          className="jp-air-RunsPanel-statusFilter"
-          aria-label="Status"
-          options={STATUS_OPTIONS}
-          value={model.status ?? ''}
-          onChange={event =>
-            model.setStatus((event.target.value || null) as RunStatus | null)
-          }
-        />
-        <RefreshButton
-          model={model}
-          prefix={PREFIX}
-          tooltip="Refresh the runs"
-        />
+        {/* One piece: in a narrow sidebar both wrap below the search box. */}
+        <div className="jp-air-RunsPanel-filters">
+          <HTMLSelect
+            className="jp-air-RunsPanel-statusFilter"
+            aria-label="Status"
+            options={STATUS_OPTIONS}
+            value={model.status ?? ''}
+            onChange={event =>
+              model.setStatus((event.target.value || null) as RunStatus | null)
+            }
+          />
+          <RefreshButton
+            model={model}
+            prefix={PREFIX}
+            tooltip="Refresh the runs"
+          />
+        </div>
       </div>
       <StatusLine status={statusText(model)} prefix={PREFIX} />
       <PauseNotice model={model} prefix={PREFIX} />

@@ -22,6 +22,13 @@ export interface IRunActions {
 
 const FIXED = ['', 'Status', 'Run', 'Start', 'Duration', 'Attempt', 'Job'];
 
+/** The fixed columns' heads that runs.css styles (narrow sidebar, sticky name). */
+const HEAD_CLASSES: Record<string, string> = {
+  Status: 'jp-air-RunsPanel-statusHead',
+  Run: 'jp-air-RunsPanel-nameHead',
+  Duration: 'jp-air-RunsPanel-durationHead'
+};
+
 export class RunsTable extends Widget {
   constructor(
     readonly model: RunsModel,
@@ -69,8 +76,10 @@ export class RunsTable extends Widget {
     const metrics = this.model.tableMetrics;
     const titles = [...FIXED, ...page.params.map(p => `param ${p}`)];
     for (const title of titles) {
-      const status = title === 'Status' ? 'jp-air-RunsPanel-statusHead' : '';
-      head.appendChild(el('th', status, title));
+      const th = head.appendChild(el('th', HEAD_CLASSES[title] ?? '', title));
+      if (title === 'Duration') {
+        th.title = title; // shortened in a narrow sidebar
+      }
     }
     for (const key of metrics) {
       const system = isSystemMetric(key);
@@ -135,16 +144,17 @@ export class RunsTable extends Widget {
     name.className = 'jp-air-RunsPanel-name';
     name.style.paddingLeft = `${4 + 12 * run.depth}px`;
     const label = run.name ?? run.run_id;
+    // A long name is cut with an ellipsis (runs.css): the whole name is its tooltip.
     if (run.run_url) {
-      const a = document.createElement('a');
+      const a = el('a', 'jp-air-RunsPanel-label', label);
       a.href = run.run_url;
       a.target = '_blank';
       a.rel = 'noopener';
-      a.title = 'Open the run in MLflow';
-      a.textContent = label;
+      a.title = `${label}: open the run in MLflow`;
       name.appendChild(a);
     } else {
-      name.textContent = label;
+      name.appendChild(el('span', 'jp-air-RunsPanel-label', label)).title =
+        label;
     }
     if (run.kind === 'session') {
       const badge = el('span', 'jp-air-RunsPanel-kind', 'session');

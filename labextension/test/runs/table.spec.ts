@@ -1,0 +1,97 @@
+import { Signal } from '@lumino/signaling';
+
+import type { RunsModel } from '../../src/runs/model';
+import type { RunsTable as RunsTableType } from '../../src/runs/table';
+import type { IRun, IRunsPage } from '../../src/runs/types';
+
+let RunsTable: typeof RunsTableType;
+beforeAll(async () => {
+  // jsdom has no DragEvent, which @lumino/dragdrop extends when imported.
+  (globalThis as any).DragEvent ??= class extends MouseEvent {};
+  ({ RunsTable } = await import('../../src/runs/table'));
+});
+
+function run(id: string, name: string, url: string | null): IRun {
+  return {
+    run_id: id,
+    name,
+    status: 'FINISHED',
+    start_time: 1000,
+    end_time: 2000,
+    duration_ms: 1000,
+    attempt: 1,
+    job_id: null,
+    cell_id: null,
+    notebook: null,
+    parent_run_id: null,
+    kind: null,
+    experiment_id: '1',
+    params: {},
+    metrics: { loss: 0.5 },
+    depth: 0,
+    run_url: url
+  };
+}
+
+/** What the table reads of its model. */
+class FakeModel {
+  readonly stateChanged = new Signal<this, void>(this);
+  page: IRunsPage | null = null;
+  selected: readonly string[] = [];
+  showSystemMetrics = false;
+  systemMetricCount = 0;
+  get tableMetrics(): readonly string[] {
+    return this.page?.metrics ?? [];
+  }
+  isSelected(): boolean {
+    return false;
+  }
+}
+
+describe('RunsTable', () => {
+  const long = 'resnet50-lr0.1-bs256-with-a-very-long-name';
+  let model: FakeModel;
+  let table: RunsTableType;
+  beforeEach(() => {
+    model = new FakeModel();
+    table = new RunsTable(model as unknown as RunsModel, {
+      openLogs: () => undefined,
+      hasCell: () => false,
+      openCell: () => undefined
+    });
+    model.page = {
+      runs: [run('a', long, '/mlflow/a'), run('b', 'plain', null)],
+      next_page_token: null,
+      params: [],
+      metrics: ['loss']
+    };
+    model.stateChanged.emit();
+  });
+  afterEach(() => table.dispose());
+
+  it('holds each name in a label that a narrow sidebar cuts, whole in its tooltip', () => {
+    const labels = [
+      ...table.node.querySelectorAll<HTMLElement>(
+        '.jp-air-RunsPanel-name > .jp-air-RunsPanel-label'
+      )
+    ];
+    expect(labels.map(l => [l.tagName, l.textContent])).toEqual([
+      ['A', long],
+      ['SPAN', 'plain']
+    ]);
+    expect(labels[0].title).toBe(`${long}: open the run in MLflow`);
+    expect(labels[1].title).toBe('plain');
+  });
+
+  it('marks the heads that the sidebar styles: status, sticky name, duration', () => {
+    const heads = [...table.node.querySelectorAll('th')];
+    const marked = heads
+      .filter(th => th.className)
+      .map(th => [th.textContent, th.className, th.title]);
+    expect(marked).toEqual([
+      ['Status', 'jp-air-RunsPanel-statusHead', ''],
+      ['Run', 'jp-air-RunsPanel-nameHead', ''],
+      ['Duration', 'jp-air-RunsPanel-durationHead', 'Duration']
+    ]);
+  });
+});
