@@ -2,7 +2,8 @@
 Jupyter Notebook 7: "Schedule this notebook" in the notebook's toolbar opens the form in
 the right sidebar, the form previews the cron's next fire times, the saved schedule fires
 (a Quartz cron with a seconds field, every 4 s) through the real per-user scheduler, its
-run's task succeeds, and the task's logs open in the logs view. The schedule is paused
+run's task succeeds, and the task's logs open in the logs view: the notebook's outputs,
+its distributed cell's job listed under the task and one click away. The schedule is paused
 once it has fired, so that the run looked at stays among the last shown. In JupyterLab the
 form also makes a task graph (a command the notebook waits for)."""
 
@@ -44,7 +45,11 @@ def start(start_lab: Callable[..., Lab], air_home: Path, app: str) -> Lab:
         },
         app=app,
     )
-    put_notebook(lab, "nightly.ipynb", ["print('scheduled hello')"])
+    put_notebook(
+        lab,
+        "nightly.ipynb",
+        ["print('scheduled hello')", "%%air_distributed -n 1 --run-name cell\nprint('rank hello')"],
+    )
     return lab
 
 
@@ -91,6 +96,11 @@ def see_it_fire(page: Any, name: str, artifacts: Path, shot: str) -> str:
     assert "every 4 seconds" in page.text_content(f"{card(name)} .jp-air-Schedules-cron").lower()
     mlflow = page.get_attribute(f"{done} .jp-air-Schedules-mlflow", "href")
     assert "/jupyter-air/mlflow/" in mlflow
+    # The notebook's distributed cell ran as a job of its own: under the task, with its run.
+    child = f'{done} .jp-air-Schedules-child[data-status="SUCCEEDED"]'
+    page.wait_for_selector(child, timeout=30_000)
+    assert page.text_content(f"{child} .jp-air-Schedules-childName") == "cell"
+    assert "/jupyter-air/mlflow/" in page.get_attribute(f"{child} .jp-air-Schedules-mlflow", "href")
     page.screenshot(path=str(artifacts / f"{shot}-panel.png"))
     return str(page.get_attribute(f"{done} .jp-air-Schedules-logs", "data-job-id"))
 
@@ -134,6 +144,27 @@ def open_the_tasks_logs(page: Any, name: str, job_id: str, view: str) -> None:
         arg=f"{view} .jp-air-JobLogs-status",
         timeout=30_000,
     )
+    # The task's logs are the notebook's outputs, not its kernel's start-up warnings.
+    page.wait_for_function(
+        "s => /rank hello/.test(document.querySelector(s)?.textContent ?? '')",
+        arg=f"{view} .jp-air-JobLogs-body",
+        timeout=30_000,
+    )
+    logs = page.text_content(f"{view} .jp-air-JobLogs-body") or ""
+    assert "scheduled hello" in logs
+    assert "without encryption" not in logs
+    # The cell's job is one click away, and leads back to the task.
+    child = page.get_attribute(
+        f"{view} .jp-air-JobLogs-children .jp-air-JobLogs-jobLink", "data-job-id"
+    )
+    page.click(f'{view} .jp-air-JobLogs-children [data-job-id="{child}"]')
+    page.wait_for_function(
+        "([s, id]) => [...document.querySelectorAll(s)].some(n => n.textContent === id)",
+        arg=[f"{view} .jp-air-JobLogs-jobId", child],
+        timeout=30_000,
+    )
+    back = f'{view} .jp-air-JobLogs-parent [data-job-id="{job_id}"]'
+    page.wait_for_selector(back, timeout=30_000)
 
 
 #: Frontend -> the schedule's name there, and where it opens a job's logs (Notebook 7's

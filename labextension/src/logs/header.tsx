@@ -292,6 +292,54 @@ function Toolbar(props: {
   );
 }
 
+/**
+ * The jobs related to this one: the job that started it (a scheduled
+ * notebook's task, for its cells' jobs), and the jobs it started.
+ */
+function FamilyRow(props: {
+  model: JobLogsModel;
+  openJob: (jobId: string) => void;
+}): JSX.Element | null {
+  const { model, openJob } = props;
+  const job = model.job;
+  if (!job || (!job.parent_id && job.children.length === 0)) {
+    return null;
+  }
+  const link = (jobId: string, title: string) => (
+    <button
+      key={jobId}
+      type="button"
+      className="jp-air-JobLogs-jobLink"
+      data-job-id={jobId}
+      title={title}
+      onClick={() => openJob(jobId)}
+    >
+      {jobId}
+    </button>
+  );
+  return (
+    <div className="jp-air-JobLogs-family">
+      {job.parent_id && (
+        <span className="jp-air-JobLogs-parent">
+          Started by job{' '}
+          {link(
+            job.parent_id,
+            'Open the logs of the job that started this one'
+          )}
+        </span>
+      )}
+      {job.children.length > 0 && (
+        <span className="jp-air-JobLogs-children">
+          Jobs it started:{' '}
+          {job.children.map(child =>
+            link(child, 'Open the logs of a job this one started')
+          )}
+        </span>
+      )}
+    </div>
+  );
+}
+
 /** Counts, notes and messages (copy, errors). */
 function InfoRow(props: { model: JobLogsModel }): JSX.Element {
   const info = infoOf(props.model);
@@ -316,10 +364,12 @@ export class LogsHeader extends ReactWidget {
   /** `downloadUrl`: the URL of every line matching the model's filters. */
   constructor(
     readonly model: JobLogsModel,
-    downloadUrl: () => string
+    downloadUrl: () => string,
+    openJob: (jobId: string) => void = () => undefined
   ) {
     super();
     this._downloadUrl = downloadUrl;
+    this._openJob = openJob;
     this.addClass('jp-air-JobLogs-header');
   }
 
@@ -330,6 +380,7 @@ export class LogsHeader extends ReactWidget {
         {() => (
           <>
             <TitleRow model={model} />
+            <FamilyRow model={model} openJob={this._openJob} />
             <Toolbar model={model} downloadUrl={this._downloadUrl} />
             <InfoRow model={model} />
           </>
@@ -339,4 +390,5 @@ export class LogsHeader extends ReactWidget {
   }
 
   private _downloadUrl: () => string;
+  private _openJob: (jobId: string) => void;
 }

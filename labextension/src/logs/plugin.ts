@@ -24,6 +24,7 @@ import {
 import { PageConfig } from '@jupyterlab/coreutils';
 import { listIcon } from '@jupyterlab/ui-components';
 import type { ReadonlyPartialJSONObject } from '@lumino/coreutils';
+import { TabPanel } from '@lumino/widgets';
 
 import { requester } from '../request';
 import { JOB_ID } from './filters';
@@ -131,6 +132,16 @@ const logsPlugin: JupyterFrontEndPlugin<void> = {
       namespace: 'jupyter-air-job-logs'
     });
 
+    /** Bring a view forward. Notebook 7's down area activates a widget without
+     * selecting its tab: a second view would open behind the first. */
+    const show = (widget: MainAreaWidget<JobLogsView>): void => {
+      app.shell.activateById(widget.id);
+      const tabs = widget.parent?.parent;
+      if (tabs instanceof TabPanel) {
+        tabs.currentWidget = widget;
+      }
+    };
+
     /** Open (or show) the view of a job. */
     const open = (target: ITarget): MainAreaWidget<JobLogsView> | null => {
       const { jobId, attempt, cell } = target;
@@ -149,7 +160,7 @@ const logsPlugin: JupyterFrontEndPlugin<void> = {
         if (cell !== undefined) {
           existing.content.model.setFilters({ cell });
         }
-        app.shell.activateById(existing.id);
+        show(existing);
         return existing;
       }
       const model = new JobLogsModel({
@@ -158,7 +169,12 @@ const logsPlugin: JupyterFrontEndPlugin<void> = {
         cell,
         request: requester(serverSettings)
       });
-      const content = new JobLogsView({ model, serverSettings });
+      const content = new JobLogsView({
+        model,
+        serverSettings,
+        openJob: other =>
+          void app.commands.execute(CommandIDs.openJobLogs, { jobId: other })
+      });
       content.title.icon = listIcon;
       const widget = new MainAreaWidget({ content });
       widget.id = `jupyter-air-job-logs-${jobId}`;
@@ -167,7 +183,7 @@ const logsPlugin: JupyterFrontEndPlugin<void> = {
       widget.toolbar.hide();
       void tracker.add(widget);
       app.shell.add(widget, area);
-      app.shell.activateById(widget.id);
+      show(widget);
       return widget;
     };
 

@@ -38,12 +38,15 @@ export class JobLogsView extends Widget {
 
     this._list = new LogList(model.lines);
     this._list.scrolled.connect(this._onListScroll, this);
-    this._header = new LogsHeader(model, () =>
-      apiUrl(
-        `jobs/${encodeURIComponent(model.jobId)}/logs/download`,
-        model.query,
-        serverSettings
-      )
+    this._header = new LogsHeader(
+      model,
+      () =>
+        apiUrl(
+          `jobs/${encodeURIComponent(model.jobId)}/logs/download`,
+          model.query,
+          serverSettings
+        ),
+      options.openJob
     );
     const body = el('div', 'jp-air-JobLogs-body');
     this._body = body;
@@ -189,5 +192,7 @@ export namespace JobLogsView {
     model: JobLogsModel;
     /** Server connection settings of the download link (default: the page's). */
     serverSettings?: ServerConnection.ISettings;
+    /** Open another job's logs: the job that started this one, or one it started. */
+    openJob?: (jobId: string) => void;
   }
 }
