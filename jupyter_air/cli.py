@@ -145,6 +145,17 @@ def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     logs.set_defaults(func=_logs)
 
+    syncing = sub.add_parser(
+        "sync",
+        help="ship rank 0's metrics still waiting for MLflow (all your ended jobs, or one)",
+        description="Ship what ended jobs' metrics journals still hold to their MLflow runs "
+        "(a tracking server that was down when they ended), in order, none twice; say what "
+        "is left. Exits 1 while something is left.",
+    )
+    syncing.add_argument("job_id", nargs="?")
+    _output(syncing)
+    syncing.set_defaults(func=_sync)
+
     cancelling = sub.add_parser("cancel", help="stop every rank of a job")
     cancelling.add_argument("job_id")
     cancelling.set_defaults(func=_cancel)
@@ -384,6 +395,7 @@ def _get(args: argparse.Namespace) -> int:
             print(f"    node {n['node']}: {n['hostname']} {n['ip']}, Ray node {n['node_id']}")
     if doc["kind"] == JobKind.SESSION:
         _print_cells(service.store, doc["id"])
+    _print_waiting(service.store.get(doc["id"]), service.store)
     if doc["parent_id"]:
         print(f"  started by job {doc['parent_id']} (air get {doc['parent_id']})")
     if doc["children"]:
@@ -396,6 +408,60 @@ def _get(args: argparse.Namespace) -> int:
                 + (f"  run: {run}" if run else "")
             )
     return 0
+
+
+def _sync(args: argparse.Namespace) -> int:
+    from .job_dir import JobDir
+    from .tracking import journal
+    from .tracking.targets import bound_requests
+
+    bound_requests()  # a server that does not answer: said within a minute
+    service = _service()
+    if args.job_id:
+        jobs = [_job(service, args.job_id, Level.CAN_MANAGE_RUN)]
+    else:
+        jobs = [j for j in service.jobs() if j.owner == service.caller.name]
+    report = []
+    for job in jobs:
+        if not job.done:
+            if args.job_id:
+                print(f"Job {job.id} is {job.status.lower()}: its supervisor ships its metrics")
+            continue
+        for files in JobDir(service.store.job_dir(job.id)).attempts():
+            if not journal.waiting(files):
+                continue
+            entry: dict[str, Any] = {"job_id": job.id, "attempt": files.number, "error": None}
+            try:
+                from mlflow import MlflowClient
+
+                entry["shipped"] = journal.ship(MlflowClient(job.spec.tracking.tracking_uri), files)
+            except Exception as err:
+                entry["shipped"], entry["error"] = 0, redact(str(err).splitlines()[0][:300])
+            entry["waiting_bytes"] = journal.waiting(files)
+            report.append(entry)
+    if args.output == "json":
+        print(json.dumps(report, indent=2))
+    elif not report:
+        print("Nothing waits: every ended job's metrics are in MLflow.")
+    for e in report if args.output == "text" else []:
+        left = (
+            f"; {e['waiting_bytes']} bytes still wait: {e['error']}" if e["waiting_bytes"] else ""
+        )
+        shipped = f"Job {e['job_id']} attempt {e['attempt']}: {e['shipped']} points shipped"
+        print(shipped + left)
+    return 1 if any(e["waiting_bytes"] for e in report) else 0
+
+
+def _print_waiting(job: Job, store: JobStore) -> None:
+    """Rank 0's metrics an ended job's tail could not ship (its server was down)."""
+    from .job_dir import JobDir
+    from .tracking import journal
+
+    if not job.done:
+        return
+    waiting = sum(journal.waiting(a) for a in JobDir(store.job_dir(job.id)).attempts())
+    if waiting:
+        print(f"  metrics:  {waiting} bytes not in MLflow yet: air sync {job.id}")
 
 
 def _print_cells(store: JobStore, job_id: str) -> None:

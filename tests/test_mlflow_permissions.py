@@ -45,8 +45,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(root: Path, *args: str, env: dict[str, str] | None = None) -> Server:
-    port = free_port()
+def start_server(
+    root: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None
+) -> Server:
+    """``mlflow server`` with its store in ``root`` (on ``port``: the same server again)."""
+    port = port or free_port()
     log = root / "server.log"
     process = subprocess.Popen(
         [

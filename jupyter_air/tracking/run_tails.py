@@ -46,6 +46,7 @@ from ..job_dir import AttemptDir
 from ..logs.capture import plain_lines
 from ..paths import private_dir, write_private
 from . import journal
+from .targets import bound_requests
 
 log = logging.getLogger("jupyter_air.run_tails")
 
@@ -443,6 +444,7 @@ def attach_logs(client: Any, run_id: str, attempt_dir: Path) -> None:
 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    bound_requests()
     home = Path(argv[0])
     spool = home / "tails"
     try:

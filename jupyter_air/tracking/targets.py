@@ -25,6 +25,19 @@ STORE_FILE = "mlflow.db"
 ARTIFACTS_DIR = "mlartifacts"
 
 
+#: MLflow's HTTP client retries a request for minutes by default (7 retries of up to 120 s
+#: each, backing off). Our processes that talk to a tracking server (a job's supervisor and
+#: its ranks, the tail process, ``air sync``) give up on a request within a minute; what
+#: did not land stays in the journal for the next try. A user's own setting wins.
+BOUNDED_REQUESTS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "20", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2"}
+
+
+def bound_requests() -> None:
+    """Set ``BOUNDED_REQUESTS`` in this process's environment, where the user set none."""
+    for name, value in BOUNDED_REQUESTS.items():
+        os.environ.setdefault(name, value)
+
+
 @dataclass(frozen=True)
 class RunTarget:
     """Where a call's first run goes, decided in the kernel before anything starts."""

@@ -39,6 +39,7 @@ from ...status import JobStatus, Outcome
 from ...tracking import journal
 from ...tracking.guard import RunGuard
 from ...tracking.run_tails import Answer, NewRun, NoAnswer, Tail, hand_over, make_run
+from ...tracking.targets import bound_requests
 from .. import backends
 from ..backends.base import AttemptContext, Nodes
 from ..sharing import mirror
@@ -520,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--watch-pid", type=int, help="cancel the job when this process exits")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    bound_requests()  # before MLflow is imported, and for the ranks too
     supervisor = Supervisor(JobStore(), args.job_id, args.watch_pid)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
