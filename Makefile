@@ -61,16 +61,23 @@ setup: system $(VENV)/.installed
 # checkpoints stay there (runs go to the one MLflow store in AIR_HOME), and `git status`
 # stays clean.
 DEMO_DIR ?= .demo
+# The demo lab's settings, on top of the user's own: its terminals have `air` on PATH
+# (a terminal is a login shell, whose /etc/profile resets the PATH exported here; see
+# the folder's jupyter_server_config.py). tests/ui/test_demo_terminal.py uses the same.
+# The lab runs in $(DEMO_DIR), so that a terminal opens in the folder the lab shows.
+DEMO_LAB_CONFIG := $(CURDIR)/scripts/demo_lab
 
 demo: setup
 	$(PY) scripts/demo.py --url "$(LAB_URL)" --workdir "$(DEMO_DIR)"
 	@echo "Starting JupyterLab with jupyter_air. Open:"
 	@echo "    $(LAB_URL)"
 	@echo "(quickstart.ipynb is the example, a copy of notebooks/ in $(DEMO_DIR)/; the chip"
-	@echo " icon in the right sidebar opens GPU resources; Ctrl-C stops)"
-	jupyter lab --no-browser $(ROOT_FLAG) --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
-		--ServerApp.port_retries=0 --IdentityProvider.token=$(TOKEN) \
-		--ServerApp.root_dir="$(DEMO_DIR)"
+	@echo " icon in the right sidebar opens GPU resources; \`air\` works in its terminals;"
+	@echo " Ctrl-C stops)"
+	cd "$(DEMO_DIR)" && \
+	JUPYTER_CONFIG_PATH="$(DEMO_LAB_CONFIG)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+		jupyter lab --no-browser $(ROOT_FLAG) --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
+		--ServerApp.port_retries=0 --IdentityProvider.token=$(TOKEN) --ServerApp.root_dir=.
 
 lab: demo
 

@@ -15,13 +15,20 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 import nbformat
 from nbclient import NotebookClient
 
+if TYPE_CHECKING:
+    from jupyter_air.jobs.store import JobStore
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 WORKDIR = ROOT / ".demo"
+#: The demo lab's Jupyter settings, on ``JUPYTER_CONFIG_PATH`` (see the Makefile).
+LAB_CONFIG = ROOT / "scripts" / "demo_lab"
 QUICKSTART = "quickstart.ipynb"
 JOB = re.compile(r"Job (\S+)")
 
@@ -66,6 +73,40 @@ def job_of(nb: nbformat.NotebookNode) -> str:
     raise SystemExit("the quickstart ran but showed no job")
 
 
+def lab_root(url: str) -> str:
+    """The server's root URL, ending in ``/``, from the lab's URL (``.../lab?token=...``)."""
+    return url.split("?")[0].rstrip("/").removesuffix("/lab") + "/"
+
+
+def job_logs_url(server: str, job_id: str) -> str:
+    """The job's logs view in JupyterLab, the page a cell's logs link opens
+    (``ui_links.logs_url``'s shape). That helper finds the server among the running
+    ones, and the demo's lab is not running yet when this is printed."""
+    return f"{server}lab?air-job={quote(job_id, safe='')}"
+
+
+def summary(store: JobStore, job_id: str, lab_url: str) -> list[str]:
+    """What the console says of the quickstart's job once it ended: its run's page in
+    the demo lab's MLflow UI, its logs view in that lab, and ``air logs`` for a shell."""
+    from mlflow import MlflowClient
+
+    from jupyter_air.tracking.stores import register_store
+    from jupyter_air.tracking.ui_links import run_url
+
+    job = store.get(job_id)
+    (attempt,) = store.attempts(job_id)
+    tracking_uri = job.spec.tracking.tracking_uri or ""
+    run = MlflowClient(tracking_uri).get_run(attempt.run_id or "")
+    server = lab_root(lab_url)
+    # The lab serves a store's UI once it is registered, as a kernel's cell registers it.
+    mlflow_ui = f"{server}jupyter-air/mlflow/{register_store(tracking_uri, store.home)}/"
+    return [
+        f"Job {job_id}: {job.status.lower()}, MLflow run {run.info.run_name}",
+        f"  run:  {run_url(mlflow_ui, run.info.experiment_id, run.info.run_id)}",
+        f"  logs: {job_logs_url(server, job_id)}  (in a terminal: air logs {job_id})",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -78,26 +119,14 @@ def main() -> None:
         help=f"the scratch folder JupyterLab will serve (default {WORKDIR.relative_to(ROOT)})",
     )
     args = parser.parse_args()
-    from mlflow import MlflowClient
-
     from jupyter_air.jobs.store import JobStore
-    from jupyter_air.tracking.stores import register_store
 
     workdir = args.workdir.resolve()
     for note in prepare(workdir):
         print(note)
     print(f"Running {workdir / QUICKSTART} (a 2-rank DDP training, about 20 s) ...", flush=True)
     job_id = job_of(run_quickstart(workdir))
-    store = JobStore()
-    job = store.get(job_id)
-    (attempt,) = store.attempts(job_id)
-    run = MlflowClient(job.workload.tracking_uri).get_run(attempt.run_id or "")
-    base = args.url.split("?")[0].rstrip("/").removesuffix("/lab")
-    key = register_store(job.workload.tracking_uri or "")
-    print(f"Job {job_id}: {job.status.lower()}, MLflow run {run.info.run_name}")
-    page = f"#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
-    print(f"  run:  {base}/jupyter-air/mlflow/{key}/{page}")
-    print(f"  logs: {store.attempt_dir(job_id, 1) / 'logs'}")
+    print("\n".join(summary(JobStore(), job_id, args.url)))
     sys.stdout.flush()
 
 

@@ -27,6 +27,7 @@ from ..jobs.store import Job, JobStore
 from ..jobs.workload_file import Submission, describe
 from ..logs.query import LogFilter
 from ..status import JobStatus, Outcome
+from ..tracking import journal
 from .capture import Payload
 from .display import OPEN_RUN, JobView
 from .session import cell_id, notebook_path
@@ -240,7 +241,11 @@ def run(
 
     def end_run(run: str, status: str) -> None:
         """The supervisor ends the run too, once its own MLflow import is done; ending it
-        here makes the run's status right the moment the cell returns."""
+        here makes the run's status right, and its rank 0's points all there (shipped
+        from the journal first), the moment the cell returns."""
+        attempts = store.attempts(job.id)
+        files = AttemptDir(store.attempt_dir(job.id, attempts[-1].attempt if attempts else 1))
+        journal.ship_now(mlflow_client, files, job.id)
         runs.end_run(mlflow_client, run, status)
 
     return _follow(store, job.id, view, max_attempts, user_ns, end_run)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -130,6 +131,20 @@ def ship(client: Any, files: AttemptDir) -> int:
                 _mark(files, done)
         _mark(files, lines[-1][1])  # lines without points (skipped) included
     return total
+
+
+def ship_now(client: Any, files: AttemptDir, job_id: str) -> None:
+    """Ship the journal before a kernel ends a run, so that the run has every point when
+    the cell returns; what cannot land now is said, and left to the tail process."""
+    try:
+        ship(client, files)
+    except Exception as err:
+        first = str(err).splitlines()[0][:200] if str(err) else repr(err)
+        print(
+            f"warning: rank 0's metrics are not all in MLflow yet ({first}); they wait in "
+            f"the job's journal: air sync {job_id}",
+            file=sys.stderr,
+        )
 
 
 def _mark(files: AttemptDir, offset: int) -> None:

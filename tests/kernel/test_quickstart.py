@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -28,13 +26,10 @@ def git_status() -> list[str]:
 
 
 @pytest.fixture
-def workdir() -> Iterator[Path]:
-    """A scratch folder where ``make demo`` makes its own (inside the ignored ``.demo/``)."""
-    path = demo.WORKDIR / f"test-{uuid.uuid4().hex[:8]}"
-    yield path
-    subprocess.run(["rm", "-rf", str(path)], check=True)
-    if demo.WORKDIR.exists() and not any(demo.WORKDIR.iterdir()):
-        demo.WORKDIR.rmdir()
+def workdir(tmp_path: Path) -> Path:
+    """A scratch folder of the test's own, never the user's ``.demo/`` (a demo may be
+    running there): git ignoring what the demo writes in ``.demo/`` is checked apart."""
+    return tmp_path / "demo"
 
 
 @pytest.mark.slow
@@ -55,9 +50,15 @@ def test_the_quickstart_trains_on_two_ranks_and_the_demo_leaves_git_status_clean
     contents = FileContentsManager(root_dir=str(workdir))
     contents.save({"type": "notebook", "format": "json", "content": nb}, demo.QUICKSTART)
     contents.create_checkpoint(demo.QUICKSTART)
-    # Whatever else changes in the checkout meanwhile, nothing the demo writes shows.
+    # Whatever else changes in the checkout meanwhile, nothing the demo writes shows;
+    # and git ignores what it writes in .demo/, where `make demo` makes its copies.
     new = sorted(set(git_status()) - set(before))
     assert [line for line in new if DEMO_WRITES.search(line)] == []
+    ignored = [".demo/quickstart.ipynb", ".demo/.ipynb_checkpoints/quickstart-checkpoint.ipynb"]
+    checked = subprocess.run(
+        ["git", "check-ignore", *ignored], cwd=demo.ROOT, capture_output=True, text=True
+    )
+    assert checked.stdout.split() == ignored
     assert (workdir / ".ipynb_checkpoints").is_dir()
     assert demo.prepare(workdir) == [], "a copy with outputs but the same code is kept quietly"
 
