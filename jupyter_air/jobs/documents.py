@@ -30,8 +30,7 @@ def job_documents(
     attempts = store.attempts_of(jobs)
     children = store.children([job.id for job in jobs], who)
     return [
-        job_document(store, job, who, run_link, attempts[job.id], children[job.id])
-        for job in jobs
+        job_document(store, job, who, run_link, attempts[job.id], children[job.id]) for job in jobs
     ]
 
 

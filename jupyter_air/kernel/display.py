@@ -17,6 +17,7 @@ from IPython.display import DisplayHandle, display
 from ..job_dir import JobDir
 from ..logs.query import LogLine
 from ..paths import air_home
+from ..status import AttemptStatus
 from .live_view import Live, hints_html
 
 #: Output lines shown in a cell before the rest is only counted.
@@ -32,14 +33,44 @@ LINK_STYLE = "color: var(--jp-content-link-color, #1976d2); text-decoration: und
 OPEN_RUN = "open run"
 
 
+def link_parts(
+    job_id: str, run_name: str | None, links: Mapping[str, str | None]
+) -> tuple[list[str], list[str]]:
+    """The run, experiment and logs links of a job, as HTML and as text: a page where a
+    UI serves it, else the run's name, the command that opens it, the logs command. A
+    cell's header and a session's start message say them alike."""
+    parts_html: list[str] = []
+    parts_text: list[str] = []
+    for label, url in links.items():
+        text = f"{label} {run_name}" if label == "run" and run_name else label
+        if label == OPEN_RUN and url:  # a command: no UI to link to
+            parts_html.append(f"{html.escape(label)}: <code>{html.escape(url)}</code>")
+            parts_text.append(f"{label}: {url}")
+        elif url:
+            parts_html.append(
+                f'<a href="{html.escape(url)}" target="_blank" rel="noopener" '
+                f'style="{LINK_STYLE}">{html.escape(text)}</a>'
+            )
+            parts_text.append(f"{text}: {url}")
+        elif label == "run":  # no UI to link to: still name the run
+            parts_html.append(html.escape(text))
+            parts_text.append(text)
+        elif label == "logs":
+            command = f"air logs {job_id}"
+            parts_html.append(f"logs: <code>{html.escape(command)}</code>")
+            parts_text.append(f"logs: {command}")
+    return parts_html, parts_text
+
+
 class JobView:
     """A job's cell output. The header (job, run, links) and the status line come first,
     then the run's chart, then the ranks' output as stream text. With widgets, header,
     status and a live chart are one ipywidgets view, replaced at the end by static
     outputs (HTML, and the final chart as a plotly figure with a text summary) so a
     saved notebook shows them without a kernel; without widgets, only those. A warm
-    session's cell shows its header with its first output line or status, and its chart
-    under its output."""
+    session's cell shows them in the same order, its header and status as one display
+    once it has output or a status (the first status of most session cells is their
+    last)."""
 
     def __init__(
         self,
@@ -65,8 +96,8 @@ class JobView:
         self._logs_url: str | None = None
         self._header: DisplayHandle | None = None
         self._header_html = ""
-        #: A session cell's header, not shown yet: it goes out with the cell's first
-        #: output line, or in one display with its status (most session cells last
+        #: A session cell's header, not shown yet: it goes out in one display with its
+        #: status, before the cell's first output line (most session cells last
         #: milliseconds, and each display costs them a round trip to ipykernel's I/O
         #: thread).
         self._header_later = False
@@ -81,26 +112,9 @@ class JobView:
     def header(self, run_name: str | None, links: Mapping[str, str | None]) -> None:
         """Job id, run name and links, as soon as the run exists."""
         self._logs_url = links.get("logs")
-        parts_html = [f"<b>Job</b> <code>{html.escape(self.job_id)}</code>"]
-        parts_text = [f"Job {self.job_id}"]
-        for label, url in links.items():
-            text = f"{label} {run_name}" if label == "run" and run_name else label
-            if label == OPEN_RUN and url:  # a command: no UI to link to
-                parts_html.append(f"{html.escape(label)}: <code>{html.escape(url)}</code>")
-                parts_text.append(f"{label}: {url}")
-            elif url:
-                parts_html.append(
-                    f'<a href="{html.escape(url)}" target="_blank" rel="noopener" '
-                    f'style="{LINK_STYLE}">{html.escape(text)}</a>'
-                )
-                parts_text.append(f"{text}: {url}")
-            elif label == "run":  # no UI to link to: still name the run
-                parts_html.append(html.escape(text))
-                parts_text.append(text)
-            elif label == "logs":
-                command = f"air logs {self.job_id}"
-                parts_html.append(f"logs: <code>{html.escape(command)}</code>")
-                parts_text.append(f"logs: {command}")
+        parts_html, parts_text = link_parts(self.job_id, run_name, links)
+        parts_html.insert(0, f"<b>Job</b> <code>{html.escape(self.job_id)}</code>")
+        parts_text.insert(0, f"Job {self.job_id}")
         self._header_html = '<div class="jp-air-JobHeader">' + " · ".join(parts_html) + "</div>"
         bundle = {"text/plain": " | ".join(parts_text), "text/html": self._header_html}
         self._header_bundle = bundle
@@ -111,11 +125,14 @@ class JobView:
         else:
             self._header = display(bundle, raw=True, display_id=True)
 
-    def _show_header(self) -> None:
-        """A session cell's header, before the first output under it."""
+    def _above_output(self) -> None:
+        """Before the first output line: the header and status, then the chart's place
+        under the status, as a fresh cell shows them (a session cell's header waits
+        until now)."""
         if self._header_later:
-            self._header = display(self._header_bundle, raw=True, display_id=True)
-            self._header_later = False
+            self.status(AttemptStatus.RUNNING, 1, 1)
+        if self._live is not None and self._status is not None:
+            self._live.reserve()
 
     def status(
         self,
@@ -173,19 +190,16 @@ class JobView:
         self._live.tick(attempts, gpus)
 
     def _start_widgets(self) -> None:
-        """A session cell's widget view, once it has run a while: it takes the place of
-        the header (and status) shown so far, which are emptied."""
+        """A session cell's widget view, once it has run a while: in place of the header
+        and status shown so far, if any, so that it stays above the cell's output."""
         assert self._live is not None
-        self._live.start(self._header_html)
+        self._live.start(self._header_html, in_place_of=self._header)
         self._header_later = False
-        for shown in dict.fromkeys(h for h in (self._header, self._status) if h is not None):
-            shown.update({"text/plain": ""}, raw=True)
-        self._header = self._live.handle
+        self._header = self._status = self._live.handle
 
     def finish(self, attempts: Sequence[tuple[int, str]], gpus: Sequence[int] | None) -> None:
         """The job is over: the final chart (and, with widgets, the static header and
         status in place of the widget view)."""
-        self._show_header()
         if self._live is not None:
             self._live.finish(attempts, gpus, self._header_html, self._status_bundle)
 
@@ -210,7 +224,7 @@ class JobView:
             self._shown += 1
             (err if line.stream == "err" else out).append(f"{prefix}{line.text}\n")
         if out or err:
-            self._show_header()
+            self._above_output()
         if out:
             sys.stdout.write("".join(out))
             sys.stdout.flush()
@@ -241,7 +255,7 @@ class JobView:
         bundle: dict[str, Any] = {"text/plain": prefix + line.text}
         handle = self._progress.get(key)
         if handle is None:
-            self._show_header()
+            self._above_output()
             self._progress[key] = display(bundle, raw=True, display_id=True)
         else:
             handle.update(bundle, raw=True)

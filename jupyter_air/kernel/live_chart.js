@@ -157,8 +157,9 @@ function initialize({ model }) {
 }
 
 // The legend, in HTML: an entry per trace, a click hides or shows its group (a metric's
-// attempts, a GPU's utilization and memory).
+// attempts, a GPU's utilization and memory). None, and no room, before the first trace.
 function drawLegend(legend, chart, redraw) {
+  legend.style.display = chart.traces.length ? "" : "none";
   legend.replaceChildren(
     ...chart.traces.map((trace) => {
       const item = document.createElement("span");

@@ -129,9 +129,14 @@ LEGEND_PER_LINE = 6
 MARGIN = {"l": 55, "r": 20, "t": 50, "b": 40}  # t: plotly's toolbar above the titles
 #: Metric panels side by side at most.
 COLUMNS = 3
-#: The shortest span a system panel's x axis shows (a single sample otherwise gets an
-#: axis of milliseconds).
+#: The shortest span a system panel's x axis shows while its job runs (a single sample
+#: otherwise gets an axis of milliseconds).
 MIN_SPAN_MS = 60_000.0
+#: Once its job ended, a system panel's x axis ends at the last sample: it spans the
+#: samples, at least this long (seconds, not milliseconds, for a single sample), with a
+#: margin of this share of that span each side, so that a marker at an end is drawn whole.
+ENDED_MIN_SPAN_MS = 10_000.0
+ENDED_MARGIN = 0.02
 #: Below this span of steps, a metric panel shows just its steps, a tick each (plotly's
 #: own ticks would be fractional steps).
 FEW_STEPS = 10.0
@@ -208,6 +213,8 @@ class RunChart:
 
     def __init__(self) -> None:
         self.traces: list[Trace] = []
+        #: The job is over: its time axes end at its last sample.
+        self.ended = False
         self._index: dict[tuple[int, str], int] = {}
         self._panels: dict[str, Panel] = {}  # metric key -> its panel
         self._series: dict[str, str] = {}  # series -> color
@@ -327,11 +334,16 @@ class RunChart:
         return {f"xaxis{suffix}": xaxis, f"yaxis{suffix}": yaxis}
 
     def _ranges(self, panel: Panel) -> tuple[list[float] | None, list[float] | None]:
-        """A panel's fixed x and y ranges (None: the data's): a system panel shows at
-        least a minute and 0 to 105 %; a metric panel of a few steps just its steps,
-        half a step either side (plotly's own ticks would be fractional steps)."""
+        """A panel's fixed x and y ranges (None: the data's): a system panel shows 0 to
+        105 %, and at least a minute while the job runs, its samples' span once it ended;
+        a metric panel of a few steps just its steps, half a step either side (plotly's
+        own ticks would be fractional steps)."""
         xs = [v for t in self.traces if t.panel == panel for v in (t.x[0], t.x[-1]) if t.x]
         if panel.system:
+            if xs and self.ended:
+                span = max(max(xs) - min(xs), ENDED_MIN_SPAN_MS)
+                margin = span * ENDED_MARGIN
+                return [max(xs) - span - margin, max(xs) + margin], [0, 105]
             if xs and max(xs) - min(xs) < MIN_SPAN_MS:
                 return [min(xs), min(xs) + MIN_SPAN_MS], [0, 105]
             return None, [0, 105]
@@ -365,9 +377,7 @@ class RunChart:
 
     def summary(self) -> str:
         """Last value, minimum and steps per metric of the last attempt; mean and peak
-        of each system trace."""
-        if not self.traces:
-            return "no metrics were logged to the run"
+        of each system trace (a chart with traces only)."""
         last = max(t.attempt for t in self.traces)
         lines = []
         for trace in (t for t in self.traces if t.attempt == last):
@@ -605,9 +615,10 @@ class Live:
         self._status: Any = None
         self._chart: Any = None
 
-    def start(self, header_html: str) -> bool:
-        """Show header, status and chart as one widget view; False where widgets are not
-        drawn (the caller shows the header as HTML)."""
+    def start(self, header_html: str, in_place_of: DisplayHandle | None = None) -> bool:
+        """Show header, status and chart as one widget view, in place of the display
+        ``in_place_of`` if given (a session cell's header and status, above its output);
+        False where widgets are not drawn (the caller shows the header as HTML)."""
         if not self.widgets:
             return False
         import ipywidgets
@@ -615,12 +626,17 @@ class Live:
         self._status = ipywidgets.HTML()
         self._chart = chart_widget(self.feed.chart)
         self._box = ipywidgets.VBox([ipywidgets.HTML(header_html), self._status, self._chart])
-        self.handle = display(self._box, display_id=True)
+        if in_place_of is None:
+            self.handle = display(self._box, display_id=True)
+        else:
+            in_place_of.update(self._box)
+            self.handle = in_place_of
         self.reserve()
         return True
 
     def reserve(self) -> None:
-        """The final chart's place, under header and status (empty until the end)."""
+        """The final chart's place, under header and status: empty until the end, and
+        after it where nothing was logged (an empty text output takes no room)."""
         if self._final is None:
             self._final = display({"text/plain": ""}, raw=True, display_id=True)
 
@@ -645,17 +661,18 @@ class Live:
         self.feed.drain(attempts, gpus)
         self.feed.close()
         chart = self.feed.chart
-        summary = chart.summary()
-        final: dict[str, Any] = {
-            "text/plain": summary,
-            "text/html": f'<pre class="jp-air-RunSummary">{html.escape(summary)}</pre>',
-        }
-        if chart.traces:
-            final[PLOTLY_MIME] = chart.figure(max_points=STATIC_POINTS)
-        if self._final is None:  # no place kept (a session cell): shown where it is now
-            self._final = display(final, raw=True, display_id=True)
-        else:
-            self._final.update(final, raw=True)
+        chart.ended = True
+        if chart.traces:  # else nothing to show: the place kept for it stays empty
+            summary = chart.summary()
+            final: dict[str, Any] = {
+                "text/plain": summary,
+                "text/html": f'<pre class="jp-air-RunSummary">{html.escape(summary)}</pre>',
+                PLOTLY_MIME: chart.figure(max_points=STATIC_POINTS),
+            }
+            if self._final is None:  # no place kept (a session cell without output)
+                self._final = display(final, raw=True, display_id=True)
+            else:
+                self._final.update(final, raw=True)
         if self.handle is not None:  # the widget view leaves what a saved notebook shows
             self.handle.update(
                 {

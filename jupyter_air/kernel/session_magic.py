@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
 
 from ..jobs.sessions.host import SessionEnded
 from .capture import UnpicklableName, cell_payload
+from .display import link_parts
 from .job_options import options_from, whole_job_options
 from .launch import OptionError
 from .warm_session import NoSession, WarmSession
@@ -117,9 +120,21 @@ def _started(start: Callable[[], WarmSession]) -> WarmSession:
 
 
 def announce(session: WarmSession, note: str = "") -> None:
+    """The session's job and its run's links, as a cell's header says them: links where a
+    Jupyter server serves the pages, else the run's name and the commands that open it."""
     links = session.links(session.run_id)
-    print(
-        f"Session job {session.job_id}: {session.shape()} ready{note}; "
-        f"run {session.run_name}: {links['run'] or links.get('open run')}\n"
-        "Run cells on them with %%air_distributed --session; %air_session stop ends it."
+    parts_html, parts_text = link_parts(session.job_id, session.run_name, links)
+    ready = f"{session.shape()} ready{note}"
+    job_html = f"<b>Session job</b> <code>{html.escape(session.job_id)}</code>"
+    head_html = " · ".join([job_html, html.escape(ready), *parts_html])
+    head_text = " | ".join([f"Session job {session.job_id}: {ready}", *parts_text])
+    usage_html = (
+        "Run cells on them with <code>%%air_distributed --session</code>; "
+        "<code>%air_session stop</code> ends it."
     )
+    usage = "Run cells on them with %%air_distributed --session; %air_session stop ends it."
+    bundle = {
+        "text/plain": f"{head_text}\n{usage}",
+        "text/html": f'<div class="jp-air-SessionHeader">{head_html}</div><div>{usage_html}</div>',
+    }
+    display(bundle, raw=True)

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import cloudpickle
 
 from ..identity import mlflow_user
+from ..job_dir import AttemptDir
 from ..jobs.follow import LogFollower
 from ..jobs.service import Refused
 from ..jobs.sessions import cells as session_cells
@@ -43,6 +44,7 @@ from ..jobs.spec import JobKind
 from ..jobs.supervision.hints import read_hints
 from ..logs.query import LogFilter
 from ..status import AttemptStatus
+from ..tracking import journal
 from .display import JobView
 from .launch import (
     Interrupted,
@@ -326,6 +328,8 @@ class WarmSession:
             print(f"warning: cell {number}'s run not named: {err}", file=sys.stderr)
 
     def _end_cell(self, record: CellRecord, source: str) -> None:
+        files = AttemptDir(self.store.attempt_dir(self.job_id, 1))
+        journal.ship_now(self.client, files, self.job_id)  # the cell's points, before its end
         try:
             self.client.log_text(record.run_id, source, "code/cell.py")
             self._runs.end_run(self.client, record.run_id, record.status)
@@ -365,10 +369,21 @@ class WarmSession:
         if s.ended is None:
             try:
                 s.check()
-                return f"{head}\n{self._activity()}; pids {s.pids}"
+                return f"{head}\n{self._activity()}\n{self._pids()}"
             except SessionEnded:
                 pass
         return f"{head}\nended: {s.ended}\n{RESTART}"
+
+    def _pids(self) -> str:
+        """``pids: rank 0: 1234, rank 1: 1235``, as the other lines read; ``on host-b``
+        after each where the ranks are on several machines (a pid is its host's own)."""
+        s = self.session
+        hosts = s.hosts if self.backend.multi_node else {}
+        ranks = (
+            f"rank {r}: {s.pids[r]}" + (f" on {hosts[r]}" if hosts.get(r) else "")
+            for r in sorted(s.pids)
+        )
+        return "pids: " + ", ".join(ranks)
 
     def _activity(self) -> str:
         """The running cell and for how long, or how long the session has been idle and

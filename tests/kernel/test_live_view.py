@@ -34,9 +34,11 @@ print("rank", os.environ["RANK"], "done")
 """
 
 
-def outputs_of(tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Any:
+def outputs_of(
+    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch, cell: str = CELL
+) -> Any:
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("%load_ext jupyter_air"), nbformat.v4.new_code_cell(CELL)]
+    nb.cells = [nbformat.v4.new_code_cell("%load_ext jupyter_air"), nbformat.v4.new_code_cell(cell)]
     path = tmp_path / "live.ipynb"
     nbformat.write(nb, path)
     env = {k: v for k, v in env.items() if k != "JPY_SESSION_NAME"}  # as `jupyter execute`
@@ -70,6 +72,9 @@ def test_nbclient_gets_links_final_status_and_the_runs_chart_with_a_summary(
     assert traces["train_loss"]["y"][-1] == pytest.approx(1 / 30)
     assert "CPU %" in traces, "the host's CPU from the run's system metrics"
     assert "GPU 0 util %" not in traces, "the fake GPU is not the job's (no CUDA devices)"
+    start, end = figure["layout"]["xaxis3"]["range"]  # the host CPU's time axis
+    last = traces["CPU %"]["x"][-1]
+    assert last <= end <= last + 0.03 * (end - start), "it ends at the job's last sample"
     summary = chart["text/plain"]
     assert "train_loss: last 0.0333333 (step 29), min 0.0333333 (step 29), 30 steps" in summary
     assert "lr: last 0.1 (step 29)" in summary
@@ -210,6 +215,71 @@ def test_the_widget_view_sends_each_new_point_once_then_leaves_static_outputs(
     final = {trace["name"]: trace for trace in chart[PLOTLY]["data"]}
     assert final["train_loss"]["x"] == list(range(24))
     assert chart[PLOTLY]["layout"]["showlegend"] is True
+
+
+NOTHING_CELL = """%%air_distributed -n 1 --run-name nothing
+print("nothing logged")
+"""
+
+
+def test_a_cell_that_logs_nothing_shows_no_chart_and_no_sentence_about_it(
+    kernel_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No metric, and no system sample by the cell's end: samples hourly, and the one
+    taken for a job that ended before its first comes seconds later, from a process that
+    loads MLflow first (this store's first job: none has loaded it yet). The chart's place
+    under the status stays an empty output, which takes no room in a notebook."""
+    env = {
+        **kernel_env,
+        "AIR_HOME": str(tmp_path / "air"),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
+        "AIR_SYSTEM_METRICS_INTERVAL": "3600",
+    }
+    outputs = outputs_of(tmp_path, env, monkeypatch, NOTHING_CELL)
+    assert not [o for o in outputs if o["output_type"] == "error"]
+    header, status, chart = [o["data"] for o in outputs if o["output_type"] == "display_data"]
+    assert header["text/plain"].startswith("Job ")
+    assert status["text/plain"].startswith("succeeded · ")
+    assert chart == {"text/plain": ""}
+    assert "no metrics" not in json.dumps(outputs)
+    text = "".join(o.get("text", "") for o in outputs if o["output_type"] == "stream")
+    assert "[rank 0] nothing logged" in text
+
+
+def output_order(kernel: Kernel, code: str) -> list[str]:
+    """What a cell shows, top to bottom, as a notebook lays out its outputs: "header",
+    "status", "chart" (the chart's place: a figure, or empty where nothing was logged)
+    and "output" (the ranks' lines), each display by what it holds at the end."""
+    msg_id = kernel.start(code)
+    shown: list[str] = []  # display ids and "output", in order
+    data: dict[str, dict[str, Any]] = {}
+    while True:
+        msg = kernel.client.get_iopub_msg(timeout=240)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream" and shown[-1:] != ["output"]:
+            shown.append("output")
+        elif kind in ("display_data", "update_display_data"):
+            key = content["transient"]["display_id"]
+            if key not in data:
+                shown.append(key)
+            data[key] = content["data"]
+        elif kind == "error":
+            pytest.fail("\n".join(content["traceback"]))
+        elif kind == "status" and content["execution_state"] == "idle":
+            break
+    order: list[str] = []
+    for key in shown:
+        html = data.get(key, {}).get("text/html", "")
+        if key == "output":
+            order.append(key)
+        elif "jp-air-JobHeader" in html or "jp-air-JobStatus" in html:
+            order += [role for role in ("header", "status") if f"jp-air-Job{role.title()}" in html]
+        else:
+            assert PLOTLY in data[key] or data[key] == {"text/plain": ""}, data[key]
+            order.append("chart")
+    return order
 
 
 def sent_points(custom: list[dict[str, Any]]) -> dict[str, list[float]]:

@@ -485,16 +485,17 @@ def cell_runs(client: MlflowClient, parent_id: str) -> list[tuple[str, str]]:
 
 
 def execute(kernel: BlockingKernelClient, code: str, until: str | None = None) -> str:
-    """Run ``code`` through a server's kernel; what it printed, once it is done (or, with
-    ``until``, as soon as that text was printed: the cell still runs)."""
+    """Run ``code`` through a server's kernel; what it printed and displayed (as text),
+    once it is done (or, with ``until``, as soon as that text was shown: the cell still
+    runs)."""
     msg_id, printed = kernel.execute(code), ""
     while True:
         msg = kernel.get_iopub_msg(timeout=240)
         if msg["parent_header"].get("msg_id") != msg_id:
             continue
         content = msg["content"]
-        if msg["msg_type"] == "stream":
-            printed += content["text"]
+        if msg["msg_type"] in ("stream", "display_data"):
+            printed += content["text"] if "text" in content else content["data"]["text/plain"]
             if until is not None and until in printed:
                 return printed
         elif msg["msg_type"] == "error":

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from tests.kernel.conftest import Kernel
-from tests.kernel.test_live_view import PLOTLY, collect, sent_points
-from tests.kernel.test_session import cell, session_run_sampled, start
+from tests.kernel.test_live_view import PLOTLY, collect, output_order, sent_points
+from tests.kernel.test_session import SESSION_JOB, cell, session_run_sampled, start
 
 LOSS_CELL = """%%air_distributed --session
 import time
@@ -51,10 +51,11 @@ def test_a_session_cell_leaves_its_own_runs_chart_and_status_as_a_fresh_cell_doe
     assert traces["loss"]["x"] == [0, 1, 2]  # cell 2's run, not cell 1's 20 points
 
     failed = kernel.run("%%air_distributed --session\nraise ValueError('no')")
-    header, status, chart = failed.displays  # the traceback came between them
-    assert header["text/plain"].startswith("Job ")
-    assert re.fullmatch(r"failed · [\d.]+ s · cell 3", status["text/plain"])
-    assert "loss" not in chart["text/plain"]  # its own run, which logged none
+    header_and_status, *chart = failed.displays  # the chart's place, then the traceback
+    header, status = header_and_status["text/plain"].split("\n")
+    assert header.startswith("Job ")
+    assert re.fullmatch(r"failed · [\d.]+ s · cell 3", status)
+    assert "loss" not in str(chart)  # its own run, which logged none
     kernel.run("%air_session stop")
 
 
@@ -103,7 +104,7 @@ def test_status_says_the_running_cell_or_how_long_idle_and_the_time_left(
     status = kernel.run("%air_session status").text
     assert re.search(
         r"0 cells, .*\nidle for \d+ s; stops in (9 min \d+|10 min 0) s without a cell "
-        r"\(--idle-timeout 10\); pids",
+        r"\(--idle-timeout 10\)\npids: rank 0: \d+, rank 1: \d+\n",
         status,
     ), status
 
@@ -118,7 +119,7 @@ def test_status_says_the_running_cell_or_how_long_idle_and_the_time_left(
     assert started.error is None, started.traceback
     deadline = time.monotonic() + 60
     while not re.search(
-        r"\nrunning cell 1 for \d+ s; pids", kernel.run("%air_session status").text
+        r"\nrunning cell 1 for \d+ s\npids: rank 0", kernel.run("%air_session status").text
     ):
         assert time.monotonic() < deadline, "status never said the cell runs"
         time.sleep(0.2)
@@ -132,3 +133,50 @@ def test_status_says_the_running_cell_or_how_long_idle_and_the_time_left(
     stopped = kernel.run("%air_session status").text
     assert "ended: stopped by %air_session stop" in stopped
     assert "%air_session restart starts it again with the same options" in stopped
+
+
+def test_a_session_cell_shows_header_status_chart_then_output_as_a_fresh_cell_does(
+    kernel: Kernel,
+) -> None:
+    """Whether its first line comes before its first status (a short cell) or after (a
+    longer one); and a cell that logs nothing has no chart, nor a sentence about it."""
+    fresh = output_order(kernel, '%%air_distributed -n 1\nprint("fresh")')
+    start(kernel)
+    quick = output_order(kernel, '%%air_distributed --session\nprint("warm")')
+    later = output_order(
+        kernel, '%%air_distributed --session\nimport time\ntime.sleep(1.5)\nprint("later")'
+    )
+    assert fresh == quick == later == ["header", "status", "chart", "output"]
+
+    quiet = kernel.run("%%air_distributed --session\nx = 1")
+    assert quiet.error is None, quiet.traceback
+    assert "no metrics" not in quiet.text
+    header_and_status, *charts = quiet.displays
+    assert header_and_status["text/plain"].startswith("Job ")
+    for chart in charts:  # only where the session sampled the system in the cell
+        assert not [t["name"] for t in chart[PLOTLY]["data"] if t["meta"]["metric"]]
+    kernel.run("%air_session stop")
+
+
+def test_the_start_message_names_the_run_and_how_to_open_it_where_no_server_links_it(
+    kernel: Kernel,
+) -> None:
+    """This kernel has no Jupyter server: the run's name and the commands that open it,
+    as a cell's header gives them, no link to nowhere."""
+    started = kernel.run("%air_session start -n 2 --oversubscribe --run-name warm")
+    assert started.error is None, started.traceback
+    (message,) = started.displays
+    text, html = message["text/plain"], message["text/html"]
+    job = start_job(text)
+    assert text.startswith(f"Session job {job}: 2 ranks ready | run warm | logs: air logs {job} | ")
+    assert "| open run: mlflow ui --backend-store-uri " in text
+    assert text.endswith("%air_session stop ends it.")
+    assert "href" not in html
+    assert f"· run warm · logs: <code>air logs {job}</code> · open run: <code>" in html
+    kernel.run("%air_session stop")
+
+
+def start_job(text: str) -> str:
+    found = SESSION_JOB.search(text)
+    assert found, text
+    return found.group(1)
