@@ -48,9 +48,13 @@ def load_ipython_extension(ipython: Any) -> None:
     from .kernel.runs_magic import AirRunsMagics
     from .kernel.schedule_magic import AirScheduleMagics
     from .kernel.session_magic import AirSessionMagics
-    from .tracking.targets import adopt_default_store
+    from .paths import air_home
+    from .tracking.run_tails import resume_pending
+    from .tracking.targets import adopt_default_store, bound_requests
 
     adopt_default_store()
+    bound_requests()  # MLflow calls of this kernel (and of the user's code) end in time
+    resume_pending(air_home())  # what a server that was down still owes lands
 
     ipython.register_magics(AirMagics)
     ipython.register_magics(AirGpuMagics)

@@ -39,7 +39,7 @@ from .logs.query import BadFilter, LogFilter, LogLine, read_all_text, read_tail
 from .logs.text import format_line
 from .paths import UnsafeHome
 from .redact import redact
-from .status import JobStatus
+from .status import JobStatus, Outcome
 
 
 class CliError(Exception):
@@ -256,6 +256,13 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if not working_dir.is_dir():
         raise CliError(f"working_dir {working_dir} is not a directory")
+    from .tracking import probe
+    from .tracking.targets import current_tracking_uri
+
+    try:
+        probe.check(current_tracking_uri())  # a server that is down: said in seconds
+    except probe.Unreachable as err:
+        raise CliError(str(err)) from None
     service = _service()
     job = _submit(service, placed, spec, working_dir)
     if args.output == "json":
@@ -395,7 +402,7 @@ def _get(args: argparse.Namespace) -> int:
             print(f"    node {n['node']}: {n['hostname']} {n['ip']}, Ray node {n['node_id']}")
     if doc["kind"] == JobKind.SESSION:
         _print_cells(service.store, doc["id"])
-    _print_waiting(service.store.get(doc["id"]), service.store)
+    _print_waiting(doc, service.store)
     if doc["parent_id"]:
         print(f"  started by job {doc['parent_id']} (air get {doc['parent_id']})")
     if doc["children"]:
@@ -411,8 +418,11 @@ def _get(args: argparse.Namespace) -> int:
 
 
 def _sync(args: argparse.Namespace) -> int:
+    """What ended jobs' runs still owe MLflow, sent now: the journal's points, the runs'
+    ends and their logs (``run_tails.finish``, as the tail process does), even those the
+    server refused for good before; and what is left, and why."""
     from .job_dir import JobDir
-    from .tracking import journal
+    from .tracking import backlog, journal, run_tails
     from .tracking.targets import bound_requests
 
     bound_requests()  # a server that does not answer: said within a minute
@@ -421,47 +431,78 @@ def _sync(args: argparse.Namespace) -> int:
         jobs = [_job(service, args.job_id, Level.CAN_MANAGE_RUN)]
     else:
         jobs = [j for j in service.jobs() if j.owner == service.caller.name]
-    report = []
+    spool = service.store.home / "tails"
+    pending = {(t.job_id, t.attempt): t for t in run_tails.pending(spool)}
+    clients: dict[str, Any] = {}
+
+    def client_for(uri: str) -> Any:
+        from mlflow import MlflowClient
+
+        return clients.setdefault(uri, MlflowClient(uri))
+
+    report: list[dict[str, Any]] = []
     for job in jobs:
         if not job.done:
             if args.job_id:
                 print(f"Job {job.id} is {job.status.lower()}: its supervisor ships its metrics")
             continue
+        runs = {a.attempt: a.run_id for a in service.store.attempts(job.id)}
         for files in JobDir(service.store.job_dir(job.id)).attempts():
-            if not journal.waiting(files):
+            tail = pending.get((job.id, files.number))
+            if tail is None and journal.waiting(files) and runs.get(files.number):
+                tail = run_tails.Tail(
+                    job.id,
+                    files.number,
+                    str(runs[files.number]),
+                    str(job.status),
+                    job.spec.tracking.tracking_uri or "",
+                    str(files.path),
+                    sample=False,
+                    parts=(backlog.Part.METRICS,),
+                )
+            if tail is None:
                 continue
-            entry: dict[str, Any] = {"job_id": job.id, "attempt": files.number, "error": None}
-            try:
-                from mlflow import MlflowClient
-
-                entry["shipped"] = journal.ship(MlflowClient(job.spec.tracking.tracking_uri), files)
-            except Exception as err:
-                entry["shipped"], entry["error"] = 0, redact(str(err).splitlines()[0][:300])
-            entry["waiting_bytes"] = journal.waiting(files)
-            report.append(entry)
+            before = journal.waiting_points(files)
+            answer = run_tails.finish(client_for, tail)
+            run_tails.keep_pending(spool, tail, answer)
+            left = journal.waiting_points(files)
+            errors = [e for e in (answer.metrics_error, answer.end_error, answer.logs_error) if e]
+            report.append(
+                {
+                    "job_id": job.id,
+                    "attempt": files.number,
+                    "shipped": before - left,
+                    "waiting_points": left,
+                    "left": sorted(answer.left()),
+                    "error": redact(errors[0].splitlines()[0][:300]) if errors else None,
+                }
+            )
     if args.output == "json":
         print(json.dumps(report, indent=2))
     elif not report:
-        print("Nothing waits: every ended job's metrics are in MLflow.")
+        print("Nothing waits: every ended job's runs are all in MLflow.")
     for e in report if args.output == "text" else []:
-        left = (
-            f"; {e['waiting_bytes']} bytes still wait: {e['error']}" if e["waiting_bytes"] else ""
-        )
-        shipped = f"Job {e['job_id']} attempt {e['attempt']}: {e['shipped']} points shipped"
-        print(shipped + left)
-    return 1 if any(e["waiting_bytes"] for e in report) else 0
+        said = f"Job {e['job_id']} attempt {e['attempt']}: {e['shipped']} points shipped"
+        if e["left"]:
+            said += f"; still waiting: {', '.join(e['left'])}: {e['error']}"
+        print(said)
+    return 1 if any(e["left"] for e in report) else 0
 
 
-def _print_waiting(job: Job, store: JobStore) -> None:
-    """Rank 0's metrics an ended job's tail could not ship (its server was down)."""
+def _print_waiting(doc: dict[str, Any], store: JobStore) -> None:
+    """What of the job's runs waits for its tracking server: the line of the jobs API,
+    or, for a journal no shipper has tried yet, how much of it waits."""
     from .job_dir import JobDir
     from .tracking import journal
 
-    if not job.done:
+    if doc["tracking"]:
+        print(f"  {doc['tracking']}")
         return
-    waiting = sum(journal.waiting(a) for a in JobDir(store.job_dir(job.id)).attempts())
+    if doc["status"] not in set(Outcome):
+        return
+    waiting = sum(journal.waiting_points(a) for a in JobDir(store.job_dir(doc["id"])).attempts())
     if waiting:
-        print(f"  metrics:  {waiting} bytes not in MLflow yet: air sync {job.id}")
+        print(f"  metrics:  {waiting} points not in MLflow yet: air sync {doc['id']}")
 
 
 def _print_cells(store: JobStore, job_id: str) -> None:
@@ -570,7 +611,8 @@ def _follow(
             _print(page.lines)
             cursor = page.cursor
         follower = LogFollower(store, job_id, flt, current, retries=attempt is None, cursor=cursor)
-        for number, text in follower.follow_text(stop=lambda: stop["now"]):
+        tracking = TrackingNotes(store, job_id)
+        for number, text in follower.follow_text(stop=lambda: tracking.look() or stop["now"]):
             if number > current:
                 current = number
                 print(f"--- attempt {current} ---", flush=True)
@@ -578,6 +620,32 @@ def _follow(
             sys.stdout.flush()
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+class TrackingNotes:
+    """While a job is followed: its tracking line (``jobs.documents.tracking_line``)
+    printed when it changes, and a word when what waited has landed."""
+
+    EVERY = 2.0
+
+    def __init__(self, store: JobStore, job_id: str) -> None:
+        self._store, self._job_id = store, job_id
+        self._said: str | None = None
+        self._looked = 0.0
+
+    def look(self) -> bool:
+        """Say what changed; never asks the follower to stop."""
+        from .jobs.documents import tracking_line
+
+        if time.monotonic() - self._looked < self.EVERY:
+            return False
+        self._looked = time.monotonic()
+        store, job = self._store, self._store.get(self._job_id)
+        line = tracking_line(store, job, store.attempts(job.id))
+        if line != self._said:
+            print(line or "tracking: everything waiting has landed", file=sys.stderr, flush=True)
+            self._said = line
+        return False
 
 
 def _download(directory: Path, flt: LogFilter, target: Path, attempt: int) -> int:

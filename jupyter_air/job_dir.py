@@ -15,6 +15,7 @@
     jobs/<id>/attempt_K/gpu/node_N.json   node N's GPU sampler snapshot (multi-node)
     jobs/<id>/attempt_K/metrics.jsonl     rank 0's ``log_metrics`` journal (``tracking.journal``)
     jobs/<id>/attempt_K/metrics.shipped   how many bytes of it have landed in MLflow
+    jobs/<id>/attempt_K/tracking.json     what of the run waits for its tracking server, and why
     jobs/<id>/attempt_K/logs/node_N/rank_R.log   rank R's records
 
 A Ray node agent lays out its node's scratch directory the same way. The JSON files
@@ -46,6 +47,7 @@ LOGS = "logs"
 GPU = "gpu"
 METRICS_JOURNAL = "metrics.jsonl"
 METRICS_SHIPPED = "metrics.shipped"
+TRACKING_BACKLOG = "tracking.json"
 
 _ATTEMPT = re.compile(r"attempt_(\d+)")
 _NODE = re.compile(r"node_(\d+)")
@@ -134,6 +136,10 @@ class AttemptDir:
     @property
     def metrics_shipped(self) -> Path:
         return self.path / METRICS_SHIPPED
+
+    @property
+    def tracking_backlog(self) -> Path:
+        return self.path / TRACKING_BACKLOG
 
     @property
     def nodes(self) -> Path:

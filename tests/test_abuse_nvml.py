@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
+from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.supervision.system_feed import SystemMetricsFeed
+from jupyter_air.tracking import journal
 from jupyter_air.tracking.guard import RunGuard
 from jupyter_air.tracking.sampling import SampleLoop
 from tests.conftest import WriteScenario
@@ -253,12 +255,14 @@ def test_run_system_metrics_on_mig_record_memory_and_do_not_warn_every_sample(
     client = mlflow.MlflowClient(uri)
     run_id = client.create_run(client.create_experiment("mig")).info.run_id
     caplog.clear()
-    feed = SystemMetricsFeed(run_id, 1, RunGuard(), lambda: client)
+    attempt = AttemptDir(tmp_path / "attempt_1").make()
+    feed = SystemMetricsFeed(run_id, attempt, 1, RunGuard(), lambda: client)
     metrics = SampleLoop(0.05, lambda sample: feed.add(0, [sample]))
     metrics.start()
     time.sleep(0.5)  # several samples
     metrics.finish()
     feed.finish()
+    journal.ship(client, attempt)
 
     logged = client.get_run(run_id).data.metrics
     assert logged["system/gpu_0_memory_usage_megabytes"] == pytest.approx(5 * GiB / 1e6, abs=0.1)

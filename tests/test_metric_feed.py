@@ -6,6 +6,7 @@ import math
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mlflow import MlflowClient
@@ -16,10 +17,12 @@ from jupyter_air.tracking import metric_feed as metric_feed_module
 from jupyter_air.tracking.journal import Writer, ship
 from jupyter_air.tracking.metric_feed import (
     ClientFeed,
+    Point,
     SqliteFeed,
     metric_feed,
     sqlite_path,
 )
+from tests.waits import until
 
 
 @pytest.fixture
@@ -134,9 +137,34 @@ def test_other_stores_are_read_through_the_client(
     feed = ClientFeed(client, run)
     assert not feed.incremental
     log(client, run, "loss", range(2))
-    assert [p.step for p in feed.poll()] == [0, 1]
+    assert [p.step for p in polled(feed)] == [0, 1]
     log(client, run, "loss", range(2, 3))
-    assert [p.step for p in feed.poll()] == [2]
+    assert [p.step for p in polled(feed)] == [2]
+    feed.close()
+
+
+def polled(feed: ClientFeed) -> list[Point]:
+    """The points of the reads a poll started (a poll returns the last finished read's)."""
+    feed.poll()
+    return until(feed.poll, "a read through the client", timeout=30, step=0.01)
+
+
+def test_a_server_that_never_answers_never_holds_a_poll() -> None:
+    asked, answered = threading.Event(), threading.Event()
+
+    class Silent:
+        def get_run(self, run_id: str) -> Any:
+            asked.set()
+            answered.wait(60)  # a tracking server that accepted and never replied
+            raise ConnectionError("no answer")
+
+    feed = ClientFeed(Silent(), "run")
+    assert feed.poll() == []
+    until(asked.is_set, "the feed to ask the server")
+    assert [feed.poll(), feed.poll()] == [[], []]  # answered while the read still waits
+    assert not answered.is_set()
+    answered.set()
+    feed.close()
 
 
 def test_sqlite_paths() -> None:

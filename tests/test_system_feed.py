@@ -1,7 +1,9 @@
-"""The one feed of every backend's system metrics into MLflow (issues 16 and 17).
+"""The one feed of every backend's system metrics into MLflow (issues 16 and 17),
+through the attempt's journal (issue 23).
 
-MLflow is replaced by a recorder: what is specified is which run each sample goes to,
-under which name, at which step and time.
+What is specified is which run each sample goes to, under which name, at which step and
+time, as the journal (shipped to MLflow as it is) holds them; MLflow's run status is a
+recorder.
 """
 
 from __future__ import annotations
@@ -14,23 +16,26 @@ from typing import Any
 
 import pytest
 
-from jupyter_air.job_dir import JobDir
+from jupyter_air.job_dir import AttemptDir, JobDir
 from jupyter_air.jobs.sessions.cells import LatestCell, set_latest
 from jupyter_air.jobs.supervision import system_feed
 from jupyter_air.jobs.supervision.system_feed import SystemMetricsFeed
+from jupyter_air.tracking import journal
 from jupyter_air.tracking.guard import RunGuard
 from jupyter_air.tracking.sampling import Sample
 
 
 @dataclass
 class Client:
-    """What the feed asks of MLflow, recorded."""
+    """What the feed asks of MLflow, recorded, and the attempt whose journal takes the
+    samples."""
 
-    logged: list[tuple[str, str, float, int, int]] = field(default_factory=list)
+    attempt: AttemptDir
     status: dict[str, str] = field(default_factory=dict)
 
-    def log_batch(self, run_id: str, metrics: list[Any]) -> None:
-        self.logged += [(run_id, m.key, m.value, m.step, m.timestamp) for m in metrics]
+    @classmethod
+    def at(cls, tmp_path: Path) -> Client:
+        return cls(AttemptDir(tmp_path / "attempt_1").make())
 
     def get_run(self, run_id: str) -> Any:
         return SimpleNamespace(info=SimpleNamespace(status=self.status.get(run_id, "RUNNING")))
@@ -39,16 +44,22 @@ class Client:
         self.status[run_id] = status
 
     def of(self, run_id: str) -> list[tuple[str, float, int, int]]:
-        return [(k, v, step, t) for r, k, v, step, t in self.logged if r == run_id]
+        """The run's points in the journal, in order."""
+        lines = journal.read(self.attempt.metrics_journal, 0)
+        points = [p for line, _ in lines for p in line if p.run_id == run_id]
+        return [(p.key, p.value, p.step, p.timestamp) for p in points]
 
 
 def sample(t: float, step: int, cpu: float = 5.0) -> Sample:
     return Sample(t, step, {"cpu_utilization_percentage": cpu})
 
 
-def test_one_node_logs_under_mlflows_names_at_each_samples_own_step_and_time() -> None:
-    client = Client()
-    feed = SystemMetricsFeed("run", 1, RunGuard(), lambda: client)
+def test_one_node_logs_under_mlflows_names_at_each_samples_own_step_and_time(
+    tmp_path: Path,
+) -> None:
+    """Into the journal, without MLflow: a tracking server that is down loses none."""
+    client = Client.at(tmp_path)
+    feed = SystemMetricsFeed("run", client.attempt, 1, RunGuard(), lambda: client)
     feed.add(0, [sample(100.0, 0, 5.0), sample(110.0, 1, 7.0)])
     feed.finish()
     assert client.of("run") == [
@@ -58,9 +69,9 @@ def test_one_node_logs_under_mlflows_names_at_each_samples_own_step_and_time() -
     assert feed.sampled
 
 
-def test_several_nodes_log_each_under_its_node() -> None:
-    client = Client()
-    feed = SystemMetricsFeed("run", 2, RunGuard(), lambda: client)
+def test_several_nodes_log_each_under_its_node(tmp_path: Path) -> None:
+    client = Client.at(tmp_path)
+    feed = SystemMetricsFeed("run", client.attempt, 2, RunGuard(), lambda: client)
     feed.add(1, [sample(100.0, 0)])
     feed.add(0, [sample(100.5, 0)])
     feed.finish()
@@ -70,15 +81,15 @@ def test_several_nodes_log_each_under_its_node() -> None:
     ]
 
 
-def test_a_run_a_rank_ended_is_running_again_until_the_attempt_is_over() -> None:
-    client, guard = Client(), RunGuard()
-    feed = SystemMetricsFeed("run", 1, guard, lambda: client)
+def test_a_run_a_rank_ended_is_running_again_until_the_attempt_is_over(tmp_path: Path) -> None:
+    client, guard = Client.at(tmp_path), RunGuard()
+    feed = SystemMetricsFeed("run", client.attempt, 1, guard, lambda: client)
     client.status["run"] = "FINISHED"  # a rank's ``with mlflow.start_run(run_id=...)``
     feed.add(0, [sample(100.0, 0)])
     feed.finish()
     assert client.status["run"] == "RUNNING"
 
-    feed = SystemMetricsFeed("run", 1, guard, lambda: client)
+    feed = SystemMetricsFeed("run", client.attempt, 1, guard, lambda: client)
     guard.end()
     client.status["run"] = "FINISHED"  # as the kernel ends it once the job is over
     feed.add(0, [sample(120.0, 1)])  # the node's last sample
@@ -87,24 +98,26 @@ def test_a_run_a_rank_ended_is_running_again_until_the_attempt_is_over() -> None
     assert len(client.of("run")) == 2
 
 
-def test_without_samples_nothing_is_logged_and_mlflow_is_not_asked_for() -> None:
+def test_without_samples_nothing_is_logged_and_mlflow_is_not_asked_for(tmp_path: Path) -> None:
     def no_mlflow() -> Any:
         raise AssertionError("MLflow loaded for nothing")
 
-    feed = SystemMetricsFeed("run", 1, RunGuard(), no_mlflow)
+    attempt = AttemptDir(tmp_path / "attempt_1").make()
+    feed = SystemMetricsFeed("run", attempt, 1, RunGuard(), no_mlflow)
     feed.add(0, [])
     feed.finish()
     assert not feed.sampled
+    assert not attempt.metrics_journal.exists()
 
 
-def test_a_sample_that_comes_after_the_attempts_end_is_dropped() -> None:
+def test_a_sample_that_comes_after_the_attempts_end_is_dropped(tmp_path: Path) -> None:
     """A local node's loop still loading MLflow's monitors is not waited for at the end;
     what it samples then is not the run's: the run's tail samples instead."""
-    client = Client()
-    feed = SystemMetricsFeed("run", 1, RunGuard(), lambda: client)
+    client = Client.at(tmp_path)
+    feed = SystemMetricsFeed("run", client.attempt, 1, RunGuard(), lambda: client)
     feed.finish()
     feed.add(0, [sample(100.0, 0)])
-    assert client.logged == []
+    assert client.of("run") == []
     assert not feed.sampled
 
 
@@ -112,8 +125,8 @@ def test_a_sessions_samples_go_to_its_run_and_to_the_cell_whose_span_holds_them(
     tmp_path: Path,
 ) -> None:
     files = JobDir(tmp_path)
-    client = Client()
-    feed = SystemMetricsFeed("session", 2, RunGuard(), lambda: client, files)
+    client = Client.at(tmp_path)
+    feed = SystemMetricsFeed("session", client.attempt, 2, RunGuard(), lambda: client, files)
     set_latest(files, LatestCell(1, "cell-1", started=100.0))
     feed.add(0, [sample(99.0, 0), sample(101.0, 1), sample(102.0, 2)])
     feed.add(1, [sample(101.5, 0)])
@@ -137,8 +150,8 @@ def test_a_cell_whose_end_the_feed_never_saw_ends_when_the_kernel_says_not_at_th
     """The next cell can start milliseconds after one ends, between two looks at the
     file: a sample of that gap belongs to no cell."""
     files = JobDir(tmp_path)
-    client = Client()
-    feed = SystemMetricsFeed("session", 1, RunGuard(), lambda: client, files)
+    client = Client.at(tmp_path)
+    feed = SystemMetricsFeed("session", client.attempt, 1, RunGuard(), lambda: client, files)
     now = float(int(time.time()))
     set_latest(files, LatestCell(1, "cell-1", started=now - 4))
     feed.add(0, [sample(now - 3, 0)])
@@ -156,8 +169,8 @@ def test_a_sample_taken_while_the_kernel_takes_a_cells_end_waits_for_that_end(
     """The kernel marks the cell closing, then takes its end's time and writes it: a
     sample read in between may fall on either side, and goes where the end says."""
     files = JobDir(tmp_path)
-    client = Client()
-    feed = SystemMetricsFeed("session", 1, RunGuard(), lambda: client, files)
+    client = Client.at(tmp_path)
+    feed = SystemMetricsFeed("session", client.attempt, 1, RunGuard(), lambda: client, files)
     now = float(int(time.time()))
     running = LatestCell(1, "cell-1", started=now - 3)
     set_latest(files, running)
@@ -185,8 +198,8 @@ def test_samples_still_held_at_the_attempts_end_get_a_last_look_at_their_cell(
 ) -> None:
     monkeypatch.setattr(system_feed, "CELL_POLL", 3600.0)  # no look but the last
     files = JobDir(tmp_path)
-    client = Client()
-    feed = SystemMetricsFeed("session", 2, RunGuard(), lambda: client, files)
+    client = Client.at(tmp_path)
+    feed = SystemMetricsFeed("session", client.attempt, 2, RunGuard(), lambda: client, files)
     now = float(int(time.time()))
     closing = LatestCell(1, "cell-1", started=now - 3, closing=True)
     set_latest(files, closing)
@@ -206,9 +219,9 @@ def test_a_cell_shorter_than_the_interval_asks_for_a_sample_and_gets_the_next_on
     tmp_path: Path,
 ) -> None:
     files = JobDir(tmp_path)
-    client = Client()
+    client = Client.at(tmp_path)
     asked: list[float] = []
-    feed = SystemMetricsFeed("session", 1, RunGuard(), lambda: client, files)
+    feed = SystemMetricsFeed("session", client.attempt, 1, RunGuard(), lambda: client, files)
     feed.ask_sample = lambda: asked.append(time.time())
     now = time.time()
     feed.add(0, [sample(now - 5, 0)])  # before the cell

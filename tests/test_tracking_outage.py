@@ -1,103 +1,232 @@
-"""A team's tracking server killed in the middle of a job: the ranks never wait for it,
-the job ends, rank 0's points wait in the journal and say so, and ``air sync`` ships
-them, each once, when the server is back."""
+"""A team's tracking server that goes down, stops answering or answers 503 in the middle
+of a job (issue 23): the ranks never wait for it, the job's outcome and a cancel come
+at once, the user is told in one line which server fails since when and what waits, and
+when the server answers again every point, the run's end and its logs land by
+themselves, each once.
+
+One real ``mlflow server`` (uvicorn, an sqlite backend store, ``--serve-artifacts``) for
+the module, killed with kill -9 and started again on its port; a proxy in front of it
+plays the server that never answers and the one that answers 503.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from mlflow import MlflowClient
 
+from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.tracking import journal
 from tests.test_mlflow_permissions import Server, start_server, stop_server, wait_ready
-from tests.waits import until
+from tests.tracking_proxy import Mode, TrackingProxy
+from tests.waits import assert_gone_within, until
 
-#: Two real ``mlflow server`` starts and a job: about a minute.
+#: A real ``mlflow server``, restarted once, and three jobs: about a minute and a half.
 pytestmark = pytest.mark.slow
 
-STEPS = 300
 TRAIN = """\
-import sys, time
+import os, sys, time
 from pathlib import Path
 from jupyter_air import log_metrics
 for step in range({steps}):
     log_metrics({{"loss": 1 / (step + 1)}}, step=step)
-    if step == 50:
-        Path(sys.argv[1]).touch()  # the test kills the server now
+    if step == 50 and os.environ["RANK"] == "0":
+        Path(sys.argv[1]).touch()  # the test breaks the server now
     time.sleep(0.02)
 print("trained")
 """
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    root = tmp_path / "team-server"
-    root.mkdir()
-    server = start_server(root)
+@dataclass
+class Team:
+    """The team's server, its proxy, and a user's home and environment."""
+
+    root: Path
+    server: Server
+    proxy: TrackingProxy
+    home: Path
+    env: dict[str, str]
+
+    def restart(self) -> None:
+        self.server = start_server(self.root, port=int(self.server.uri.rsplit(":", 1)[1]))
+        wait_ready(self.server)
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
+    root = tmp_path_factory.mktemp("team-server")
+    server = start_server(root, "--serve-artifacts", "--artifacts-destination", str(root / "a"))
     wait_ready(server)
-    yield server
-    if server.process.poll() is None:
-        stop_server(server)
+    proxy = TrackingProxy(server.uri)
+    home = tmp_path_factory.mktemp("air")
+    env = {
+        **os.environ,
+        "AIR_HOME": str(home),
+        "AIR_SYSTEM_METRICS_INTERVAL": "1",
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+    }
+    team = Team(root, server, proxy, home, env)
+    yield team
+    proxy.close()
+    if team.server.process.poll() is None:
+        stop_server(team.server)
 
 
-def air(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def air(team: Team, cwd: Path, *args: str, uri: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "jupyter_air.cli", *args],
         capture_output=True,
         text=True,
         timeout=180,
-        env=env,
+        env={**team.env, "MLFLOW_TRACKING_URI": uri},
         cwd=cwd,
     )
 
 
-def test_a_server_killed_mid_job_stalls_nothing_and_air_sync_ships_every_point_once(
-    server: Server, tmp_path: Path
-) -> None:
-
-    home, mark = tmp_path / "air", tmp_path / "step-50"
-    env = {
-        **os.environ,
-        "AIR_HOME": str(home),
-        "MLFLOW_TRACKING_URI": server.uri,
-        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-    }
-    (tmp_path / "train.py").write_text(TRAIN.format(steps=STEPS))
+def submit(team: Team, tmp_path: Path, uri: str, steps: int) -> tuple[str, Path]:
+    """A 2-rank ``air run`` job logging a point a step; its id, and the file rank 0
+    makes at step 50."""
+    mark = tmp_path / "step-50"
+    (tmp_path / "train.py").write_text(TRAIN.format(steps=steps))
     (tmp_path / "w.yaml").write_text(
         f"command: {sys.executable} train.py {mark}\nexperiment_name: outage\n"
+        "compute:\n  nproc_per_node: 2\n"
     )
-    submitted = air(env, tmp_path, "run", "-f", "w.yaml", "--output", "json")
+    submitted = air(team, tmp_path, "run", "-f", "w.yaml", "--output", "json", uri=uri)
     assert submitted.returncode == 0, submitted.stderr
-    job_id = json.loads(submitted.stdout)["id"]
-    until(mark.exists, "rank 0 at step 50", timeout=180)
-    stop_server(server)  # kill -9 of the whole server, mid-job
+    return json.loads(submitted.stdout)["id"], mark
 
-    jobs = JobStore(home)
-    until(lambda: jobs.get(job_id).done, "the job's end", timeout=180)
+
+def tracking_line(team: Team, tmp_path: Path, job_id: str, uri: str) -> str | None:
+    doc = json.loads(air(team, tmp_path, "get", job_id, "--output", "json", uri=uri).stdout)
+    line: str | None = doc["tracking"]
+    return line
+
+
+def journaled(team: Team, job_id: str) -> list[int]:
+    """The steps of rank 0's ``loss`` points in the job's one attempt's journal."""
+    files = AttemptDir(JobStore(team.home).attempt_dir(job_id, 1))
+    lines = journal.read(files.metrics_journal, 0, limit=1 << 30)
+    return [p.step for points, _ in lines for p in points if p.key == "loss"]
+
+
+def landed(team: Team, run_id: str, status: str, steps: list[int]) -> bool:
+    """Whether the run on the server has every point once, its end, and its logs."""
+    client = MlflowClient(team.server.uri)
+    try:
+        run = client.get_run(run_id)
+        history = client.get_metric_history(run_id, "loss")
+        logs = [f.path for f in client.list_artifacts(run_id, "logs/node_0")]
+    except Exception:
+        return False
+    return (
+        run.info.status == status
+        and sorted(m.step for m in history) == steps
+        and logs == ["logs/node_0/rank_0.log", "logs/node_0/rank_1.log"]
+    )
+
+
+def test_a_server_killed_mid_job_stalls_nothing_says_so_and_gets_everything_when_back(
+    team: Team, tmp_path: Path
+) -> None:
+    steps = 300
+    job_id, mark = submit(team, tmp_path, team.server.uri, steps)
+    until(mark.exists, "rank 0 at step 50", timeout=180)
+    stop_server(team.server)  # kill -9 of the whole server, mid-job
+
+    jobs = JobStore(team.home)
+    until(lambda: jobs.get(job_id).done, "the job's end, with its server down", timeout=180)
     job = jobs.get(job_id)
     assert job.status == "SUCCEEDED", job.message
+    assert team.server.process.poll() is not None, "the outcome came with the server down"
     (attempt,) = jobs.attempts(job_id)
     assert attempt.run_id, "the run was made while the server was up"
-    assert f"bytes not in MLflow yet: air sync {job_id}" in air(env, tmp_path, "get", job_id).stdout
-    down = air(env, tmp_path, "sync", job_id)
-    assert down.returncode == 1
-    assert "bytes still wait" in down.stdout
 
-    back = start_server(tmp_path / "team-server", port=int(server.uri.rsplit(":", 1)[1]))
-    try:
-        wait_ready(back)
-        synced = air(env, tmp_path, "sync", job_id)
-        assert synced.returncode == 0, synced.stdout + synced.stderr
-        assert "metrics:" not in air(env, tmp_path, "get", job_id).stdout
-        from mlflow import MlflowClient
+    port = team.server.uri.rsplit(":", 1)[1]
+    expected = re.compile(
+        rf"tracking: http://127\.0\.0\.1:{port} unreachable since \d\d:\d\d:\d\d "
+        r"\(connection refused\); \d+ points, the run's end and its logs waiting"
+    )
 
-        history = MlflowClient(server.uri).get_metric_history(attempt.run_id, "loss")
-        assert sorted(m.step for m in history) == list(range(STEPS)), "every point, once"
-        assert air(env, tmp_path, "sync").stdout.startswith("Nothing waits")
-    finally:
-        stop_server(back)
+    def said() -> str | None:
+        line = tracking_line(team, tmp_path, job_id, team.server.uri)
+        return line if line and expected.fullmatch(line) else None
+
+    line = until(said, "the tracking line once the run's tail failed", timeout=240)
+    assert f"\n  {line}\n" in air(team, tmp_path, "get", job_id, uri=team.server.uri).stdout
+
+    team.restart()  # nobody acts: what waited lands by itself
+    until(
+        lambda: landed(team, attempt.run_id or "", "FINISHED", list(range(steps))),
+        "every point once, the run's end and its logs on the server",
+        timeout=120,
+    )
+    until(
+        lambda: tracking_line(team, tmp_path, job_id, team.server.uri) is None,
+        "the tracking line to go",
+        timeout=60,
+    )
+    quiet = air(team, tmp_path, "sync", uri=team.server.uri)
+    assert quiet.stdout.startswith("Nothing waits"), quiet.stdout
+
+
+def test_a_server_that_stops_answering_is_said_in_seconds_and_cancel_still_ends_the_job(
+    team: Team, tmp_path: Path
+) -> None:
+    team.proxy.switch(Mode.FORWARD)
+    job_id, mark = submit(team, tmp_path, team.proxy.uri, steps=100_000)
+    until(mark.exists, "rank 0 at step 50", timeout=180)
+    team.proxy.switch(Mode.SILENT)  # accepts, reads, never replies
+
+    said = until(
+        lambda: tracking_line(team, tmp_path, job_id, team.proxy.uri),
+        "the tracking line while the server says nothing",
+        timeout=120,
+    )
+    assert re.fullmatch(
+        r"tracking: http://127\.0\.0\.1:\d+ unreachable since \d\d:\d\d:\d\d "
+        r"\(no answer in (5 s|time)\); \d+ points waiting",
+        said,
+    ), said
+
+    since = time.monotonic()
+    cancelled = air(team, tmp_path, "cancel", job_id, uri=team.proxy.uri)
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    assert JobStore(team.home).get(job_id).status == "CANCELLED"
+    assert_gone_within(job_id, since, 10)
+
+    team.proxy.switch(Mode.FORWARD)
+    (attempt,) = JobStore(team.home).attempts(job_id)
+    until(
+        lambda: landed(team, attempt.run_id or "", "KILLED", journaled(team, job_id)),
+        "every point journaled before the cancel, the run's end and its logs",
+        timeout=120,
+    )
+
+
+def test_submitting_to_a_server_that_does_not_answer_is_refused_in_one_line(
+    team: Team, tmp_path: Path
+) -> None:
+    (tmp_path / "w.yaml").write_text('command: "true"\nexperiment_name: outage\n')
+    jobs = len(JobStore(team.home).jobs())
+    unavailable = "HTTP 503 Service Unavailable"
+    for mode, why in ((Mode.SILENT, "no answer in time"), (Mode.UNAVAILABLE, unavailable)):
+        team.proxy.switch(mode)
+        refused = air(team, tmp_path, "run", "-f", "w.yaml", uri=team.proxy.uri)
+        assert refused.returncode != 0
+        assert refused.stderr.strip().splitlines() == [
+            f"air: tracking: {team.proxy.uri} does not answer ({why}); nothing was started: "
+            "start the server, or set MLFLOW_TRACKING_URI to one that answers"
+        ]
+    team.proxy.switch(Mode.FORWARD)
+    assert len(JobStore(team.home).jobs()) == jobs, "nothing was submitted"

@@ -70,7 +70,11 @@ class JobDocument(Document):
     id: str
     #: The outcome as soon as the last attempt settles it (``finishing`` then true).
     status: JobStatus
+    #: Its supervisor still finishes the run's tail in MLflow (its end, its logs).
     finishing: bool
+    #: What waits for the tracking server, in one line (``tracking: http://...
+    #: unreachable since 18:00:27; 412 points waiting``), or None when nothing does.
+    tracking: str | None
     owner: str
     created: float
     started: float | None

@@ -7,11 +7,13 @@ workload's environment, whose values may be secrets, is not in it at all.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 from ..identity import Identity
 from ..job_dir import AttemptDir
+from ..procs import alive
 from ..redact import redact, without_userinfo
 from ..status import JobStatus
 from .api_models import AttemptDocument, AttemptNode, JobDocument
@@ -72,7 +74,7 @@ def job_document(
                 nodes=[AttemptNode.model_validate(n) for n in nodes],
             )
         )
-    status, message, finishing = job.status, job.message, False
+    status, message, finishing = job.status, job.message, _finishing(job)
     last = attempts[-1] if attempts else None
     retries = spec.policy.max_retries
     if not job.done and last and is_final(last.status, last.ended, last.attempt, retries):
@@ -81,6 +83,7 @@ def job_document(
         id=job.id,
         status=status,
         finishing=finishing,
+        tracking=tracking_line(store, job, attempts),
         owner=job.owner,
         created=job.created,
         started=job.started,
@@ -99,6 +102,31 @@ def job_document(
         parent_id=job.parent_id,
         children=store.children([job.id], who)[job.id] if children is None else children,
     ).model_dump(mode="json")
+
+
+#: Seconds after its end a job's supervisor may still be finishing its run's tail (it
+#: waits for its tail process's answer this long at most, then sweeps what is left).
+FINISHING_FOR = 900.0
+
+
+def _finishing(job: Job) -> bool:
+    """An ended job whose supervisor still hands its run's tail over, or waits for it."""
+    pid, ended = job.supervisor_pid, job.ended
+    if not job.done or pid is None or ended is None or not job.supervised_here:
+        return False
+    return time.time() - ended < FINISHING_FOR and alive(pid, started_by=job.started)
+
+
+def tracking_line(store: JobStore, job: Job, attempts: list[Attempt]) -> str | None:
+    """The one line on what of the job's runs waits for its tracking server (the
+    newest attempt's that has any): see ``tracking.backlog``."""
+    from ..tracking import backlog
+
+    for a in reversed(attempts):
+        waiting = backlog.read(AttemptDir(store.attempt_dir(job.id, a.attempt)))
+        if waiting is not None:
+            return waiting.line(job.id)
+    return None
 
 
 def _shown(text: str | None) -> str | None:

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import keyword
 import os
+import sys
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +30,11 @@ from ..jobs.spec import JobKind
 from ..jobs.store import Job, JobStore
 from ..jobs.workload_file import Submission, describe
 from ..logs.query import LogFilter
+from ..redact import redact
 from ..status import JobStatus, Outcome
-from ..tracking import journal
+from ..tracking import journal, probe
+from ..tracking.backlog import describe as describe_error
+from ..tracking.targets import current_tracking_uri
 from .capture import Payload
 from .display import OPEN_RUN, JobView
 from .session import cell_id, notebook_path
@@ -194,6 +201,7 @@ def run(
     service = kernel_service()
     placed = options.placed(service, submission)
 
+    probe.check(current_tracking_uri())  # a server that is down: said in seconds
     from mlflow import MlflowClient
 
     from ..tracking import runs
@@ -241,14 +249,50 @@ def run(
 
     def end_run(run: str, status: str) -> None:
         """The supervisor ends the run too, once its own MLflow import is done; ending it
-        here makes the run's status right, and its rank 0's points all there (shipped
-        from the journal first), the moment the cell returns."""
+        here makes the run's status right, and its points all there (shipped from the
+        journal first), the moment the cell returns: if its server takes them in time."""
         attempts = store.attempts(job.id)
         files = AttemptDir(store.attempt_dir(job.id, attempts[-1].attempt if attempts else 1))
-        journal.ship_now(mlflow_client, files, job.id)
-        runs.end_run(mlflow_client, run, status)
+
+        def finish() -> None:
+            journal.ship(mlflow_client, files)
+            runs.end_run(mlflow_client, run, status)
+
+        end_in_time(finish, target.tracking_uri, job.id)
 
     return _follow(store, job.id, view, max_attempts, user_ns, end_run)
+
+
+#: Seconds a cell's end waits for its tracking server to take the run's last points and
+#: its end: the supervisor's tail process delivers them later if it does not.
+END_WAIT = 5.0
+
+
+def end_in_time(finish: Callable[[], None], tracking_uri: str, job_id: str) -> None:
+    """``finish()`` (MLflow calls at a cell's end), waited for ``END_WAIT`` seconds at
+    most: a server that is down never holds the cell; what did not land is said."""
+    outcome: Future[None] = Future()
+
+    def work() -> None:
+        try:
+            finish()
+            outcome.set_result(None)
+        except BaseException as err:
+            outcome.set_exception(err)
+
+    threading.Thread(target=work, name="air-run-end", daemon=True).start()
+    try:
+        outcome.result(END_WAIT)
+        return
+    except FutureTimeout:
+        why = f"no answer in {END_WAIT:g} s"
+    except Exception as err:
+        why = describe_error(err)
+    print(
+        f"tracking: {redact(tracking_uri)} did not take the run's end ({why}): it and its "
+        f"points wait, and land when the server answers (air get {job_id})",
+        file=sys.stderr,
+    )
 
 
 def announce_grants(store: JobStore, job: Job, grants: tuple[Grant, ...]) -> None:
@@ -369,10 +413,15 @@ def _runs(attempts: list[Any]) -> list[tuple[int, str]]:
 
 
 def _hints(store: JobStore, job_id: str, attempts: list[Any]) -> dict[str, Any]:
-    """The last attempt's hints and GPUs, as its supervisor last wrote them."""
+    """The last attempt's hints and GPUs, as its supervisor last wrote them, and the line
+    on what waits for the tracking server, if anything does."""
+    from ..jobs.documents import tracking_line
     from ..jobs.supervision.hints import read_hints
 
-    return read_hints(store.attempt_dir(job_id, attempts[-1].attempt if attempts else 1))
+    hints = read_hints(store.attempt_dir(job_id, attempts[-1].attempt if attempts else 1))
+    if waiting := tracking_line(store, store.get(job_id), attempts):
+        hints["hints"] = [*hints["hints"], {"text": waiting}]
+    return hints
 
 
 def _end_last_run(

@@ -44,7 +44,8 @@ from ..jobs.spec import JobKind
 from ..jobs.supervision.hints import read_hints
 from ..logs.query import LogFilter
 from ..status import AttemptStatus
-from ..tracking import journal
+from ..tracking import journal, probe
+from ..tracking.targets import current_tracking_uri
 from .display import JobView
 from .launch import (
     Interrupted,
@@ -52,6 +53,7 @@ from .launch import (
     OptionError,
     Options,
     announce_grants,
+    end_in_time,
     job_links,
     kernel_service,
     option_error,
@@ -102,6 +104,7 @@ class WarmSession:
             raise option_error(err) from None
         if idle_timeout_min < 0:
             raise OptionError(f"--idle-timeout must be minutes >= 0, got {idle_timeout_min:g}")
+        probe.check(current_tracking_uri())  # a server that is down: said in seconds
         from mlflow import MlflowClient
 
         from ..tracking import runs
@@ -329,13 +332,14 @@ class WarmSession:
 
     def _end_cell(self, record: CellRecord, source: str) -> None:
         files = AttemptDir(self.store.attempt_dir(self.job_id, 1))
-        journal.ship_now(self.client, files, self.job_id)  # the cell's points, before its end
-        try:
+
+        def finish() -> None:
+            journal.ship(self.client, files)  # the cell's points, before its end
             self.client.log_text(record.run_id, source, "code/cell.py")
             self._runs.end_run(self.client, record.run_id, record.status)
-            session_cells.record(self.session.files, record)
-        except Exception as err:  # the cell's outcome stands
-            print(f"warning: cell {record.cell}'s run not finished: {err}", file=sys.stderr)
+
+        end_in_time(finish, self.target.tracking_uri, self.job_id)
+        session_cells.record(self.session.files, record)
 
     def _parent_ended(self, status: str) -> None:
         self._tail.submit(self._runs.end_run, self.client, self.run_id, status)

@@ -11,6 +11,7 @@ from traitlets import Float, TraitError, validate
 from ..gpu.sampler import GpuSampler
 from ..jobs.retention import DEFAULT_DAYS, check_days, prune_in_background
 from ..jobs.store import JobStore, settle_periodically
+from ..tracking.run_tails import resume_pending
 from ..tracking.ui_server import MlflowUi
 from .gpu_handlers import GpuHandler, GpuSampleHandler, JobGpuHandler
 from .jobs_handlers import JOB, REQUEST_BUSY_TIMEOUT, jobs_handlers
@@ -74,6 +75,16 @@ class AirExtension(ExtensionApp):
         prune_in_background(self.store, self.log_retention_days)
         settle_periodically(self.store, 30.0, self._settling)  # jobs whose supervisor died
         keep_scheduler_running(self.store, 60.0, self._settling, self.log)
+        threading.Thread(target=self._resume_tails, name="air-resume-tails", daemon=True).start()
+
+    def _resume_tails(self) -> None:
+        """What a tracking server that was down still owes (runs' points, ends, logs) is
+        tried again by the user's tail process: started now and whenever it left with
+        something pending (it stays while anything is due)."""
+        while True:
+            resume_pending(self.store.home)
+            if self._settling.wait(60.0):
+                return
 
     async def stop_extension(self) -> None:
         self.sampler.stop()

@@ -16,7 +16,14 @@ class RunGuard:
     lock: threading.Lock = field(default_factory=threading.Lock)
     over: threading.Event = field(default_factory=threading.Event)
 
-    def end(self) -> None:
-        """Called when the attempt's ranks have all exited, before anyone is told."""
-        with self.lock:
+    def end(self, wait: float = 2.0) -> None:
+        """Called when the attempt's ranks have all exited, before anyone is told. A
+        re-open under way is waited for ``wait`` seconds at most: one stuck on a tracking
+        server that does not answer must not hold the job's end (if it lands later, the
+        run's tail, done after it, ends the run again)."""
+        taken = self.lock.acquire(timeout=wait)
+        try:
             self.over.set()
+        finally:
+            if taken:
+                self.lock.release()

@@ -17,17 +17,19 @@ crash (no newline yet) is neither read nor shipped until it is whole.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
-import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..job_dir import AttemptDir
 from ..paths import write_private
+from .sampling import Sample
 
 #: Where a rank journals its metrics (set by the supervisor for every rank).
 JOURNAL_ENV = "AIR_METRICS_JOURNAL"
@@ -54,19 +56,41 @@ class Writer:
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
-    def append(self, run_id: str, metrics: Mapping[str, float], step: int | None) -> None:
-        """One line for the call (a bad value refuses the whole call, writing nothing)."""
+    def append(
+        self,
+        run_id: str,
+        metrics: Mapping[str, float],
+        step: int | None,
+        timestamp: float | None = None,
+    ) -> None:
+        """One line for the call (a bad value refuses the whole call, writing nothing);
+        ``timestamp``: when it was measured (seconds), if not now."""
         values = {}
         for key, value in metrics.items():
             try:
                 values[str(key)] = float(value)
             except (TypeError, ValueError):
                 raise TypeError(f"log_metrics: {key!r} is not a number: {value!r}") from None
-        line = {"r": run_id, "t": int(time.time() * 1000), "s": int(step or 0), "m": values}
+        t = time.time() if timestamp is None else timestamp
+        line = {"r": run_id, "t": int(t * 1000), "s": int(step or 0), "m": values}
         os.write(self._fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+def append_samples(
+    files: AttemptDir, run_id: str, prefix: str, samples: Sequence[Sample], steps: Sequence[int]
+) -> None:
+    """System-metrics samples into the attempt's journal, a line each, at its own time
+    and step: shipped with rank 0's metrics, so a server that is down loses none."""
+    writer = Writer(files.metrics_journal)
+    try:
+        for sample, step in zip(samples, steps, strict=True):
+            metrics = {prefix + name: value for name, value in sample.metrics.items()}
+            writer.append(run_id, metrics, step, sample.t)
+    finally:
+        writer.close()
 
 
 def read(path: Path, offset: int, limit: int = READ_CHUNK) -> list[tuple[list[Point], int]]:
@@ -115,36 +139,45 @@ def waiting(files: AttemptDir) -> int:
     return max(0, size - shipped(files))
 
 
+def waiting_points(files: AttemptDir) -> int:
+    """How many points of the journal wait to be shipped."""
+    count, offset = 0, shipped(files)
+    while lines := read(files.metrics_journal, offset):
+        count += sum(len(points) for points, _ in lines)
+        offset = lines[-1][1]
+    return count
+
+
 def ship(client: Any, files: AttemptDir) -> int:
     """Ship every whole line after the mark, in order, in batches (``client.log_batch``
     of an ``MlflowClient``), moving the mark past the lines each batch completes; the
-    number of points shipped. An error stops the shipping where it is."""
+    number of points shipped. An error stops the shipping where it is. One shipper at a
+    time (a lock beside the mark): a kernel and the supervisor never send one batch
+    twice, nor move the mark back."""
     from mlflow.entities import Metric
 
     total = 0
-    while lines := read(files.metrics_journal, shipped(files)):
-        for run_id, batch, done in _batches(lines):
-            metrics = [Metric(p.key, p.value, p.timestamp, p.step) for p in batch]
-            client.log_batch(run_id, metrics=metrics)
-            total += len(batch)
-            if done is not None:
-                _mark(files, done)
-        _mark(files, lines[-1][1])  # lines without points (skipped) included
+    with _shipping(files):
+        while lines := read(files.metrics_journal, shipped(files)):
+            for run_id, batch, done in _batches(lines):
+                metrics = [Metric(p.key, p.value, p.timestamp, p.step) for p in batch]
+                client.log_batch(run_id, metrics=metrics)
+                total += len(batch)
+                if done is not None:
+                    _mark(files, done)
+            _mark(files, lines[-1][1])  # lines without points (skipped) included
     return total
 
 
-def ship_now(client: Any, files: AttemptDir, job_id: str) -> None:
-    """Ship the journal before a kernel ends a run, so that the run has every point when
-    the cell returns; what cannot land now is said, and left to the tail process."""
+@contextlib.contextmanager
+def _shipping(files: AttemptDir) -> Iterator[None]:
+    lock = files.metrics_shipped.with_name(f".{files.metrics_shipped.name}.lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        ship(client, files)
-    except Exception as err:
-        first = str(err).splitlines()[0][:200] if str(err) else repr(err)
-        print(
-            f"warning: rank 0's metrics are not all in MLflow yet ({first}); they wait in "
-            f"the job's journal: air sync {job_id}",
-            file=sys.stderr,
-        )
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing lets the lock go
 
 
 def _mark(files: AttemptDir, offset: int) -> None:

@@ -17,9 +17,11 @@ they are the moment they are logged, whatever MLflow does; the store gives the r
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sqlite3
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -108,7 +110,9 @@ class SqliteFeed:
 
 
 class ClientFeed:
-    """Any other store, through ``MlflowClient``: whole histories, new points kept."""
+    """Any other store, through ``MlflowClient``: whole histories, new points kept. A
+    tracking server may be slow or down: each read runs on a thread of its own, and a
+    poll returns what the last finished read found, so the cell never waits for one."""
 
     incremental = False
 
@@ -116,8 +120,20 @@ class ClientFeed:
         self._client = client
         self._run_id = run_id
         self._seen: dict[str, int] = {}
+        self._reading: Future[list[Point]] | None = None
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-metric-feed")
 
     def poll(self) -> list[Point]:
+        points: list[Point] = []
+        if self._reading is not None:
+            if not self._reading.done():
+                return points
+            with contextlib.suppress(Exception):  # the server did not answer: next time
+                points = self._reading.result()
+        self._reading = self._reader.submit(self._read)
+        return points
+
+    def _read(self) -> list[Point]:
         points: list[Point] = []
         for key in sorted(self._client.get_run(self._run_id).data.metrics):
             history = self._client.get_metric_history(self._run_id, key)
@@ -127,7 +143,8 @@ class ClientFeed:
         return points
 
     def close(self) -> None:
-        """Nothing held."""
+        """A read under way is left to end on its own."""
+        self._reader.shutdown(wait=False, cancel_futures=True)
 
 
 def sqlite_path(tracking_uri: str) -> Path | None:

@@ -26,6 +26,7 @@ How long it lives: it holds a lock on ``tails/.lock`` while it runs and exits
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import fcntl
 import json
@@ -37,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -45,7 +47,8 @@ from typing import Any
 from ..job_dir import AttemptDir
 from ..logs.capture import plain_lines
 from ..paths import private_dir, write_private
-from . import journal
+from . import backlog, journal
+from .backlog import Part
 from .targets import bound_requests
 
 log = logging.getLogger("jupyter_air.run_tails")
@@ -62,6 +65,9 @@ RUN_TAKE_TIMEOUT = 30.0
 #: Seconds it waits for the run once taken (MLflow's store may be busy a while).
 RUN_ANSWER_TIMEOUT = 120.0
 LOCK = ".lock"
+#: Seconds before the first retry of a pending tail, and the most between two.
+RETRY_FIRST = 5.0
+RETRY_MAX = 20.0
 
 
 class Kind(enum.StrEnum):
@@ -119,6 +125,8 @@ class Tail:
     #: Take the run's last system-metrics sample here: the supervisor never loaded MLflow
     #: (a job shorter than the sampling interval), so no sample of it was recorded.
     sample: bool
+    #: What is left to do: all of it, or what a try before could not (``backlog.Part``).
+    parts: tuple[str, ...] = tuple(Part)
 
     @property
     def name(self) -> str:
@@ -133,6 +141,13 @@ class Answer:
     logs_error: str | None = None
     #: Rank 0's metrics not shipped (they stay in the journal).
     metrics_error: str | None = None
+
+    def left(self) -> set[Part]:
+        """The parts that failed."""
+        errors = {Part.END: self.end_error, Part.LOGS: self.logs_error}
+        return {
+            part for part, error in {**errors, Part.METRICS: self.metrics_error}.items() if error
+        }
 
 
 def make_run(home: Path, request: NewRun, take_timeout: float = RUN_TAKE_TIMEOUT) -> MadeRun:
@@ -244,6 +259,25 @@ def _private(path: str | os.PathLike[str], flags: int) -> int:
     return os.open(path, flags, 0o600)
 
 
+class Backoff:
+    """When to try the pending tails again: at once, then after 5 s, doubling up to
+    ``RETRY_MAX`` while something still waits."""
+
+    def __init__(self) -> None:
+        self._wait = 0.0
+        self._at = time.monotonic()
+        self.waiting = True  # until a look finds nothing due
+
+    def due(self) -> bool:
+        return time.monotonic() >= self._at
+
+    def next(self, landed: bool) -> None:
+        """``landed``: nothing was due this time."""
+        self.waiting = not landed
+        self._wait = RETRY_FIRST if landed else min(max(self._wait * 2, RETRY_FIRST), RETRY_MAX)
+        self._at = time.monotonic() + self._wait
+
+
 class TailProcess:
     """The loop of the process: new runs at once, in the loop's own thread; tails one at
     a time, in order, on a thread of their own, so that a large log being attached never
@@ -264,6 +298,7 @@ class TailProcess:
 
     def _serve(self, lock_fd: int) -> None:
         idle_since = time.monotonic()
+        retry = Backoff()
         while self.spool.is_dir():
             pending = self._pending()
             if pending:
@@ -271,6 +306,10 @@ class TailProcess:
                 idle_since = time.monotonic()
                 continue
             if self._busy():
+                idle_since = time.monotonic()
+            elif retry.due():
+                retry.next(landed=not self.retry_pending())
+            if retry.waiting:  # tails wait for their server: this process stays for them
                 idle_since = time.monotonic()
             if time.monotonic() - idle_since < IDLE_EXIT:
                 time.sleep(POLL)
@@ -348,31 +387,23 @@ class TailProcess:
         return asdict(MadeRun(run_id, experiment_id))
 
     def finish(self, tail: Tail) -> Answer:
-        """The journal's rest, the last sample, the run's end, then the logs: each
-        failure only noted."""
-        from . import runs
+        """The tail's parts (see ``finish``), with this process's clients; what could not
+        be done is kept in the pending spool and tried again (``retry_pending``)."""
+        answer = finish(self._client, tail)
+        with contextlib.suppress(OSError):
+            keep_pending(self.spool, tail, answer)
+        return answer
 
-        end_error = logs_error = metrics_error = None
-        try:
-            client = self._client(tail.tracking_uri)
-            journal.ship(client, AttemptDir(Path(tail.attempt_dir)))
-        except Exception as err:  # kept in the journal, from its mark
-            metrics_error = repr(err)
-        try:
-            client = self._client(tail.tracking_uri)
-            if tail.sample:
-                _last_sample(client, tail)
-            runs.end_run(client, tail.run_id, tail.status)
-        except Exception as err:
-            end_error = repr(err)
-        try:
-            attach_logs(self._client(tail.tracking_uri), tail.run_id, Path(tail.attempt_dir))
-        except Exception as err:
-            logs_error = repr(err)
-            with contextlib.suppress(Exception):
-                client = self._client(tail.tracking_uri)
-                client.set_tag(tail.run_id, "air.logs", f"not attached: {err!r}"[:500])
-        return Answer(end_error, logs_error, metrics_error)
+    def _retry(self, tail: Tail) -> None:
+        self.finish(tail)
+
+    def retry_pending(self) -> bool:
+        """Try again the pending tails the server refused for a passing reason, one at a
+        time on the tail thread; whether any was due."""
+        due = [t for t in pending(self.spool) if not _permanent(t)]
+        for tail in due:
+            self._tail_work.append(self._tails.submit(self._retry, tail))
+        return bool(due)
 
     def open_store(self, tracking_uri: str) -> None:
         """MLflow loaded and this store opened now: a submission starts the process
@@ -393,6 +424,102 @@ class TailProcess:
                 with quiet_store_setup(tracking_uri):
                     self._clients[tracking_uri] = MlflowClient(tracking_uri)
             return self._clients[tracking_uri]
+
+
+def finish(client_for: Callable[[str], Any], tail: Tail) -> Answer:
+    """The journal's rest, the last sample, the run's end, then the logs, each that is
+    left (``tail.parts``): a failure is noted, and recorded in the attempt's backlog
+    (what its status line says), never raised. ``client_for`` gives a tracking URI's
+    ``MlflowClient``."""
+    from . import runs
+
+    files = AttemptDir(Path(tail.attempt_dir))
+    errors: dict[Part, BaseException] = {}
+    parts = {Part(p) for p in tail.parts}
+    if tail.sample:
+        _last_sample(files, tail.run_id)
+    uri = tail.tracking_uri
+    if Part.METRICS in parts:
+        try:
+            with backlog.watched(files, uri, {Part.METRICS}):
+                journal.ship(client_for(uri), files)
+        except Exception as err:  # kept in the journal, from its mark
+            errors[Part.METRICS] = err
+    if Part.END in parts:
+        try:
+            with backlog.watched(files, uri, {Part.END}):
+                runs.end_run(client_for(uri), tail.run_id, tail.status)
+        except Exception as err:
+            errors[Part.END] = err
+    if Part.LOGS in parts:
+        try:
+            with backlog.watched(files, uri, {Part.LOGS}):
+                attach_logs(client_for(uri), tail.run_id, files.path)
+        except Exception as err:
+            errors[Part.LOGS] = err
+            with contextlib.suppress(Exception):  # said on the run, where the server takes it
+                client_for(tail.tracking_uri).set_tag(
+                    tail.run_id, "air.logs", f"not attached: {err!r}"[:500]
+                )
+    with contextlib.suppress(OSError):  # the attempt's directory was removed
+        backlog.landed(files, parts - set(errors))
+        for part, failure in errors.items():
+            backlog.failing(files, tail.tracking_uri, failure, {part})
+    said = {part: repr(failure) for part, failure in errors.items()}
+    return Answer(said.get(Part.END), said.get(Part.LOGS), said.get(Part.METRICS))
+
+
+def pending_dir(spool: Path) -> Path:
+    return spool / "pending"
+
+
+def keep_pending(spool: Path, tail: Tail, answer: Answer) -> None:
+    """What of ``tail`` failed, kept to be tried again (by this process while it runs,
+    by the next one after a restart, by ``air sync``); gone once all of it is done."""
+    left = answer.left()
+    path = pending_dir(spool) / f"{tail.name}.json"
+    if not left:
+        path.unlink(missing_ok=True)
+        return
+    kept = dataclasses.replace(tail, sample=False, parts=tuple(sorted(left)))
+    private_dir(pending_dir(spool))
+    tmp = path.with_name(f".{path.name}.tmp")
+    write_private(tmp, json.dumps(asdict(kept)))
+    tmp.replace(path)
+
+
+def pending(spool: Path) -> list[Tail]:
+    """The tails kept to be tried again, oldest first (one unreadable is left alone)."""
+    found = []
+    for path in sorted(pending_dir(spool).glob("*.json"), key=_mtime):
+        try:
+            body = _read_request(path)
+            found.append(Tail(**{**body, "parts": tuple(body["parts"])}))
+        except (NotYours, OSError, ValueError, TypeError, KeyError) as err:
+            log.error("pending tail %s not read: %r", path.name, err)
+    return found
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _permanent(tail: Tail) -> bool:
+    """The attempt's server refused it for good: only ``air sync`` tries again."""
+    state = backlog.read(AttemptDir(Path(tail.attempt_dir)))
+    return state is not None and state.permanent
+
+
+def resume_pending(home: Path) -> None:
+    """Start the tail process if tails wait to be tried again (after a restart of the
+    machine, nothing else would): the server extension, a kernel, a supervisor, the
+    scheduler and the CLI call this as they start."""
+    with contextlib.suppress(OSError):
+        if any(pending_dir(home / "tails").glob("*.json")):
+            ensure_running(home)
 
 
 class NotYours(Exception):
@@ -416,15 +543,16 @@ def _read_request(path: Path) -> dict[str, Any]:
     return body
 
 
-def _last_sample(client: Any, tail: Tail) -> None:
-    """One system-metrics sample of this machine into the run, as the supervisor's
-    local node takes at its end, so even a short run has its figures."""
+def _last_sample(files: AttemptDir, run_id: str) -> None:
+    """One system-metrics sample of this machine into the run's journal (shipped next),
+    as the supervisor's local node takes at its end, so even a short run has its
+    figures."""
     from .system_metrics import last_sample
 
     try:
-        last_sample(client, tail.run_id)
+        last_sample(files, run_id)
     except Exception as err:  # the run's end still comes
-        log.warning("last system-metrics sample of run %s not taken: %s", tail.run_id, err)
+        log.warning("last system-metrics sample of run %s not taken: %s", run_id, err)
 
 
 def attach_logs(client: Any, run_id: str, attempt_dir: Path) -> None:

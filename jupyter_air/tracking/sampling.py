@@ -27,6 +27,12 @@ log = logging.getLogger(__name__)
 GpuListener = Callable[["list[GpuReading]", "dict[int, GpuInfo]"], None]
 
 
+def prefix(node: int, nnodes: int) -> str:
+    """MLflow's prefix of a node's system metrics: ``system/``, or on a job of several
+    nodes ``system/node_N/`` (MLflow's ``node_id``)."""
+    return "system/" if nnodes == 1 else f"system/node_{node}/"
+
+
 @dataclass(frozen=True)
 class Sample:
     """One sample of a node, MLflow's metric names without their ``system/`` prefix."""

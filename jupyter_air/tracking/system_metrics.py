@@ -2,8 +2,9 @@
 
 Every backend samples its nodes with ``SystemSampler`` (MLflow's CPU, disk and network
 monitors, and a GPU monitor of ours) on a ``sampling.SampleLoop``, and the supervisor
-logs every sample with ``log_samples``, under MLflow's names: ``system/<metric>`` for a
-job of one node, ``system/node_N/<metric>`` for each node of several.
+journals every sample with rank 0's metrics (``journal.append_samples``), under MLflow's
+names: ``system/<metric>`` for a job of one node, ``system/node_N/<metric>`` for each
+node of several.
 
 MLflow's ``GPUMonitor`` calls pynvml itself: it warns at every sample about a field a
 GPU does not report (utilization on a MIG GPU, power in a vGPU guest) and knows no
@@ -16,13 +17,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator
 
 # The package first: another thread (the supervisor's) may be importing it, and a
 # submodule's import lock taken before the package's would deadlock against it.
 import mlflow  # noqa: F401
-from mlflow.entities import Metric
 from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
 from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
 from mlflow.system_metrics.metrics.disk_monitor import DiskMonitor
@@ -31,12 +30,11 @@ from mlflow.system_metrics.metrics.network_monitor import NetworkMonitor
 from mlflow.system_metrics.metrics.rocm_monitor import ROCMMonitor
 
 from ..gpu.nvml import MIB, GpuInfo, GpuReading, Nvml
-from .sampling import GpuListener, Sample
+from ..job_dir import AttemptDir
+from .journal import append_samples
+from .sampling import GpuListener, Sample, prefix
 
 log = logging.getLogger(__name__)
-
-#: Metrics in one ``log_batch`` at most (MLflow's limit).
-BATCH = 1000
 
 
 class GpuMonitor(BaseMetricsMonitor):
@@ -133,31 +131,13 @@ class SystemSampler:
         self._nvml.shutdown()
 
 
-def prefix(node: int, nnodes: int) -> str:
-    """MLflow's prefix of a node's system metrics: ``system/``, or on a job of several
-    nodes ``system/node_N/`` (MLflow's ``node_id``)."""
-    return "system/" if nnodes == 1 else f"system/node_{node}/"
-
-
-def log_samples(
-    client: Any, run_id: str, prefix: str, samples: Sequence[Sample], steps: Sequence[int]
-) -> None:
-    """Samples into a run, each at its own time and at the step given for it."""
-    metrics = [
-        Metric(prefix + name, value, int(sample.t * 1000), step)
-        for sample, step in zip(samples, steps, strict=True)
-        for name, value in sample.metrics.items()
-    ]
-    for start in range(0, len(metrics), BATCH):
-        client.log_batch(run_id, metrics=metrics[start : start + BATCH])
-
-
-def last_sample(client: Any, run_id: str) -> None:
-    """One sample of this machine into a run of one node, so even a short run has its
-    figures (taken by the tail process for a supervisor that never loaded MLflow)."""
+def last_sample(files: AttemptDir, run_id: str) -> None:
+    """One sample of this machine into the journal of a run of one node, so even a short
+    run has its figures (taken by the tail process for a supervisor that never loaded
+    MLflow)."""
     sampler = SystemSampler(Nvml())
     try:
         sample = sampler.sample()
     finally:
         sampler.close()
-    log_samples(client, run_id, prefix(0, 1), [sample], [sample.step])
+    append_samples(files, run_id, prefix(0, 1), [sample], [sample.step])

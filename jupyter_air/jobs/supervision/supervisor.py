@@ -10,9 +10,10 @@ job down when it is cancelled or the kernel that follows it dies. The first atte
 run was created by the kernel, so links show at once; a job submitted without MLflow
 (``air run``) gets its experiment and first run made by the user's tail process
 (``run_tails``), which keeps MLflow loaded, or here if it cannot. The job's end is
-recorded before anything on the MLflow side that may fail or take
-memory, so nothing there changes a job's outcome; each run's tail (its last metrics
-sample, its end, its logs) is handed to the tail process too.
+recorded before anything on the MLflow side that may fail, take memory or wait for a
+server that is down, so nothing there changes or delays a job's outcome; each run's
+tail (its last metrics sample, its end, its logs) is handed to the tail process too,
+which keeps what the server does not take and tries it again.
 """
 
 from __future__ import annotations
@@ -36,9 +37,17 @@ from typing import Any
 from ...job_dir import AttemptDir, JobDir
 from ...procs import alive
 from ...status import JobStatus, Outcome
-from ...tracking import journal
+from ...tracking import backlog, journal
 from ...tracking.guard import RunGuard
-from ...tracking.run_tails import Answer, NewRun, NoAnswer, Tail, hand_over, make_run
+from ...tracking.run_tails import (
+    Answer,
+    NewRun,
+    NoAnswer,
+    Tail,
+    hand_over,
+    make_run,
+    resume_pending,
+)
 from ...tracking.targets import bound_requests
 from .. import backends
 from ..backends.base import AttemptContext, Nodes
@@ -207,12 +216,14 @@ class Tracking:
 class JournalShipper:
     """Ships the attempt's metrics journal to MLflow while the attempt runs, once MLflow
     is loaded here (it is for the first system sample): a short job's journal is all
-    shipped by the tail process, before it ends the run. A failure is logged once and
-    tried again; the ranks never wait for any of it."""
+    shipped by the tail process, before it ends the run. A failure is logged once,
+    recorded in the attempt's backlog (its status line) and tried again; the ranks never
+    wait for any of it."""
 
-    def __init__(self, files: AttemptDir, tracking: Tracking) -> None:
+    def __init__(self, files: AttemptDir, tracking: Tracking, tracking_uri: str) -> None:
         self._files = files
         self._tracking = tracking
+        self._uri = tracking_uri
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="air-journal", daemon=True)
         self._thread.start()
@@ -224,12 +235,15 @@ class JournalShipper:
             if client is None or not journal.waiting(self._files):
                 continue
             try:
-                journal.ship(client, self._files)
+                with backlog.watched(self._files, self._uri, {backlog.Part.METRICS}):
+                    journal.ship(client, self._files)
                 failing = None
+                backlog.landed(self._files, {backlog.Part.METRICS})
             except Exception as err:
                 if repr(err) != failing:
                     log.warning("metrics not shipped yet, will try again: %r", err)
                 failing = repr(err)
+                backlog.failing(self._files, self._uri, err, {backlog.Part.METRICS})
 
     def stop(self) -> None:
         """Stop shipping (the tail process ships the rest). A batch under way is not
@@ -377,8 +391,10 @@ class Supervisor:
             files.path, functools.partial(tracking.tag, run_id), nnodes=spec.compute.nnodes
         )
         session = JobDir(self.store.job_dir(job.id)) if spec.kind is JobKind.SESSION else None
-        metrics = SystemMetricsFeed(run_id, spec.compute.nnodes, guard, tracking.client, session)
-        shipper = JournalShipper(files, tracking)
+        metrics = SystemMetricsFeed(
+            run_id, files, spec.compute.nnodes, guard, tracking.client, session
+        )
+        shipper = JournalShipper(files, tracking, spec.tracking.tracking_uri or "")
         return Attempt(number, run_id, files, guard, metrics, hints, shipper)
 
     def _run_attempt(self, attempt: Attempt, reaper: Reaper) -> AttemptEnd:
@@ -398,11 +414,11 @@ class Supervisor:
         """Record the attempt's end (and the job's, when it is over) before anything on
         the MLflow side, which may fail or take long and changes no outcome; then hand the
         run's tail over (see ``run_tails``)."""
-        background = self.spec.policy.background
         attempt.guard.end()
         self._record_attempt_end(attempt.number, end)
-        # A kernel following the job learns at once (and ends the run itself too).
-        if over and not background:
+        # A kernel following the job learns at once (and ends the run itself too); the
+        # outcome of any job is known when its ranks have ended, not after its run's tail.
+        if over:
             self._end_job(end)
         try:
             if self._ranks is not None:
@@ -414,8 +430,6 @@ class Supervisor:
         if over:  # what the job started is swept now: none of it waits for MLflow
             reaper.close(wait=REAPER_WAIT)
         self._end_run(attempt, end.status, over)
-        if over and background:
-            self._end_job(end)  # nobody follows: "done" means its run is finished too
 
     def _record_attempt_end(self, number: int, end: AttemptEnd) -> None:
         self._open = None
@@ -522,7 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     bound_requests()  # before MLflow is imported, and for the ranks too
-    supervisor = Supervisor(JobStore(), args.job_id, args.watch_pid)
+    store = JobStore()
+    resume_pending(store.home)  # what an earlier job still owes its server is tried again
+    supervisor = Supervisor(store, args.job_id, args.watch_pid)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         supervisor.cancel()

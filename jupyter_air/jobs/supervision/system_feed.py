@@ -2,10 +2,10 @@
 
 Every backend's nodes sample with the same loop (``tracking.sampling``): the local
 node in the supervisor, each Ray node agent on its node. The supervisor hands each
-node's samples to this feed, which logs them on a thread of its own (the watch over
-the nodes never waits for MLflow) through the one path into MLflow
-(``system_metrics.log_samples``), under MLflow's names: ``system/<metric>`` for one
-node, ``system/node_N/<metric>`` for each of several.
+node's samples to this feed, which writes them on a thread of its own into the
+attempt's metrics journal (``tracking.journal``), shipped to MLflow with rank 0's
+points, so a tracking server that is down delays them and loses none; under MLflow's
+names: ``system/<metric>`` for one node, ``system/node_N/<metric>`` for each of several.
 
 A warm session's cells are child runs of its run. Each sample goes to the session's run,
 and also to the run of the cell whose span holds its time (``session_cells``: the
@@ -24,12 +24,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from typing import Any
 
-from ...job_dir import JobDir
+from ...job_dir import AttemptDir, JobDir
 from ...tracking.guard import RunGuard
-from ...tracking.sampling import Sample
+from ...tracking.journal import append_samples
+from ...tracking.sampling import Sample, prefix
 from ..sessions import cells as session_cells
 from ..sessions.cells import LatestCell
 
@@ -41,6 +43,8 @@ CELL_POLL = 0.25
 ASK_GAP = 1.0
 #: Seconds after its end a cell still takes the samples of its span.
 KEEP = 60.0
+#: Seconds the attempt's end waits for the feed's last MLflow call (a server that is down).
+FINISH_WAIT = 5.0
 
 
 class SystemMetricsFeed:
@@ -49,14 +53,17 @@ class SystemMetricsFeed:
     def __init__(
         self,
         run_id: str,
+        files: AttemptDir,
         nnodes: int,
         guard: RunGuard,
         client: Callable[[], Any],
         session: JobDir | None = None,
     ) -> None:
-        """``client`` gives the MLflow client (loading MLflow on the first sample);
-        ``session``: the directory of a session job, whose cells get their samples."""
+        """``files``: the attempt's, whose journal takes the samples; ``client`` gives
+        the MLflow client (loading MLflow on the first sample); ``session``: the
+        directory of a session job, whose cells get their samples."""
         self.run_id = run_id
+        self._files = files
         self._nnodes = nnodes
         self._guard = guard
         self._client = client
@@ -93,29 +100,23 @@ class SystemMetricsFeed:
         return future
 
     def _log(self, node: int, samples: list[Sample]) -> None:
-        client = self._client()  # MLflow loaded first
-        from ...tracking.system_metrics import log_samples, prefix
-
+        steps = [s.step for s in samples]
+        append_samples(self._files, self.run_id, prefix(node, self._nnodes), samples, steps)
+        if self._session is not None:
+            self._log_cells([(node, sample) for sample in samples])
+        client = self._client()  # MLflow loaded: the journal is shipped from now on
         with self._guard.lock:  # a rank's ``with mlflow.start_run`` ended it mid-job
             reopen = not self._guard.over.is_set()
             if reopen and client.get_run(self.run_id).info.status != "RUNNING":
                 client.update_run(self.run_id, status="RUNNING")
-        log_samples(
-            client, self.run_id, prefix(node, self._nnodes), samples, [s.step for s in samples]
-        )
-        if self._session is not None:
-            self._log_cells([(node, sample) for sample in samples])
 
     def _log_cells(self, samples: list[tuple[int, Sample]]) -> None:
         """``samples`` (and those held before) into their cells' runs, on the log thread."""
         assert self._session is not None
-        client = self._client()
-        from ...tracking.system_metrics import log_samples, prefix
-
         self._look()
         for cell, node, got in self._by_cell(samples):
             steps = self._steps(cell.cell, node, got)
-            log_samples(client, cell.run_id, prefix(node, self._nnodes), got, steps)
+            append_samples(self._files, cell.run_id, prefix(node, self._nnodes), got, steps)
 
     def _by_cell(
         self, samples: list[tuple[int, Sample]]
@@ -192,23 +193,30 @@ class SystemMetricsFeed:
                 except Exception as err:  # a node going away: its next poll says so
                     log.warning("no sample asked of the nodes: %s", err)
 
-    def flush(self) -> None:
-        """Wait until every sample handed over is logged, held for its cell's end, or its
-        failure said."""
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every sample handed over is journaled, held for its cell's end, or
+        its failure said; ``timeout``: seconds at most for all of it (the samples are in
+        the journal first: what is left to wait for is MLflow's answer on the run)."""
         with self._lock:
             pending, self._pending = self._pending, []
+        deadline = None if timeout is None else time.monotonic() + timeout
         for future in pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                future.result()
+                future.result(left)
+            except FutureTimeout:
+                log.warning("system metrics of run %s: MLflow did not answer in time", self.run_id)
+                return
             except Exception as err:
                 log.warning("system metrics of run %s not logged: %s", self.run_id, err)
 
     def finish(self) -> None:
-        """Every sample handed over logged, then no more."""
+        """Every sample handed over journaled, then no more; MLflow's answer on the run
+        (a rank that ended it) waited for ``FINISH_WAIT`` seconds at most."""
         with self._lock:
             self._over.set()
-        self.flush()
-        self._executor.shutdown(wait=True)
+        self.flush(FINISH_WAIT)
+        self._executor.shutdown(wait=False)
         if self._held:  # a last look at the cell they wait for
             try:
                 self._log_cells([])

@@ -35,6 +35,8 @@ export interface IJob {
   status: string;
   /** Its supervisor is ending the MLflow run and attaching the logs. */
   finishing: boolean;
+  /** What waits for the tracking server, in one line; null when nothing does. */
+  tracking: string | null;
   owner: string;
   created: number;
   started: number | null;
