@@ -205,6 +205,9 @@ def _service(settle: bool = False) -> JobService:
     if settle:
         with contextlib.suppress(sqlite3.OperationalError):
             store.settle()
+    from .tracking.run_tails import resume_pending
+
+    resume_pending(store.home)  # what a server that was down still owes: tried again
     return JobService(store, os_identity(), _run_link)
 
 

@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 
 from jupyter_air.job_dir import JobDir
-from jupyter_air.jobs import cancel
 from jupyter_air.jobs.sessions.cells import CellRecord, record
 from jupyter_air.jobs.store import JobStore
 from tests.factories import job_spec
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
-from tests.waits import job_processes
+from tests.waits import job_processes, wait_settled
 
 TRAIN = """
 import logging, os, sys, time
@@ -75,7 +74,7 @@ def test_a_retried_workload_is_one_job_with_two_attempts_and_two_runs(workdir: P
     assert "--- attempt 2 ---" in watched.stdout
     assert watched.stdout.rstrip().endswith(f"Job {job_id} succeeded")
     # --watch ends with the outcome; the runs' MLflow tails (end, logs) finish after it.
-    assert cancel.wait(JobStore(workdir / "air"), job_id, 60).status == "SUCCEEDED"
+    assert wait_settled(workdir / "air", job_id).status == "SUCCEEDED"
 
     doc = json.loads(air("get", job_id, "--output", "json").stdout)
     assert doc["status"] == "SUCCEEDED"
@@ -216,7 +215,7 @@ def test_a_command_that_cannot_start_fails_the_job_saying_why(workdir: Path) -> 
     assert watched.returncode == 1
     job_id = submitted_id(watched)
     assert "rank 0 could not start: [Errno 2] No such file or directory" in watched.stdout
-    assert cancel.wait(JobStore(workdir / "air"), job_id, 60).done  # its run's tail too
+    assert wait_settled(workdir / "air", job_id).done  # its run's tail too
     doc = json.loads(air("get", job_id, "--output", "json").stdout)
     assert doc["status"] == "FAILED"
     assert doc["attempts"][0]["failed_rank"] == 0
@@ -254,7 +253,7 @@ def test_run_submits_without_mlflow_and_the_supervisor_makes_experiment_and_run(
     assert f"  run:  air get {job_id} (its supervisor starts the MLflow run)" in submitted.stdout
 
     store = JobStore(workdir / "air")
-    job = cancel.wait(store, job_id, 60)
+    job = wait_settled(store, job_id)  # the outcome, then the run's end
     assert job.status == "SUCCEEDED", job.message
     doc = json.loads(air("get", job_id, "--output", "json").stdout)
     from mlflow import MlflowClient

@@ -131,8 +131,8 @@ def test_a_ray_node_s_samples_are_logged_as_the_local_node_s_are(
         report = node.poll()
     finally:
         node.finish()
-    client = Client()
-    feed = SystemMetricsFeed("run", 1, RunGuard(), lambda: client)
+    client = Client.at(tmp_path)
+    feed = SystemMetricsFeed("run", client.attempt, 1, RunGuard(), lambda: client)
     watch = watching(tmp_path, [2.0], feed.add)  # the node's clock is 2 s ahead of ours
     watch._absorb(0, report)
     feed.finish()

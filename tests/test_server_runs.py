@@ -9,6 +9,7 @@ The identity provider is the permissions tests': ``X-Test-User`` says who calls.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,11 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
+from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.permissions import parse_grant
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.tracking import backlog
+from jupyter_air.tracking.backlog import Part
 from jupyter_air.tracking.stores import register_store
 from jupyter_air.tracking.targets import default_tracking_uri
 from tests.factories import job_spec
@@ -266,6 +270,32 @@ async def test_another_user_sees_only_the_runs_of_jobs_they_may_view(
     assert code == 403
     notebook = await get(jp_fetch, "runs/notebook", "mallory", path=NOTEBOOK)
     assert notebook["store"] is None
+
+
+async def test_a_page_says_which_jobs_runs_wait_for_their_server_to_those_who_may_view_them(
+    jp_fetch: Any, key: str, tracked: Tracked, store: JobStore
+) -> None:
+    exp = tracked.experiment_id
+    assert (await get(jp_fetch, "runs", store=key, experiment=exp))["tracking"] == []
+    refused = ConnectionRefusedError("Connection refused")
+    for job_id in ("20261130-100100-bbbbbb", "20261130-100200-cccccc"):
+        store.start_attempt(job_id, 1, tracked.runs["second"])
+        files = AttemptDir(store.attempt_dir(job_id, 1)).make()
+        backlog.failing(files, tracked.uri, refused, {Part.END})
+
+    def said(job_id: str) -> str:
+        return (
+            f"job {job_id}: tracking: {tracked.uri} unreachable since T (connection refused); "
+            "the run's end waiting"
+        )
+
+    def lines(page: dict[str, Any]) -> list[str]:
+        return [re.sub(r"since \d\d:\d\d:\d\d", "since T", line) for line in page["tracking"]]
+
+    alice = await get(jp_fetch, "runs", store=key, experiment=exp)
+    assert lines(alice) == [said("20261130-100200-cccccc"), said("20261130-100100-bbbbbb")]
+    bob = await get(jp_fetch, "runs", "bob", store=key, experiment=exp)
+    assert lines(bob) == [said("20261130-100200-cccccc")], "only the job shared with bob"
 
 
 @pytest.mark.parametrize(

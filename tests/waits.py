@@ -51,6 +51,14 @@ def wait_done(air_home: Path | JobStore, job_id: str, timeout: float = 60) -> Jo
     return until(lambda: (job := store.get(job_id)).done and job, f"job {job_id} to end", timeout)
 
 
+def wait_settled(air_home: Path | JobStore, job_id: str, timeout: float = 120) -> Job:
+    """The job once it ended and its supervisor exited: its run's tail (its last points,
+    its end, its logs), which comes after the outcome, is done too."""
+    job = wait_done(air_home, job_id, timeout)
+    supervised_until_its_end(job, timeout)
+    return job
+
+
 def supervised_until_its_end(job: Any, timeout: float = 60) -> None:
     """Once the job's supervisor has exited: what it writes after the job's end is done."""
     until(

@@ -12,6 +12,7 @@ from ..gpu.sampler import GpuSampler
 from ..jobs.retention import DEFAULT_DAYS, check_days, prune_in_background
 from ..jobs.store import JobStore, settle_periodically
 from ..tracking.run_tails import resume_pending
+from ..tracking.targets import bound_requests
 from ..tracking.ui_server import MlflowUi
 from .gpu_handlers import GpuHandler, GpuSampleHandler, JobGpuHandler
 from .jobs_handlers import JOB, REQUEST_BUSY_TIMEOUT, jobs_handlers
@@ -48,6 +49,7 @@ class AirExtension(ExtensionApp):
     store: JobStore
 
     def initialize_settings(self) -> None:
+        bound_requests()  # the runs panel's MLflow calls end in time when a server is down
         self.sampler = GpuSampler(parent=self, log=self.log)
         assert self.serverapp is not None
         self.mlflow_ui = MlflowUi(parent=self, log=self.log, base_url=self.serverapp.base_url)

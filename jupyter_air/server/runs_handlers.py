@@ -24,6 +24,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..identity import Identity, server_owner
+from ..jobs.documents import tracking_line
 from ..redact import without_userinfo
 from ..tracking import experiment_runs as er
 from ..tracking.stores import KEY, lookup_store, registered_stores, store_key
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
 #: MLflow reads (a remote tracking server may be slow) hold these, not the store's threads.
 MLFLOW_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="air-mlflow")
+#: The newest jobs looked at for runs that wait for their tracking server.
+TRACKING_JOBS = 200
 
 T = TypeVar("T")
 
@@ -227,9 +230,22 @@ class RunsHandler(RunsBase):
             raise web.HTTPError(400, str(err)) from None
         who = self.caller()
         await self.require_experiment(who, uri, query.experiment_id)
+        waiting = await in_store_thread(self.tracking_lines, who, uri, query.experiment_id)
         page = await in_mlflow_thread(er.search_page, er.client_for(uri), query, self.visible(who))
         self.with_links(uri, page.runs)
-        self.write_json(page.to_json())
+        self.write_json({**page.to_json(), "tracking": waiting})
+
+    def tracking_lines(self, who: Identity, uri: str, experiment_id: str) -> list[str]:
+        """The tracking line of each of the experiment's latest jobs ``who`` may view whose
+        runs wait for their server (``jobs.documents.tracking_line``)."""
+        jobs = [
+            job
+            for job in self.store.jobs(visible_to=who, limit=TRACKING_JOBS)
+            if job.spec.tracking.tracking_uri == uri and str(job.experiment_id) == experiment_id
+        ]
+        attempts = self.store.attempts_of(jobs)
+        lines = [tracking_line(self.store, job, attempts[job.id]) for job in jobs]
+        return [f"job {job.id}: {line}" for job, line in zip(jobs, lines, strict=True) if line]
 
 
 class CompareHandler(RunsBase):

@@ -13,7 +13,7 @@ import pytest
 from jupyter_air.identity import os_user
 from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Execution, Kernel, running_job
-from tests.waits import job_processes, supervised_until_its_end, wait_done
+from tests.waits import job_processes, supervised_until_its_end, wait_done, wait_settled
 
 JOB_ID = re.compile(r"Job (\d{8}-\d{6}-[0-9a-f]{6})")
 
@@ -261,7 +261,7 @@ def test_background_submission_returns_at_once_and_the_job_goes_on(
     job_id = job_id_of(execution)
     assert "background" in status_of(execution)
     assert not JobStore(air_home).get(job_id).done
-    job = wait_done(air_home, job_id)
+    job = wait_settled(air_home, job_id)  # the outcome first, then the run's end
     assert job.status == "SUCCEEDED"
     log = JobStore(air_home).attempt_dir(job_id, 1) / "logs" / "node_0" / "rank_1.log"
     assert "done in the background" in log.read_text()

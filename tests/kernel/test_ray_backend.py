@@ -45,7 +45,7 @@ from tests.kernel.test_distributed_magic import (
     runs_of_job,
 )
 from tests.kernel.test_session import SESSION_JOB, cell
-from tests.waits import job_processes, supervised_until_its_end, wait_done
+from tests.waits import job_processes, supervised_until_its_end, wait_done, wait_settled
 
 pytestmark = pytest.mark.ray
 ROOT = Path(__file__).resolve().parents[2]
@@ -414,8 +414,8 @@ def test_air_run_places_a_workload_on_two_nodes(
     )
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job_id = job_id_of_cli(submitted.stdout)
-    # --watch ends with the outcome; the job's end is recorded once its run's tail is done.
-    assert wait_done(air_home, job_id).status == "SUCCEEDED"
+    # --watch ends with the outcome; its run's tail is done after it.
+    assert wait_settled(air_home, job_id).status == "SUCCEEDED"
     logs = subprocess.run(
         [*air, "logs", job_id], env=kernel_env, capture_output=True, text=True, timeout=60
     ).stdout

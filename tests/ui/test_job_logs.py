@@ -16,13 +16,17 @@ from typing import Any
 
 import pytest
 
+from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs import cancel
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.submit import start_job
 from jupyter_air.logs.capture import RankLog
+from jupyter_air.tracking import backlog
+from jupyter_air.tracking.backlog import Part
 from tests.factories import job_spec
 from tests.fake_nvml import Scenario
 from tests.ui.conftest import Lab
+from tests.waits import until
 
 VIEW = ".jp-air-JobLogs"
 ROWS = f"{VIEW} .jp-air-JobLogs-line"
@@ -421,6 +425,31 @@ def test_the_end_of_the_job_shows_its_last_lines_and_status(
     assert sum("hello from rank" in line for line in lines) == 2
     assert sum("done rank" in line for line in lines) == 2
     assert len(lines) == count(page)
+
+
+def test_runs_that_wait_for_their_tracking_server_say_so_until_they_have_landed(
+    browser: Any, logs_lab: Lab, job: str, air_home: Path, artifacts: Path
+) -> None:
+    """An ended job whose run's end and logs its server did not take (it was down): one
+    line under the toolbar, which goes by itself once they have landed."""
+    store = JobStore(air_home)
+    until(lambda: store.get(job).done, "the job's end", timeout=120)
+    files = AttemptDir(store.attempt_dir(job, 2))
+    refused = ConnectionRefusedError("Connection refused")
+    backlog.failing(files, "http://mlflow.team:5000", refused, {Part.END, Part.LOGS})
+    page = open_page(browser, logs_lab, f"&air-job={job}")
+    try:
+        row = page.wait_for_selector(".jp-air-JobLogs-tracking", timeout=60_000)
+        assert row is not None
+        text = row.text_content() or ""
+        assert text.startswith("⚠ tracking: http://mlflow.team:5000 unreachable since "), text
+        assert text.endswith(" (connection refused); the run's end and its logs waiting"), text
+        page.screenshot(path=str(artifacts / "job-logs-tracking.png"))
+
+        backlog.landed(files, {Part.END, Part.LOGS})  # the tail process got them through
+        page.wait_for_selector(".jp-air-JobLogs-tracking", state="detached", timeout=60_000)
+    finally:
+        page.context.close()
 
 
 def follow_disabled(page: Any) -> bool:

@@ -341,6 +341,19 @@ function FamilyRow(props: {
 }
 
 /** Counts, notes and messages (copy, errors). */
+/** What of the job's runs waits for its tracking server, when anything does. */
+function TrackingRow(props: { model: JobLogsModel }): JSX.Element | null {
+  const line = props.model.job?.tracking;
+  if (!line) {
+    return null;
+  }
+  return (
+    <div className="jp-air-JobLogs-tracking" role="status" title={line}>
+      ⚠ {line}
+    </div>
+  );
+}
+
 function InfoRow(props: { model: JobLogsModel }): JSX.Element {
   const info = infoOf(props.model);
   return (
@@ -382,6 +395,7 @@ export class LogsHeader extends ReactWidget {
             <TitleRow model={model} />
             <FamilyRow model={model} openJob={this._openJob} />
             <Toolbar model={model} downloadUrl={this._downloadUrl} />
+            <TrackingRow model={model} />
             <InfoRow model={model} />
           </>
         )}

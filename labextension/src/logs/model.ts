@@ -32,6 +32,8 @@ const CATCH_UP_PAGES = 10;
 const FOLLOW_INTERVAL = 1000;
 /** Milliseconds between two reads of a running session's cells while following. */
 const CELLS_INTERVAL = 5000;
+/** Milliseconds between two reads of a job whose runs wait for their tracking server. */
+const TRACKING_REREAD_MS = 10000;
 
 /**
  * Why the cell chosen has no lines from the server yet (the route knows a
@@ -299,6 +301,9 @@ export class JobLogsModel extends PollingModel {
   }
 
   dispose(): void {
+    if (this._trackingTimer) {
+      clearTimeout(this._trackingTimer);
+    }
     this._flash.dispose();
     super.dispose();
   }
@@ -389,6 +394,25 @@ export class JobLogsModel extends PollingModel {
       this._filters.attempt = Math.max(...job.attempts.map(a => a.attempt));
     }
     this.emitChanged();
+    this._watchTracking();
+  }
+
+  /**
+   * While something of the job's runs waits for its tracking server (or its run's
+   * tail is under way), read the job again now and then: the line changes, then
+   * goes, after the logs have ended.
+   */
+  private _watchTracking(): void {
+    const job = this._job;
+    if (!job || (!job.tracking && !job.finishing) || this._trackingTimer) {
+      return;
+    }
+    this._trackingTimer = setTimeout(() => {
+      this._trackingTimer = null;
+      if (!this.isDisposed) {
+        this._refreshJob();
+      }
+    }, TRACKING_REREAD_MS);
   }
 
   /** The job changed on the server: read it again (once at a time). */
@@ -475,6 +499,7 @@ export class JobLogsModel extends PollingModel {
   private _query: Query = {};
   private _job: IJob | null = null;
   private _jobRefresh: Promise<void> | null = null;
+  private _trackingTimer: ReturnType<typeof setTimeout> | null = null;
   private _buffer: LineBuffer;
   private _generation = 0;
   private _cursor: string | null = null;

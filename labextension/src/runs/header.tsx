@@ -109,6 +109,16 @@ function Header(props: { model: RunsModel }): JSX.Element {
           onChange={event => model.setExperiment(event.target.value)}
         />
       )}
+      {(model.page?.tracking ?? []).map(line => (
+        <div
+          key={line}
+          className="jp-air-RunsPanel-tracking"
+          role="status"
+          title={line}
+        >
+          ⚠ {line}
+        </div>
+      ))}
       <div className="jp-air-RunsPanel-toolbar">
         <Search model={model} />
         {/* One piece: in a narrow sidebar both wrap below the search box. */}

@@ -68,6 +68,8 @@ export interface IRunsPage {
   next_page_token: string | null;
   params: string[];
   metrics: string[];
+  /** One line per job of the experiment whose runs wait for their tracking server. */
+  tracking: string[];
 }
 
 export interface IMetricPoint {

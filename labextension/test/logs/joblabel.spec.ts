@@ -5,6 +5,7 @@ const job = (kind: string): IJob => ({
   id: '20261202-035009-1ad279',
   status: 'RUNNING',
   finishing: false,
+  tracking: null,
   owner: 'alice',
   created: 0,
   started: 1,

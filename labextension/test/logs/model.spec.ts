@@ -15,6 +15,7 @@ function job(attempts = 1, status = 'RUNNING'): IJob {
     id: JOB,
     status,
     finishing: false,
+    tracking: null,
     owner: 'alice',
     created: 0,
     started: 1,
@@ -151,6 +152,32 @@ describe('JobLogsModel', () => {
       message: 'Following new lines…',
       error: false
     });
+  });
+
+  it('reads the job again while its runs wait for their server, until nothing waits', async () => {
+    jest.useFakeTimers();
+    try {
+      const waiting =
+        'tracking: http://mlflow:5000 unreachable since 18:00:27 (connection refused); 12 points waiting';
+      server.job = { ...job(1, 'SUCCEEDED'), ended: 2, tracking: waiting };
+      server.answers = [logs(1, 1, { status: 'SUCCEEDED', done: true })];
+      make();
+      await jest.advanceTimersByTimeAsync(0);
+      expect(model.job?.tracking).toBe(waiting);
+      const reads = () =>
+        server.calls.filter(c => c.endPoint === `jobs/${JOB}`).length;
+      const before = reads();
+
+      server.job = { ...server.job, tracking: null };
+      await jest.advanceTimersByTimeAsync(10_000);
+      expect(reads()).toBe(before + 1);
+      expect(model.job?.tracking).toBeNull();
+
+      await jest.advanceTimersByTimeAsync(60_000);
+      expect(reads()).toBe(before + 1); // nothing waits: no more reads
+    } finally {
+      jest.useRealTimers();
+    }
   });
 
   it('counts the lines that arrive while not following', async () => {

@@ -91,7 +91,8 @@ class FakeServer {
           runs: [second ? run('b', 'second', 'FAILED') : run('a', 'first')],
           next_page_token: second ? null : 'p2',
           params: ['lr'],
-          metrics: ['loss', 'system/cpu_utilization_percentage']
+          metrics: ['loss', 'system/cpu_utilization_percentage'],
+          tracking: []
         };
         return page as T;
       }

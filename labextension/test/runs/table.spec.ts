@@ -63,7 +63,8 @@ describe('RunsTable', () => {
       runs: [run('a', long, '/mlflow/a'), run('b', 'plain', null)],
       next_page_token: null,
       params: [],
-      metrics: ['loss']
+      metrics: ['loss'],
+      tracking: []
     };
     model.stateChanged.emit();
   });

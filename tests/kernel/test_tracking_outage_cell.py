@@ -1,0 +1,113 @@
+"""A cell whose team tracking server starts answering 503 mid-job, then comes back; and
+a cell submitted while it says nothing (issue 23).
+
+The cell ends as it would with the server up, says in its status which server fails
+and what waits, and its run gets every point and its end once the server is back, with
+nobody acting. A submission to a server that does not answer is refused in one line
+within seconds, with nothing started.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from jupyter_air.jobs.store import JobStore
+from tests.kernel.conftest import Kernel
+from tests.test_mlflow_permissions import start_server, stop_server, wait_ready
+from tests.tracking_proxy import Mode, TrackingProxy
+from tests.waits import until
+
+#: A real ``mlflow server``, a kernel and a 2-rank job: about forty seconds.
+pytestmark = pytest.mark.slow
+
+STEPS = 200
+CELL = f"""\
+%%air_distributed -n 2
+import os, time
+from pathlib import Path
+from jupyter_air import log_metrics
+for step in range({STEPS}):
+    log_metrics({{"loss": 1 / (step + 1)}}, step=step)
+    if step == 50 and os.environ["RANK"] == "0":
+        Path(os.environ["MARK"]).touch()  # the test breaks the server now
+    time.sleep(0.02)
+"""
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrackingProxy]:
+    root = tmp_path_factory.mktemp("team-server")
+    server = start_server(root, "--serve-artifacts", "--artifacts-destination", str(root / "a"))
+    wait_ready(server)
+    proxy = TrackingProxy(server.uri)
+    yield proxy
+    proxy.close()
+    stop_server(server)
+
+
+@pytest.fixture(scope="module")
+def kernel_env(kernel_env: dict[str, str], proxy: TrackingProxy, air_home: Path) -> dict[str, str]:
+    """The module's kernel tracks to the team's server, through the proxy."""
+    return {**kernel_env, "MLFLOW_TRACKING_URI": proxy.uri, "MARK": str(air_home / "step-50")}
+
+
+def test_a_cell_whose_server_answers_503_ends_says_so_and_its_run_fills_when_it_is_back(
+    kernel: Kernel, proxy: TrackingProxy, air_home: Path
+) -> None:
+    mark = air_home / "step-50"
+    running = kernel.start(CELL)
+    until(mark.exists, "rank 0 at step 50", timeout=180)
+    proxy.switch(Mode.UNAVAILABLE)
+    cell = kernel.collect(running)
+
+    assert cell.error is None, cell.traceback
+    assert re.search(
+        rf"⚠ tracking: {re.escape(proxy.uri)} unreachable since \d\d:\d\d:\d\d \(HTTP 503\); "
+        r"\d+ points",
+        cell.text,
+    ), cell.text
+    assert re.search(
+        rf"tracking: {re.escape(proxy.uri)} did not take the run's end \((HTTP 503|no answer in "
+        r"5 s)\): it and its points wait, and land when the server answers \(air get \S+\)",
+        cell.stderr,
+    ), cell.stderr
+
+    proxy.switch(Mode.FORWARD)  # nobody acts: the run fills by itself
+    store = JobStore(air_home)
+    (job,) = store.jobs()
+    (attempt,) = store.attempts(job.id)
+    client = MlflowClient(proxy.uri)
+
+    def filled() -> bool:
+        try:
+            run = client.get_run(attempt.run_id or "")
+            steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "loss"))
+        except Exception:
+            return False
+        return run.info.status == "FINISHED" and steps == list(range(STEPS))
+
+    until(filled, "every point once and the run's end on the server", timeout=120)
+
+
+def test_a_cell_submitted_while_the_server_says_nothing_is_refused_in_one_line(
+    kernel: Kernel, proxy: TrackingProxy, air_home: Path
+) -> None:
+    jobs = len(JobStore(air_home).jobs())
+    proxy.switch(Mode.SILENT)
+    try:
+        cell = kernel.run("%%air_distributed -n 1\nprint('never')")
+    finally:
+        proxy.switch(Mode.FORWARD)
+    assert cell.error is not None
+    assert cell.error["traceback"] == [
+        f"\x1b[31mTrackingUnreachable\x1b[0m: tracking: {proxy.uri} does not answer (no "
+        "answer in time); nothing was started: start the server, or set "
+        "MLFLOW_TRACKING_URI to one that answers"
+    ]
+    assert "never" not in cell.text
+    assert len(JobStore(air_home).jobs()) == jobs
