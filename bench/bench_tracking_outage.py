@@ -106,8 +106,9 @@ class Bench:
             env={**self.env, "MLFLOW_TRACKING_URI": uri},
             cwd=self.tmp,
             timeout=300,
-            check=True,
         )
+        if done.returncode:
+            raise SystemExit(f"air {' '.join(args)}: {done.stderr.strip()}")
         return done.stdout
 
     def submit(self, uri: str, name: str, steps: int = STEPS) -> tuple[str, Path]:
@@ -116,7 +117,7 @@ class Bench:
         workload = self.tmp / f"{name}.yaml"
         workload.write_text(
             f"command: {sys.executable} train.py {mark}\nexperiment_name: bench-outage\n"
-            f"run_name: {name}\ncompute:\n  nproc_per_node: 2\n"
+            f"mlflow_run_name: {name}\ncompute:\n  nproc_per_node: 2\n"
         )
         doc = json.loads(self.air(uri, "run", "-f", str(workload), "--output", "json"))
         return doc["id"], mark

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -12,13 +13,16 @@ import tempfile
 import threading
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jupyter_air.job_dir import AttemptDir
 from jupyter_air.logs.capture import RankLog
 from jupyter_air.paths import private_dir, write_private
-from jupyter_air.tracking import run_tails
+from jupyter_air.tracking import backlog, run_tails
+from jupyter_air.tracking.backlog import Part
+from jupyter_air.tracking.journal import Writer
 from jupyter_air.tracking.run_tails import (
     Answer,
     MadeRun,
@@ -329,3 +333,68 @@ def test_a_process_started_for_a_submission_opens_its_store_at_once(
     private_dir(tmp_path / "tails")
     assert run_tails.main([str(tmp_path), f"sqlite:///{tmp_path}/mlflow.db"]) == 0
     assert (tmp_path / "mlflow.db").stat().st_size > 0
+
+
+def test_what_the_server_did_not_take_is_kept_and_lands_once_it_answers(
+    tmp_path: Path, mlflow_run: tuple[str, str]
+) -> None:
+    from mlflow import MlflowClient
+
+    uri, run_id = mlflow_run
+    attempt = attempt_with_a_log(tmp_path)
+    writer = Writer(attempt.metrics_journal)
+    writer.append(run_id, {"loss": 0.5}, 0)
+    writer.close()
+    tail = Tail("j", 1, run_id, "SUCCEEDED", uri, str(attempt.path), sample=False)
+
+    def down(_: str) -> Any:
+        raise ConnectionError("Failed to establish a new connection: Connection refused")
+
+    spool = private_dir(tmp_path / "tails")
+    answer = run_tails.finish(down, tail)
+    run_tails.keep_pending(spool, tail, answer)
+    assert answer.left() == {Part.METRICS, Part.END, Part.LOGS}
+    [kept] = run_tails.pending(spool)
+    assert kept == dataclasses.replace(tail, parts=("end", "logs", "metrics"))
+    waiting = backlog.read(attempt)
+    assert waiting is not None
+    assert waiting.line("j").endswith(
+        "(connection refused); 1 point, the run's end and its logs waiting"
+    )
+
+    process = TailProcess(tmp_path)  # the server answers again
+    assert process.retry_pending()
+    process._tails.shutdown(wait=True)
+    assert run_tails.pending(spool) == []
+    assert backlog.read(attempt) is None
+    client = MlflowClient(uri)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics == {"loss": 0.5}
+    assert [a.path for a in client.list_artifacts(run_id, "logs/node_0")] == [
+        "logs/node_0/rank_0.log"
+    ]
+
+
+def test_a_refusal_for_good_is_kept_for_air_sync_not_retried_and_a_removed_job_is_let_go(
+    tmp_path: Path, mlflow_run: tuple[str, str]
+) -> None:
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST
+
+    uri, run_id = mlflow_run
+    attempt = attempt_with_a_log(tmp_path)
+    tail = Tail("j", 1, run_id, "SUCCEEDED", uri, str(attempt.path), sample=False)
+
+    def deleted(_: str) -> Any:
+        raise MlflowException("Run not found", error_code=RESOURCE_DOES_NOT_EXIST)
+
+    spool = private_dir(tmp_path / "tails")
+    run_tails.keep_pending(spool, tail, run_tails.finish(deleted, tail))
+    assert backlog.refused_for_good(attempt)
+    assert not TailProcess(tmp_path).retry_pending(), "nothing due: only air sync retries"
+    assert len(run_tails.pending(spool)) == 1, "kept, never dropped"
+
+    shutil.rmtree(attempt.path)
+    assert run_tails.pending(spool) == []
+    assert not list((spool / "pending").iterdir())

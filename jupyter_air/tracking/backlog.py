@@ -89,7 +89,7 @@ def failing(files: AttemptDir, tracking_uri: str, err: BaseException, parts: set
     replace_json(
         files.tracking_backlog,
         {
-            "tracking_uri": tracking_uri,
+            "tracking_uri": redact(tracking_uri),  # only ever shown
             "since": since or time.time(),
             "error": describe(err),
             "permanent": is_permanent(err),
@@ -157,6 +157,11 @@ def read(files: AttemptDir) -> Backlog | None:
         parts,
         points,
     )
+
+
+def refused_for_good(files: AttemptDir) -> bool:
+    """Whether the server's last answer on what waits was one no wait changes."""
+    return bool(_state(files).get("permanent"))
 
 
 def is_permanent(err: BaseException) -> bool:

@@ -1,13 +1,16 @@
-"""Rank 0's metrics, journaled in its attempt's directory, then shipped to MLflow.
+"""Rank 0's metrics and the nodes' system samples, journaled in the attempt's directory,
+then shipped to MLflow.
 
 ``log_metrics`` in a rank appends one JSON line to the attempt's journal and returns: no
 MLflow import, no network, a few microseconds, so a training loop runs as fast whatever
 the tracking server does, and the cell's live chart reads its points from the file at
-once. The journal is shipped to each line's run in the background, in order, in batches
+once. The supervisor appends each system-metrics sample the same way
+(``append_samples``), so a server that is down loses none of them either. The journal is shipped to each line's run in the background, in order, in batches
 of at most ``MAX_BATCH`` points (MLflow's limit for ``log_batch``), and after each batch
 the journal's mark records how far it got, so a shipper that dies or restarts resumes
 there: the supervisor ships while the attempt runs (once it has MLflow loaded), the
-user's tail process ships the rest before it ends the run. A batch sent again after a
+user's tail process ships the rest before it ends the run, and again later for as long
+as the server does not take it (``run_tails``); one shipper at a time. A batch sent again after a
 crash between the batch and its mark lands once: MLflow's SQL stores keep one row per
 (run, key, step, timestamp, value).
 

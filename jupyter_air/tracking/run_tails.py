@@ -494,9 +494,15 @@ def pending(spool: Path) -> list[Tail]:
     for path in sorted(pending_dir(spool).glob("*.json"), key=_mtime):
         try:
             body = _read_request(path)
-            found.append(Tail(**{**body, "parts": tuple(body["parts"])}))
+            tail = Tail(**{**body, "parts": tuple(body["parts"])})
         except (NotYours, OSError, ValueError, TypeError, KeyError) as err:
             log.error("pending tail %s not read: %r", path.name, err)
+            continue
+        if not Path(tail.attempt_dir).is_dir():  # the job was removed (retention, by hand)
+            log.warning("pending tail %s dropped: its job's files are gone", path.name)
+            path.unlink(missing_ok=True)
+            continue
+        found.append(tail)
     return found
 
 
@@ -509,8 +515,7 @@ def _mtime(path: Path) -> float:
 
 def _permanent(tail: Tail) -> bool:
     """The attempt's server refused it for good: only ``air sync`` tries again."""
-    state = backlog.read(AttemptDir(Path(tail.attempt_dir)))
-    return state is not None and state.permanent
+    return backlog.refused_for_good(AttemptDir(Path(tail.attempt_dir)))
 
 
 def resume_pending(home: Path) -> None:
