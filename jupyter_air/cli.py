@@ -35,6 +35,7 @@ from .jobs.permissions import (
 from .jobs.service import Conflict, JobService, NoLogs
 from .jobs.spec import JobKind
 from .jobs.store import Job, JobStore, StoreError, UnknownJob
+from .jobs.workload_file import TrackingMode
 from .logs.query import BadFilter, LogFilter, LogLine, read_all_text, read_tail
 from .logs.text import format_line
 from .paths import UnsafeHome
@@ -81,6 +82,13 @@ def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         default=[],
         metavar="PATH=VALUE",
         help="change one field, e.g. compute.nproc_per_node=4 (repeatable)",
+    )
+    run.add_argument(
+        "--tracking",
+        choices=[m.value for m in TrackingMode],
+        help="when the MLflow tracking server does not answer: required refuses in one "
+        "line (the default); deferred runs now and makes its run once it answers "
+        "(the workload's `tracking:`)",
     )
     run.add_argument("--dry-run", action="store_true", help="validate and print, submit nothing")
     run.add_argument(
@@ -237,6 +245,8 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         spec = load(args.file, args.override)
+        if args.tracking:
+            spec = spec.model_copy(update={"tracking": TrackingMode(args.tracking)})
         placed = place(
             spec,
             os_identity().name,
@@ -265,7 +275,9 @@ def _run(args: argparse.Namespace) -> int:
     try:
         probe.check(current_tracking_uri())  # a server that is down: said in seconds
     except probe.Unreachable as err:
-        raise CliError(str(err)) from None
+        if spec.tracking is not TrackingMode.DEFERRED:
+            raise CliError(f"{err}; {probe.REFUSED}, or run with --tracking deferred") from None
+        print(f"{err}: the job runs now; its run is made once it answers", file=sys.stderr)
     service = _service()
     job = _submit(service, placed, spec, working_dir)
     if args.output == "json":
@@ -400,7 +412,7 @@ def _get(args: argparse.Namespace) -> int:
             f"  attempt {a['attempt']}: {a['status']}, exit codes {a['exit_codes']}{failed}"
             + (f": {a['message']}" if a["message"] else "")
         )
-        print(f"    run: {a['run_url'] or a['run_id']}")
+        print(f"    run: {a['run_url'] or a['run_id'] or 'made once its tracking server answers'}")
         for n in a["nodes"]:
             print(f"    node {n['node']}: {n['hostname']} {n['ip']}, Ray node {n['node_id']}")
     if doc["kind"] == JobKind.SESSION:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from .tracking.journal import JOURNAL_ENV, Writer
+from .tracking.journal import ATTEMPT_RUN, JOURNAL_ENV, Writer
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -61,9 +61,9 @@ def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
     points are journaled and shipped in the background (see ``tracking.journal``).
     """
     run_id = os.environ.get("MLFLOW_RUN_ID")
-    journal = _journal_writer() if run_id else None
-    if journal is not None and run_id:
-        journal.append(run_id, metrics, step)
+    journal = _journal_writer()
+    if journal is not None and run_id is not None:  # "": its run is made later (deferred)
+        journal.append(run_id or ATTEMPT_RUN, metrics, step)
         return
     import mlflow
 

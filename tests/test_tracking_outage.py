@@ -226,7 +226,58 @@ def test_submitting_to_a_server_that_does_not_answer_is_refused_in_one_line(
         assert refused.returncode != 0
         assert refused.stderr.strip().splitlines() == [
             f"air: tracking: {team.proxy.uri} does not answer ({why}); nothing was started: "
-            "start the server, or set MLFLOW_TRACKING_URI to one that answers"
+            "start the server, or set MLFLOW_TRACKING_URI to one that answers, or run with "
+            "--tracking deferred"
         ]
     team.proxy.switch(Mode.FORWARD)
     assert len(JobStore(team.home).jobs()) == jobs, "nothing was submitted"
+
+
+def test_a_deferred_job_runs_while_its_server_is_down_and_gets_its_run_once_it_answers(
+    team: Team, tmp_path: Path
+) -> None:
+    team.proxy.switch(Mode.UNAVAILABLE)
+    (tmp_path / "train.py").write_text(TRAIN.format(steps=100))
+    (tmp_path / "w.yaml").write_text(
+        f"command: {sys.executable} train.py {tmp_path / 'mark'}\nexperiment_name: later\n"
+        "tracking: deferred\ncompute:\n  nproc_per_node: 2\n"
+    )
+    submitted = air(team, tmp_path, "run", "-f", "w.yaml", "--output", "json", uri=team.proxy.uri)
+    assert submitted.returncode == 0, submitted.stderr
+    assert submitted.stderr.strip().splitlines()[-1] == (
+        f"tracking: {team.proxy.uri} does not answer (HTTP 503 Service Unavailable): the job "
+        "runs now; its run is made once it answers"
+    )
+    job_id = json.loads(submitted.stdout)["id"]
+    jobs = JobStore(team.home)
+    until(lambda: jobs.get(job_id).done, "the job's end, its server down", timeout=180)
+    assert jobs.get(job_id).status == "SUCCEEDED"
+    (attempt,) = jobs.attempts(job_id)
+    assert attempt.run_id is None, "no run while the server answered 503"
+
+    def said() -> str | None:
+        line = tracking_line(team, tmp_path, job_id, team.proxy.uri)
+        return line if line and "the run, " in line and "its logs waiting" in line else None
+
+    line = until(said, "the tracking line of a run not made yet", timeout=180)
+    assert re.fullmatch(
+        r"tracking: http://127\.0\.0\.1:\d+ unreachable since \d\d:\d\d:\d\d \(HTTP 503\); "
+        r"the run, \d+ points, the run's end and its logs waiting",
+        line,
+    ), line
+    shown = air(team, tmp_path, "get", job_id, uri=team.proxy.uri).stdout
+    assert "    run: made once its tracking server answers\n" in shown
+
+    team.proxy.switch(Mode.FORWARD)  # nobody acts: the run is made and filled
+    run_id = until(lambda: jobs.attempts(job_id)[0].run_id, "the run made", timeout=120)
+    until(
+        lambda: landed(team, run_id, "FINISHED", journaled(team, job_id)),
+        "every point, the run's end and its logs on the server",
+        timeout=120,
+    )
+    run = MlflowClient(team.server.uri).get_run(run_id)
+    assert run.data.tags["air.job_id"] == job_id
+    assert run.data.tags["air.attempt"] == "1"
+    experiment = MlflowClient(team.server.uri).get_experiment(run.info.experiment_id)
+    assert experiment.name == "later"
+    assert jobs.get(job_id).experiment_id == run.info.experiment_id

@@ -26,7 +26,7 @@ from .sharing import mirror
 from .spec import JobKind, JobSpec, OutputRanks, job_spec
 from .store import JOB_ID, Job, JobStore, UnknownJob
 from .submit import Submitted, submit
-from .workload_file import Submission
+from .workload_file import Submission, TrackingMode
 
 if TYPE_CHECKING:
     from ..tracking.permissions import MirrorReport
@@ -92,6 +92,7 @@ class Placed:
             backend=self.backend.name,
             backend_settings=self.settings,
             run_name=run_name,
+            deferred=s.tracking is TrackingMode.DEFERRED,
         )
 
     @property

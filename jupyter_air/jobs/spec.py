@@ -93,6 +93,9 @@ class Tracking:
     first_run_id: str | None = None
     #: On every attempt's run.
     tags: Mapping[str, str] = field(default_factory=lambda: _frozen_map(None))
+    #: Run at once even when the tracking server does not answer: an attempt's run is
+    #: made, and filled from the journal, once it does (``tracking: deferred``).
+    deferred: bool = False
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,7 @@ def job_spec(
     backend_settings: Mapping[str, Any] | None = None,
     run_name: str | None = None,
     tags: Mapping[str, str] | None = None,
+    deferred: bool = False,
 ) -> JobSpec:
     """A spec from the fields every entry point speaks of, already checked: the magic's
     options, the decorator's, a session's, a workload file's or a schedule task's (the
@@ -243,7 +247,7 @@ def job_spec(
             outputs=tuple(outputs),
         ),
         compute=Compute(nproc_per_node=nproc_per_node, nnodes=nnodes),
-        tracking=Tracking(run_name=run_name, tags=_frozen_map(tags)),
+        tracking=Tracking(run_name=run_name, tags=_frozen_map(tags), deferred=deferred),
         policy=Policy(max_retries=max_retries, timeout=timeout, background=background),
         backend=BackendChoice(backend, _frozen_map(backend_settings)),
     )

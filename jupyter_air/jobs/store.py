@@ -455,6 +455,16 @@ class JobStore:
                 (job_id, attempt, AttemptStatus.RUNNING, run_id, time.time()),
             )
 
+    def set_attempt_run(self, job_id: str, attempt: int, run_id: str) -> None:
+        """The run of an attempt that started without one (``tracking: deferred`` while
+        its server did not answer), made once it did."""
+        with self._connect() as db:
+            db.execute(
+                "UPDATE attempts SET run_id = ? "
+                "WHERE job_id = ? AND attempt = ? AND run_id IS NULL",
+                (run_id, job_id, attempt),
+            )
+
     def end_attempt(
         self,
         job_id: str,

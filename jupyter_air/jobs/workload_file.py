@@ -8,6 +8,7 @@ options are checked by it too (``kernel.launch.Options``), named as their flags.
 
 from __future__ import annotations
 
+import enum
 import functools
 import re
 import shlex
@@ -39,6 +40,7 @@ FILE_NAMES = {
     "compute.oversubscribe": "compute.oversubscribe",
     "ray_address": "ray_address",
     "backend": "backend",
+    "tracking": "tracking",
     #: A backend named where it is chosen, and where it is only mentioned.
     "backend named": "'backend: {}'",
     "a backend": "'backend: {}'",
@@ -57,6 +59,15 @@ class Compute(BaseModel):
     oversubscribe: bool = Field(False, description="more ranks than this machine holds")
 
 
+class TrackingMode(enum.StrEnum):
+    """What a submission does when its tracking server does not answer."""
+
+    #: Refuse in one line, starting nothing (the default).
+    REQUIRED = "required"
+    #: Run at once; each attempt's run is made, and filled, once the server answers.
+    DEFERRED = "deferred"
+
+
 class Submission(BaseModel):
     """What every submission obeys, however it is written."""
 
@@ -72,6 +83,11 @@ class Submission(BaseModel):
     permissions: list[str] = Field(
         default_factory=list,
         description="grants at submission: NAME:LEVEL or group:NAME:LEVEL",
+    )
+    tracking: TrackingMode = Field(
+        TrackingMode.REQUIRED,
+        strict=False,  # the file's words: required, deferred
+        description="when the tracking server does not answer: required (refuse) or deferred",
     )
 
     @field_validator("backend")

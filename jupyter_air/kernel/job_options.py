@@ -65,6 +65,16 @@ WHOLE_JOB: dict[str, Callable[[Any], Any]] = {
             "than 4 per core without GPUs (refused otherwise)."
         ),
     ),
+    "tracking": argument(
+        "--tracking",
+        default="required",
+        metavar="MODE",
+        help=(
+            "When the MLflow tracking server does not answer: required (the default) "
+            "refuses in one line, starting nothing; deferred runs at once, and makes and "
+            "fills its run once the server answers."
+        ),
+    ),
     "share": argument(
         "--share",
         action="append",

@@ -28,13 +28,13 @@ from ..jobs.permissions import Grant
 from ..jobs.service import JobService, Placed, Refused, check_grants
 from ..jobs.spec import JobKind
 from ..jobs.store import Job, JobStore
-from ..jobs.workload_file import Submission, describe
+from ..jobs.workload_file import Submission, TrackingMode, describe
 from ..logs.query import LogFilter
 from ..redact import redact
 from ..status import JobStatus, Outcome
 from ..tracking import journal, probe
 from ..tracking.backlog import describe as describe_error
-from ..tracking.targets import current_tracking_uri
+from ..tracking.targets import ExperimentRef, RunTarget, current_tracking_uri
 from .capture import Payload
 from .display import OPEN_RUN, JobView
 from .session import cell_id, notebook_path
@@ -48,6 +48,7 @@ FLAGS = {
     "backend named": "--backend {}",
     "a backend": "the {} backend",
     "ray_address": "--ray-address",
+    "tracking": "--tracking",
     "max_retries": "--max-retries",
     "env": "--env",
     "permissions": "--share",
@@ -81,6 +82,8 @@ class Options:
     oversubscribe: bool = False
     #: Grants at submission: ``bob:CAN_VIEW``, ``group:ml-team:CAN_MANAGE_RUN``.
     share: list[str] = field(default_factory=list)
+    #: ``deferred``: run even when the tracking server does not answer.
+    tracking: str = TrackingMode.REQUIRED
 
     def validate(self) -> Submission:
         """Refuse what cannot run; the submission the options make. The rules a workload
@@ -128,6 +131,7 @@ class Options:
             "max_retries": self.max_retries,
             "env": self.env,
             "permissions": list(self.share),
+            "tracking": self.tracking,
         }
         try:
             return Submission.model_validate(fields, context={"names": FLAGS})
@@ -201,14 +205,18 @@ def run(
     service = kernel_service()
     placed = options.placed(service, submission)
 
-    probe.check(current_tracking_uri())  # a server that is down: said in seconds
+    down = unanswered(current_tracking_uri(), submission)  # said in seconds
     from mlflow import MlflowClient
 
     from ..tracking import runs
 
     user, notebook = mlflow_user(), notebook_path()
-    with runs.quiet_store_setup():
-        target = runs.resolve_target(options.experiment, user, notebook)
+    target: RunTarget | ExperimentRef
+    if down is None:
+        with runs.quiet_store_setup():
+            target = runs.resolve_target(options.experiment, user, notebook)
+    else:
+        target = deferred_target(options.experiment, user, notebook, current_tracking_uri())
     spec = placed.spec(
         JobKind.PYTHON,
         working_dir=os.getcwd(),
@@ -224,14 +232,13 @@ def run(
         target,
         grants=grants,
         payload=payload_bytes,
-        source=source,
+        source=source if down is None else None,  # kept with a run made here only
         notebook=notebook,
         user=user,
         extra_tags={"air.cell_id": cell} if (cell := cell_id()) else None,
         watch_pid=None if options.background else os.getpid(),
     )
     job, run_id, run_name = submitted.job, submitted.run_id, submitted.run_name
-    assert run_id is not None  # a kernel's RunTarget: its first run was started
     mlflow_client = MlflowClient(target.tracking_uri)
 
     view = JobView(
@@ -240,8 +247,17 @@ def run(
         options.nnodes,
         tracking_uri=None if options.background else target.tracking_uri,
     )
-    view.header(run_name, job_links(target.tracking_uri, target.experiment_id, run_id, job.id))
-    announce_grants(store, job, grants)  # after the job started: a slow MLflow delays no rank
+    if isinstance(target, RunTarget) and run_id is not None:
+        links = job_links(target.tracking_uri, target.experiment_id, run_id, job.id)
+        view.header(run_name, links)
+        announce_grants(store, job, grants)  # after the job started: a slow MLflow delays no rank
+    else:  # deferred: its supervisor makes the run, and gives the grants, once it can
+        view.header(None, {"run": None, "logs": job_links_logs(job.id)})
+        print(
+            f"{down}: the job runs now; its run is made and filled once the server "
+            f"answers (air get {job.id})",
+            file=sys.stderr,
+        )
     max_attempts = options.max_retries + 1
     if options.background:
         view.status("submitted in the background", 1, max_attempts, f"air logs {job.id}")
@@ -255,7 +271,7 @@ def run(
         files = AttemptDir(store.attempt_dir(job.id, attempts[-1].attempt if attempts else 1))
 
         def finish() -> None:
-            journal.ship(mlflow_client, files)
+            journal.ship(mlflow_client, files, run)
             runs.end_run(mlflow_client, run, status)
 
         end_in_time(finish, target.tracking_uri, job.id)
@@ -293,6 +309,52 @@ def end_in_time(finish: Callable[[], None], tracking_uri: str, job_id: str) -> N
         f"points wait, and land when the server answers (air get {job_id})",
         file=sys.stderr,
     )
+
+
+def unanswered(tracking_uri: str, submission: Submission) -> probe.Unreachable | None:
+    """Why the tracking server does not answer, when the call runs anyway (``--tracking
+    deferred``); None when it answers. Raises ``probe.Unreachable`` (one line, nothing
+    started) otherwise."""
+    try:
+        probe.check(tracking_uri)
+    except probe.Unreachable as err:
+        if submission.tracking is TrackingMode.DEFERRED:
+            return err
+        raise
+    return None
+
+
+def deferred_target(
+    option_experiment: str | None, user: str, notebook: str | None, tracking_uri: str
+) -> ExperimentRef:
+    """The experiment a deferred call's runs go to, by name, without asking the server:
+    ``--experiment``, then ``MLFLOW_EXPERIMENT_NAME``, then ``/Users/<user>/<notebook>``.
+    A run to resume or nest under, or an experiment known only by its id, needs the
+    server: refused."""
+    from mlflow.tracking import fluent
+
+    from ..tracking.runs import default_experiment_name
+
+    why = "does not answer"
+    if os.environ.get("MLFLOW_RUN_ID") or fluent.active_run() is not None:
+        raise OptionError(
+            f"--tracking deferred: the server {why}, and this call's run is "
+            "nested in or resumes a run of it: end that run, or wait for it"
+        )
+    name = option_experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME")
+    if not name and (os.environ.get("MLFLOW_EXPERIMENT_ID") or fluent._active_experiment_id):
+        raise OptionError(
+            f"--tracking deferred: the server {why}, and the notebook's "
+            "experiment is known by its id only: name it with --experiment"
+        )
+    return ExperimentRef(tracking_uri, name or default_experiment_name(user, notebook))
+
+
+def job_links_logs(job_id: str) -> str | None:
+    """The job's logs view, where a Jupyter server is known."""
+    from ..tracking.ui_links import logs_url
+
+    return logs_url(job_id)
 
 
 def announce_grants(store: JobStore, job: Job, grants: tuple[Grant, ...]) -> None:
@@ -409,7 +471,9 @@ def _show_new(view: JobView, follower: LogFollower) -> None:
 
 
 def _runs(attempts: list[Any]) -> list[tuple[int, str]]:
-    return [(a.attempt, a.run_id) for a in attempts if a.run_id]
+    """Each attempt and its run (``ATTEMPT_RUN`` until a deferred one's is made: its
+    journal's lines say so, and the chart reads them all the same)."""
+    return [(a.attempt, a.run_id or journal.ATTEMPT_RUN) for a in attempts]
 
 
 def _hints(store: JobStore, job_id: str, attempts: list[Any]) -> dict[str, Any]:

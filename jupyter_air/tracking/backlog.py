@@ -46,6 +46,7 @@ STALL = 5.0
 class Part(enum.StrEnum):
     """What of a run can wait for its server."""
 
+    RUN = "run"  # a deferred attempt's run, not made yet
     METRICS = "metrics"
     END = "end"
     LOGS = "logs"
@@ -65,7 +66,7 @@ class Backlog:
     def line(self, job_id: str) -> str:
         """The one line users read, in the cell, the CLI, the API and the runs panel."""
         uri = redact(self.tracking_uri) or "the tracking store"
-        waiting = []
+        waiting = ["the run"] if Part.RUN in self.parts else []
         if self.points:
             waiting.append(f"{self.points} point{'s' if self.points != 1 else ''}")
         if Part.END in self.parts:

@@ -5,12 +5,13 @@ then shipped to MLflow.
 MLflow import, no network, a few microseconds, so a training loop runs as fast whatever
 the tracking server does, and the cell's live chart reads its points from the file at
 once. The supervisor appends each system-metrics sample the same way
-(``append_samples``), so a server that is down loses none of them either. The journal is shipped to each line's run in the background, in order, in batches
-of at most ``MAX_BATCH`` points (MLflow's limit for ``log_batch``), and after each batch
-the journal's mark records how far it got, so a shipper that dies or restarts resumes
-there: the supervisor ships while the attempt runs (once it has MLflow loaded), the
-user's tail process ships the rest before it ends the run, and again later for as long
-as the server does not take it (``run_tails``); one shipper at a time. A batch sent again after a
+(``append_samples``), so a server that is down loses none of them either. The journal is
+shipped to each line's run in the background, in order, in batches of at most
+``MAX_BATCH`` points (MLflow's limit for ``log_batch``), and after each batch the
+journal's mark records how far it got, so a shipper that dies or restarts resumes there:
+the supervisor ships while the attempt runs (once it has MLflow loaded), the user's tail
+process ships the rest before it ends the run, and again later for as long as the server
+does not take it (``run_tails``); one shipper at a time. A batch sent again after a
 crash between the batch and its mark lands once: MLflow's SQL stores keep one row per
 (run, key, step, timestamp, value).
 
@@ -36,6 +37,9 @@ from .sampling import Sample
 
 #: Where a rank journals its metrics (set by the supervisor for every rank).
 JOURNAL_ENV = "AIR_METRICS_JOURNAL"
+#: A line's run when its attempt has none yet (``tracking: deferred`` while its server
+#: did not answer): the attempt's run, whichever it turns out to be.
+ATTEMPT_RUN = ""
 #: MLflow's most metrics in one ``log_batch``.
 MAX_BATCH = 1000
 #: Bytes read at most per look, so catching up with a long journal costs bounded memory.
@@ -151,18 +155,27 @@ def waiting_points(files: AttemptDir) -> int:
     return count
 
 
-def ship(client: Any, files: AttemptDir) -> int:
+class NoRunYet(RuntimeError):
+    """Lines of the attempt's own run wait for that run to be made."""
+
+
+def ship(client: Any, files: AttemptDir, attempt_run: str | None = None) -> int:
     """Ship every whole line after the mark, in order, in batches (``client.log_batch``
     of an ``MlflowClient``), moving the mark past the lines each batch completes; the
-    number of points shipped. An error stops the shipping where it is. One shipper at a
-    time (a lock beside the mark): a kernel and the supervisor never send one batch
-    twice, nor move the mark back."""
+    number of points shipped. Lines of ``ATTEMPT_RUN`` go to ``attempt_run``; without
+    one, the shipping stops before them (``NoRunYet``), as at any other error. One
+    shipper at a time (a lock beside the mark): a kernel and the supervisor never send
+    one batch twice, nor move the mark back."""
     from mlflow.entities import Metric
 
     total = 0
     with _shipping(files):
         while lines := read(files.metrics_journal, shipped(files)):
             for run_id, batch, done in _batches(lines):
+                if run_id == ATTEMPT_RUN:
+                    if not attempt_run:
+                        raise NoRunYet("the attempt's run is not made yet")
+                    run_id = attempt_run
                 metrics = [Metric(p.key, p.value, p.timestamp, p.step) for p in batch]
                 client.log_batch(run_id, metrics=metrics)
                 total += len(batch)

@@ -26,7 +26,14 @@ class Unreachable(RuntimeError):
     IPython shows only that line, not the frames that asked)."""
 
     def _render_traceback_(self) -> list[str]:
-        return [f"\x1b[31mTrackingUnreachable\x1b[0m: {self}"]
+        return [
+            f"\x1b[31mTrackingUnreachable\x1b[0m: {self}; {REFUSED}, or run with "
+            "--tracking deferred"
+        ]
+
+
+#: What a refused submission adds to the line.
+REFUSED = "nothing was started: start the server, or set MLFLOW_TRACKING_URI to one that answers"
 
 
 def check(tracking_uri: str, timeout: float = TIMEOUT) -> None:
@@ -46,10 +53,7 @@ def check(tracking_uri: str, timeout: float = TIMEOUT) -> None:
         why = _reason(err.reason)
     except (TimeoutError, OSError) as err:
         why = _reason(err)
-    raise Unreachable(
-        f"tracking: {redact(tracking_uri)} does not answer ({why}); nothing was started: "
-        "start the server, or set MLFLOW_TRACKING_URI to one that answers"
-    )
+    raise Unreachable(f"tracking: {redact(tracking_uri)} does not answer ({why})")
 
 
 def _reason(reason: object) -> str:

@@ -437,12 +437,20 @@ def finish(client_for: Callable[[str], Any], tail: Tail) -> Answer:
     errors: dict[Part, BaseException] = {}
     parts = {Part(p) for p in tail.parts}
     if tail.sample:
-        _last_sample(files, tail.run_id)
+        _last_sample(files, tail.run_id or journal.ATTEMPT_RUN)
     uri = tail.tracking_uri
+    if not tail.run_id:  # a deferred attempt whose server never answered while it ran
+        try:
+            with backlog.watched(files, uri, {Part.RUN}):
+                tail = dataclasses.replace(tail, run_id=_make_late_run(client_for, tail))
+            parts.add(Part.RUN)
+        except Exception as err:
+            backlog.failing(files, uri, err, {Part.RUN, *parts})
+            return Answer(repr(err), repr(err), repr(err))
     if Part.METRICS in parts:
         try:
             with backlog.watched(files, uri, {Part.METRICS}):
-                journal.ship(client_for(uri), files)
+                journal.ship(client_for(uri), files, tail.run_id)
         except Exception as err:  # kept in the journal, from its mark
             errors[Part.METRICS] = err
     if Part.END in parts:
@@ -467,6 +475,30 @@ def finish(client_for: Callable[[str], Any], tail: Tail) -> Answer:
             backlog.failing(files, tail.tracking_uri, failure, {part})
     said = {part: repr(failure) for part, failure in errors.items()}
     return Answer(said.get(Part.END), said.get(Part.LOGS), said.get(Part.METRICS))
+
+
+def _make_late_run(client_for: Callable[[str], Any], tail: Tail) -> str:
+    """The run of an attempt that ran without one (``tracking: deferred``), made now as
+    its supervisor would have, and recorded with the attempt."""
+    from ..jobs.store import JobStore
+    from . import runs
+
+    home = Path(tail.attempt_dir).parents[2]  # AIR_HOME/jobs/<id>/attempt_K
+    store = JobStore(home)
+    job = store.get(tail.job_id)
+    made = [a.run_id for a in store.attempts(job.id) if a.attempt == tail.attempt and a.run_id]
+    if made:  # made by its supervisor at the last moment, or by an earlier try
+        return str(made[0])
+    spec, client = job.spec.tracking, client_for(tail.tracking_uri)
+    experiment_id = job.experiment_id
+    if experiment_id is None:
+        assert spec.experiment_name is not None, "a job's run needs an experiment"
+        experiment_id = runs.ensure_experiment(client, spec.experiment_name, spec.artifact_location)
+        store.set_experiment(job.id, experiment_id)
+    tags = {"air.job_id": job.id, **spec.tags, "air.attempt": str(tail.attempt)}
+    run_id = str(runs.start_run(client, experiment_id, tags, spec.run_name, spec.parent_run_id))
+    store.set_attempt_run(job.id, tail.attempt, run_id)
+    return run_id
 
 
 def pending_dir(spool: Path) -> Path:

@@ -305,6 +305,7 @@ def test_a_failed_attempt_is_retried_in_the_same_job_with_a_new_run(
         ("--max-retries -1", "--max-retries: Input should be greater than or equal to 0"),
         ("--timeout 0", "--timeout must be"),
         ("--output-ranks 3", "--output-ranks must be all, 0 or none"),
+        ("--tracking later", "--tracking: Input should be 'required' or 'deferred'"),
         ("-n 100000", "or pass --oversubscribe (oversubscribe=True for @distributed)"),
         ("--oversubscribe --backend ray", "--oversubscribe is for the local backend"),
         ("--share bob", "--share: 'bob' is not a grant: write NAME:LEVEL"),

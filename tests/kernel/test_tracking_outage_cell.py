@@ -107,7 +107,43 @@ def test_a_cell_submitted_while_the_server_says_nothing_is_refused_in_one_line(
     assert cell.error["traceback"] == [
         f"\x1b[31mTrackingUnreachable\x1b[0m: tracking: {proxy.uri} does not answer (no "
         "answer in time); nothing was started: start the server, or set "
-        "MLFLOW_TRACKING_URI to one that answers"
+        "MLFLOW_TRACKING_URI to one that answers, or run with --tracking deferred"
     ]
     assert "never" not in cell.text
     assert len(JobStore(air_home).jobs()) == jobs
+
+
+def test_a_deferred_cell_runs_while_its_server_is_down_and_its_run_is_made_once_it_answers(
+    kernel: Kernel, proxy: TrackingProxy, air_home: Path
+) -> None:
+    proxy.switch(Mode.UNAVAILABLE)
+    try:
+        cell = kernel.run(
+            "%%air_distributed -n 2 --tracking deferred --experiment later\n"
+            "from jupyter_air import log_metrics\n"
+            "for step in range(20):\n"
+            "    log_metrics({'loss': 1 / (step + 1)}, step=step)\n"
+            "42"
+        )
+    finally:
+        proxy.switch(Mode.FORWARD)  # nobody acts: the run is made and filled
+    assert cell.value() == "42"
+    store = JobStore(air_home)
+    job = store.jobs()[0]
+    assert (
+        f"tracking: {proxy.uri} does not answer (HTTP 503 Service Unavailable): the job runs "
+        f"now; its run is made and filled once the server answers (air get {job.id})"
+    ) in cell.stderr
+    client = MlflowClient(proxy.uri)
+
+    def filled() -> bool:
+        run_id = store.attempts(job.id)[0].run_id
+        if run_id is None:
+            return False
+        run = client.get_run(run_id)
+        steps = sorted(m.step for m in client.get_metric_history(run_id, "loss"))
+        return run.info.status == "FINISHED" and steps == list(range(20))
+
+    until(filled, "the run made, with every point and its end", timeout=120)
+    run = client.get_run(store.attempts(job.id)[0].run_id or "")
+    assert client.get_experiment(run.info.experiment_id).name == "later"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import logging
 import os
 import signal
@@ -37,7 +36,7 @@ from typing import Any
 from ...job_dir import AttemptDir, JobDir
 from ...procs import alive
 from ...status import JobStatus, Outcome
-from ...tracking import backlog, journal
+from ...tracking import backlog, journal, probe
 from ...tracking.guard import RunGuard
 from ...tracking.run_tails import (
     Answer,
@@ -69,6 +68,8 @@ REAPER_WAIT = 15.0
 #: waits for a batch under way.
 SHIP_INTERVAL = 1.0
 SHIP_STOP_WAIT = 5.0
+#: Seconds between two asks of a tracking server for a deferred attempt's run.
+DEFERRED_RETRY = float(os.environ.get("AIR_DEFERRED_RUN_RETRY", "10"))
 
 
 class NotLoaded(RuntimeError):
@@ -220,10 +221,13 @@ class JournalShipper:
     recorded in the attempt's backlog (its status line) and tried again; the ranks never
     wait for any of it."""
 
-    def __init__(self, files: AttemptDir, tracking: Tracking, tracking_uri: str) -> None:
+    def __init__(
+        self, files: AttemptDir, tracking: Tracking, tracking_uri: str, run: RunRef
+    ) -> None:
         self._files = files
         self._tracking = tracking
         self._uri = tracking_uri
+        self._attempt_run = run
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="air-journal", daemon=True)
         self._thread.start()
@@ -236,7 +240,7 @@ class JournalShipper:
                 continue
             try:
                 with backlog.watched(self._files, self._uri, {backlog.Part.METRICS}):
-                    journal.ship(client, self._files)
+                    journal.ship(client, self._files, self._attempt_run.id)
                 failing = None
                 backlog.landed(self._files, {backlog.Part.METRICS})
             except Exception as err:
@@ -254,16 +258,47 @@ class JournalShipper:
 
 
 @dataclass
+class RunRef:
+    """An attempt's run: None until it is made (``tracking: deferred``, its server down)."""
+
+    id: str | None
+
+
+class DeferredRun:
+    """Makes the run of an attempt that started without one, once its tracking server
+    answers (asked every ``DEFERRED_RETRY`` seconds while the attempt runs; its tail
+    makes it after that): recorded with the attempt, and its journal's lines, written
+    for "the attempt's run", are shipped to it from then on."""
+
+    def __init__(self, make: Callable[[], str | None], run: RunRef) -> None:
+        self._make = make
+        self._run = run
+        self._stop = threading.Event()
+        threading.Thread(target=self._loop, name="air-deferred-run", daemon=True).start()
+
+    def _loop(self) -> None:
+        while self._run.id is None and not self._stop.wait(DEFERRED_RETRY):
+            try:
+                self._run.id = self._make()
+            except Exception as err:
+                log.warning("the attempt's run is not made yet: %r", err)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+@dataclass
 class Attempt:
     """One attempt as the supervisor holds it between its start and its finish."""
 
     number: int
-    run_id: str
+    run: RunRef
     files: AttemptDir
     guard: RunGuard
     metrics: SystemMetricsFeed
     hints: HintRecorder
     shipper: JournalShipper
+    deferred: DeferredRun | None
 
 
 class Supervisor:
@@ -372,30 +407,61 @@ class Supervisor:
         return 1
 
     def _start(self, number: int, reaper: Reaper) -> Attempt:
-        """The attempt's run (the kernel's for the first, else a new one) and its record,
-        its hints and system metrics."""
+        """The attempt's run (the kernel's for the first, else a new one; none yet for a
+        deferred job whose server does not answer) and its record, its hints and system
+        metrics."""
         job, spec, tracking = self.job, self.spec, self._tracking
         first_run = spec.tracking.first_run_id
-        run_id = (
-            first_run
-            if number == 1 and first_run
-            else tracking.new_run(job.id, number, dict(spec.tracking.tags))
-        )
-        self.store.start_attempt(job.id, number, run_id)
+        tags = dict(spec.tracking.tags)
+        if number == 1 and first_run:
+            run = RunRef(first_run)
+        elif spec.tracking.deferred and not self._answers():
+            run = RunRef(None)
+        else:
+            run = RunRef(tracking.new_run(job.id, number, tags))
+        self.store.start_attempt(job.id, number, run.id)
         self._open = number
         files = AttemptDir(self.store.attempt_dir(job.id, number)).make()
         if spec.policy.background:
             reaper.remove(files.result)  # nobody reads a background job's value
         guard = RunGuard()
-        hints = HintRecorder(
-            files.path, functools.partial(tracking.tag, run_id), nnodes=spec.compute.nnodes
-        )
+
+        def tag(key: str, value: str) -> None:
+            if run.id is not None:
+                tracking.tag(run.id, key, value)
+
+        hints = HintRecorder(files.path, tag, nnodes=spec.compute.nnodes)
         session = JobDir(self.store.job_dir(job.id)) if spec.kind is JobKind.SESSION else None
         metrics = SystemMetricsFeed(
-            run_id, files, spec.compute.nnodes, guard, tracking.client, session
+            run.id or journal.ATTEMPT_RUN,
+            files,
+            spec.compute.nnodes,
+            guard,
+            tracking.client,
+            session,
         )
-        shipper = JournalShipper(files, tracking, spec.tracking.tracking_uri or "")
-        return Attempt(number, run_id, files, guard, metrics, hints, shipper)
+        shipper = JournalShipper(files, tracking, spec.tracking.tracking_uri or "", run)
+        deferred = None
+        if run.id is None:
+
+            def make() -> str | None:
+                if not self._answers():
+                    return None
+                made = tracking.new_run(job.id, number, tags)
+                self.store.set_attempt_run(job.id, number, made)
+                return made
+
+            deferred = DeferredRun(make, run)
+        return Attempt(number, run, files, guard, metrics, hints, shipper, deferred)
+
+    def _answers(self) -> bool:
+        """Whether the job's tracking server answers now (a store that is a file does)."""
+        try:
+            probe.check(self.spec.tracking.tracking_uri or "")
+        except probe.Unreachable as err:
+            log.warning("%s: the attempt runs, its run is made once it answers", err)
+            return False
+        return True
 
     def _run_attempt(self, attempt: Attempt, reaper: Reaper) -> AttemptEnd:
         """The attempt's ranks, on its backend, until every one has exited."""
@@ -453,6 +519,8 @@ class Supervisor:
         failure is logged here (and the logs' in the run's tags)."""
         attempt.metrics.finish()
         attempt.shipper.stop()
+        if attempt.deferred is not None:
+            attempt.deferred.stop()  # its tail makes the run if it is not made yet
         # A local job ended before its first sample: the tail process samples this
         # machine (MLflow is not loaded here for it). A remote node samples at its end.
         sampled = attempt.metrics.sampled or self.backend.samples_at_close
@@ -461,7 +529,7 @@ class Supervisor:
         tail = Tail(
             self.job.id,
             attempt.number,
-            attempt.run_id,
+            attempt.run.id or journal.ATTEMPT_RUN,
             str(status),
             self.spec.tracking.tracking_uri or "",
             str(attempt.files.path),
@@ -479,12 +547,12 @@ class Supervisor:
                 answer.metrics_error,
             )
         if answer.end_error:
-            log.error("could not end MLflow run %s: %s", attempt.run_id, answer.end_error)
+            log.error("could not end MLflow run %s: %s", attempt.run.id, answer.end_error)
         if answer.logs_error:
             log.error(
                 "could not attach logs of attempt %d to run %s: %s",
                 attempt.number,
-                attempt.run_id,
+                attempt.run.id,
                 answer.logs_error,
             )
 
@@ -512,7 +580,7 @@ class Supervisor:
         mlflow_env = {
             "MLFLOW_TRACKING_URI": tracking.tracking_uri or "",
             "MLFLOW_EXPERIMENT_ID": self._tracking.experiment_id or "",
-            "MLFLOW_RUN_ID": attempt.run_id,
+            "MLFLOW_RUN_ID": attempt.run.id or "",  # "": made once its server answers
             journal.JOURNAL_ENV: str(attempt.files.metrics_journal),
         }
         context = AttemptContext(

@@ -105,6 +105,8 @@ class SystemMetricsFeed:
         if self._session is not None:
             self._log_cells([(node, sample) for sample in samples])
         client = self._client()  # MLflow loaded: the journal is shipped from now on
+        if not self.run_id:
+            return  # its run is not made yet (deferred): there is nothing to re-open
         with self._guard.lock:  # a rank's ``with mlflow.start_run`` ended it mid-job
             reopen = not self._guard.over.is_set()
             if reopen and client.get_run(self.run_id).info.status != "RUNNING":
