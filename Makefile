@@ -126,6 +126,7 @@ bench: setup
 	$(PY) bench/bench_schedules.py
 	$(PY) bench/bench_session.py
 	$(PY) bench/bench_tracking.py
+	$(PY) bench/bench_tracking_outage.py
 
 clean:
 	rm -rf lib jupyter_air/labextension tsconfig.tsbuildinfo tests/fake_nvml/.build test-artifacts
