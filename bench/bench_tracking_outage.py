@@ -23,6 +23,7 @@ import argparse
 import functools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -181,6 +182,9 @@ def main() -> None:
     finally:
         if bench.server.process.poll() is None:
             stop_server(bench.server)
+        # Its tail process would try what waits for the stopped server as long as its
+        # store is there: the store goes, and the process with it.
+        shutil.rmtree(bench.tmp, ignore_errors=True)
 
     ratio = statistics.median(down) / statistics.median(up)
     print(

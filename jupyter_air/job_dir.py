@@ -16,6 +16,7 @@
     jobs/<id>/attempt_K/metrics.jsonl     rank 0's ``log_metrics`` journal (``tracking.journal``)
     jobs/<id>/attempt_K/metrics.shipped   how many bytes of it have landed in MLflow
     jobs/<id>/attempt_K/tracking.json     what of the run waits for its tracking server, and why
+    jobs/<id>/attempt_K/late_run.json     a deferred attempt's run, made by its tail process
     jobs/<id>/attempt_K/logs/node_N/rank_R.log   rank R's records
 
 A Ray node agent lays out its node's scratch directory the same way. The JSON files
@@ -48,6 +49,7 @@ GPU = "gpu"
 METRICS_JOURNAL = "metrics.jsonl"
 METRICS_SHIPPED = "metrics.shipped"
 TRACKING_BACKLOG = "tracking.json"
+LATE_RUN = "late_run.json"
 
 _ATTEMPT = re.compile(r"attempt_(\d+)")
 _NODE = re.compile(r"node_(\d+)")
@@ -140,6 +142,17 @@ class AttemptDir:
     @property
     def tracking_backlog(self) -> Path:
         return self.path / TRACKING_BACKLOG
+
+    def write_late_run(self, run_id: str, experiment_id: str) -> None:
+        """The run a deferred attempt's tail made (the job store adopts it when read)."""
+        replace_json(self.path / LATE_RUN, {"run_id": run_id, "experiment_id": experiment_id})
+
+    def read_late_run(self) -> tuple[str, str] | None:
+        """(run id, experiment id) of the run made late, if one was."""
+        doc = read_json(self.path / LATE_RUN)
+        if isinstance(doc, dict) and isinstance(doc.get("run_id"), str):
+            return doc["run_id"], str(doc.get("experiment_id") or "")
+        return None
 
     @property
     def nodes(self) -> Path:

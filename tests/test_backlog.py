@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from mlflow.exceptions import MlflowException
-from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST
+from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, TEMPORARILY_UNAVAILABLE
 
 from jupyter_air.job_dir import AttemptDir
 from jupyter_air.tracking import backlog
@@ -93,9 +93,8 @@ def test_a_refusal_no_wait_changes_is_kept_and_named_with_the_command_that_retri
         "tracking: http://***@mlflow.team:5000 refused the run's data (Run 'abc' not found); "
         "4 points kept: air sync J"
     )
-    backlog.failing(
-        files, URI, MlflowException("busy", error_code="TEMPORARILY_UNAVAILABLE"), set()
-    )
+    busy = MlflowException("busy", error_code=TEMPORARILY_UNAVAILABLE)
+    backlog.failing(files, URI, busy, set())
     assert not backlog.refused_for_good(files), "the last answer decides"
 
 
@@ -124,3 +123,23 @@ def test_a_request_that_goes_unanswered_is_said_before_mlflow_gives_it_up(
         waiting = until(lambda: backlog.read(files), "the stall said", timeout=30, step=0.02)
     assert waiting.error == "no answer in 0.1 s"
     assert waiting.parts == {Part.METRICS}
+
+
+@pytest.mark.parametrize(
+    ("error", "passing"),
+    [
+        (ConnectionError(REFUSED), True),
+        (MlflowException(REFUSED), True),  # MLflow's own wrapping of a refused connection
+        (MlflowException("API request to x failed: too many 503 error responses"), True),
+        (backlog.NoAnswerYet("no answer in 5 s"), True),
+        (MlflowException("Run not found", error_code=RESOURCE_DOES_NOT_EXIST), False),
+        (MlflowException("API request to x failed with error code 403 != 200"), False),
+        (NotADirectoryError("[Errno 20] Not a directory: '/art/logs'"), False),
+    ],
+)
+def test_only_a_server_that_does_not_answer_or_fails_is_retried_by_itself(
+    error: BaseException, passing: bool
+) -> None:
+    """Anything else would keep the user's tail process retrying forever: it waits for
+    ``air sync``."""
+    assert backlog.is_permanent(error) is not passing

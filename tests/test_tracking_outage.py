@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -80,6 +81,7 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     proxy.close()
     if team.server.process.poll() is None:
         stop_server(team.server)
+    shutil.rmtree(home / "tails", ignore_errors=True)  # its tail process leaves with it
 
 
 def air(team: Team, cwd: Path, *args: str, uri: str) -> subprocess.CompletedProcess[str]:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..identity import Identity, os_user
-from ..job_dir import JobDir
+from ..job_dir import AttemptDir, JobDir
 from ..paths import air_home, make_private, on_network_filesystem, private_dir, tighten
 from ..procs import alive
 from ..status import ACTIVE, AttemptStatus, JobStatus
@@ -495,7 +495,31 @@ class JobStore:
             rows = db.execute(
                 "SELECT * FROM attempts WHERE job_id = ? ORDER BY attempt", (job_id,)
             ).fetchall()
-        return _attempts(rows, orphaned(_job(job)) if job is not None else None)
+        attempts = _attempts(rows, orphaned(_job(job)) if job is not None else None)
+        return self._with_late_runs(job_id, attempts)
+
+    def _with_late_runs(self, job_id: str, attempts: list[Attempt]) -> list[Attempt]:
+        """Attempts that ran without a run (``tracking: deferred``) get the one their
+        tail process made since, recorded here as they are first read (the tail process
+        writes it beside the attempt: it knows nothing of this store)."""
+        adopted = []
+        for a in attempts:
+            made = None
+            if a.run_id is None:
+                made = AttemptDir(self.attempt_dir(job_id, a.attempt)).read_late_run()
+            if made is not None:
+                run_id, experiment_id = made
+                self.set_attempt_run(job_id, a.attempt, run_id)
+                if experiment_id:
+                    with self._connect() as db:
+                        db.execute(
+                            "UPDATE jobs SET experiment_id = ? "
+                            "WHERE id = ? AND experiment_id IS NULL",
+                            (experiment_id, job_id),
+                        )
+                a = replace(a, run_id=run_id)
+            adopted.append(a)
+        return adopted
 
     def children(self, job_ids: list[str], visible_to: Identity) -> dict[str, list[str]]:
         """The jobs each of these jobs started that ``visible_to`` may view, oldest first,
@@ -530,7 +554,9 @@ class JobStore:
             by_job[row["job_id"]].append(row)
         # A job read as failed (its supervisor gone) has its running attempt failed too.
         return {
-            job.id: _attempts(by_job[job.id], job.message if job.supervisor_gone else None)
+            job.id: self._with_late_runs(
+                job.id, _attempts(by_job[job.id], job.message if job.supervisor_gone else None)
+            )
             for job in jobs
         }
 

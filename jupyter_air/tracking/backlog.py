@@ -26,17 +26,10 @@ from typing import Any
 from ..job_dir import AttemptDir, read_json, replace_json
 from ..redact import redact
 from . import journal
+from .journal import NoRunYet
 
-#: MLflow's error codes that no wait will change.
-PERMANENT_CODES = frozenset(
-    {
-        "RESOURCE_DOES_NOT_EXIST",
-        "PERMISSION_DENIED",
-        "UNAUTHENTICATED",
-        "INVALID_PARAMETER_VALUE",
-        "INVALID_STATE",
-    }
-)
+#: MLflow's error codes of a server that is busy: worth another try.
+PASSING_CODES = frozenset({"TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"})
 
 
 #: Seconds a request may go unanswered before its wait is said.
@@ -166,27 +159,37 @@ def refused_for_good(files: AttemptDir) -> bool:
 
 
 def is_permanent(err: BaseException) -> bool:
-    """Whether the server answered an error that waiting will not change."""
-    return getattr(err, "error_code", None) in PERMANENT_CODES
+    """Whether waiting will not change the error: anything but a server that does not
+    answer, drops the connection, is busy or fails (5xx), such as a run deleted, a
+    permission denied or an artifact store that refuses. Those are kept for ``air sync``,
+    not retried by themselves (a process retrying them would never end)."""
+    if isinstance(err, (NoAnswerYet, NoRunYet, ConnectionError, TimeoutError)):
+        return False
+    if getattr(err, "error_code", None) in PASSING_CODES:
+        return False
+    text = str(err)
+    return not any(pattern.search(text) for pattern, _, passing in _SHORT if passing)
 
 
 def describe(err: BaseException) -> str:
     """The error in a few words (MLflow wraps a refused connection in a paragraph), or
     its first line, without credentials."""
     text = str(err).strip()
-    for pattern, said in _SHORT:
+    for pattern, said, _ in _SHORT:
         if found := pattern.search(text):
             return said.format(*found.groups())
     return redact(text.splitlines()[0] if text else type(err).__name__)[:200]
 
 
+#: MLflow's paragraphs in a few words, and whether another try may go better.
 _SHORT = [
-    (re.compile(r"Connection refused"), "connection refused"),
-    (re.compile(r"timed out|Timeout", re.IGNORECASE), "no answer in time"),
-    (re.compile(r"Name or service not known|nodename nor servname"), "unknown host"),
-    (re.compile(r"Connection (?:reset|aborted)|RemoteDisconnected"), "connection dropped"),
-    (re.compile(r"(?:status code|response code|error code) (\d{3})"), "HTTP {0}"),
-    (re.compile(r"too many (\d{3}) error responses"), "HTTP {0}"),
+    (re.compile(r"Connection refused"), "connection refused", True),
+    (re.compile(r"timed out|Timeout", re.IGNORECASE), "no answer in time", True),
+    (re.compile(r"Name or service not known|nodename nor servname"), "unknown host", True),
+    (re.compile(r"Connection (?:reset|aborted)|RemoteDisconnected"), "connection dropped", True),
+    (re.compile(r"(?:status code|response code|error code) (5\d\d)"), "HTTP {0}", True),
+    (re.compile(r"too many (5\d\d) error responses"), "HTTP {0}", True),
+    (re.compile(r"(?:status code|response code|error code) (\d{3})"), "HTTP {0}", False),
 ]
 
 

@@ -127,6 +127,9 @@ class Tail:
     sample: bool
     #: What is left to do: all of it, or what a try before could not (``backlog.Part``).
     parts: tuple[str, ...] = tuple(Part)
+    #: How to make the run when ``run_id`` is empty (a deferred attempt that ran without
+    #: one): a ``NewRun``'s fields.
+    new_run: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -478,26 +481,28 @@ def finish(client_for: Callable[[str], Any], tail: Tail) -> Answer:
 
 
 def _make_late_run(client_for: Callable[[str], Any], tail: Tail) -> str:
-    """The run of an attempt that ran without one (``tracking: deferred``), made now as
-    its supervisor would have, and recorded with the attempt."""
-    from ..jobs.store import JobStore
+    """The run of an attempt that ran without one (``tracking: deferred``), made now from
+    its recipe, as its supervisor would have, and written beside the attempt (the job
+    store adopts it); one made by an earlier try is the one."""
     from . import runs
 
-    home = Path(tail.attempt_dir).parents[2]  # AIR_HOME/jobs/<id>/attempt_K
-    store = JobStore(home)
-    job = store.get(tail.job_id)
-    made = [a.run_id for a in store.attempts(job.id) if a.attempt == tail.attempt and a.run_id]
-    if made:  # made by its supervisor at the last moment, or by an earlier try
-        return str(made[0])
-    spec, client = job.spec.tracking, client_for(tail.tracking_uri)
-    experiment_id = job.experiment_id
+    files = AttemptDir(Path(tail.attempt_dir))
+    if made := files.read_late_run():
+        return made[0]
+    if tail.new_run is None:
+        raise ValueError("a tail without a run nor how to make one")
+    request = NewRun(**tail.new_run)
+    client = client_for(request.tracking_uri)
+    experiment_id = request.experiment_id
     if experiment_id is None:
-        assert spec.experiment_name is not None, "a job's run needs an experiment"
-        experiment_id = runs.ensure_experiment(client, spec.experiment_name, spec.artifact_location)
-        store.set_experiment(job.id, experiment_id)
-    tags = {"air.job_id": job.id, **spec.tags, "air.attempt": str(tail.attempt)}
-    run_id = str(runs.start_run(client, experiment_id, tags, spec.run_name, spec.parent_run_id))
-    store.set_attempt_run(job.id, tail.attempt, run_id)
+        assert request.experiment_name is not None, "a new run needs an experiment"
+        experiment_id = runs.ensure_experiment(
+            client, request.experiment_name, request.artifact_location
+        )
+    run_id = str(
+        runs.start_run(client, experiment_id, request.tags, request.run_name, request.parent_run_id)
+    )
+    files.write_late_run(run_id, experiment_id)
     return run_id
 
 

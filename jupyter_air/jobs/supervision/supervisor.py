@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -155,11 +155,11 @@ class Tracking:
             )
         )
 
-    def _made_by_tail_process(self, job_id: str, attempt: int, tags: dict[str, str]) -> str | None:
-        """The run's id, or None when the tail process did not answer (MLflow's own
-        refusal is raised: it would refuse here too)."""
+    def recipe(self, job_id: str, attempt: int, tags: dict[str, str]) -> NewRun:
+        """What the tail process needs to make the attempt's run."""
         w = self._spec
-        request = NewRun(
+        tags = {"air.job_id": job_id, **tags, "air.attempt": str(attempt)}
+        return NewRun(
             job_id,
             attempt,
             w.tracking_uri or "",
@@ -170,6 +170,11 @@ class Tracking:
             w.run_name,
             w.parent_run_id,
         )
+
+    def _made_by_tail_process(self, job_id: str, attempt: int, tags: dict[str, str]) -> str | None:
+        """The run's id, or None when the tail process did not answer (MLflow's own
+        refusal is raised: it would refuse here too)."""
+        request = self.recipe(job_id, attempt, tags)
         try:
             made = make_run(self._home, request)
         except NoAnswer as err:
@@ -299,6 +304,8 @@ class Attempt:
     hints: HintRecorder
     shipper: JournalShipper
     deferred: DeferredRun | None
+    #: How its run is made (by its tail, if it is not made while it runs).
+    recipe: NewRun
 
 
 class Supervisor:
@@ -452,7 +459,8 @@ class Supervisor:
                 return made
 
             deferred = DeferredRun(make, run)
-        return Attempt(number, run, files, guard, metrics, hints, shipper, deferred)
+        recipe = tracking.recipe(job.id, number, tags)
+        return Attempt(number, run, files, guard, metrics, hints, shipper, deferred, recipe)
 
     def _answers(self) -> bool:
         """Whether the job's tracking server answers now (a store that is a file does)."""
@@ -534,6 +542,7 @@ class Supervisor:
             self.spec.tracking.tracking_uri or "",
             str(attempt.files.path),
             sample=not sampled,
+            new_run=None if attempt.run.id else asdict(attempt.recipe),
         )
         try:
             answer = hand_over(self.store.home, tail)
