@@ -22,6 +22,8 @@ import type {
 
 /** Runs per page: the routes allow up to 1000. */
 export const PAGE_SIZE = 100;
+/** Milliseconds between two reads of the experiment picker's list while shown. */
+const EXPERIMENTS_REREAD_MS = 30_000;
 
 export class RunsModel extends PollingModel {
   constructor(options: RunsModel.IOptions) {
@@ -262,6 +264,7 @@ export class RunsModel extends PollingModel {
     if (!store || !experiment || path !== this._path) {
       return;
     }
+    await this._rereadExperiments(path, store);
     const page = await this._request<IRunsPage>('runs', undefined, {
       store,
       experiment,
@@ -322,7 +325,22 @@ export class RunsModel extends PollingModel {
     this._resolved = true;
   }
 
+  /**
+   * The picker's experiments again now and then: `air run`, a schedule or another
+   * notebook make new ones while the panel is open.
+   */
+  private async _rereadExperiments(path: string, store: string): Promise<void> {
+    if (Date.now() - this._experimentsRead < EXPERIMENTS_REREAD_MS) {
+      return;
+    }
+    const experiments = await this._experimentsOf(store);
+    if (path === this._path && store === this._store) {
+      this._experiments = experiments;
+    }
+  }
+
   private async _experimentsOf(store: string): Promise<IExperiment[]> {
+    this._experimentsRead = Date.now();
     const answer = await this._request<{ experiments: IExperiment[] }>(
       'runs/experiments',
       undefined,
@@ -362,6 +380,7 @@ export class RunsModel extends PollingModel {
   private _wantedName: string | null = null;
   private _experimentId: string | null = null;
   private _experiments: IExperiment[] = [];
+  private _experimentsRead = 0;
   private _page: IRunsPage | null = null;
   private _search = '';
   private _status: RunStatus | null = null;

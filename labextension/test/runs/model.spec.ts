@@ -40,6 +40,8 @@ function run(
 /** Answers like the runs routes: two pages of one run each for train.ipynb. */
 class FakeServer {
   calls: [string, Query][] = [];
+  /** Experiments of store `k` made since the panel opened (`air run`, a schedule). */
+  madeLater: { id: string; name: string }[] = [];
 
   request = async <T>(
     endPoint: string,
@@ -83,7 +85,7 @@ class FakeServer {
                   { id: '7', name: 'other' },
                   { id: '8', name: '/Users/ada/train' }
                 ]
-              : [{ id: '1', name: '/Users/ada/train' }]
+              : [{ id: '1', name: '/Users/ada/train' }, ...this.madeLater]
         } as T;
       case 'runs': {
         const second = query.page_token === 'p2';
@@ -142,6 +144,28 @@ describe('RunsModel', () => {
       experiment: '1',
       max_results: 100
     });
+  });
+
+  it('reads the experiment picker again while shown: new experiments appear', async () => {
+    const now = jest.spyOn(Date, 'now');
+    try {
+      now.mockReturnValue(1_000_000);
+      model.notebookPath = 'train.ipynb';
+      model.active = true;
+      await until(() => model.page !== null);
+      server.madeLater = [{ id: '2', name: 'cli' }];
+      await model.refresh();
+      expect(model.experiments.map(e => e.name)).toEqual(['/Users/ada/train']);
+
+      now.mockReturnValue(1_000_000 + 30_000);
+      await model.refresh();
+      expect(model.experiments.map(e => e.name)).toEqual([
+        '/Users/ada/train',
+        'cli'
+      ]);
+    } finally {
+      now.mockRestore();
+    }
   });
 
   it('asks for pages of the size the settings give', async () => {
