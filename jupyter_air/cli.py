@@ -276,7 +276,7 @@ def _run(args: argparse.Namespace) -> int:
         probe.check(current_tracking_uri())  # a server that is down: said in seconds
     except probe.Unreachable as err:
         if spec.tracking is not TrackingMode.DEFERRED:
-            raise CliError(f"{err}; {probe.REFUSED}, or run with --tracking deferred") from None
+            raise CliError(err.refusal()) from None
         print(f"{err}: the job runs now; its run is made once it answers", file=sys.stderr)
     service = _service()
     job = _submit(service, placed, spec, working_dir)

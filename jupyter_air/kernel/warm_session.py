@@ -104,7 +104,9 @@ class WarmSession:
             raise option_error(err) from None
         if idle_timeout_min < 0:
             raise OptionError(f"--idle-timeout must be minutes >= 0, got {idle_timeout_min:g}")
-        probe.check(current_tracking_uri())  # a server that is down: said in seconds
+        # A server that is down: said in seconds (a session's cells make their runs in
+        # this kernel, so it has no deferred mode).
+        probe.check(current_tracking_uri(), deferrable=False)
         from mlflow import MlflowClient
 
         from ..tracking import runs

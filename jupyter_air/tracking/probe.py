@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from ..redact import redact
 
@@ -23,25 +23,34 @@ TIMEOUT = 5.0
 
 class Unreachable(RuntimeError):
     """The tracking server did not answer: the message is the one line users read (and
-    IPython shows only that line, not the frames that asked)."""
+    IPython shows only that line, not the frames that asked); ``deferrable``: the call
+    could run anyway with ``--tracking deferred`` (a warm session cannot)."""
+
+    def __init__(self, message: str, deferrable: bool = True) -> None:
+        super().__init__(message)
+        self.deferrable = deferrable
+
+    def refusal(self) -> str:
+        """The line of a submission refused for it."""
+        line = f"{self}; {REFUSED}"
+        return f"{line}, or run with --tracking deferred" if self.deferrable else line
 
     def _render_traceback_(self) -> list[str]:
-        return [
-            f"\x1b[31mTrackingUnreachable\x1b[0m: {self}; {REFUSED}, or run with "
-            "--tracking deferred"
-        ]
+        return [f"\x1b[31mTrackingUnreachable\x1b[0m: {self.refusal()}"]
 
 
 #: What a refused submission adds to the line.
 REFUSED = "nothing was started: start the server, or set MLFLOW_TRACKING_URI to one that answers"
 
 
-def check(tracking_uri: str, timeout: float = TIMEOUT) -> None:
+def check(tracking_uri: str, timeout: float = TIMEOUT, deferrable: bool = True) -> None:
     """Raise ``Unreachable`` if ``tracking_uri`` is a server that does not answer."""
     parts = urlsplit(tracking_uri)
     if parts.scheme not in ("http", "https"):
         return
-    url = tracking_uri.rstrip("/") + "/health"
+    # Without credentials: urllib would take them for the host (``/health`` needs none).
+    host = parts.netloc.rpartition("@")[2]
+    url = urlunsplit((parts.scheme, host, parts.path.rstrip("/") + "/health", "", ""))
     try:
         with urllib.request.urlopen(url, timeout=timeout):
             return
@@ -53,7 +62,7 @@ def check(tracking_uri: str, timeout: float = TIMEOUT) -> None:
         why = _reason(err.reason)
     except (TimeoutError, OSError) as err:
         why = _reason(err)
-    raise Unreachable(f"tracking: {redact(tracking_uri)} does not answer ({why})")
+    raise Unreachable(f"tracking: {redact(tracking_uri)} does not answer ({why})", deferrable)
 
 
 def _reason(reason: object) -> str:
