@@ -7,9 +7,10 @@ landed: ``attempt_K/tracking.json`` holds the server, since when it fails, its l
 error and what waits (the journal's points, the run's end, its logs). The cell's status,
 ``air get``, ``air run --watch``, the jobs API and the runs panel all read it, and say
 it in one line: ``tracking: http://host:5000 unreachable since 18:00:27; 412 points
-waiting``. An error the server will answer again whatever the wait (the run or its
-experiment was deleted, permission denied) is ``permanent``: nothing is retried by
-itself, the data is kept, and the line names it and the command that tries again.
+waiting``. An error no wait changes (the run or its experiment deleted, permission
+denied, an artifact store that refuses: anything but a server that does not answer, is
+busy or fails) is ``permanent``: nothing is retried by itself, the data is kept, and the
+line names it and the command that tries again.
 """
 
 from __future__ import annotations

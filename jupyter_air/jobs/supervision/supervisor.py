@@ -279,7 +279,8 @@ class DeferredRun:
         self._make = make
         self._run = run
         self._stop = threading.Event()
-        threading.Thread(target=self._loop, name="air-deferred-run", daemon=True).start()
+        self._thread = threading.Thread(target=self._loop, name="air-deferred-run", daemon=True)
+        self._thread.start()
 
     def _loop(self) -> None:
         while self._run.id is None and not self._stop.wait(DEFERRED_RETRY):
@@ -289,7 +290,11 @@ class DeferredRun:
                 log.warning("the attempt's run is not made yet: %r", err)
 
     def stop(self) -> None:
+        """No more asks; one under way is waited for ``SHIP_STOP_WAIT`` seconds, so that
+        the tail does not make a second run beside it (the run it makes is written
+        beside the attempt, where the tail looks first)."""
         self._stop.set()
+        self._thread.join(SHIP_STOP_WAIT)
 
 
 @dataclass
@@ -456,6 +461,7 @@ class Supervisor:
                     return None
                 made = tracking.new_run(job.id, number, tags)
                 self.store.set_attempt_run(job.id, number, made)
+                files.write_late_run(made, tracking.experiment_id or "")
                 return made
 
             deferred = DeferredRun(make, run)
