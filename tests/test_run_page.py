@@ -71,6 +71,9 @@ def test_an_experiment_reused_by_id_gets_the_kind_too(
 
     by_id = client.create_experiment("set-by-id")
     monkeypatch.setattr(mlflow, "get_tracking_uri", lambda: client.tracking_uri)
+    # resolve_target adopts a store into the environment: undone after the test, or the
+    # next module of this worker (a lab started from it) would inherit it.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", client.tracking_uri)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_ID", by_id)
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     target = runs.resolve_target(None, "ada", "train.ipynb")

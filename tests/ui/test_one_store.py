@@ -60,7 +60,9 @@ def user_env(home: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def lab(start_lab: Callable[..., Lab], home: Path) -> Lab:
-    lab = start_lab(Scenario(gpus=[]), env=user_env(home))
+    with pytest.MonkeyPatch.context() as patch:  # the lab starts from this environment
+        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        lab = start_lab(Scenario(gpus=[]), env=user_env(home))
     put_notebook(lab, "train.ipynb", ["%load_ext jupyter_air", CELL])
     return lab
 
