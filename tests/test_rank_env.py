@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import cloudpickle
 import pytest
 
+from jupyter_air.jobs import env as job_env
 from jupyter_air.jobs.env import RankPlace, rank_env, visible_gpus
 
 TORCHRUN_VARIABLES = {
@@ -168,3 +170,14 @@ def test_log_metrics_without_any_run_says_so(
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     with pytest.raises(RuntimeError, match="MLFLOW_RUN_ID is not set and no run is active"):
         log_metrics({"loss": 1.0}, step=0)
+
+
+def test_master_port_comes_from_below_the_ephemeral_ports_that_others_get_unasked() -> None:
+    """A port from ``bind(0)`` or an outgoing connection can take an ephemeral one between
+    the choice and the rank's bind (EADDRINUSE in ``init_process_group``)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {job_env.free_port() for _ in range(5)}
+    assert all(job_env.PORT_FLOOR <= port < low for port in ports), ports
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # free, as said

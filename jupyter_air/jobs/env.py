@@ -9,9 +9,11 @@ child of it.
 from __future__ import annotations
 
 import os
+import random
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 #: The job a process without ``AIR_JOB_ID`` works for: a scheduled notebook's kernel
 #: (whose cells must not look like ranks) sets it to its task's job.
@@ -103,11 +105,40 @@ def visible_gpus(base: Mapping[str, str], count: int) -> list[str]:
     return [str(i) for i in range(count)]
 
 
+#: Where MASTER_PORT is looked for: below the kernel's ephemeral ports.
+PORT_FLOOR = 20000
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free right now on ``host`` (torchrun picks MASTER_PORT the same way)."""
+    """A TCP port free right now on ``host``, for ranks to bind a moment later.
+
+    torchrun asks the kernel for any free port (``bind(0)``), which comes from the
+    ephemeral range: until the rank binds it, any process binding port 0 or opening an
+    outgoing connection may take it (a busy machine then fails ``init_process_group``
+    with EADDRINUSE). So it is looked for below that range, where nobody gets a port
+    without asking for it; the ephemeral way only when that range is all taken."""
+    low = _ephemeral_low()
+    candidates = random.sample(range(PORT_FLOOR, low), min(64, max(0, low - PORT_FLOOR)))
+    for port in candidates:
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default, 32768, when
+    unknown)."""
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def inherited_env() -> dict[str, str]:
