@@ -35,7 +35,7 @@ from .jobs.permissions import (
 from .jobs.service import Conflict, JobService, NoLogs
 from .jobs.spec import JobKind
 from .jobs.store import Job, JobStore, StoreError, UnknownJob
-from .jobs.workload_file import TrackingMode
+from .jobs.workload_file import TrackingMode, WorkloadFile
 from .logs.query import BadFilter, LogFilter, LogLine, read_all_text, read_tail
 from .logs.text import format_line
 from .paths import UnsafeHome
@@ -89,6 +89,14 @@ def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         help="when the MLflow tracking server does not answer: required refuses in one "
         "line (the default); deferred runs now and makes its run once it answers "
         "(the workload's `tracking:`)",
+    )
+    run.add_argument(
+        "--notify",
+        action="append",
+        metavar="TARGET",
+        help="tell the owner of the job's events, replacing the workload's `notify:` "
+        "(repeatable; none: no notification): jupyterlab, email:ADDRESS or webhook:URL, "
+        "with on:EVENT,... e.g. 'email:me@example.com on:failure,duration:2h'",
     )
     run.add_argument("--dry-run", action="store_true", help="validate and print, submit nothing")
     run.add_argument(
@@ -239,6 +247,18 @@ def _run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str | None:
 # -- run ---------------------------------------------------------------------------
 
 
+def _with_notify(spec: WorkloadFile, notify: list[str]) -> WorkloadFile:
+    """The workload with ``--notify``'s targets, checked as the file's are."""
+    from pydantic import ValidationError
+
+    from .jobs.workload_file import WorkloadError, describe
+
+    try:
+        return type(spec).model_validate({**spec.model_dump(), "notify": notify})
+    except ValidationError as err:
+        raise WorkloadError(describe(err, lambda loc: "--notify")) from None
+
+
 def _run(args: argparse.Namespace) -> int:
     from .jobs.service import Refused, place
     from .jobs.workload_file import WorkloadError, load
@@ -247,6 +267,8 @@ def _run(args: argparse.Namespace) -> int:
         spec = load(args.file, args.override)
         if args.tracking:
             spec = spec.model_copy(update={"tracking": TrackingMode(args.tracking)})
+        if args.notify is not None:
+            spec = _with_notify(spec, [n for n in args.notify if n != "none"])
         placed = place(
             spec,
             os_identity().name,
@@ -418,6 +440,8 @@ def _get(args: argparse.Namespace) -> int:
     if doc["kind"] == JobKind.SESSION:
         _print_cells(service.store, doc["id"])
     _print_waiting(doc, service.store)
+    for line in doc["notifications"]:
+        print(f"  notified: {line}")
     if doc["parent_id"]:
         print(f"  started by job {doc['parent_id']} (air get {doc['parent_id']})")
     if doc["children"]:

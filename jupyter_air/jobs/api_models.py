@@ -94,6 +94,8 @@ class JobDocument(Document):
     parent_id: str | None
     #: The jobs this one submitted that the caller may view, oldest first.
     children: list[str]
+    #: Its notifications, one line each (``notify.outbox.Record.line``): for its owner only.
+    notifications: list[str]
 
 
 # -- logs ------------------------------------------------------------------------------

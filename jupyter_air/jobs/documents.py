@@ -31,9 +31,22 @@ def job_documents(
     children read in one query each."""
     attempts = store.attempts_of(jobs)
     children = store.children([job.id for job in jobs], who)
+    told = _notifications(store, [job for job in jobs if job.owner == who.name])
     return [
-        job_document(store, job, who, run_link, attempts[job.id], children[job.id]) for job in jobs
+        job_document(
+            store, job, who, run_link, attempts[job.id], children[job.id], told.get(job.id, [])
+        )
+        for job in jobs
     ]
+
+
+def _notifications(store: JobStore, jobs: list[Job]) -> dict[str, list[str]]:
+    """Each job's notifications in one line each, read in one query."""
+    told: dict[str, list[str]] = {}
+    if jobs:
+        for record in store.outbox.records(job_ids=[job.id for job in jobs]):
+            told.setdefault(record.job_id or "", []).append(record.line())
+    return told
 
 
 def job_document(
@@ -43,9 +56,11 @@ def job_document(
     run_link: RunLink | None = None,
     attempts: list[Attempt] | None = None,
     children: list[str] | None = None,
+    notifications: list[str] | None = None,
 ) -> dict[str, Any]:
     """``attempts`` and ``children`` (those ``who`` may view): the job's, when already
-    read (see ``job_documents``).
+    read (see ``job_documents``). ``notifications``: the job's, shown to its owner only
+    (where they went is the owner's business; the lines never carry a webhook's URL).
 
     A job whose last attempt settled its outcome shows that outcome at once, ``finishing``
     while its supervisor ends the run in MLflow and attaches the logs (seconds, for a big
@@ -101,6 +116,11 @@ def job_document(
         attempts=documents,
         parent_id=job.parent_id,
         children=store.children([job.id], who)[job.id] if children is None else children,
+        notifications=(
+            _notifications(store, [job]).get(job.id, [])
+            if notifications is None and job.owner == who.name
+            else notifications or []
+        ),
     ).model_dump(mode="json")
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..identity import Identity
+from ..notify.targets import Target
 from . import backends, cancel
 from .backends.base import Backend, BackendRefused, Placement
 from .documents import RunLink, job_document, job_documents
@@ -26,7 +27,7 @@ from .sharing import mirror
 from .spec import JobKind, JobSpec, OutputRanks, job_spec
 from .store import JOB_ID, Job, JobStore, UnknownJob
 from .submit import Submitted, submit
-from .workload_file import Submission, TrackingMode
+from .workload_file import Submission, TrackingMode, WorkloadError
 
 if TYPE_CHECKING:
     from ..tracking.permissions import MirrorReport
@@ -59,6 +60,8 @@ class Placed:
     backend: Backend
     nproc_per_node: int
     settings: Mapping[str, Any]
+    #: Whom the job tells: the submission's targets, else the user's defaults.
+    notify: tuple[Target, ...] = ()
 
     def spec(
         self,
@@ -93,6 +96,7 @@ class Placed:
             backend_settings=self.settings,
             run_name=run_name,
             deferred=s.tracking is TrackingMode.DEFERRED,
+            notify=self.notify,
         )
 
     @property
@@ -134,7 +138,11 @@ def place(
         resolved = backend.prepare(placement)
     except BackendRefused as err:
         raise Refused(err.field, str(err)) from None
-    return Placed(submission, backend, nproc, resolved)
+    try:
+        targets = submission.targets
+    except WorkloadError as err:
+        raise Refused("notify", str(err)) from None
+    return Placed(submission, backend, nproc, resolved, targets)
 
 
 def check_grants(owner: str, submission: Submission) -> None:

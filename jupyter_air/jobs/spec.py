@@ -18,6 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, NoReturn
 
+from ..notify import targets as notify_targets
+from ..notify.targets import Target
+
 
 class JobKind(enum.StrEnum):
     #: A pickled cell or function (``payload.pkl`` in the job's directory).
@@ -124,6 +127,8 @@ class JobSpec:
     tracking: Tracking = Tracking()
     policy: Policy = Policy()
     backend: BackendChoice = BackendChoice()
+    #: Who is told of its events, and on which (``notify.targets``).
+    notify: tuple[Target, ...] = ()
 
     @property
     def kind(self) -> JobKind:
@@ -143,6 +148,7 @@ class JobSpec:
             tracking=_section(Tracking, data.get("tracking", {})),
             policy=_section(Policy, data.get("policy", {})),
             backend=_section(BackendChoice, data.get("backend", {})),
+            notify=tuple(notify_targets.from_json(t) for t in data.get("notify", ())),
         )
 
     def with_tracking(self, **changes: Any) -> JobSpec:
@@ -154,6 +160,8 @@ class JobSpec:
 
 def _plain(value: Any) -> Any:
     """JSON's shapes for a spec's sections and frozen containers."""
+    if isinstance(value, Target):
+        return value.to_json()
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, Mapping):
@@ -233,6 +241,7 @@ def job_spec(
     run_name: str | None = None,
     tags: Mapping[str, str] | None = None,
     deferred: bool = False,
+    notify: Sequence[Target] = (),
 ) -> JobSpec:
     """A spec from the fields every entry point speaks of, already checked: the magic's
     options, the decorator's, a session's, a workload file's or a schedule task's (the
@@ -250,4 +259,5 @@ def job_spec(
         tracking=Tracking(run_name=run_name, tags=_frozen_map(tags), deferred=deferred),
         policy=Policy(max_retries=max_retries, timeout=timeout, background=background),
         backend=BackendChoice(backend, _frozen_map(backend_settings)),
+        notify=tuple(notify),
     )

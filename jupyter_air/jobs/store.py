@@ -39,6 +39,8 @@ from typing import Any
 
 from ..identity import Identity, os_user
 from ..job_dir import AttemptDir, JobDir
+from ..notify.outbox import SCHEMA as OUTBOX_SCHEMA
+from ..notify.outbox import Outbox
 from ..paths import air_home, make_private, on_network_filesystem, private_dir, tighten
 from ..procs import alive
 from ..status import ACTIVE, AttemptStatus, JobStatus
@@ -162,6 +164,7 @@ class JobStore:
         with self._connect() as db:
             self.wal = self._journal_mode(db, new) == "wal"
             db.executescript(SCHEMA)  # also adds the grants table to an earlier store
+            db.executescript(OUTBOX_SCHEMA)
             _migrate(db)
         # Held open, unused, for the store's life in WAL mode. When the last connection to
         # a WAL database closes, SQLite checkpoints (syncing, even with NORMAL) and deletes
@@ -222,6 +225,11 @@ class JobStore:
         """A connection to this store's database, for modules that keep tables of their
         own in it (schedules): the same file, modes, journal and lock waits."""
         return self._connect()
+
+    @property
+    def outbox(self) -> Outbox:
+        """The notifications sent (or to send) of this store's jobs and schedules."""
+        return Outbox(self.path, self.busy_timeout)
 
     def job_dir(self, job_id: str) -> Path:
         if not JOB_ID.fullmatch(job_id):

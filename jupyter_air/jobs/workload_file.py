@@ -27,6 +27,8 @@ from pydantic import (
     model_validator,
 )
 
+from ..notify import settings as notify_settings
+from ..notify.targets import BadTarget, Channel, Target, parse_all
 from . import backends
 from .backends.base import Backend
 from .permissions import BadGrant, Grant, merged, parse_grant
@@ -41,6 +43,7 @@ FILE_NAMES = {
     "ray_address": "ray_address",
     "backend": "backend",
     "tracking": "tracking",
+    "notify": "notify",
     #: A backend named where it is chosen, and where it is only mentioned.
     "backend named": "'backend: {}'",
     "a backend": "'backend: {}'",
@@ -89,6 +92,10 @@ class Submission(BaseModel):
         strict=False,  # the file's words: required, deferred
         description="when the tracking server does not answer: required (refuse) or deferred",
     )
+    notify: list[Any] | None = Field(
+        None,
+        description="whom to tell of its events (notify.targets); none: the user's defaults",
+    )
 
     @field_validator("backend")
     @classmethod
@@ -114,6 +121,23 @@ class Submission(BaseModel):
             except BadGrant as err:
                 raise ValueError(str(err)) from None
         return value
+
+    @field_validator("notify")
+    @classmethod
+    def _targets(cls, value: list[Any] | None) -> list[Any] | None:
+        if value is not None:
+            try:
+                check_targets(parse_all(value))
+            except BadTarget as err:
+                raise ValueError(str(err)) from None
+        return value
+
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        """Whom the job tells: its own targets, else the user's defaults."""
+        if self.notify is not None:
+            return parse_all(self.notify)
+        return default_targets()
 
     @model_validator(mode="after")
     def _placement(self, info: ValidationInfo) -> Submission:
@@ -151,6 +175,30 @@ class Submission(BaseModel):
         """The settings the submission gives its backend (those it leaves out, the
         backend or the caller resolves)."""
         return {"address": self.ray_address} if self.ray_address is not None else {}
+
+
+def default_targets() -> tuple[Target, ...]:
+    """The user's ``c.AirNotify.defaults``, refused in one line when one is bad."""
+    settings = notify_settings.load()
+    try:
+        return check_targets(parse_all(settings.defaults), settings)
+    except BadTarget as err:
+        raise WorkloadError(f"c.AirNotify.defaults: {err}") from None
+
+
+def check_targets(
+    targets: tuple[Target, ...], settings: notify_settings.AirNotify | None = None
+) -> tuple[Target, ...]:
+    """An email target needs an SMTP server to send it: said at submission, not at the
+    job's end."""
+    if any(t.channel is Channel.EMAIL for t in targets):
+        settings = settings or notify_settings.load()
+        if not settings.smtp_host:
+            raise BadTarget(
+                "email: no SMTP server to send it: set c.AirNotify.smtp_host in "
+                "jupyter_air_config.py, or $AIR_SMTP_HOST"
+            )
+    return targets
 
 
 #: The submission's fields that belong to one backend (``Backend.options``).

@@ -52,6 +52,7 @@ FLAGS = {
     "max_retries": "--max-retries",
     "env": "--env",
     "permissions": "--share",
+    "notify": "--notify",
 }
 #: Seconds an interrupted job gets to stop all its ranks (SIGINT, SIGTERM, SIGKILL).
 CANCEL_WAIT = 20.0
@@ -84,6 +85,8 @@ class Options:
     share: list[str] = field(default_factory=list)
     #: ``deferred``: run even when the tracking server does not answer.
     tracking: str = TrackingMode.REQUIRED
+    #: Whom the job tells (``notify.targets``): None for the user's defaults, [] for none.
+    notify: list[Any] | None = None
 
     def validate(self) -> Submission:
         """Refuse what cannot run; the submission the options make. The rules a workload
@@ -132,6 +135,7 @@ class Options:
             "env": self.env,
             "permissions": list(self.share),
             "tracking": self.tracking,
+            "notify": None if self.notify is None else [n for n in self.notify if n != "none"],
         }
         try:
             return Submission.model_validate(fields, context={"names": FLAGS})

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..jobs.permissions import Grant
+from ..notify.targets import Target, from_json
 
 
 class PauseStatus(enum.StrEnum):
@@ -118,12 +119,15 @@ class ScheduleSpec:
     grants: tuple[Grant, ...] = ()
     #: The MLflow tracking store, as the creating process resolved it (its cwd, its env).
     tracking_uri: str | None = None
+    #: Whom its runs' ends and skipped times are told to (``notify.targets``).
+    notify: tuple[Target, ...] = ()
 
     def to_json(self) -> str:
         doc = {
             **{k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("tasks",)},
             "tasks": [t.to_json() for t in self.tasks],
             "grants": [str(g) for g in self.grants],
+            "notify": [t.to_json() for t in self.notify],
         }
         return json.dumps(doc, sort_keys=True)
 
@@ -139,6 +143,7 @@ class ScheduleSpec:
                 "catch_up": CatchUp(doc["catch_up"]),
                 "tasks": tuple(TaskSpec.from_json(t) for t in doc["tasks"]),
                 "grants": tuple(parse_grant(g) for g in doc["grants"]),
+                "notify": tuple(from_json(t) for t in doc.get("notify", ())),
             }
         )
 

@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..jobs import workload_file
 from ..jobs.permissions import BadGrant, merged, parse_grant
-from ..jobs.workload_file import WorkloadError, WorkloadFile
+from ..jobs.workload_file import WorkloadError, WorkloadFile, check_targets
+from ..notify.targets import BadTarget, parse_all
 from .cron import Cron, CronError, Dialect, parse
 from .model import CatchUp, PauseStatus, RunIf, ScheduleSpec, TaskSpec
 
@@ -107,7 +108,21 @@ class ScheduleFile(_Strict):
     permissions: list[str] = Field(
         default_factory=list, description="grants: NAME:LEVEL or group:NAME:LEVEL"
     )
+    notify: list[Any] = Field(
+        default_factory=list,
+        description="whom to tell of the schedule's runs: their end (with their tasks) and "
+        "skipped times (notify.targets); each task's job tells its workload's own",
+    )
     tasks: list[TaskModel] = Field(min_length=1)
+
+    @field_validator("notify")
+    @classmethod
+    def _targets(cls, value: list[Any]) -> list[Any]:
+        try:
+            check_targets(parse_all(value))
+        except BadTarget as err:
+            raise ValueError(str(err)) from None
+        return value
 
     @field_validator("name")
     @classmethod
@@ -201,6 +216,7 @@ def _resolve(model: ScheduleFile, base: Path, prefix: str) -> ScheduleSpec:
         tasks=tuple(tasks),
         experiment_name=model.experiment_name,
         grants=grants,
+        notify=parse_all(model.notify),
     )
 
 

@@ -163,6 +163,7 @@ class Scheduler:
         self.stopping = False
 
     def run(self, wakeup: Wakeup) -> None:
+        from .notices import post_runs
         from .tick import tick
 
         while not self.stopping:
@@ -171,6 +172,7 @@ class Scheduler:
                 result = tick(self.store, self.launch, now, self.claimer)
                 for run_id in result.started:
                     log.info("fired schedule run %s", run_id)
+                post_runs(self.store, result.ended + result.skipped)
             except Exception:  # a locked or broken store: try again soon, stay up
                 log.exception("tick failed")
                 wakeup.sleep(5.0)

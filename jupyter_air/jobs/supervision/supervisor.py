@@ -34,6 +34,7 @@ from types import FrameType
 from typing import Any
 
 from ...job_dir import AttemptDir, JobDir
+from ...notify.courier import ensure_courier
 from ...procs import alive
 from ...status import JobStatus, Outcome
 from ...tracking import backlog, journal, probe
@@ -54,6 +55,7 @@ from ..sharing import mirror
 from ..spec import JobKind, JobSpec
 from ..store import JobStore
 from .hints import HintRecorder
+from .notifier import JobNotifier
 from .outcome import AttemptEnd
 from .reaper import Reaper
 from .system_feed import SystemMetricsFeed
@@ -68,6 +70,9 @@ REAPER_WAIT = 15.0
 #: waits for a batch under way.
 SHIP_INTERVAL = 1.0
 SHIP_STOP_WAIT = 5.0
+#: Seconds the supervisor's end waits for its notifications' first try (the courier
+#: tries again what is left).
+NOTIFY_WAIT = 30.0
 #: Seconds between two asks of a tracking server for a deferred attempt's run.
 DEFERRED_RETRY = float(os.environ.get("AIR_DEFERRED_RUN_RETRY", "10"))
 
@@ -332,6 +337,7 @@ class Supervisor:
         self._tracking = Tracking(
             self.spec, self.job.experiment_id, store.home, self._experiment_made
         )
+        self.notifier = JobNotifier(store, job_id)
 
     def cancel(self, *_: Any) -> None:
         self._cancelled.set()
@@ -376,6 +382,7 @@ class Supervisor:
             return self._guarded(reaper)
         finally:
             reaper.close(wait=REAPER_WAIT)
+            self.notifier.close(wait=NOTIFY_WAIT)
 
     def _guarded(self, reaper: Reaper) -> int:
         """The attempts under one guard: an error anywhere (MLflow or SQLite while a
@@ -389,6 +396,7 @@ class Supervisor:
                 started=time.time(),
                 supervisor_pid=os.getpid(),
             )
+            self.notifier.started(time.time())
             if self.watch_pid is not None:
                 threading.Thread(
                     target=self._watch_kernel, name="air-kernel-watch", daemon=True
@@ -408,6 +416,7 @@ class Supervisor:
                 self._finish(attempt, end, over, reaper)
                 if over:
                     return 0 if end.status is Outcome.SUCCEEDED else 1
+                self.notifier.retry(number)
         except Exception as err:
             log.exception("the supervisor failed")
             end = AttemptEnd(Outcome.FAILED, message=f"the supervisor failed: {err!r}")
@@ -439,6 +448,7 @@ class Supervisor:
         guard = RunGuard()
 
         def tag(key: str, value: str) -> None:
+            self.notifier.hint(number, key, value)
             if run.id is not None:
                 tracking.tag(run.id, key, value)
 
@@ -527,6 +537,7 @@ class Supervisor:
         self.store.update(
             self.job.id, status=end.status.job_status, ended=time.time(), message=end.message
         )
+        self.notifier.ended(end.status)
 
     def _end_run(self, attempt: Attempt, status: str, over: bool) -> None:
         """The run's last metrics, its end and its logs, whoever follows the job; a
@@ -621,6 +632,8 @@ def main(argv: list[str] | None = None) -> int:
     bound_requests()  # before MLflow is imported, and for the ranks too
     store = JobStore()
     resume_pending(store.home)  # what an earlier job still owes its server is tried again
+    if store.outbox.next_due() is not None:  # and the notifications a courier left
+        ensure_courier(store.home)
     supervisor = Supervisor(store, args.job_id, args.watch_pid)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

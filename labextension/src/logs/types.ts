@@ -58,6 +58,8 @@ export interface IJob {
   parent_id: string | null;
   /** The jobs this one submitted that the caller may view, oldest first. */
   children: string[];
+  /** Its notifications, one line each; for its owner only (empty for anyone else). */
+  notifications: string[];
 }
 
 /** `GET jupyter-air/jobs`. */
