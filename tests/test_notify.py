@@ -19,6 +19,7 @@ from jupyter_air.notify.message import Link, Message, text, webhook_body
 from jupyter_air.notify.outbox import Notice, State
 from jupyter_air.notify.settings import AirNotify, load
 from jupyter_air.notify.targets import BadTarget, Channel, Event, WebhookFormat, parse, parse_all
+from jupyter_air.status import Outcome
 from tests.factories import job_spec
 from tests.notify_servers import SmtpServer, WebhookReceiver, self_signed
 from tests.waits import until
@@ -213,7 +214,8 @@ def test_a_mail_goes_through_starttls_with_a_login_whose_password_is_read_from_a
         settings.smtp_from = "air@example.com"
         delivery.send_mail("me@example.com", message(), "job:X:end#0", settings)
         (mail,) = smtp.mails
-        assert mail["Subject"].strip().startswith("air job 20261204-000000-abcdef (train.py): failed")
+        subject = mail["Subject"].strip()
+        assert subject.startswith("air job 20261204-000000-abcdef (train.py): failed")
         assert mail["X-Envelope-To"] == "me@example.com"
         assert "X.end#0" in mail["Message-ID"], "the same id on a try sent again"
         body = mail.get_content()
@@ -320,3 +322,52 @@ def _courier_gone(store: JobStore) -> bool:
         except BlockingIOError:
             return False
         return True
+
+
+# -- who is told of what --------------------------------------------------------------
+
+
+def test_the_defaults_are_for_unwatched_jobs_and_a_watched_call_notifies_when_it_asks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from jupyter_air.jobs.service import place
+    from jupyter_air.jobs.spec import JobKind
+
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", "")
+    placed = place(Submission(), "ada", nproc_per_node=1)
+    background = placed.spec(JobKind.COMMAND, command=["true"], background=True)
+    assert [t.channel for t in background.notify] == [Channel.JUPYTERLAB]
+    assert placed.spec(JobKind.PYTHON, background=False).notify == (), "the cell shows its end"
+    asked = place(Submission.model_validate({"notify": ["jupyterlab on:success"]}), "ada")
+    assert [str(t) for t in asked.spec(JobKind.PYTHON).notify[0].on] == ["success"]
+
+
+def test_a_bad_notify_option_of_the_magic_is_refused_in_one_line_naming_the_flag() -> None:
+    from jupyter_air.kernel.launch import OptionError, Options
+
+    with pytest.raises(OptionError) as refused:
+        Options(notify=["email:me@example.com on:finished"]).validate()
+    assert str(refused.value).startswith("--notify: on: unknown event 'finished'")
+    assert Options(notify=["none"]).validate().targets == (), "--notify none: no notification"
+
+
+def test_a_hint_tells_its_own_text_once_per_attempt_and_kind(store: JobStore) -> None:
+    from jupyter_air.jobs.supervision.notifier import JobNotifier
+
+    receiver = WebhookReceiver().start()
+    try:
+        target = parse({"webhook": receiver.url, "on": ["hint"]})
+        job = store.create(job_spec(command=["python", "train.py"], notify=(target,)))
+        notifier = JobNotifier(store, job.id)
+        text_ = "GPUs 0, 1 idle for 10 min while the job runs"
+        notifier.hint(1, "air.hint.idle_gpus", text_)
+        notifier.hint(1, "air.hint.idle_gpus", text_)  # the same hint seen again
+        notifier.ended(Outcome.SUCCEEDED)  # not asked for: not sent
+        notifier.close(wait=30)
+        ((post, _),) = receiver.posts
+        assert post["event"] == "hint"
+        assert post["title"] == f"air job {job.id} (python train.py): {text_}"
+        assert post["lines"] == [text_]
+    finally:
+        receiver.stop()

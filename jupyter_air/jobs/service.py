@@ -96,7 +96,9 @@ class Placed:
             backend_settings=self.settings,
             run_name=run_name,
             deferred=s.tracking is TrackingMode.DEFERRED,
-            notify=self.notify,
+            # The user's defaults are for what runs unwatched; a call the notebook waits
+            # for shows its own end there, and notifies when it asks to.
+            notify=self.notify if s.notify is not None or background else (),
         )
 
     @property

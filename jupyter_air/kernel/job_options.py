@@ -81,8 +81,9 @@ WHOLE_JOB: dict[str, Callable[[Any], Any]] = {
         default=None,
         metavar="TARGET",
         help=(
-            "Tell the owner of the job's events (repeatable; replaces c.AirNotify.defaults; "
-            "none: no notification): jupyterlab, email:ADDRESS or webhook:URL, each with "
+            "Tell the owner of the job's events (repeatable; with --background it replaces "
+            "c.AirNotify.defaults; none: no notification): jupyterlab, email:ADDRESS or "
+            "webhook:URL, each with "
             "on:EVENT,... (start, success, failure, cancelled, retry, hint, duration:2h; "
             "default: its end), e.g. 'email:me@example.com on:failure'."
         ),

@@ -30,9 +30,11 @@ class AirNotify(Configurable):
     """Notifications: default targets, the SMTP server, the links messages carry."""
 
     defaults: List[dict[str, Any]] = List(
-        help="Targets of every job and schedule that names none (a job's own 'notify' "
-        "replaces them; 'notify: []' turns them off for it), each as in a workload "
-        "file: {'jupyterlab': True, 'on': ['failure']}, {'email': 'me@example.com'}, "
+        help="Targets of every job that runs unwatched (air run, a schedule's task, a "
+        "--background call) and names none; a job's own 'notify' replaces them ('notify: "
+        "[]' turns them off), and a call the notebook waits for uses only its own. Each "
+        "as in a workload file: {'jupyterlab': True, 'on': ['failure']}, "
+        "{'email': 'me@example.com'}, "
         "{'webhook': 'https://...', 'on': ['failure', 'duration:2h']}.",
     ).tag(config=True)
 
