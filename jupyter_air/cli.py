@@ -176,6 +176,22 @@ def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     cancelling.add_argument("job_id")
     cancelling.set_defaults(func=_cancel)
 
+    notifying = sub.add_parser(
+        "notify",
+        help="tell yourself of a running job's events from now on (its owner only)",
+        description="Add notification targets to a job that runs, e.g. "
+        "air notify ID 'email:me@example.com on:failure,success'. See docs/notifications.md.",
+    )
+    notifying.add_argument("job_id")
+    notifying.add_argument(
+        "targets",
+        nargs="+",
+        metavar="TARGET",
+        help="jupyterlab, email:ADDRESS or webhook:URL, with on:EVENT,... (default: its end)",
+    )
+    _output(notifying)
+    notifying.set_defaults(func=_notify)
+
     permissions = sub.add_parser(
         "permissions", help="who may view, cancel or manage a job; --grant/--revoke change it"
     )
@@ -712,6 +728,30 @@ def _cancel(args: argparse.Namespace) -> int:
     job = service.wait(job, 60.0)
     print(f"Job {job.id} {job.status.lower()}")
     return 0 if job.status is JobStatus.CANCELLED else 1
+
+
+# -- notify ------------------------------------------------------------------------------
+
+
+def _notify(args: argparse.Namespace) -> int:
+    from .jobs.service import Refused
+    from .notify.targets import BadTarget, parse_all
+
+    service = _service()
+    job = _job(service, args.job_id)
+    try:
+        targets = service.add_notify(job.id, parse_all(args.targets))
+    except BadTarget as err:
+        raise CliError(f"notify: {err}") from None
+    except (Refused, Forbidden, Conflict) as err:
+        raise CliError(str(err)) from None
+    if args.output == "json":
+        print(json.dumps({"job_id": job.id, "targets": [t.shown() for t in targets]}, indent=2))
+        return 0
+    print(f"Job {job.id} tells:")
+    for target in targets:
+        print(f"  {target.shown()} on {', '.join(map(str, target.on))}")
+    return 0
 
 
 # -- permissions -------------------------------------------------------------------------

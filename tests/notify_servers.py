@@ -10,6 +10,7 @@ import json
 import socket
 import subprocess
 import threading
+import time
 from email.message import EmailMessage as Mail
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -43,11 +44,14 @@ def self_signed(where: Path) -> tuple[Path, Path]:
 class _Inbox:
     def __init__(self) -> None:
         self.mails: list[Mail] = []
+        #: When each mail was received (Unix seconds).
+        self.received: list[float] = []
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         mail = email.message_from_bytes(envelope.original_content, policy=email.policy.default)
         mail["X-Envelope-To"] = ",".join(envelope.rcpt_tos)
         self.mails.append(mail)
+        self.received.append(time.time())
         return "250 OK"
 
 
@@ -106,6 +110,8 @@ class WebhookReceiver:
     def __init__(self) -> None:
         self.port = free_port()
         self.posts: list[tuple[dict[str, Any], dict[str, str]]] = []
+        #: When each post was received (Unix seconds).
+        self.received: list[float] = []
         self.status = 200
         self._server: ThreadingHTTPServer | None = None
 
@@ -121,6 +127,7 @@ class WebhookReceiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 if receiver.status == 200:
                     receiver.posts.append((json.loads(body), dict(self.headers)))
+                    receiver.received.append(time.time())
                 self.send_response(receiver.status)
                 self.end_headers()
                 self.wfile.write(b"ok")

@@ -371,3 +371,32 @@ def test_a_hint_tells_its_own_text_once_per_attempt_and_kind(store: JobStore) ->
         assert post["lines"] == [text_]
     finally:
         receiver.stop()
+
+
+def test_run_data_the_tracking_server_refused_for_good_is_told_with_what_to_do(
+    store: JobStore,
+) -> None:
+    from jupyter_air.job_dir import AttemptDir
+    from jupyter_air.jobs.supervision.notifier import JobNotifier
+    from jupyter_air.tracking import backlog
+
+    receiver = WebhookReceiver().start()
+    try:
+        target = parse({"webhook": receiver.url, "on": ["tracking"]})
+        job = store.create(job_spec(command=["python", "train.py"], notify=(target,)))
+        files = AttemptDir(store.attempt_dir(job.id, 1)).make()
+        notifier = JobNotifier(store, job.id)
+        refused = PermissionError("RESOURCE_DOES_NOT_EXIST: run 9f0c was deleted")
+        backlog.failing(
+            files, "http://mlflow.example.com", ConnectionRefusedError(), {backlog.Part.END}
+        )
+        notifier.tracking_refused(1, files)  # a server that is down: no news
+        backlog.failing(files, "http://mlflow.example.com", refused, {backlog.Part.END})
+        notifier.tracking_refused(1, files)
+        notifier.close(wait=30)
+        ((post, _),) = receiver.posts
+        assert post["event"] == "tracking"
+        assert "refused the run's data" in post["title"]
+        assert f"air sync {job.id}" in post["title"]
+    finally:
+        receiver.stop()

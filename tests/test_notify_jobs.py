@@ -228,3 +228,24 @@ def test_a_scheduled_task_that_fails_at_night_tells_the_schedule_the_task_the_ru
     finally:
         stop(workdir / "air")
         hook.stop()
+
+
+def test_the_owner_asks_a_running_job_to_tell_its_end(workdir: Path) -> None:
+    hook = WebhookReceiver().start()
+    try:
+        path = workload(workdir, [], failing=0, pause=8)
+        submitted = air("run", "-f", str(path))
+        job_id = submitted.stdout.split()[1]
+        added = air("notify", job_id, f"webhook:{hook.url} on:success")
+        assert added.returncode == 0, added.stderr
+        assert "webhook http://127.0.0.1/… on success" in added.stdout
+        assert "SECRET" not in added.stdout
+        wait_settled(workdir / "air", job_id)
+        until(lambda: hook.posts, "the job's end")
+        ((post, _),) = hook.posts
+        assert post["event"] == "success"
+        late = air("notify", job_id, "jupyterlab")
+        assert late.returncode == 1
+        assert f"job {job_id} already ended (succeeded)" in late.stderr
+    finally:
+        hook.stop()

@@ -502,3 +502,74 @@ async def test_only_the_servers_owner_opens_the_mlflow_ui_of_its_local_stores(
     with pytest.raises(HTTPClientError) as err:  # alice gets as far as the unknown store
         await call(jp_fetch, "owner", "GET", route)
     assert err.value.code == 404
+
+
+# -- notifications: only the owner's targets get a job's lines ---------------------------
+
+HOOK = "https://hooks.example.com/T000/B000/XXXXSECRET"
+
+
+@pytest.fixture
+def running_job(store: JobStore) -> str:
+    """alice's job that runs, shared at every level."""
+    grants = tuple(parse_grant(g) for g in GRANTS)
+    job = store.create(job_spec("command", command=["true"]), owner="alice", grants=grants)
+    store.update(job.id, status="RUNNING", started=1.0)
+    return job.id
+
+
+@pytest.mark.parametrize("who", ["viewer", "runner", "group", "manager"])
+async def test_no_grant_lets_anyone_but_the_owner_send_a_job_s_lines_to_their_webhook(
+    jp_fetch: Any, store: JobStore, running_job: str, who: str
+) -> None:
+    route = f"jupyter-air/jobs/{running_job}/notify"
+    code, error = await refusal(
+        jp_fetch, who, "POST", route, {"notify": ["webhook:https://attacker.example.com/x"]}
+    )
+    assert code == 403
+    assert error["message"] == (
+        f"Only the owner of job {running_job}, alice, can add a notification to it"
+    )
+    assert store.targets(running_job) == ()
+    code, _ = await refusal(jp_fetch, "stranger", "POST", route, {"notify": ["jupyterlab"]})
+    assert code == 403
+
+
+async def test_the_owner_adds_a_target_to_a_job_that_runs_and_sees_its_url_hidden(
+    jp_fetch: Any, store: JobStore, running_job: str
+) -> None:
+    route = f"jupyter-air/jobs/{running_job}/notify"
+    body = {"notify": [{"webhook": HOOK, "on": ["failure"]}]}
+    answer = json.loads((await call(jp_fetch, "owner", "POST", route, body)).body)
+    assert answer["targets"] == ["webhook https://hooks.example.com/…"]
+    assert [t.address for t in store.targets(running_job)] == [HOOK]
+    code, error = await refusal(
+        jp_fetch,
+        "owner",
+        "POST",
+        route,
+        {"notify": [{"webhook": "ftp://x.example.com/XXXXSECRET"}]},
+    )
+    assert code == 400
+    assert "XXXXSECRET" not in error["message"]
+    store.update(running_job, status="SUCCEEDED", ended=2.0)
+    code, error = await refusal(jp_fetch, "owner", "POST", route, body)
+    assert (code, error["message"]) == (409, f"job {running_job} already ended (succeeded)")
+
+
+async def test_where_a_job_s_notifications_went_is_shown_to_its_owner_only(
+    jp_fetch: Any, store: JobStore, job: str
+) -> None:
+    from jupyter_air.notify.message import Message
+    from jupyter_air.notify.outbox import Notice
+    from jupyter_air.notify.targets import Event, parse
+
+    message = Message(Event.SUCCESS, f"air job {job}: succeeded", "success", "alice", job_id=job)
+    store.outbox.post([Notice(f"job:{job}:end#0", "alice", parse({"webhook": HOOK}), message, job)])
+    route = f"jupyter-air/jobs/{job}"
+    owner = json.loads((await call(jp_fetch, "owner", "GET", route)).body)
+    assert owner["notifications"] == ["webhook https://hooks.example.com/… (success): queued"]
+    viewer = json.loads((await call(jp_fetch, "viewer", "GET", route)).body)
+    assert viewer["notifications"] == []
+    listed = json.loads((await call(jp_fetch, "manager", "GET", "jupyter-air/jobs?all=1")).body)
+    assert all(doc["notifications"] == [] for doc in listed["jobs"])

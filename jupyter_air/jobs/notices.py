@@ -29,6 +29,7 @@ _LEVEL = {
     Event.RETRY: "warning",
     Event.HINT: "warning",
     Event.DURATION: "info",
+    Event.TRACKING: "warning",
 }
 
 
@@ -47,7 +48,7 @@ def notices(
     for its own threshold ``after``); ``key`` names the event once for the job."""
     chosen = [
         (i, t)
-        for i, t in enumerate(job.spec.notify)
+        for i, t in enumerate(store.targets(job.id))
         if t.wants(event) and (after is None or after in t.durations)
     ]
     if not chosen:

@@ -43,6 +43,14 @@ class Forbidden(PermissionError):
         )
 
 
+class OwnerOnly(Forbidden):
+    """Only the job's owner may do this, whatever grant the caller holds."""
+
+    def __init__(self, job_id: str, owner: str, what: str) -> None:
+        super().__init__(job_id, Level.CAN_MANAGE, owner)
+        self.args = (f"Only the owner of job {job_id}, {owner}, can {what}",)
+
+
 @dataclass(frozen=True)
 class Principal:
     kind: str  # "user" or "group"

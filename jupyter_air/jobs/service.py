@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..identity import Identity
-from ..notify.targets import Target
+from ..notify.targets import BadTarget, Target
 from . import backends, cancel
 from .backends.base import Backend, BackendRefused, Placement
 from .documents import RunLink, job_document, job_documents
@@ -25,9 +25,9 @@ from .env import submitting_job
 from .permissions import BadGrant, Grant, JobAccess, Level, Principal, check_change
 from .sharing import mirror
 from .spec import JobKind, JobSpec, OutputRanks, job_spec
-from .store import JOB_ID, Job, JobStore, UnknownJob
+from .store import JOB_ID, Job, JobEnded, JobStore, UnknownJob
 from .submit import Submitted, submit
-from .workload_file import Submission, TrackingMode, WorkloadError
+from .workload_file import Submission, TrackingMode, WorkloadError, check_targets
 
 if TYPE_CHECKING:
     from ..tracking.permissions import MirrorReport
@@ -256,6 +256,20 @@ class JobService:
         if not cancelled:
             raise Conflict(f"job {job.id} already ended ({job.status.lower()})")
         return job
+
+    def add_notify(self, job_id: str, targets: tuple[Target, ...]) -> tuple[Target, ...]:
+        """Tell the owner of a job that runs, from now on (the owner only: ``OwnerOnly``);
+        all of its targets after it."""
+        job = self.get(job_id)
+        try:
+            check_targets(targets)
+        except BadTarget as err:
+            raise Refused("notify", str(err)) from None
+        try:
+            self.store.add_targets(job.id, self.caller, targets)
+        except JobEnded as err:
+            raise Conflict(str(err)) from None
+        return self.store.targets(job.id)
 
     def wait(self, job: Job, timeout: float) -> Job:
         """The job (already read by the caller) once it ended, or as it is after

@@ -41,10 +41,12 @@ from ..identity import Identity, os_user
 from ..job_dir import AttemptDir, JobDir
 from ..notify.outbox import SCHEMA as OUTBOX_SCHEMA
 from ..notify.outbox import Outbox
+from ..notify.targets import Target
+from ..notify.targets import from_json as target_from_json
 from ..paths import air_home, make_private, on_network_filesystem, private_dir, tighten
 from ..procs import alive
 from ..status import ACTIVE, AttemptStatus, JobStatus
-from .permissions import Grant, JobAccess, Level, Principal, check_change, merged
+from .permissions import Grant, JobAccess, Level, OwnerOnly, Principal, check_change, merged
 from .spec import JobSpec
 
 JOB_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")  # what new_job_id() makes
@@ -88,6 +90,13 @@ CREATE TABLE IF NOT EXISTS grants (
     PRIMARY KEY (job_id, kind, name)
 );
 CREATE INDEX IF NOT EXISTS grants_by_principal ON grants (kind, name, job_id);
+CREATE TABLE IF NOT EXISTS job_targets (
+    job_id TEXT NOT NULL REFERENCES jobs(id),
+    position INTEGER NOT NULL,
+    target TEXT NOT NULL,
+    added REAL NOT NULL,
+    PRIMARY KEY (job_id, position)
+);
 """
 
 
@@ -138,6 +147,10 @@ class Job:
 
 class UnknownJob(KeyError):
     """No job has this id."""
+
+
+class JobEnded(RuntimeError):
+    """The job already ended: what was asked applies to a job that runs."""
 
 
 class StoreError(RuntimeError):
@@ -446,6 +459,51 @@ class JobStore:
         columns = ", ".join(f"{name} = ?" for name in fields)
         with self._connect() as db:
             db.execute(f"UPDATE jobs SET {columns} WHERE id = ?", (*fields.values(), job_id))
+
+    def targets(self, job_id: str) -> tuple[Target, ...]:
+        """Whom the job tells: its spec's targets, then those its owner added since."""
+        with self._connect() as db:
+            row = db.execute("SELECT workload FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJob(job_id)
+            added = db.execute(
+                "SELECT target FROM job_targets WHERE job_id = ? ORDER BY position", (job_id,)
+            ).fetchall()
+        spec = JobSpec.from_json(row["workload"])
+        return spec.notify + tuple(target_from_json(json.loads(r["target"])) for r in added)
+
+    def add_targets(self, job_id: str, who: Identity, targets: tuple[Target, ...]) -> None:
+        """Add targets to a job that runs, if ``who`` owns it: a grant shows a job, it does
+        not send the job's lines where the grantee chooses."""
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute(
+                    "SELECT owner, status, workload FROM jobs WHERE id = ?", (job_id,)
+                ).fetchone()
+                if row is None:
+                    raise UnknownJob(job_id)
+                if row["owner"] != who.name:
+                    raise OwnerOnly(job_id, row["owner"], "add a notification to it")
+                if not JobStatus(row["status"]).active:
+                    raise JobEnded(f"job {job_id} already ended ({row['status'].lower()})")
+                first = len(JobSpec.from_json(row["workload"]).notify) + int(
+                    db.execute(
+                        "SELECT count(*) FROM job_targets WHERE job_id = ?", (job_id,)
+                    ).fetchone()[0]
+                )
+                now = time.time()
+                db.executemany(
+                    "INSERT INTO job_targets (job_id, position, target, added) VALUES (?, ?, ?, ?)",
+                    [
+                        (job_id, first + i, json.dumps(t.to_json()), now)
+                        for i, t in enumerate(targets)
+                    ],
+                )
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
 
     def set_experiment(self, job_id: str, experiment_id: str) -> None:
         """The MLflow experiment a job submitted by name only was given (by its supervisor);

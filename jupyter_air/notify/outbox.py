@@ -104,9 +104,11 @@ class Record:
             return f"{head}: sent {_clock(self.done or self.created)}"
         if self.state is State.FAILED:
             return f"{head}: failed: {self.error}, {tries}"
+        if self.state is State.SENDING:
+            return f"{head}: sending"
         if self.error:
             return f"{head}: not sent yet: {self.error}, {tries}; next try {_clock(self.next_try)}"
-        return f"{head}: sending"
+        return f"{head}: queued"
 
 
 def backoff(tries: int) -> float:

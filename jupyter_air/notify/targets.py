@@ -35,6 +35,7 @@ class Event(enum.StrEnum):
     HINT = "hint"  # idle GPUs, memory full, a likely hang
     DURATION = "duration"  # still running after the trigger's threshold
     SKIPPED = "skipped"  # a schedule's time that did not fire
+    TRACKING = "tracking"  # the tracking server refused the run's data for good
 
 
 class Channel(enum.StrEnum):

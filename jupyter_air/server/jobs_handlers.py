@@ -37,12 +37,13 @@ from ..jobs.permissions import (
     merged,
     principal_from_json,
 )
-from ..jobs.service import JobService
+from ..jobs.service import JobService, Refused
 from ..jobs.sessions import cells as session_cells
 from ..jobs.sessions.cells import NoCell, NotASession, cell_filter
 from ..jobs.spec import JobKind
 from ..jobs.store import Job, JobStore
 from ..logs.query import BadFilter, LogFilter, read_all_text, read_page, read_tail
+from ..notify.targets import BadTarget, parse_all
 from ..tracking.stores import store_key
 from ..tracking.ui_links import run_url
 from .base import AirHandler
@@ -266,6 +267,30 @@ class JobPermissionsHandler(JobsBase):
         self.write_json(change_document(access, service.caller, report).model_dump(mode="json"))
 
 
+class JobNotifyHandler(JobsBase):
+    """``POST jupyter-air/jobs/<id>/notify`` ``{"notify": [targets]}``: the owner adds
+    targets to a job that runs (a grant, whatever its level, does not let anyone else:
+    403); answers the job's targets as they are shown (a webhook by its host)."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, job_id: str) -> None:
+        await self.job(job_id)
+        try:
+            doc = json.loads(self.request.body or b"{}")
+            values = doc["notify"] if isinstance(doc, dict) and set(doc) == {"notify"} else None
+            if not isinstance(values, list) or not 0 < len(values) <= 20:
+                raise BadTarget('the body is {"notify": [1 to 20 targets]}')
+            targets = parse_all(values)
+        except ValueError as err:  # JSON's, or a target's (BadTarget)
+            raise web.HTTPError(400, str(err).replace("%", "%%")) from None
+        try:
+            shown = await in_store_thread(self.service.add_notify, job_id, targets)
+        except Refused as err:
+            raise web.HTTPError(400, str(err).replace("%", "%%")) from None
+        self.write_json({"job_id": job_id, "targets": [t.shown() for t in shown]})
+
+
 def _change(body: bytes) -> tuple[tuple[Grant, ...], tuple[Principal, ...]]:
     """The grants and revokes of a PUT body ``{"grant": [...], "revoke": [...]}``."""
     try:
@@ -292,4 +317,5 @@ def jobs_handlers(store: JobStore) -> list[tuple[str, type, dict[str, Any]]]:
         (rf"/jupyter-air/jobs/{JOB}/cells", JobCellsHandler, kwargs),
         (rf"/jupyter-air/jobs/{JOB}/cancel", JobCancelHandler, kwargs),
         (rf"/jupyter-air/jobs/{JOB}/permissions", JobPermissionsHandler, kwargs),
+        (rf"/jupyter-air/jobs/{JOB}/notify", JobNotifyHandler, kwargs),
     ]

@@ -565,6 +565,7 @@ class Supervisor:
             answer = hand_over(self.store.home, tail)
         except Exception as err:  # the spool cannot be written: the outcome stands
             answer = Answer(repr(err), repr(err))
+        self.notifier.tracking_refused(attempt.number, attempt.files)
         if answer.metrics_error:
             log.error(
                 "rank 0's metrics of attempt %d wait in %s: %s",
