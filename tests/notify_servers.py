@@ -56,18 +56,21 @@ class _Inbox:
 
 
 class SmtpServer:
-    """``mails``: what it received. ``tls``: a (cert, key) pair for STARTTLS; ``login``:
-    the (user, password) it requires (over TLS only)."""
+    """``mails``: what it received. ``tls``: a (cert, key) pair for STARTTLS, or for TLS
+    from the first byte with ``implicit``; ``login``: the (user, password) it requires
+    (over TLS only)."""
 
     def __init__(
         self,
         tls: tuple[Path, Path] | None = None,
         login: tuple[str, str] | None = None,
+        implicit: bool = False,
     ) -> None:
         self.port = free_port()
         self.inbox = _Inbox()
         self._tls = tls
         self._login = login
+        self._implicit = implicit
         self._controller: Controller | None = None
 
     @property
@@ -89,7 +92,10 @@ class SmtpServer:
 
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(*map(str, self._tls))
-            kwargs.update(tls_context=context, require_starttls=True)
+            if self._implicit:
+                kwargs.update(ssl_context=context)
+            else:
+                kwargs.update(tls_context=context, require_starttls=True)
         if self._login is not None:
             kwargs.update(authenticator=self._authenticate, auth_required=True)
         self._controller = Controller(

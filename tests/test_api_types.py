@@ -25,8 +25,11 @@ from jupyter_air.jobs.api_models import (
     JobDocument,
     JobPermissions,
     JobPermissionsChange,
+    LabNotification,
     LogLineDocument,
     LogsPage,
+    NotificationLink,
+    NotificationsPage,
     PermissionLevel,
     SessionCells,
     TrackingStores,
@@ -47,6 +50,9 @@ INTERFACES: dict[type[BaseModel], tuple[str, str]] = {
     LogsPage: ("logs/types.ts", "ILogsResponse"),
     SessionCells: ("logs/types.ts", "ICellsResponse"),
     TrackingStores: ("runs/types.ts", "IStoresResponse"),
+    NotificationsPage: ("notifications/model.ts", "INotificationsAnswer"),
+    LabNotification: ("notifications/model.ts", "IAirNotification"),
+    NotificationLink: ("notifications/model.ts", "INotificationLink"),
 }
 
 #: (route's heading in docs/api.md, which json block under it, the model of its example).
@@ -57,6 +63,7 @@ EXAMPLES: list[tuple[str, int, type[BaseModel]]] = [
     ("GET jupyter-air/runs/stores", 0, TrackingStores),
     ("GET jupyter-air/jobs/<id>/permissions", 0, JobPermissions),
     ("PUT jupyter-air/jobs/<id>/permissions", 1, JobPermissionsChange),
+    ("GET jupyter-air/notifications?after=<id>&wait=<seconds>", 0, NotificationsPage),
 ]
 
 

@@ -231,6 +231,23 @@ def test_a_mail_goes_through_starttls_with_a_login_whose_password_is_read_from_a
         smtp.stop()
 
 
+def test_a_mail_goes_over_tls_from_the_first_byte_and_in_plain_to_a_local_relay(
+    certificate: tuple[Path, Path],
+) -> None:
+    smtps = SmtpServer(tls=certificate, implicit=True).start()
+    relay = SmtpServer().start()
+    try:
+        delivery.send_mail("me@example.com", message(), "k1", settings_for(smtps, "tls"))
+        delivery.send_mail("me@example.com", message(), "k2", settings_for(relay, "none"))
+        assert len(smtps.mails) == len(relay.mails) == 1
+        with pytest.raises(delivery.Failed) as no_tls:  # STARTTLS asked of a plain relay
+            delivery.send_mail("me@example.com", message(), "k3", settings_for(relay, "starttls"))
+        assert no_tls.value.permanent, "no retry makes a server speak TLS"
+    finally:
+        smtps.stop()
+        relay.stop()
+
+
 def test_a_wrong_password_is_a_failure_no_retry_mends(
     certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,7 +16,9 @@ import pytest
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.supervision.notifier import JobNotifier
 from jupyter_air.notify.outbox import State
+from jupyter_air.schedules.notices import post_runs
 from jupyter_air.schedules.scheduler import stop
+from jupyter_air.schedules.store import ScheduleStore
 from jupyter_air.status import Outcome
 from tests.notify_servers import SmtpServer, WebhookReceiver, self_signed
 from tests.waits import until, wait_settled
@@ -225,6 +227,12 @@ def test_a_scheduled_task_that_fails_at_night_tells_the_schedule_the_task_the_ru
         assert facts["Task train"].startswith("FAILED, job ")
         assert post["lines"][-1] == "rank 1: loss is nan, giving up"
         assert post["command"] == f"air logs {post['job_id']}"
+
+        # A restarted scheduler that ends the same run again tells nobody twice.
+        schedules = ScheduleStore(JobStore(workdir / "air"))
+        (run,) = schedules.runs(post["schedule_id"], limit=10)
+        post_runs(schedules, [run.id])
+        assert len(hook.posts) == 1
     finally:
         stop(workdir / "air")
         hook.stop()

@@ -185,6 +185,39 @@ class TrackingStores(Document):
     stores: list[TrackingStoreDocument]
 
 
+# -- notifications ---------------------------------------------------------------------
+
+
+class NotificationLink(Document):
+    label: str
+    url: str
+
+
+class LabNotification(Document):
+    """One of a user's JupyterLab notifications (``notify.message.Message``)."""
+
+    id: int
+    created: float
+    event: str
+    level: Literal["info", "success", "warning", "error"]
+    title: str
+    #: Each [label, value].
+    facts: list[list[str]]
+    lines: list[str]
+    links: list[NotificationLink]
+    command: str | None
+    job_id: str | None
+    schedule_id: str | None
+
+
+class NotificationsPage(Document):
+    """``GET jupyter-air/notifications``: the caller's, after ``after``; ``last`` is the
+    next poll's ``after``."""
+
+    notifications: list[LabNotification]
+    last: int
+
+
 # -- permissions -----------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
+from pathlib import Path
 
 from ..job_dir import AttemptDir
 from ..logs.query import LogFilter, read_tail
@@ -114,7 +115,9 @@ def describe(job: Job, attempts: list[Attempt]) -> tuple[str, list[tuple[str, st
     if schedule and task:
         what = f"{schedule}.{task}"
     elif spec.kind is JobKind.COMMAND:
-        what = " ".join(redact_argv(spec.program.command))[:80]
+        argv = redact_argv(spec.program.command)
+        # ``/opt/conda/envs/x/bin/python train.py`` reads ``python train.py`` in a title
+        what = " ".join([Path(argv[0]).name, *argv[1:]] if argv else [])[:80]
     elif spec.kind is JobKind.SESSION:
         what = "warm session"
     else:

@@ -11,12 +11,14 @@ from traitlets import Float, TraitError, validate
 from ..gpu.sampler import GpuSampler
 from ..jobs.retention import DEFAULT_DAYS, check_days, prune_in_background
 from ..jobs.store import JobStore, settle_periodically
+from ..notify.courier import ensure_courier
 from ..tracking.run_tails import resume_pending
 from ..tracking.targets import bound_requests
 from ..tracking.ui_server import MlflowUi
 from .gpu_handlers import GpuHandler, GpuSampleHandler, JobGpuHandler
 from .jobs_handlers import JOB, REQUEST_BUSY_TIMEOUT, jobs_handlers
 from .mlflow_handlers import mlflow_ui_handlers
+from .notifications_handlers import notifications_handlers
 from .runs_handlers import runs_handlers
 from .schedules_handlers import keep_scheduler_running, schedules_handlers
 
@@ -70,6 +72,7 @@ class AirExtension(ExtensionApp):
         self.handlers.extend(jobs_handlers(self.store))
         self.handlers.extend(runs_handlers(self.store))
         self.handlers.extend(schedules_handlers(self.store))
+        self.handlers.extend(notifications_handlers(self.store))
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         self.sampler.start()
@@ -82,9 +85,12 @@ class AirExtension(ExtensionApp):
     def _resume_tails(self) -> None:
         """What a tracking server that was down still owes (runs' points, ends, logs) is
         tried again by the user's tail process: started now and whenever it left with
-        something pending (it stays while anything is due)."""
+        something pending (it stays while anything is due); so are the notifications a
+        courier that died left unsent."""
         while True:
             resume_pending(self.store.home)
+            if self.store.outbox.next_due() is not None:
+                ensure_courier(self.store.home)
             if self._settling.wait(60.0):
                 return
 

@@ -10,6 +10,7 @@ import { GpuResourcesModel, IGpuPanelSettings, isRangeKey } from './gpu/model';
 import { GpuPanel } from './gpu/panel';
 import { chipIcon } from './icons';
 import logsPlugin from './logs/plugin';
+import notificationsPlugin from './notifications/plugin';
 import { requester } from './request';
 import runsPlugin from './runs/plugin';
 import schedulesPlugin from './schedules/plugin';
@@ -93,4 +94,10 @@ const gpuPlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [gpuPlugin, logsPlugin, runsPlugin, schedulesPlugin];
+export default [
+  gpuPlugin,
+  logsPlugin,
+  runsPlugin,
+  schedulesPlugin,
+  notificationsPlugin
+];

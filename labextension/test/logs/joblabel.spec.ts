@@ -22,6 +22,7 @@ const job = (kind: string): IJob => ({
   logs_expired: false,
   parent_id: null,
   children: [],
+  notifications: [],
   attempts: []
 });
 

@@ -32,6 +32,7 @@ function job(attempts = 1, status = 'RUNNING'): IJob {
     logs_expired: false,
     parent_id: null,
     children: [],
+    notifications: [],
     attempts: Array.from({ length: attempts }, (_, i) => ({
       attempt: i + 1,
       status,
