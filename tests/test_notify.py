@@ -39,6 +39,7 @@ def test_a_target_is_read_from_a_file_s_mapping_or_a_flag_s_words() -> None:
     assert from_file.wants(Event.FAILURE)
     assert not from_file.wants(Event.SUCCESS)
     assert parse("jupyterlab").on == parse({"jupyterlab": True}).on, "default: its end"
+    assert parse('"email:me@example.com on:failure,duration:2h"') == from_file, "a magic's"
     as_pyyaml_reads_it = yaml.safe_load("email: me@example.com\non: [failure, duration:2h]")
     assert parse(as_pyyaml_reads_it) == from_file, "YAML 1.1 reads the key on as true"
     assert {str(t) for t in parse("jupyterlab").on} == {"success", "failure", "cancelled"}
@@ -415,5 +416,51 @@ def test_run_data_the_tracking_server_refused_for_good_is_told_with_what_to_do(
         assert post["event"] == "tracking"
         assert "refused the run's data" in post["title"]
         assert f"air sync {job.id}" in post["title"]
+    finally:
+        receiver.stop()
+
+
+def test_a_schedule_tells_of_a_skipped_time_and_of_a_run_that_succeeded_once_each(
+    tmp_path: Path,
+) -> None:
+    from jupyter_air.identity import Identity
+    from jupyter_air.schedules.notices import post_runs
+    from jupyter_air.schedules.service import Schedules
+    from jupyter_air.schedules.tick import tick
+    from tests.test_schedule_tick import Clock, FakeLaunch
+
+    receiver = WebhookReceiver().start()
+    try:
+        schedules = Schedules(JobStore(tmp_path / "air"), Clock())
+        doc = {
+            "name": "nightly",
+            "schedule": {"quartz_cron_expression": "*/10 * * * * ?"},
+            "catch_up": "none",
+            "notify": [{"webhook": receiver.url, "on": ["skipped", "success"]}],
+            "tasks": [{"task_key": "train", "workload": {"command": "python train.py"}}],
+        }
+        me = Identity("alice")
+        s = schedules.create(me, schedules.parse(doc, tmp_path), tracking_uri="sqlite:///x.db")
+        assert s.next_due is not None
+        launch = FakeLaunch(schedules.jobs)
+        late = tick(schedules.store, launch, s.next_due + 126)  # the scheduler was down
+        assert late.skipped
+        post_runs(schedules.store, late.skipped)
+        skipped = [post for post, _ in receiver.posts]
+        assert {p["event"] for p in skipped} == {"skipped"}
+        assert len(skipped) == len(late.skipped)
+        assert skipped[0]["title"].startswith("schedule nightly: run ")
+        assert "skipped" in skipped[0]["title"]
+
+        on_time = tick(schedules.store, launch, s.next_due + 130)
+        schedules.jobs.update(launch.job("train"), status="SUCCEEDED")
+        ended = tick(schedules.store, launch, s.next_due + 131)
+        assert ended.ended == on_time.started
+        post_runs(schedules.store, ended.ended)
+        post_runs(schedules.store, ended.ended + late.skipped)  # a restarted scheduler
+        events = [post["event"] for post, _ in receiver.posts]
+        assert events.count("success") == 1
+        assert len(events) == len(late.skipped) + 1, "nothing is sent twice"
+        assert dict(receiver.posts[-1][0]["facts"])["Task train"].startswith("SUCCEEDED, job ")
     finally:
         receiver.stop()

@@ -168,7 +168,11 @@ def from_json(data: Mapping[str, Any]) -> Target:
 
 
 def _from_text(text: str) -> dict[str, Any]:
-    """``email:ADDR on:a,b``, ``webhook:URL format:slack``, ``jupyterlab on:failure``."""
+    """``email:ADDR on:a,b``, ``webhook:URL format:slack``, ``jupyterlab on:failure``; in
+    quotes too, as IPython's magics pass a quoted argument on."""
+    text = text.strip()
+    if len(text) > 1 and text[0] == text[-1] and text[0] in "\"'":
+        text = text[1:-1]
     words = text.split()
     if not words:
         raise BadTarget("empty target")
