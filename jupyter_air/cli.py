@@ -176,6 +176,19 @@ def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     cancelling.add_argument("job_id")
     cancelling.set_defaults(func=_cancel)
 
+    stacking = sub.add_parser(
+        "stacks",
+        help="every rank's Python stacks now (a stuck job: where is it?), or those saved",
+        description="Take every running rank's Python stacks with py-spy (all threads, "
+        "C frames too), saved with the attempt; --saved shows those taken before (asked "
+        "for, at a likely hang, at a cancel after one).",
+    )
+    stacking.add_argument("job_id")
+    stacking.add_argument("--rank", type=int, help="this rank's only")
+    stacking.add_argument("--saved", action="store_true", help="the sets taken before")
+    _output(stacking)
+    stacking.set_defaults(func=_stacks)
+
     notifying = sub.add_parser(
         "notify",
         help="tell yourself of a running job's events from now on (its owner only)",
@@ -728,6 +741,44 @@ def _cancel(args: argparse.Namespace) -> int:
     job = service.wait(job, 60.0)
     print(f"Job {job.id} {job.status.lower()}")
     return 0 if job.status is JobStatus.CANCELLED else 1
+
+
+# -- stacks ------------------------------------------------------------------------------
+
+
+def _stacks(args: argparse.Namespace) -> int:
+    service = _service()
+    job = _job(service, args.job_id)
+    try:
+        if args.saved:
+            found = service.saved_stacks(job.id)
+            if not found:
+                raise CliError(f"no stacks were taken of job {job.id}")
+        else:
+            attempt = len(service.store.attempts(job.id))
+            found = [(attempt, service.take_stacks(job.id))]
+    except (Forbidden, Conflict) as err:
+        raise CliError(str(err)) from None
+    if args.output == "json":
+        print(json.dumps([_stack_document(a, s, args.rank) for a, s in found], indent=2))
+        return 0
+    for attempt, taken in found:
+        print(f"Job {job.id}, attempt {attempt}: " + taken.text(args.rank), end="")
+    return 0
+
+
+def _stack_document(attempt: int, taken: Any, rank: int | None) -> dict[str, Any]:
+    return {
+        "attempt": attempt,
+        "name": taken.name,
+        "reason": taken.reason,
+        "time": taken.time,
+        "ranks": [
+            {"rank": s.rank, "node": s.node, "pid": s.pid, "text": s.text, "error": s.error}
+            for s in taken.stacks
+            if rank is None or s.rank == rank
+        ],
+    }
 
 
 # -- notify ------------------------------------------------------------------------------

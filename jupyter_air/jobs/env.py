@@ -84,6 +84,8 @@ def rank_env(
             "AIR_JOB_ID": job_id,
             "AIR_ATTEMPT": str(attempt),
             "PYTHONUNBUFFERED": "1",
+            # A native crash prints the Python frame it happened in (``death``).
+            "PYTHONFAULTHANDLER": env.get("PYTHONFAULTHANDLER") or "1",
         }
     )
     if (

@@ -27,6 +27,8 @@ from .sharing import mirror
 from .spec import JobKind, JobSpec, OutputRanks, job_spec
 from .store import JOB_ID, Job, JobEnded, JobStore, UnknownJob
 from .submit import Submitted, submit
+from .supervision import stacks
+from .supervision.stacks import StackSet
 from .workload_file import Submission, TrackingMode, WorkloadError, check_targets
 
 if TYPE_CHECKING:
@@ -270,6 +272,38 @@ class JobService:
         except JobEnded as err:
             raise Conflict(str(err)) from None
         return self.store.targets(job.id)
+
+    def take_stacks(self, job_id: str) -> StackSet:
+        """Every running rank's Python stacks, now (CAN_MANAGE_RUN: taking them pauses each
+        rank for a moment), saved with the attempt."""
+        job = self.get(job_id, Level.CAN_MANAGE_RUN)
+        attempts = self.store.attempts(job.id)
+        if job.done or not attempts:
+            raise Conflict(
+                f"job {job.id} runs no rank now ({job.status.lower()}): "
+                f"its saved stacks are at air stacks {job.id} --saved"
+            )
+        if not job.supervised_here or job.supervisor_pid is None:
+            raise Conflict(f"job {job.id} is supervised on {job.supervisor_host}: ask there")
+        try:
+            return stacks.request(
+                self.store.attempt_dir(job.id, attempts[-1].attempt), job.supervisor_pid
+            )
+        except stacks.StacksError as err:
+            raise Conflict(f"job {job.id}: {err}") from None
+
+    def saved_stacks(self, job_id: str) -> list[tuple[int, StackSet]]:
+        """The stacks taken of the job's ranks (asked for, at a likely hang, at a cancel
+        after one), by attempt, oldest first (CAN_VIEW)."""
+        job = self.get(job_id)
+        found = []
+        for a in self.store.attempts(job.id):
+            where = self.store.attempt_dir(job.id, a.attempt)
+            for name in stacks.sets(where):
+                taken = stacks.read(where, name)
+                if taken is not None:
+                    found.append((a.attempt, taken))
+        return found
 
     def wait(self, job: Job, timeout: float) -> Job:
         """The job (already read by the caller) once it ended, or as it is after

@@ -610,6 +610,10 @@ def attach_logs(client: Any, run_id: str, attempt_dir: Path) -> None:
                     out.write(f"{text}\n")
         if any(Path(tmp).iterdir()):
             client.log_artifacts(run_id, tmp, artifact_path=files.logs.name)
+    # The ranks' stacks taken during the attempt (``jobs.supervision.stacks``), each set
+    # with its ``stacks.json``, as ``stacks/<set>/rank_R.txt``.
+    for taken in sorted((attempt_dir / "stacks").glob("*/stacks.json")):
+        client.log_artifacts(run_id, str(taken.parent), artifact_path=f"stacks/{taken.parent.name}")
 
 
 def main(argv: list[str]) -> int:

@@ -22,6 +22,7 @@ from ..spec import JobSpec
 from ..supervision.hints import HintRecorder
 from ..supervision.outcome import AttemptEnd
 from ..supervision.reaper import Reaper
+from ..supervision.stacks import RankStacks
 
 
 class BackendRefused(ValueError):
@@ -77,6 +78,9 @@ class Nodes(Protocol):
 
     def sample_now(self) -> None:
         """Take a system-metrics sample of every node now."""
+
+    def stacks(self) -> list[RankStacks]:
+        """Every running rank's Python stacks, taken now on its node (``stacks``)."""
 
     def close(self) -> None:
         """Release what the attempt held; nothing of it is left after."""

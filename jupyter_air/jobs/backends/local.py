@@ -16,22 +16,25 @@ import selectors
 import signal
 import subprocess
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...job_dir import JobDir
-from ...logs.capture import LINE, RankLog, StreamSplitter
+from ...logs.capture import LINE, RankLog, StreamSplitter, plain_lines
 from ...logs.levels import ERROR
 from ...status import Outcome
 from ...tracking.sampling import Sample, SampleLoop
 from ..capacity import TooManyRanks, check_here
 from ..env import free_port
 from ..spec import JobKind
+from ..supervision.death import MemoryWatch, explain
 from ..supervision.hints import HintRecorder, rank_gpus
 from ..supervision.node_launch import NodeLaunch, RankSpec, node_specs
 from ..supervision.outcome import AttemptEnd, StopRule
 from ..supervision.reaper import Reaper, sweep
+from ..supervision.stacks import RankStacks, dump_ranks
 from .base import AttemptContext, Backend, BackendRefused, Nodes, Placement
 
 #: Seconds a rank gets to stop after SIGINT, then after SIGTERM, before SIGKILL.
@@ -42,6 +45,10 @@ LEFTOVER_GRACE = 1.0
 #: Seconds the pipes of exited ranks get to reach their end before something is taken
 #: to hold them open.
 LEFTOVER_DRAIN = 0.2
+#: Seconds between two looks at the ranks' memory (their cgroup, resident size).
+MEMORY_LOOK = 0.5
+#: A failing rank's last lines read for the cause of its death.
+LAST_LINES = 60
 
 
 @dataclass
@@ -65,6 +72,8 @@ class LocalRanks:
         self._rule = StopRule()
         self._selector = selectors.DefaultSelector()
         self._last_output: dict[int, float] = {}
+        self._memory = MemoryWatch()
+        self._memory_looked = 0.0
 
     @property
     def failure(self) -> AttemptEnd | None:
@@ -88,6 +97,10 @@ class LocalRanks:
     def pids(self) -> list[int]:
         return [r.process.pid for r in self._ranks]
 
+    def running(self) -> dict[int, int]:
+        """``{rank: pid}`` of the ranks that have not exited."""
+        return {r.spec.rank: r.process.pid for r in self._ranks if r.process.poll() is None}
+
     def run(self, timeout: float | None = None) -> AttemptEnd:
         """Start every rank and return once all have exited."""
         rule = self._rule
@@ -102,18 +115,35 @@ class LocalRanks:
                 except (OSError, subprocess.SubprocessError) as err:
                     return self._not_started(spec, err)
             self._watch(rule, reaper)
-            return rule.end(self._exit_codes())
+            return self._with_cause(rule.end(self._exit_codes()))
         finally:
             if reaper is self._shared_reaper:  # the attempt's leftovers go before a retry
                 sweep(_rank_match(self._specs), patience=1.0)
             else:
                 reaper.close()
 
+    def _with_cause(self, end: AttemptEnd) -> AttemptEnd:
+        """The failing rank's death in words (``death``), now that its last lines are in
+        its log: an out-of-memory kill, a native crash and where, a MemoryError."""
+        rank = end.failed_rank
+        if end.status is not Outcome.FAILED or rank is None or rank >= len(self._ranks):
+            return end
+        failed = next((r for r in self._ranks if r.spec.rank == rank), None)
+        if failed is None or end.message != _exit_text(rank, failed.process.returncode):
+            return end  # a timeout, a rank that could not start: said already
+        last = deque(plain_lines(failed.spec.log_path), maxlen=LAST_LINES)
+        return replace(end, message=explain(rank, failed.process.returncode, last, self._memory))
+
     def _watch(self, rule: StopRule, reaper: Reaper) -> None:
         """Read output until every rank has exited and its pipes are drained, stopping the
         ranks as ``rule`` says."""
         while self._selector.get_map() or not self._all_exited():
             self._pump(0.1)
+            if time.monotonic() - self._memory_looked > MEMORY_LOOK:
+                self._memory_looked = time.monotonic()
+                for rank in self._ranks:
+                    if rank.process.poll() is None:
+                        self._memory.look(rank.spec.rank, rank.process.pid)
             for rank in self._ranks:
                 if rank.exited_at is None and rank.process.poll() is not None:
                     rank.exited_at = time.monotonic()
@@ -277,6 +307,9 @@ class LocalNode:
     def sample_now(self) -> None:
         if self._metrics is not None:
             self._metrics.sample_now()
+
+    def stacks(self) -> list[RankStacks]:
+        return dump_ranks(self._ranks.running())
 
     def close(self) -> None:
         """The last metrics sample, where MLflow's monitors were loaded for an earlier

@@ -54,6 +54,7 @@ from ..backends.base import AttemptContext, Nodes
 from ..sharing import mirror
 from ..spec import JobKind, JobSpec
 from ..store import JobStore
+from . import stacks
 from .hints import HintRecorder
 from .notifier import JobNotifier
 from .outcome import AttemptEnd
@@ -73,6 +74,8 @@ SHIP_STOP_WAIT = 5.0
 #: Seconds the supervisor's end waits for its notifications' first try (the courier
 #: tries again what is left).
 NOTIFY_WAIT = 30.0
+#: Seconds a cancel after a likely hang waits for the ranks' stacks before it stops them.
+STACKS_BEFORE_CANCEL = 5.0
 #: Seconds between two asks of a tracking server for a deferred attempt's run.
 DEFERRED_RETRY = float(os.environ.get("AIR_DEFERRED_RUN_RETRY", "10"))
 
@@ -338,11 +341,65 @@ class Supervisor:
             self.spec, self.job.experiment_id, store.home, self._experiment_made
         )
         self.notifier = JobNotifier(store, job_id)
+        self._stacks_asked = threading.Event()
+        #: The open attempt's likely-hang hint, once one fired: a cancel takes stacks first.
+        self._hang: str | None = None
+        threading.Thread(target=self._answer_stacks, name="air-stacks", daemon=True).start()
 
     def cancel(self, *_: Any) -> None:
+        if self._hang is not None and not self._cancelled.is_set() and self._ranks is not None:
+            # Where the hung ranks are, before they go: bounded, so the cancel still acts
+            # within seconds (on a thread: this may run in a signal handler).
+            taking = threading.Thread(
+                target=self._take_stacks, args=(f"cancelled after {self._hang}",), daemon=True
+            )
+            taking.start()
+            taking.join(STACKS_BEFORE_CANCEL)
         self._cancelled.set()
         if self._ranks is not None:
             self._ranks.cancel()
+
+    def ask_stacks(self, *_: Any) -> None:
+        """SIGUSR2: ``air stacks`` or the server left a request in the attempt's directory."""
+        self._stacks_asked.set()
+
+    def _answer_stacks(self) -> None:
+        """Each request of any attempt's directory gets a set: the open attempt's running
+        ranks', or an empty one saying that attempt does not run."""
+        while True:
+            self._stacks_asked.wait()
+            self._stacks_asked.clear()
+            try:
+                for files in JobDir(self.store.job_dir(self.job.id)).attempts():
+                    names = stacks.requests(files.path)
+                    if not names:
+                        continue
+                    number, ranks = self._open, self._ranks
+                    if number == files.number and ranks is not None:
+                        reason, taken = "asked for", ranks.stacks()
+                    else:
+                        reason, taken = f"attempt {files.number} does not run", []
+                    for name in names:
+                        stacks.save(files.path, name, reason, taken)
+                        (files.path / stacks.STACKS / f"request-{name}").unlink(missing_ok=True)
+            except Exception:
+                log.exception("the ranks' stacks were not taken")
+
+    def _take_stacks(self, reason: str) -> None:
+        """A set of the open attempt's stacks, saved with it (a hang, a cancel after one)."""
+        try:
+            number, ranks = self._open, self._ranks
+            if number is None or ranks is None:
+                return
+            where = stacks.save(
+                self.store.attempt_dir(self.job.id, number),
+                stacks.new_name(),
+                reason,
+                ranks.stacks(),
+            )
+            log.info("the ranks' stacks (%s): %s", reason, where)
+        except Exception:
+            log.exception("the ranks' stacks were not taken")
 
     def _experiment_made(self, experiment_id: str) -> None:
         """The experiment the submitter named, now made: recorded with the job (its links
@@ -449,6 +506,11 @@ class Supervisor:
 
         def tag(key: str, value: str) -> None:
             self.notifier.hint(number, key, value)
+            if key.endswith("silent_rank"):  # where the ranks are stuck, while they are
+                self._hang = value
+                threading.Thread(
+                    target=self._take_stacks, args=(value,), name="air-stacks-hang", daemon=True
+                ).start()
             if run.id is not None:
                 tracking.tag(run.id, key, value)
 
@@ -642,6 +704,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
+    signal.signal(signal.SIGUSR2, supervisor.ask_stacks)
     return supervisor.run()
 
 

@@ -34,6 +34,7 @@ from ...sessions import rank as session_rank
 from ...supervision.hints import GpuSample, gpu_samples, rank_gpus
 from ...supervision.node_launch import NodeLaunch, node_specs
 from ...supervision.outcome import AttemptEnd
+from ...supervision.stacks import dump_ranks
 from ..local import LocalRanks
 
 #: Bytes of one rank's log sent in one poll at most.
@@ -145,6 +146,12 @@ class NodeAgent:
                 records[rank] = whole
                 self._offsets[rank] = offset + len(whole)
         return records
+
+    def stacks(self, node: int) -> list[dict[str, Any]]:
+        """This node's running ranks' stacks (a fraction of a second: py-spy is fast)."""
+        if self._ranks is None:
+            return []
+        return [asdict(s) for s in dump_ranks(self._ranks.running(), node)]
 
     def sample_now(self) -> None:
         """A metrics sample at once, sent with the next poll (a session cell ended)."""

@@ -32,6 +32,7 @@ from ...spec import JobKind, JobSpec
 from ...supervision.hints import HintRecorder
 from ...supervision.node_launch import NodeLaunch
 from ...supervision.outcome import AttemptEnd, StopRule
+from ...supervision.stacks import RankStacks
 from .agent import NodeAgent
 from .cluster import (
     Cancelled,
@@ -316,6 +317,12 @@ class RayNodes:
         """A node's samples at this machine's times (a session's cells are timed here)."""
         offset = self._nodes[node]["clock_offset"]
         return [sample.shifted(offset) for sample in samples]
+
+    def stacks(self) -> list[RankStacks]:
+        """Every node's running ranks' stacks, taken by its node agent at once."""
+        calls = [agent.stacks.remote(node) for node, agent in enumerate(self._agents)]
+        found = self._gather(calls, "did not take its ranks' stacks")
+        return [RankStacks(**entry) for node_stacks in found for entry in node_stacks]
 
     def sample_now(self) -> None:
         """Every node takes a metrics sample at once, sent with its next poll."""

@@ -1,0 +1,204 @@
+"""The Python stacks of a job's ranks: where a stuck or slow job is.
+
+Taken with py-spy (``py-spy dump --pid P --native``): it reads a process's memory from
+outside, so it works on any rank, a cell's or a ``python train.py`` that knows nothing
+of us, even one stuck in C (a collective, a dataloader's queue) where Python code (a
+``faulthandler`` signal handler) would never run; ``--native`` adds the C frames. The
+node that runs the ranks takes them (the supervisor, a Ray node agent), since only a
+process's parent may read it where ptrace is restricted (Yama's ``ptrace_scope`` 1).
+
+A set is saved with the attempt: ``attempt_K/stacks/<name>/rank_R.txt`` and its
+``stacks.json`` (why, when, each rank's file or error). ``air stacks`` and the server ask
+the job's supervisor for a new set (a request file, then SIGUSR2) and wait for it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ...job_dir import read_json, replace_json
+from ...paths import private_dir, write_private
+
+STACKS = "stacks"
+INDEX = "stacks.json"
+#: Seconds one rank's dump may take (py-spy takes well under one).
+DUMP_TIMEOUT = 10.0
+#: Seconds ``request`` waits for the supervisor's answer.
+ANSWER_WAIT = 30.0
+
+
+class StacksError(RuntimeError):
+    """No stacks: the job runs no rank here, its supervisor is gone, py-spy failed."""
+
+
+@dataclass(frozen=True)
+class RankStacks:
+    rank: int
+    node: int
+    pid: int
+    text: str | None
+    error: str | None = None
+
+
+def py_spy() -> str:
+    """py-spy beside this interpreter (a dependency of ours), else on PATH."""
+    beside = Path(sys.executable).with_name("py-spy")
+    found = str(beside) if beside.exists() else shutil.which("py-spy")
+    if found is None:
+        raise StacksError("py-spy is not installed (pip install py-spy)")
+    return found
+
+
+def dump(pid: int) -> str:
+    """Every thread's stack of the rank ``pid`` and of its Python subprocesses (dataloader
+    workers), their C frames too where they can be read. A rank that is not Python
+    itself (``bash -c``, a launcher) is dumped from its first Python descendant."""
+    tool = py_spy()
+    last = "no Python process in it"
+    for target in _candidates(pid):
+        for native in (True, False):  # a process without unwind info: Python frames only
+            argv = [tool, "dump", "--pid", str(target), "--subprocesses"]
+            try:
+                done = subprocess.run(
+                    argv + (["--native"] if native else []),
+                    capture_output=True,
+                    text=True,
+                    timeout=DUMP_TIMEOUT,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                last = f"py-spy took more than {DUMP_TIMEOUT:g} s"
+                continue
+            if done.returncode == 0 and done.stdout.strip():
+                return done.stdout
+            said = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+            last = said[0].removeprefix("Error: ") if said else f"exit code {done.returncode}"
+            if "python version" in last.lower():
+                break  # not a Python process: its children may be
+    raise StacksError(f"py-spy could not read process {pid}: {last}")
+
+
+def _candidates(pid: int) -> list[int]:
+    """The rank's process, then its descendants, nearest first."""
+    import psutil
+
+    try:
+        return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+    except psutil.Error:
+        return [pid]
+
+
+def dump_ranks(pids: Mapping[int, int], node: int = 0) -> list[RankStacks]:
+    """The stacks of ``{rank: pid}``, all at once (a set is one moment, not N of them)."""
+
+    def one(rank: int, pid: int) -> RankStacks:
+        try:
+            return RankStacks(rank, node, pid, dump(pid))
+        except StacksError as err:
+            return RankStacks(rank, node, pid, None, str(err))
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(pids), 16))) as pool:
+        return list(pool.map(lambda item: one(*item), sorted(pids.items())))
+
+
+def save(attempt_dir: Path, name: str, reason: str, stacks: list[RankStacks]) -> Path:
+    """A set of stacks with the attempt; its directory."""
+    where = private_dir(private_dir(attempt_dir / STACKS) / name)
+    ranks: dict[str, Any] = {}
+    for s in stacks:
+        entry: dict[str, Any] = {"node": s.node, "pid": s.pid}
+        if s.text is not None:
+            write_private(where / f"rank_{s.rank}.txt", s.text)
+            entry["file"] = f"rank_{s.rank}.txt"
+        else:
+            entry["error"] = s.error
+        ranks[str(s.rank)] = entry
+    replace_json(where / INDEX, {"reason": reason, "time": time.time(), "ranks": ranks})
+    return where
+
+
+@dataclass(frozen=True)
+class StackSet:
+    name: str
+    reason: str
+    time: float
+    stacks: list[RankStacks]
+
+    def text(self, rank: int | None = None) -> str:
+        """The set as a terminal shows it, one rank after the other."""
+        when = datetime.fromtimestamp(self.time).strftime("%Y-%m-%d %H:%M:%S")
+        out = [f"Stacks of {when} ({self.reason})"]
+        for s in self.stacks:
+            if rank is not None and s.rank != rank:
+                continue
+            out.append(f"\n=== node {s.node} rank {s.rank} (pid {s.pid}) ===")
+            out.append(s.text.rstrip() if s.text is not None else f"not taken: {s.error}")
+        return "\n".join(out) + "\n"
+
+
+def read(attempt_dir: Path, name: str) -> StackSet | None:
+    where = attempt_dir / STACKS / name
+    index = read_json(where / INDEX)
+    if not isinstance(index, dict):
+        return None
+    stacks = []
+    for rank, entry in sorted(index.get("ranks", {}).items(), key=lambda kv: int(kv[0])):
+        text = None
+        if entry.get("file"):
+            try:
+                text = (where / entry["file"]).read_text(errors="replace")
+            except OSError as err:
+                entry["error"] = str(err)
+        stacks.append(RankStacks(int(rank), entry["node"], entry["pid"], text, entry.get("error")))
+    return StackSet(name, str(index.get("reason", "")), float(index.get("time", 0)), stacks)
+
+
+def sets(attempt_dir: Path) -> list[str]:
+    """The attempt's sets, oldest first."""
+    root = attempt_dir / STACKS
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / INDEX).is_file())
+
+
+# -- asking the supervisor --------------------------------------------------------------
+
+
+def new_name() -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S-") + os.urandom(3).hex()
+
+
+def requests(attempt_dir: Path) -> list[str]:
+    root = attempt_dir / STACKS
+    if not root.is_dir():
+        return []
+    return sorted(p.name.removeprefix("request-") for p in root.glob("request-*"))
+
+
+def request(attempt_dir: Path, supervisor_pid: int, wait: float = ANSWER_WAIT) -> StackSet:
+    """Ask the supervisor of a running attempt for a set now, and wait for it."""
+    name = new_name()
+    root = private_dir(attempt_dir / STACKS)
+    write_private(root / f"request-{name}", "")
+    try:
+        os.kill(supervisor_pid, signal.SIGUSR2)
+    except ProcessLookupError:
+        (root / f"request-{name}").unlink(missing_ok=True)
+        raise StacksError("the job's supervisor is gone") from None
+    deadline = time.monotonic() + wait
+    while (found := read(attempt_dir, name)) is None:
+        if time.monotonic() > deadline:
+            raise StacksError(f"no answer from the job's supervisor in {wait:g} s")
+        time.sleep(0.05)
+    return found

@@ -1,0 +1,134 @@
+"""The cause of a rank's death (issue 26), named where the job's outcome is: a native
+crash with the Python frame it happened in, an allocation past ``ulimit -v``, and the
+kernel's OOM killer enforcing a memory cgroup's limit. Real supervisors and ranks."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jupyter_air.jobs.supervision.death import CGROUP_ROOT, MemoryWatch, crash_frame, explain
+from tests.waits import wait_settled
+
+SEGFAULT = """\
+import ctypes, os
+
+
+def read_nothing():
+    return ctypes.string_at(0)
+
+
+print("rank", os.environ["RANK"], "starting", flush=True)
+if os.environ["RANK"] == "1":
+    read_nothing()
+"""
+GREEDY = """\
+import time
+hoard = []
+while True:  # 16 MiB more every 50 ms: past the limit in about a second
+    hoard.append(bytearray(16 << 20))
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "segfault.py").write_text(SEGFAULT)
+    (tmp_path / "greedy.py").write_text(GREEDY)
+    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run(workdir: Path, command: str, ranks: int = 1) -> str:
+    """The job's end message, once it ended."""
+    (workdir / "w.yaml").write_text(
+        json.dumps(
+            {"experiment_name": "deaths", "command": command, "compute": {"nproc_per_node": ranks}}
+        )
+    )
+    submitted = subprocess.run(
+        [sys.executable, "-m", "jupyter_air.cli", "run", "-f", "w.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job = wait_settled(workdir / "air", submitted.stdout.split()[1])
+    assert job.status == "FAILED"
+    assert job.message is not None
+    shown = subprocess.run(
+        [sys.executable, "-m", "jupyter_air.cli", "get", job.id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert job.message in shown, "air get says it too"
+    return job.message
+
+
+def test_a_segfault_names_the_signal_and_the_python_frame_it_happened_in(workdir: Path) -> None:
+    message = run(workdir, f"{sys.executable} segfault.py", ranks=2)
+    assert re.fullmatch(
+        r"rank 1 crashed: SIGSEGV \(a segmentation fault, in native code\) "
+        r"at segfault\.py:5 in read_nothing \(in string_at, ctypes/__init__\.py:\d+\)",
+        message,
+    ), message
+
+
+def test_an_allocation_past_ulimit_v_is_said_to_be_out_of_memory(workdir: Path) -> None:
+    message = run(
+        workdir, f"sh -c 'ulimit -v 400000; exec {sys.executable} -c \"bytearray(1 << 30)\"'"
+    )
+    assert message == "rank 0 ran out of memory (MemoryError), exit code 1"
+
+
+@pytest.fixture
+def limited_cgroup() -> Iterator[Path]:
+    """A memory cgroup of 192 MiB, made by the test (it needs the right to; else skip)."""
+    v2 = (CGROUP_ROOT / "cgroup.controllers").exists()
+    parent = CGROUP_ROOT if v2 else CGROUP_ROOT / "memory"
+    where = parent / f"air-test-{os.getpid()}"
+    try:
+        where.mkdir()
+        (where / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(str(192 << 20))
+        if not v2:
+            (where / "memory.memsw.limit_in_bytes").exists()  # swap may be counted apart
+    except OSError as err:
+        if where.exists():
+            where.rmdir()
+        pytest.skip(f"this machine lets the tests make no memory cgroup: {err}")
+    yield where
+    with contextlib.suppress(OSError):  # a process of it may still be exiting
+        where.rmdir()
+
+
+def test_the_oom_killer_of_a_memory_cgroup_is_named_with_the_limit(
+    workdir: Path, limited_cgroup: Path
+) -> None:
+    join = f"echo $$ > {limited_cgroup / 'cgroup.procs'}"
+    message = run(workdir, f"sh -c '{join} && exec {sys.executable} greedy.py'")
+    assert message.startswith("rank 0 was killed by the out-of-memory killer (SIGKILL): ")
+    assert "limit 192.0 MiB" in message
+    assert f"cgroup /{limited_cgroup.name}: oom_kill 0 -> 1" in message
+
+
+def test_a_plain_exit_and_a_kill_are_said_as_before() -> None:
+    watch = MemoryWatch()
+    assert explain(2, 3, ["Traceback ...", "ValueError: bad"], watch) == (
+        "rank 2 exited with code 3"
+    )
+    assert explain(2, -15, [], watch) == "rank 2 was killed by SIGTERM"
+    assert explain(2, -9, [], watch) == "rank 2 was killed by SIGKILL", "no OOM seen: no guess"
+    assert crash_frame(["no report here"]) is None

@@ -1,0 +1,142 @@
+"""Where a stuck job is (issue 26): every rank's Python stacks, by py-spy, of a 2-rank
+job whose rank 1 never reaches the ``all_reduce`` rank 0 waits in; asked for with ``air
+stacks``, and taken by themselves when the likely-hang hint fires and when the hung job
+is cancelled. Real supervisors, real ranks (torch, gloo), the fake NVML driver."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jupyter_air.jobs.store import JobStore
+from jupyter_air.jobs.supervision import stacks
+from tests.fake_nvml import FakeGpu, Scenario, env_for
+from tests.waits import until, wait_settled
+
+HUNG = """\
+import os, time
+import torch
+import torch.distributed as dist
+
+
+def wait_forever():
+    while True:
+        time.sleep(0.2)
+
+
+dist.init_process_group("gloo")
+print(f"rank {dist.get_rank()} ready", flush=True)
+if dist.get_rank() == 1:
+    wait_forever()
+dist.all_reduce(torch.ones(1))
+"""
+#: train.py's lines, as the stacks name them.
+RANK_1_WAITS = "wait_forever (train.py:8)"
+RANK_0_WAITS = "<module> (train.py:15)"
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_nvml_dir: Path) -> Path:
+    (tmp_path / "train.py").write_text(HUNG)
+    scenario = Scenario(gpus=[FakeGpu(util=0), FakeGpu(util=0)])  # idle: a hang looks so
+    scenario.write(tmp_path / "nvml.txt")
+    for key, value in env_for(fake_nvml_dir, tmp_path / "nvml.txt").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def air(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jupyter_air.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def start(workdir: Path) -> str:
+    (workdir / "w.yaml").write_text(
+        json.dumps(
+            {
+                "experiment_name": "stacks",
+                "command": f"{sys.executable} train.py",
+                "compute": {"nproc_per_node": 2},
+            }
+        )
+    )
+    submitted = air("run", "-f", "w.yaml")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.split()[1]
+    logs = workdir / "air"
+
+    def both_ready() -> bool:
+        shown = air("logs", job_id).stdout
+        return "rank 0 ready" in shown and "rank 1 ready" in shown
+
+    until(both_ready, "both ranks in the process group")
+    assert logs.exists()
+    return job_id
+
+
+def test_air_stacks_shows_rank_0_in_the_collective_and_rank_1_where_it_is_stuck(
+    workdir: Path,
+) -> None:
+    job_id = start(workdir)
+    try:
+        shown = air("stacks", job_id)
+        assert shown.returncode == 0, shown.stderr
+        out = shown.stdout
+        rank_0 = out[out.index("=== node 0 rank 0") : out.index("=== node 0 rank 1")]
+        rank_1 = out[out.index("=== node 0 rank 1") :]
+        assert RANK_0_WAITS in rank_0, out
+        assert "all_reduce" in rank_0, "the collective it waits in"
+        assert RANK_1_WAITS in rank_1, out
+        assert "all_reduce" not in rank_1
+
+        one = json.loads(air("stacks", job_id, "--rank", "1", "--output", "json").stdout)
+        ((taken,),) = [doc["ranks"] for doc in one]
+        assert taken["rank"] == 1
+        assert RANK_1_WAITS in taken["text"]
+        saved = air("stacks", job_id, "--saved")
+        assert saved.stdout.count("=== node 0 rank 1") == 2, "both sets kept with the attempt"
+    finally:
+        air("cancel", job_id)
+    job = wait_settled(workdir / "air", job_id)
+    assert job.status == "CANCELLED"
+    ended = air("stacks", job_id)
+    assert ended.returncode != 0
+    assert f"job {job_id} runs no rank now (cancelled)" in ended.stderr
+
+
+def test_a_likely_hang_takes_the_stacks_and_so_does_its_cancel(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The supervisor's hints: a rank silent 2 s on an idle GPU, sampled every second.
+    monkeypatch.setenv("AIR_HINT_SILENT_AFTER", "2")
+    monkeypatch.setenv("AIR_HINT_IDLE_UTILIZATION", "50")
+    monkeypatch.setenv("AIR_SYSTEM_METRICS_INTERVAL", "1")
+    job_id = start(workdir)
+    store = JobStore(workdir / "air")
+    attempt_dir = store.attempt_dir(job_id, 1)
+    try:
+        until(lambda: stacks.sets(attempt_dir), "the stacks of the likely hang", timeout=120)
+    finally:
+        assert air("cancel", job_id).returncode == 0
+    wait_settled(workdir / "air", job_id)
+    taken = [stacks.read(attempt_dir, name) for name in stacks.sets(attempt_dir)]
+    reasons = [t.reason for t in taken if t is not None]
+    assert any("a likely hang" in r and not r.startswith("cancelled") for r in reasons), reasons
+    assert any(r.startswith("cancelled after rank ") for r in reasons), reasons
+    hang = next(t for t in taken if t is not None and t.reason.startswith("cancelled"))
+    by_rank = {s.rank: s.text or "" for s in hang.stacks}
+    assert RANK_1_WAITS in by_rank[1]
+    assert RANK_0_WAITS in by_rank[0]
