@@ -314,7 +314,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(
             json.dumps(
-                {**spec.model_dump(), "argv": spec.argv, "working_dir": str(working_dir)}, indent=2
+                {
+                    **spec.model_dump(),
+                    "notify": [t.shown() for t in spec.targets(unwatched=True)],
+                    "argv": spec.argv,
+                    "working_dir": str(working_dir),
+                },
+                indent=2,
             )
         )
         return 0

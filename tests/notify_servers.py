@@ -150,3 +150,30 @@ class WebhookReceiver:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+class SilentServer:
+    """Accepts connections and reads, never answers: a receiver that hangs."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hooks/SILENT"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return
+            self._open.append(connection)
+
+    def stop(self) -> None:
+        self._listener.close()
+        for connection in self._open:
+            connection.close()

@@ -67,6 +67,7 @@ def test_a_webhook_s_shape_follows_its_host_unless_said() -> None:
         ({"slack": SECRET_HOOK}, "say one of jupyterlab, email: ADDRESS or webhook: URL"),
         ({"jupyterlab": True, "format": "slack"}, "format is for a webhook"),
         ("email:me@example.com when:failure", "expected on:EVENT"),
+        ({"webhook": "https://hooks.example.com/T0/XXXX SECRET"}, "holds a space or a control"),
     ],
 )
 def test_a_bad_target_is_refused_in_one_line(value: object, said: str) -> None:
@@ -74,6 +75,7 @@ def test_a_bad_target_is_refused_in_one_line(value: object, said: str) -> None:
         parse(value)
     assert said in str(refused.value)
     assert "\n" not in str(refused.value)
+    assert "SECRET" not in str(refused.value), "a webhook's URL is never said back"
 
 
 def test_a_webhook_s_url_is_a_secret_never_shown_back() -> None:
@@ -107,15 +109,25 @@ def test_the_user_s_defaults_come_from_the_config_file_and_a_job_s_own_replace_t
 ) -> None:
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path))
     monkeypatch.setenv("JUPYTER_CONFIG_PATH", "")
-    assert [t.channel for t in Submission().targets] == [Channel.JUPYTERLAB], "out of the box"
+    out_of_the_box = Submission().targets(unwatched=True)
+    assert [t.channel for t in out_of_the_box] == [Channel.JUPYTERLAB]
     (tmp_path / "jupyter_air_config.py").write_text(
         f"c.AirNotify.defaults = [{{'webhook': {SECRET_HOOK!r}, 'on': ['failure']}}]\n"
     )
-    assert [t.address for t in Submission().targets] == [SECRET_HOOK]
-    assert Submission.model_validate({"notify": []}).targets == (), "notify: [] turns them off"
+    assert [t.address for t in Submission().targets(unwatched=True)] == [SECRET_HOOK]
+    turned_off = Submission.model_validate({"notify": []})
+    assert turned_off.targets(unwatched=True) == (), "notify: [] turns them off"
+
+
+def test_a_bad_default_is_said_and_refuses_no_job(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", "")
     (tmp_path / "jupyter_air_config.py").write_text("c.AirNotify.defaults = [{'pager': 1}]\n")
-    with pytest.raises(ValueError, match=r"c.AirNotify.defaults: say one of"):
-        Submission().targets  # noqa: B018
+    with pytest.warns(UserWarning, match=r"c.AirNotify.defaults: say one of .*: none used"):
+        assert Submission().targets(unwatched=True) == ()
+    assert Submission().targets(unwatched=False) == (), "a watched call does not read them"
 
 
 # -- the outbox ---------------------------------------------------------------------
@@ -367,7 +379,8 @@ def test_a_bad_notify_option_of_the_magic_is_refused_in_one_line_naming_the_flag
     with pytest.raises(OptionError) as refused:
         Options(notify=["email:me@example.com on:finished"]).validate()
     assert str(refused.value).startswith("--notify: on: unknown event 'finished'")
-    assert Options(notify=["none"]).validate().targets == (), "--notify none: no notification"
+    none = Options(notify=["none"]).validate()
+    assert none.targets(unwatched=True) == (), "--notify none: no notification"
 
 
 def test_a_hint_tells_its_own_text_once_per_attempt_and_kind(store: JobStore) -> None:
@@ -421,7 +434,7 @@ def test_run_data_the_tracking_server_refused_for_good_is_told_with_what_to_do(
 
 
 def test_a_schedule_tells_of_a_skipped_time_and_of_a_run_that_succeeded_once_each(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from jupyter_air.identity import Identity
     from jupyter_air.schedules.notices import post_runs
@@ -432,6 +445,7 @@ def test_a_schedule_tells_of_a_skipped_time_and_of_a_run_that_succeeded_once_eac
     receiver = WebhookReceiver().start()
     try:
         schedules = Schedules(JobStore(tmp_path / "air"), Clock())
+        monkeypatch.setenv("AIR_HOME", str(schedules.jobs.home))
         doc = {
             "name": "nightly",
             "schedule": {"quartz_cron_expression": "*/10 * * * * ?"},
@@ -446,6 +460,7 @@ def test_a_schedule_tells_of_a_skipped_time_and_of_a_run_that_succeeded_once_eac
         late = tick(schedules.store, launch, s.next_due + 126)  # the scheduler was down
         assert late.skipped
         post_runs(schedules.store, late.skipped)
+        until(lambda: len(receiver.posts) == len(late.skipped), "the courier's posts")
         skipped = [post for post, _ in receiver.posts]
         assert {p["event"] for p in skipped} == {"skipped"}
         assert len(skipped) == len(late.skipped)
@@ -457,10 +472,73 @@ def test_a_schedule_tells_of_a_skipped_time_and_of_a_run_that_succeeded_once_eac
         ended = tick(schedules.store, launch, s.next_due + 131)
         assert ended.ended == on_time.started
         post_runs(schedules.store, ended.ended)
+        until(lambda: len(receiver.posts) > len(late.skipped), "the run's end")
         post_runs(schedules.store, ended.ended + late.skipped)  # a restarted scheduler
+        until(lambda: _courier_gone(schedules.jobs), "the courier, idle")
         events = [post["event"] for post, _ in receiver.posts]
         assert events.count("success") == 1
         assert len(events) == len(late.skipped) + 1, "nothing is sent twice"
         assert dict(receiver.posts[-1][0]["facts"])["Task train"].startswith("SUCCEEDED, job ")
     finally:
+        receiver.stop()
+
+
+def test_a_job_whose_supervisor_died_is_told_failed_once_the_store_settles_it(
+    store: JobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("AIR_HOME", str(store.home))
+    receiver = WebhookReceiver().start()
+    try:
+        target = parse({"webhook": receiver.url, "on": ["failure"]})
+        job = store.create(job_spec(command=["python", "train.py"], notify=(target,)))
+        gone = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        store.update(
+            job.id, status="RUNNING", started=time.time() - 60, supervisor_pid=int(gone.stdout)
+        )  # killed outright, say by the OOM killer
+        assert store.settle() == [job.id]
+        until(lambda: receiver.posts, "the courier's post")
+        ((post, _),) = receiver.posts
+        assert post["event"] == "failure"
+        assert "ended without recording the end" in post["title"]
+        assert store.settle() == []
+        until(lambda: _courier_gone(store), "the courier, idle")
+        assert len(receiver.posts) == 1
+    finally:
+        receiver.stop()
+
+
+def test_a_receiver_that_hangs_at_the_supervisor_s_exit_loses_nothing(
+    store: JobStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from jupyter_air.jobs.supervision.notifier import JobNotifier
+    from tests.notify_servers import SilentServer
+
+    monkeypatch.setenv("AIR_HOME", str(store.home))
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path))
+    (tmp_path / "jupyter_air_config.py").write_text("c.AirNotify.timeout = 2\n")
+    silent, receiver = SilentServer(), WebhookReceiver().start()
+    try:
+        targets = (
+            parse({"webhook": silent.url, "on": ["start", "success"]}),
+            parse({"webhook": receiver.url, "on": ["start", "success"]}),
+        )
+        job = store.create(job_spec(command=["python", "train.py"], notify=targets))
+        notifier = JobNotifier(store, job.id)
+        notifier.started(time.time())
+        notifier.ended(Outcome.SUCCEEDED)
+        notifier.close(wait=0.5)  # the supervisor exits while a try hangs
+        keys = {r.key for r in store.outbox.records(job_ids=[job.id])}
+        assert keys == {f"job:{job.id}:{event}#{i}" for event in ("start", "end") for i in (0, 1)}
+        until(lambda: len(receiver.posts) == 2, "the courier sends what the receiver takes")
+        assert sorted(post["event"] for post, _ in receiver.posts) == ["start", "success"]
+    finally:
+        silent.stop()
         receiver.stop()

@@ -28,6 +28,8 @@ import os, sys, time
 rank, attempt = os.environ["RANK"], os.environ["AIR_ATTEMPT"]
 print(f"rank {rank} attempt {attempt} step 1 loss 0.9", flush=True)
 time.sleep(float(os.environ.get("PAUSE", "0")))
+while os.environ.get("GATE") and not os.path.exists(os.environ["GATE"]):
+    time.sleep(0.1)  # held until the test opens the gate
 if rank == "1" and int(attempt) <= int(os.environ.get("FAILING_ATTEMPTS", "0")):
     print("rank 1: loss is nan, giving up", flush=True)
     sys.exit(3)
@@ -48,7 +50,12 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def workload(
-    workdir: Path, notify: list[dict[str, Any]], failing: int = 1, retries: int = 0, pause=0.0
+    workdir: Path,
+    notify: list[dict[str, Any]],
+    failing: int = 1,
+    retries: int = 0,
+    pause: float = 0.0,
+    gate: Path | None = None,
 ) -> Path:
     path = workdir / "w.yaml"
     doc = {
@@ -56,7 +63,11 @@ def workload(
         "command": f"{sys.executable} train.py",
         "compute": {"nproc_per_node": 2},
         "max_retries": retries,
-        "env": {"FAILING_ATTEMPTS": str(failing), "PAUSE": str(pause)},
+        "env": {
+            "FAILING_ATTEMPTS": str(failing),
+            "PAUSE": str(pause),
+            **({"GATE": str(gate)} if gate else {}),
+        },
         "notify": notify,
     }
     path.write_text(json.dumps(doc))  # JSON is YAML
@@ -241,13 +252,15 @@ def test_a_scheduled_task_that_fails_at_night_tells_the_schedule_the_task_the_ru
 def test_the_owner_asks_a_running_job_to_tell_its_end(workdir: Path) -> None:
     hook = WebhookReceiver().start()
     try:
-        path = workload(workdir, [], failing=0, pause=8)
+        gate = workdir / "gate"
+        path = workload(workdir, [], failing=0, gate=gate)
         submitted = air("run", "-f", str(path))
         job_id = submitted.stdout.split()[1]
         added = air("notify", job_id, f"webhook:{hook.url} on:success")
         assert added.returncode == 0, added.stderr
         assert "webhook http://127.0.0.1/… on success" in added.stdout
         assert "SECRET" not in added.stdout
+        gate.touch()  # the ranks end now
         wait_settled(workdir / "air", job_id)
         until(lambda: hook.posts, "the job's end")
         ((post, _),) = hook.posts

@@ -136,7 +136,7 @@ async def test_a_new_tab_starts_after_the_newest_notification_replaying_none(
 
 
 async def test_the_caller_gets_their_own_lab_notifications_after_the_id_given(
-    jp_fetch: Any, store: JobStore
+    jp_fetch: Any, jp_base_url: str, store: JobStore
 ) -> None:
     first = post(store, "alice", "20261204-100000-aaaaa1")
     post(store, "bob", "20261204-100000-bbbbbb")
@@ -155,13 +155,37 @@ async def test_the_caller_gets_their_own_lab_notifications_after_the_id_given(
         "title": "air job 20261204-100000-aaaaa2 failed: rank 1 exited with code 1",
         "facts": [["Job", "20261204-100000-aaaaa2"], ["Owner", "alice"]],
         "lines": ["Traceback (most recent call last):", "ValueError: bad batch"],
-        "links": [{"label": "MLflow run", "url": "http://mlflow.example/#/experiments/1/runs/r1"}],
+        # this server's links (the mail's may name an address the browser cannot reach)
+        "links": [{"label": "Logs", "url": f"{jp_base_url}lab?air-job=20261204-100000-aaaaa2"}],
         "command": "air logs 20261204-100000-aaaaa2",
         "job_id": "20261204-100000-aaaaa2",
         "schedule_id": None,
     }
     # nothing newer: the same ``after`` comes back
     assert await poll(jp_fetch, "alice", after=str(third)) == {"notifications": [], "last": third}
+
+
+async def test_a_job_s_links_lead_to_its_logs_and_run_under_this_server(
+    jp_fetch: Any, jp_base_url: str, store: JobStore
+) -> None:
+    from jupyter_air.tracking.stores import store_key
+    from tests.factories import job_spec
+
+    uri = "sqlite:////tmp/team/mlflow.db"
+    job = store.create(job_spec(command=["true"], tracking_uri=uri), owner="alice")
+    store.set_experiment(job.id, "7")
+    store.start_attempt(job.id, 1, "run-1")
+    first = post(store, "alice", job.id)
+    answer = await poll(jp_fetch, "alice", after=str(first - 1))
+    (links,) = [n["links"] for n in answer["notifications"]]
+    assert links == [
+        {"label": "Logs", "url": f"{jp_base_url}lab?air-job={job.id}"},
+        {
+            "label": "MLflow run",
+            "url": f"{jp_base_url}jupyter-air/mlflow/{store_key(uri)}/#/experiments/7/runs/"
+            "run-1?workflowType=machine_learning",
+        },
+    ]
 
 
 async def test_another_users_notifications_are_never_answered(

@@ -8,8 +8,9 @@ the job's lines only to them.
 
 from __future__ import annotations
 
+import logging
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..job_dir import AttemptDir
@@ -21,6 +22,8 @@ from ..notify.targets import Event
 from ..redact import redact, redact_argv
 from .spec import JobKind
 from .store import Attempt, Job, JobStore
+
+log = logging.getLogger(__name__)
 
 _LEVEL = {
     Event.START: "info",
@@ -39,14 +42,15 @@ def notices(
     job: Job,
     event: Event,
     key: str,
-    settings: AirNotify,
+    settings: Callable[[], AirNotify],
     *,
     after: float | None = None,
     note: str | None = None,
     lines: Sequence[str] | None = None,
 ) -> list[Notice]:
     """One notice per target of the job that wants ``event`` (a ``duration`` one only
-    for its own threshold ``after``); ``key`` names the event once for the job."""
+    for its own threshold ``after``); ``key`` names the event once for the job.
+    ``settings`` are read only when some target wants it (most jobs have none)."""
     chosen = [
         (i, t)
         for i, t in enumerate(store.targets(job.id))
@@ -54,11 +58,34 @@ def notices(
     ]
     if not chosen:
         return []
-    message = job_message(store, job, event, settings, note=note, lines=lines)
+    message = job_message(store, job, event, settings(), note=note, lines=lines)
     return [
         Notice(f"job:{job.id}:{key}#{i}", job.owner, target, message, job_id=job.id)
         for i, target in chosen
     ]
+
+
+def post_settled(store: JobStore, job_ids: Sequence[str]) -> None:
+    """The end of jobs whose supervisor died before it said it (killed, the machine
+    restarted), found by ``JobStore.settle``: told as a failure, by the courier (the
+    supervisor's own post, had it made one, has the same key: nothing twice)."""
+    from ..notify import courier
+    from ..notify.settings import load
+
+    settings: list[AirNotify] = []
+
+    def once() -> AirNotify:
+        if not settings:
+            settings.append(load())
+        return settings[0]
+
+    found: list[Notice] = []
+    for job_id in job_ids:
+        try:
+            found += notices(store, store.get(job_id), Event.FAILURE, "end", once)
+        except Exception:  # the job's end stands; its notification is not worth a failure
+            log.exception("notification of job %s's end", job_id)
+    courier.send(store.outbox, found, try_now=False)
 
 
 def job_message(
@@ -96,8 +123,9 @@ def _headline(job: Job, event: Event, last: Attempt | None, note: str | None) ->
     if event is Event.SUCCESS:
         return "succeeded"
     if event is Event.FAILURE:
-        word = "timed out" if "timed out" in message or "timeout" in message else "failed"
-        return f"{word}: {message}" if message and word == "failed" else word
+        if message.startswith("timed out"):
+            return message
+        return f"failed: {message}" if message else "failed"
     if event is Event.CANCELLED:
         return f"cancelled ({message})" if message else "cancelled"
     if event is Event.RETRY and last is not None:

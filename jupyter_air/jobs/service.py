@@ -29,7 +29,7 @@ from .store import JOB_ID, Job, JobEnded, JobStore, UnknownJob
 from .submit import Submitted, submit
 from .supervision import stacks
 from .supervision.stacks import StackSet
-from .workload_file import Submission, TrackingMode, WorkloadError, check_targets
+from .workload_file import Submission, TrackingMode, check_targets
 
 if TYPE_CHECKING:
     from ..tracking.permissions import MirrorReport
@@ -62,8 +62,6 @@ class Placed:
     backend: Backend
     nproc_per_node: int
     settings: Mapping[str, Any]
-    #: Whom the job tells: the submission's targets, else the user's defaults.
-    notify: tuple[Target, ...] = ()
 
     def spec(
         self,
@@ -98,9 +96,7 @@ class Placed:
             backend_settings=self.settings,
             run_name=run_name,
             deferred=s.tracking is TrackingMode.DEFERRED,
-            # The user's defaults are for what runs unwatched; a call the notebook waits
-            # for shows its own end there, and notifies when it asks to.
-            notify=self.notify if s.notify is not None or background else (),
+            notify=s.targets(unwatched=background),
         )
 
     @property
@@ -142,11 +138,7 @@ def place(
         resolved = backend.prepare(placement)
     except BackendRefused as err:
         raise Refused(err.field, str(err)) from None
-    try:
-        targets = submission.targets
-    except WorkloadError as err:
-        raise Refused("notify", str(err)) from None
-    return Placed(submission, backend, nproc, resolved, targets)
+    return Placed(submission, backend, nproc, resolved)
 
 
 def check_grants(owner: str, submission: Submission) -> None:

@@ -441,7 +441,11 @@ class JobStore:
                     (AttemptStatus.FAILED, now, message, job_id, AttemptStatus.RUNNING),
                 )
             db.execute("COMMIT")
-        return [job_id for job_id, _ in found]
+        ids = [job_id for job_id, _ in found]
+        from .notices import post_settled  # the notices read the store: imported late
+
+        post_settled(self, ids)
+        return ids
 
     def update(self, job_id: str, **fields: Any) -> None:
         """Change a job's state fields (a status is a ``JobStatus``)."""

@@ -12,6 +12,7 @@ import enum
 import functools
 import re
 import shlex
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -132,12 +133,12 @@ class Submission(BaseModel):
                 raise ValueError(str(err)) from None
         return value
 
-    @property
-    def targets(self) -> tuple[Target, ...]:
-        """Whom the job tells: its own targets, else the user's defaults."""
+    def targets(self, unwatched: bool) -> tuple[Target, ...]:
+        """Whom the job tells: its own targets; else, for a job nobody's notebook waits
+        for, the user's defaults (a cell shows its own end)."""
         if self.notify is not None:
             return parse_all(self.notify)
-        return default_targets()
+        return default_targets() if unwatched else ()
 
     @model_validator(mode="after")
     def _placement(self, info: ValidationInfo) -> Submission:
@@ -178,12 +179,15 @@ class Submission(BaseModel):
 
 
 def default_targets() -> tuple[Target, ...]:
-    """The user's ``c.AirNotify.defaults``, refused in one line when one is bad."""
+    """The user's ``c.AirNotify.defaults``. A bad one is said (a warning, shown in the
+    cell or the terminal) and none is used: a mistake in a setting that applies to every
+    job must not refuse them all."""
     settings = notify_settings.load()
     try:
         return check_targets(parse_all(settings.defaults), settings)
     except BadTarget as err:
-        raise WorkloadError(f"c.AirNotify.defaults: {err}") from None
+        warnings.warn(f"c.AirNotify.defaults: {err}: none used", stacklevel=2)
+        return ()
 
 
 def check_targets(

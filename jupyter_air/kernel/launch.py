@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -57,6 +57,16 @@ FLAGS = {
 #: Seconds an interrupted job gets to stop all its ranks (SIGINT, SIGTERM, SIGKILL).
 CANCEL_WAIT = 20.0
 POLL = 0.1
+
+
+def _targets(notify: Any) -> list[Any] | None:
+    """``--notify``'s strings, or ``notify=``'s target, or its list of them (``none``
+    alone: no notification)."""
+    if notify is None:
+        return None
+    if isinstance(notify, str | Mapping):
+        notify = [notify]
+    return [n for n in notify if n != "none"]
 
 
 class OptionError(ValueError):
@@ -135,7 +145,7 @@ class Options:
             "env": self.env,
             "permissions": list(self.share),
             "tracking": self.tracking,
-            "notify": None if self.notify is None else [n for n in self.notify if n != "none"],
+            "notify": _targets(self.notify),
         }
         try:
             return Submission.model_validate(fields, context={"names": FLAGS})

@@ -36,15 +36,21 @@ LOG = "courier.log"
 MAX_SLEEP = 60.0
 
 
-def send(outbox: Outbox, notices: Sequence[Notice], settings: AirNotify | None = None) -> list[int]:
-    """Post the notices and try the new ones once, now; the courier takes what is left.
-    Never raises for a delivery: its failure is in the row."""
+def send(
+    outbox: Outbox,
+    notices: Sequence[Notice],
+    settings: AirNotify | None = None,
+    *,
+    try_now: bool = True,
+) -> list[int]:
+    """Post the notices and (``try_now``) try the new ones once, here; the courier takes
+    what is left. Never raises for a delivery: its failure is in the row."""
     if not notices:
         return []
     ids = outbox.post(notices)
     if any(n.target.channel.value != "jupyterlab" for n in notices):
-        settings = settings or load()
-        try_due(outbox, settings, ids)
+        if try_now:
+            try_due(outbox, settings or load(), ids)
         if outbox.next_due() is not None:
             ensure_courier(outbox.path.parent)
     return ids
@@ -61,7 +67,7 @@ def try_due(outbox: Outbox, settings: AirNotify, ids: Sequence[int] | None = Non
             state = outbox.failed(
                 record, str(err), permanent=err.permanent, max_tries=settings.max_tries
             )
-            log.warning("%s: %s", record.line().split(":")[0], err)
+            log.warning("%s (%s): %s", record.target.shown(), record.key, err)
             if state is State.FAILED:
                 log.error("gave up: %s", record.target.shown())
             continue

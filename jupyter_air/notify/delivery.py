@@ -42,7 +42,7 @@ def send_mail(to: str, message: Message, key: str, settings: AirNotify) -> None:
             "no SMTP server configured (c.AirNotify.smtp_host, $AIR_SMTP_HOST)", permanent=True
         )
     mail = EmailMessage()
-    mail["Subject"] = message.title
+    mail["Subject"] = " ".join(message.title.split())  # a header is one line
     mail["From"] = settings.smtp_from
     mail["To"] = to
     mail["Date"] = formatdate(localtime=True)
@@ -120,5 +120,7 @@ def _why(err: BaseException) -> str:
         return "timed out"
     if isinstance(err, smtplib.SMTPServerDisconnected):
         return "the server closed the connection"
+    if isinstance(err, ValueError):  # its text may quote the URL, a secret
+        return f"the request could not be made ({type(err).__name__})"
     strerror = getattr(err, "strerror", None)
     return str(strerror or err or type(err).__name__)

@@ -43,6 +43,9 @@ class Message:
     job_id: str | None = None
     schedule_id: str | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "title", " ".join(self.title.split()))  # one line, always
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["facts"] = [list(f) for f in self.facts]

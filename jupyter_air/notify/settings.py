@@ -66,7 +66,11 @@ class AirNotify(Configurable):
         "$AIR_SMTP_PASSWORD). Read when a mail is sent, never stored with a job.",
     ).tag(config=True)
     timeout = Float(
-        10.0, min=1.0, help="Seconds one delivery (a mail, a webhook's POST) may take."
+        10.0,
+        min=1.0,
+        max=30.0,
+        help="Seconds one step of a delivery (connecting, each SMTP command, a webhook's "
+        "answer) may take; at most 30, so that a try ends well within its 2-minute lease.",
     ).tag(config=True)
     max_tries = Int(
         8,
@@ -77,7 +81,8 @@ class AirNotify(Configurable):
     lab_url = Unicode(
         help="JupyterLab's address as the user's browser reaches it, for the links of mails "
         "and webhooks (behind JupyterHub: https://hub.example.com/user/NAME/). Default "
-        "$AIR_LAB_URL, else the address of the Jupyter server running here.",
+        "$AIR_LAB_URL, else $JUPYTERHUB_PUBLIC_URL (JupyterHub's address of the user's "
+        "server, when the Hub's public_url is set), else the Jupyter server running here.",
     ).tag(config=True)
 
     @default("smtp_host")
@@ -103,7 +108,12 @@ class AirNotify(Configurable):
 
     @default("lab_url")
     def _lab_url(self) -> str:
-        return os.environ.get("AIR_LAB_URL", "")
+        """``$AIR_LAB_URL``, else the public address JupyterHub gives the user's server
+        (``$JUPYTERHUB_PUBLIC_URL``, when the Hub knows it)."""
+        public = os.environ.get("JUPYTERHUB_PUBLIC_URL", "")
+        return os.environ.get("AIR_LAB_URL") or (
+            public if public.startswith(("http://", "https://")) else ""
+        )
 
     @property
     def port(self) -> int:

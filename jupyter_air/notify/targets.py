@@ -240,6 +240,8 @@ def _seconds(seconds: float) -> str:
 
 
 def _url(address: str) -> str:
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in address):
+        raise BadTarget("webhook: the URL holds a space or a control character")
     parts = urlsplit(address)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         shown = shown_url(address) if parts.hostname else "the value"

@@ -2,7 +2,9 @@
 ended and each task's outcome, with the first failed task's last lines and links.
 
 Posted by the process whose tick ended the run (or recorded the time skipped), under a
-key naming the run: a second scheduler, or one restarted, posts nothing twice.
+key naming the run and its end: a second scheduler, or one restarted, posts nothing
+twice; a repaired run that ends again is told again. The courier sends them, so the
+scheduler's loop never waits for a mail server.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def post_runs(store: ScheduleStore, run_ids: list[int]) -> None:
                 store.jobs.outbox,
                 [
                     Notice(
-                        f"schedule-run:{run.id}:end#{i}",
+                        # a repaired run ends again, later: a new notice
+                        f"schedule-run:{run.id}:end:{round((run.ended or 0) * 1000)}#{i}",
                         schedule.owner,
                         target,
                         message,
@@ -59,6 +62,7 @@ def post_runs(store: ScheduleStore, run_ids: list[int]) -> None:
                     for i, target in chosen
                 ],
                 settings,
+                try_now=False,  # the courier sends: the tick loop never waits on a server
             )
         except Exception:
             logging.getLogger(__name__).exception("notification of schedule run %s", run_id)

@@ -69,6 +69,15 @@ async def in_store_thread(fn: Callable[..., T], *args: Any) -> T:
         raise web.HTTPError(503, f"the job store is busy ({err}): try again shortly") from None
 
 
+def run_link(base_url: str, tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    """A run's page as this server's pages link to it: the tracking server's own UI, or
+    the one this server serves for a local store (under its base URL)."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return run_url(tracking_uri, experiment_id, run_id)
+    base = f"{base_url}jupyter-air/mlflow/{store_key(tracking_uri)}/"
+    return run_url(base, experiment_id, run_id)
+
+
 class JobsBase(AirHandler):
     def initialize(self, store: JobStore) -> None:
         self.store = store
@@ -86,10 +95,7 @@ class JobsBase(AirHandler):
         return await in_store_thread(self.service.document, job)
 
     def _run_link(self, tracking_uri: str, experiment_id: str, run_id: str) -> str | None:
-        if tracking_uri.startswith(("http://", "https://")):
-            return run_url(tracking_uri, experiment_id, run_id)
-        base = f"{self.base_url}jupyter-air/mlflow/{store_key(tracking_uri)}/"
-        return run_url(base, experiment_id, run_id)
+        return run_link(self.base_url, tracking_uri, experiment_id, run_id)
 
     def log_filter(self) -> LogFilter:
         try:

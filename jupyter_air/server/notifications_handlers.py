@@ -26,10 +26,10 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..jobs.api_models import LabNotification, NotificationLink, NotificationsPage
-from ..jobs.store import JobStore
+from ..jobs.store import JobStore, UnknownJob
 from ..notify.outbox import Outbox, Record
 from .base import AirHandler
-from .jobs_handlers import STORE_THREADS, in_store_thread
+from .jobs_handlers import STORE_THREADS, in_store_thread, run_link
 
 T = TypeVar("T")
 
@@ -101,8 +101,9 @@ class NotificationsHandler(AirHandler):
     #: culler from stopping the server.
     _track_activity = False
 
-    def initialize(self, watch: Watch) -> None:
+    def initialize(self, watch: Watch, store: JobStore) -> None:
         self.watch = watch
+        self.store = store
         self.gone = asyncio.Event()
 
     def on_connection_close(self) -> None:
@@ -125,11 +126,28 @@ class NotificationsHandler(AirHandler):
             records = await self._wait(owner, after, wait)
         if self.gone.is_set():
             return
-        page = NotificationsPage(
-            notifications=[notification_document(r) for r in records],
-            last=records[-1].id if records else after,
-        )
+        documents = [notification_document(r) for r in records]
+        for document in documents:  # links this tab can open, behind a proxy too
+            if document.job_id is not None:
+                document.links = await in_store_thread(self._links, document.job_id)
+        page = NotificationsPage(notifications=documents, last=records[-1].id if records else after)
         self.write_json(page.model_dump(mode="json"))
+
+    def _links(self, job_id: str) -> list[NotificationLink]:
+        """The job's logs view and its last attempt's run, under this server's base URL:
+        what the message carries is made for a mail (absolute, maybe the server's own
+        address, which the browser behind JupyterHub cannot reach)."""
+        links = [NotificationLink(label="Logs", url=f"{self.base_url}lab?air-job={job_id}")]
+        try:
+            job = self.store.get(job_id)
+        except UnknownJob:
+            return links
+        attempts = self.store.attempts(job_id)
+        uri, experiment = job.spec.tracking.tracking_uri, job.experiment_id
+        if attempts and attempts[-1].run_id and uri and experiment:
+            url = run_link(self.base_url, uri, experiment, attempts[-1].run_id)
+            links.append(NotificationLink(label="MLflow run", url=url))
+        return links
 
     async def _wait(self, owner: str, after: int, wait: float) -> list[Record]:
         """The owner's rows after ``after`` once there are any, or none after ``wait``
@@ -164,4 +182,5 @@ class NotificationsHandler(AirHandler):
 
 def notifications_handlers(store: JobStore) -> list[tuple[str, type, dict[str, Any]]]:
     """The route, with the one watch of ``store``'s outbox its polls share."""
-    return [(r"/jupyter-air/notifications", NotificationsHandler, {"watch": Watch(store.outbox)})]
+    kwargs = {"watch": Watch(store.outbox), "store": store}
+    return [(r"/jupyter-air/notifications", NotificationsHandler, kwargs)]

@@ -1,9 +1,9 @@
 """A job's notifications, from its supervisor: its start, a retry, a hint, a duration
-passed, its end. Each is posted once to the outbox under a key naming it (a restarted
-supervisor posts nothing twice) and tried at once, on a thread of its own, so no rank
-and no record of the job's end waits for a mail server; what fails is retried by the
-courier (``notify.courier``). The targets are read at each event: the owner may add one
-to a job that runs (``air notify``).
+passed, its end. Each is posted to the outbox where it happens, under a key naming it
+(a restarted supervisor posts nothing twice), then tried on a thread of its own, so no
+rank and no record of the job's end waits for a mail server; what is not sent when the
+supervisor exits (a receiver that does not answer) is the courier's (``notify.courier``).
+The targets are read at each event: the owner may add one to a job that runs.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ...job_dir import AttemptDir
 from ...notify import courier
 from ...notify.message import duration
 from ...notify.settings import AirNotify, load
-from ...notify.targets import Event
+from ...notify.targets import Channel, Event
 from ...status import Outcome
 from ...tracking import backlog
 from ..notices import notices
@@ -50,10 +50,10 @@ class JobNotifier:
     def __init__(self, store: JobStore, job_id: str) -> None:
         self._store = store
         self._job_id = job_id
-        self._posts: queue.Queue[_Post | None] = queue.Queue()
+        self._posted: queue.Queue[list[int] | None] = queue.Queue()
         self._over = threading.Event()
         self._settings: AirNotify | None = None
-        self._thread = threading.Thread(target=self._run, name="air-notify", daemon=True)
+        self._thread = threading.Thread(target=self._deliver, name="air-notify", daemon=True)
         self._thread.start()
 
     def post(
@@ -65,7 +65,24 @@ class JobNotifier:
         note: str | None = None,
         lines: Sequence[str] | None = None,
     ) -> None:
-        self._posts.put(_Post(event, key, after, note, lines))
+        """Record the event's notices now (so none is lost if this process ends before
+        they are sent); they are sent on the notifier's thread. Never raises."""
+        try:
+            job = self._store.get(self._job_id)
+            found = notices(
+                self._store, job, event, key, self.settings, after=after, note=note, lines=lines
+            )
+            ids = self._store.outbox.post(found) if found else []
+        except Exception:  # a notification never fails the job
+            log.exception("notification %s of job %s", key, self._job_id)
+            return
+        if any(n.target.channel is not Channel.JUPYTERLAB for n in found):
+            self._posted.put(ids)
+
+    def settings(self) -> AirNotify:
+        if self._settings is None:
+            self._settings = load()
+        return self._settings
 
     def started(self, started: float) -> None:
         """The job runs: its start, and a watch on the ``duration`` thresholds."""
@@ -87,17 +104,23 @@ class JobNotifier:
     def tracking_refused(self, attempt: int, files: AttemptDir) -> None:
         """The tracking server refused the attempt's run data for good (kept for ``air
         sync``): its backlog's line (a server that is only down is no news: it lands)."""
-        waiting = backlog.read(files)
+        try:
+            waiting = backlog.read(files)
+        except Exception:
+            log.exception("the tracking backlog of attempt %d not read", attempt)
+            return
         if waiting is not None and waiting.permanent:
             said = waiting.line(self._job_id)
             self.post(Event.TRACKING, f"tracking:{attempt}", note=said, lines=(said,))
 
     def close(self, wait: float) -> None:
-        """Send what is posted (waiting ``wait`` seconds at most: the courier takes the
-        rest, as it does every later try)."""
+        """Send what is posted, waiting ``wait`` seconds at most; what is left (a try that
+        hangs, notices behind it) is the courier's."""
         self._over.set()
-        self._posts.put(None)
+        self._posted.put(None)
         self._thread.join(wait)
+        if self._thread.is_alive() or self._store.outbox.next_due() is not None:
+            courier.ensure_courier(self._store.home)
 
     def _watch_durations(self, started: float) -> None:
         told: set[float] = set()
@@ -109,7 +132,7 @@ class JobNotifier:
                 continue
             ran = time.time() - started
             for threshold in sorted({d for t in targets for d in t.durations} - told):
-                if ran >= threshold:
+                if ran >= threshold and not self._over.is_set():
                     told.add(threshold)
                     self.post(
                         Event.DURATION,
@@ -118,22 +141,9 @@ class JobNotifier:
                         note=f"still running after {duration(threshold)}",
                     )
 
-    def _run(self) -> None:
-        while (post := self._posts.get()) is not None:
+    def _deliver(self) -> None:
+        while (ids := self._posted.get()) is not None:
             try:
-                job = self._store.get(self._job_id)
-                if self._settings is None:
-                    self._settings = load()
-                found = notices(
-                    self._store,
-                    job,
-                    post.event,
-                    post.key,
-                    self._settings,
-                    after=post.after,
-                    note=post.note,
-                    lines=post.lines,
-                )
-                courier.send(self._store.outbox, found, self._settings)
-            except Exception:  # a notification never fails the job
-                log.exception("notification %s of job %s", post.key, self._job_id)
+                courier.try_due(self._store.outbox, self.settings(), ids)
+            except Exception:  # the courier tries again
+                log.exception("notifications %s of job %s", ids, self._job_id)

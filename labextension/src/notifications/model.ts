@@ -86,10 +86,18 @@ export function toastType(level: string): NotificationLevel {
     : 'info';
 }
 
-/** The MLflow run's page, when the notification links one (http(s) only). */
+/**
+ * The MLflow run's page, when the notification links one: an http(s) URL, or a path of
+ * this server (what the route gives: its MLflow UI under the server's base URL). A
+ * scheme-relative `//host` or any other scheme (`javascript:`) is refused.
+ */
 export function runLink(notification: IAirNotification): string | null {
   const link = notification.links.find(l => l.label === RUN_LINK_LABEL);
-  return link && /^https?:\/\//i.test(link.url) ? link.url : null;
+  if (!link) {
+    return null;
+  }
+  const ok = /^https?:\/\//i.test(link.url) || /^\/(?!\/)/.test(link.url);
+  return ok ? link.url : null;
 }
 
 /**

@@ -260,10 +260,21 @@ describe('the toast', () => {
     expect(toastType('debug')).toBe('info');
   });
 
-  it('opens only an http(s) MLflow run link', () => {
+  it("opens only an http(s) MLflow run link, or one of this server's pages", () => {
     expect(runLink(notification(1))).toBe(
       'http://127.0.0.1:8888/jupyter-air/mlflow/abc/#/experiments/1/runs/r1'
     );
+    const here = '/user/ada/jupyter-air/mlflow/abc/#/experiments/1/runs/r1';
+    expect(
+      runLink(notification(5, { links: [{ label: 'MLflow run', url: here }] }))
+    ).toBe(here);
+    expect(
+      runLink(
+        notification(6, {
+          links: [{ label: 'MLflow run', url: '//evil.example.com/x' }]
+        })
+      )
+    ).toBeNull();
     expect(runLink(notification(2, { links: [] }))).toBeNull();
     expect(
       runLink(
