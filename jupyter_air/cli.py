@@ -98,6 +98,18 @@ def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         "(repeatable; none: no notification): jupyterlab, email:ADDRESS or webhook:URL, "
         "with on:EVENT,... e.g. 'email:me@example.com on:failure,duration:2h'",
     )
+    run.add_argument(
+        "--resume",
+        metavar="JOB",
+        help="start from the latest complete checkpoint of job JOB (a run again after a "
+        "fix; the workload's `resume:`); see docs/long-runs.md",
+    )
+    run.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="where the job's checkpoints go ($AIR_CHECKPOINT_DIR in every rank, the same "
+        "for each attempt; the workload's `checkpoint_dir:`)",
+    )
     run.add_argument("--dry-run", action="store_true", help="validate and print, submit nothing")
     run.add_argument(
         "--oversubscribe",
@@ -276,16 +288,16 @@ def _run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str | None:
 # -- run ---------------------------------------------------------------------------
 
 
-def _with_notify(spec: WorkloadFile, notify: list[str]) -> WorkloadFile:
-    """The workload with ``--notify``'s targets, checked as the file's are."""
+def _with(spec: WorkloadFile, field: str, value: Any, flag: str) -> WorkloadFile:
+    """The workload with ``flag``'s value for ``field``, checked as the file's is."""
     from pydantic import ValidationError
 
     from .jobs.workload_file import WorkloadError, describe
 
     try:
-        return type(spec).model_validate({**spec.model_dump(), "notify": notify})
+        return type(spec).model_validate({**spec.model_dump(), field: value})
     except ValidationError as err:
-        raise WorkloadError(describe(err, lambda loc: "--notify")) from None
+        raise WorkloadError(describe(err, lambda loc: flag)) from None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -297,7 +309,11 @@ def _run(args: argparse.Namespace) -> int:
         if args.tracking:
             spec = spec.model_copy(update={"tracking": TrackingMode(args.tracking)})
         if args.notify is not None:
-            spec = _with_notify(spec, [n for n in args.notify if n != "none"])
+            spec = _with(spec, "notify", [n for n in args.notify if n != "none"], "--notify")
+        if args.resume is not None:
+            spec = _with(spec, "resume", args.resume, "--resume")
+        if args.checkpoint_dir is not None:
+            spec = _with(spec, "checkpoint_dir", args.checkpoint_dir, "--checkpoint-dir")
         placed = place(
             spec,
             os_identity().name,
@@ -336,7 +352,10 @@ def _run(args: argparse.Namespace) -> int:
             raise CliError(err.refusal()) from None
         print(f"{err}: the job runs now; its run is made once it answers", file=sys.stderr)
     service = _service()
-    job = _submit(service, placed, spec, working_dir)
+    try:
+        job = _submit(service, placed, spec, working_dir)
+    except Refused as err:
+        raise CliError(f"{err.field}: {err}" if err.field else str(err)) from None
     if args.output == "json":
         if args.watch:
             _outcome_known(service, job.id)
@@ -461,6 +480,8 @@ def _get(args: argparse.Namespace) -> int:
         f"  compute:  {doc['nproc_per_node']} rank(s) x {doc['nnodes']} node(s) "
         f"({doc['backend']}), max {doc['max_retries']} retries"
     )
+    if doc["checkpoint_dir"]:
+        print(f"  checkpoints: {doc['checkpoint_dir']}")
     if doc["logs_expired"]:
         print("  logs:     expired (removed by retention)")
     for a in doc["attempts"]:
@@ -470,6 +491,9 @@ def _get(args: argparse.Namespace) -> int:
             + (f": {a['message']}" if a["message"] else "")
         )
         print(f"    run: {a['run_url'] or a['run_id'] or 'made once its tracking server answers'}")
+        if a["resumed_from"]:
+            step = f", step {a['resumed_step']}" if a["resumed_step"] is not None else ""
+            print(f"    resumed from {a['resumed_from']}{step}")
         for n in a["nodes"]:
             print(f"    node {n['node']}: {n['hostname']} {n['ip']}, Ray node {n['node_id']}")
     if doc["kind"] == JobKind.SESSION:
@@ -766,25 +790,14 @@ def _stacks(args: argparse.Namespace) -> int:
     except (Forbidden, Conflict) as err:
         raise CliError(str(err)) from None
     if args.output == "json":
-        print(json.dumps([_stack_document(a, s, args.rank) for a, s in found], indent=2))
+        from .jobs.api_models import stack_set_document
+
+        sets = [stack_set_document(a, s, args.rank).model_dump(mode="json") for a, s in found]
+        print(json.dumps(sets, indent=2))
         return 0
     for attempt, taken in found:
         print(f"Job {job.id}, attempt {attempt}: " + taken.text(args.rank), end="")
     return 0
-
-
-def _stack_document(attempt: int, taken: Any, rank: int | None) -> dict[str, Any]:
-    return {
-        "attempt": attempt,
-        "name": taken.name,
-        "reason": taken.reason,
-        "time": taken.time,
-        "ranks": [
-            {"rank": s.rank, "node": s.node, "pid": s.pid, "text": s.text, "error": s.error}
-            for s in taken.stacks
-            if rank is None or s.rank == rank
-        ],
-    }
 
 
 # -- notify ------------------------------------------------------------------------------

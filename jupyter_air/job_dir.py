@@ -50,6 +50,17 @@ METRICS_JOURNAL = "metrics.jsonl"
 METRICS_SHIPPED = "metrics.shipped"
 TRACKING_BACKLOG = "tracking.json"
 LATE_RUN = "late_run.json"
+#: The checkpoint an attempt resumed from (``jobs.checkpoints``).
+RESUMED = "resumed.json"
+#: ``stacks/<set>/``: a set of the ranks' stacks, its index and a file per rank.
+STACKS = "stacks"
+STACKS_INDEX = "stacks.json"
+
+
+def stacks_file(rank: int) -> str:
+    """The name of one rank's stacks in a set's folder."""
+    return f"rank_{rank}.txt"
+
 
 _ATTEMPT = re.compile(r"attempt_(\d+)")
 _NODE = re.compile(r"node_(\d+)")
@@ -142,6 +153,18 @@ class AttemptDir:
     @property
     def tracking_backlog(self) -> Path:
         return self.path / TRACKING_BACKLOG
+
+    def write_resumed(self, path: str, step: int | None) -> None:
+        """The checkpoint this attempt starts from, for ``air get`` and the jobs API."""
+        replace_json(self.path / RESUMED, {"path": path, "step": step})
+
+    def read_resumed(self) -> tuple[str, int | None] | None:
+        """(checkpoint, step) the attempt resumed from, if it did."""
+        doc = read_json(self.path / RESUMED)
+        if isinstance(doc, dict) and isinstance(doc.get("path"), str):
+            step = doc.get("step")
+            return doc["path"], step if isinstance(step, int) else None
+        return None
 
     def write_late_run(self, run_id: str, experiment_id: str) -> None:
         """The run a deferred attempt's tail made (the job store adopts it when read)."""

@@ -32,6 +32,7 @@ from jupyter_air.jobs.api_models import (
     NotificationsPage,
     PermissionLevel,
     SessionCells,
+    StacksPage,
     TrackingStores,
     line_document,
 )
@@ -49,6 +50,7 @@ INTERFACES: dict[type[BaseModel], tuple[str, str]] = {
     JobDocument: ("logs/types.ts", "IJob"),
     LogsPage: ("logs/types.ts", "ILogsResponse"),
     SessionCells: ("logs/types.ts", "ICellsResponse"),
+    StacksPage: ("logs/types.ts", "IStacksResponse"),
     TrackingStores: ("runs/types.ts", "IStoresResponse"),
     NotificationsPage: ("notifications/model.ts", "INotificationsAnswer"),
     LabNotification: ("notifications/model.ts", "IAirNotification"),
@@ -60,6 +62,7 @@ EXAMPLES: list[tuple[str, int, type[BaseModel]]] = [
     ("GET jupyter-air/jobs", 0, JobDocument),
     ("GET jupyter-air/jobs/<id>/logs", 0, LogsPage),
     ("GET jupyter-air/jobs/<id>/cells", 0, SessionCells),
+    ("GET jupyter-air/jobs/<id>/stacks", 0, StacksPage),
     ("GET jupyter-air/runs/stores", 0, TrackingStores),
     ("GET jupyter-air/jobs/<id>/permissions", 0, JobPermissions),
     ("PUT jupyter-air/jobs/<id>/permissions", 1, JobPermissionsChange),

@@ -6,7 +6,6 @@ account ``air get`` gives, and that nothing is sent twice."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from jupyter_air.schedules.notices import post_runs
 from jupyter_air.schedules.scheduler import stop
 from jupyter_air.schedules.store import ScheduleStore
 from jupyter_air.status import Outcome
+from tests.air_cli import air
 from tests.notify_servers import SmtpServer, WebhookReceiver, self_signed
 from tests.waits import until, wait_settled
 
@@ -72,15 +72,6 @@ def workload(
     }
     path.write_text(json.dumps(doc))  # JSON is YAML
     return path
-
-
-def air(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jupyter_air.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
 
 
 def run_job(path: Path) -> str:

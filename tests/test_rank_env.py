@@ -181,3 +181,42 @@ def test_master_port_comes_from_below_the_ephemeral_ports_that_others_get_unaske
     for port in ports:
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))  # free, as said
+
+
+ONE = RankPlace(rank=0, local_rank=0, node_rank=0, nproc_per_node=1, nnodes=1)
+
+
+def test_only_an_attempt_that_may_resume_gets_the_auto_resume_hook_first_on_its_path() -> None:
+    from jupyter_air.jobs.autoresume import SITE
+
+    first = env_of(ONE, {"PYTHONPATH": "/mine"}, attempt=1)
+    assert first["PYTHONPATH"] == "/mine", "a first attempt has nothing to resume"
+    retry = env_of(ONE, {"PYTHONPATH": "/mine"}, attempt=2)
+    assert retry["PYTHONPATH"] == f"{SITE}{os.pathsep}/mine"
+    resumed = env_of(ONE, {}, attempt=1, extra={"AIR_RESUME_FROM": "/ckpt/step-1"})
+    assert resumed["PYTHONPATH"] == str(SITE)
+    off = env_of(ONE, {}, attempt=2, extra={"AIR_AUTO_RESUME": "0"})
+    assert "PYTHONPATH" not in off
+
+
+def test_the_hooks_sitecustomize_runs_the_one_it_hides(tmp_path: Path) -> None:
+    """A user's (or the distribution's) ``sitecustomize`` still runs, after ours."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "sitecustomize.py").write_text("import builtins\nbuiltins.MINE_RAN = True\n")
+    env = env_of(ONE, {"PATH": os.environ["PATH"], "PYTHONPATH": str(mine)}, attempt=2)
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, builtins\n"
+            "from jupyter_air.jobs import autoresume\n"
+            "print(getattr(builtins, 'MINE_RAN', False),"
+            " any(isinstance(f, autoresume._Finder) for f in sys.meta_path))",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.stdout.split() == ["True", "True"], shown.stderr

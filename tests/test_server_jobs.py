@@ -9,6 +9,7 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.jobs.supervision import stacks
 from jupyter_air.logs.capture import RankLog
 from jupyter_air.logs.query import LogFilter, read_all
 from jupyter_air.logs.text import format_line
@@ -20,6 +21,8 @@ ROUTES = [
     ("GET", "jupyter-air/jobs/{id}/logs"),
     ("GET", "jupyter-air/jobs/{id}/logs/download"),
     ("POST", "jupyter-air/jobs/{id}/cancel"),
+    ("GET", "jupyter-air/jobs/{id}/stacks"),
+    ("POST", "jupyter-air/jobs/{id}/stacks"),
 ]
 
 
@@ -117,6 +120,40 @@ async def test_cancelling_an_ended_job_is_409(jp_fetch: Any, finished_job: str) 
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("jupyter-air", "jobs", finished_job, "cancel", method="POST", body=b"")
     assert err.value.code == 409
+
+
+async def test_the_stacks_taken_of_a_job_are_read_back_and_an_ended_one_takes_none(
+    jp_fetch: Any, store: JobStore, finished_job: str
+) -> None:
+    stacks.save(
+        store.attempt_dir(finished_job, 1),
+        "20261204-183102-a1b2c3",
+        "cancelled after rank 1 went silent",
+        [
+            stacks.RankStacks(0, 0, 4242, "all_reduce (c10d.py:2806)"),
+            stacks.RankStacks(1, 0, 4243, None, "py-spy: permission denied"),
+        ],
+    )
+    page = await get_json(jp_fetch, "jupyter-air", "jobs", finished_job, "stacks")
+    ((taken,),) = [page["sets"]]
+    assert (page["job"], taken["attempt"], taken["name"]) == (
+        finished_job,
+        1,
+        "20261204-183102-a1b2c3",
+    )
+    assert taken["reason"] == "cancelled after rank 1 went silent"
+    assert taken["ranks"] == [
+        {"rank": 0, "node": 0, "pid": 4242, "text": "all_reduce (c10d.py:2806)", "error": None},
+        {"rank": 1, "node": 0, "pid": 4243, "text": None, "error": "py-spy: permission denied"},
+    ]
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-air", "jobs", finished_job, "stacks", method="POST", body=b"")
+    assert err.value.code == 409
+    assert err.value.response is not None
+    message = json.loads(err.value.response.body)["error"]["message"]
+    assert f"runs no rank now (failed): its saved stacks are at air stacks {finished_job}" in (
+        message
+    )
 
 
 @pytest.mark.parametrize(("method", "route"), ROUTES)

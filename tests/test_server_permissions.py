@@ -78,6 +78,8 @@ ROUTES = [
     ("GET", "jupyter-air/jobs/{id}/gpu?node=0", Level.CAN_VIEW, 200),
     ("GET", "jupyter-air/jobs/{id}/permissions", Level.CAN_VIEW, 200),
     ("POST", "jupyter-air/jobs/{id}/cancel", Level.CAN_MANAGE_RUN, 409),  # it already ended
+    ("GET", "jupyter-air/jobs/{id}/stacks", Level.CAN_VIEW, 200),
+    ("POST", "jupyter-air/jobs/{id}/stacks", Level.CAN_MANAGE_RUN, 409),  # no rank runs
     ("PUT", "jupyter-air/jobs/{id}/permissions", Level.CAN_MANAGE, 200),
 ]
 

@@ -6,7 +6,6 @@ is cancelled. Real supervisors, real ranks (torch, gloo), the fake NVML driver."
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.supervision import stacks
+from tests.air_cli import air
 from tests.fake_nvml import FakeGpu, Scenario, env_for
 from tests.waits import until, wait_settled
 
@@ -52,15 +52,6 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_nvml_dir: Path
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-def air(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jupyter_air.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
 
 
 def start(workdir: Path) -> str:

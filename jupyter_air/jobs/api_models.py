@@ -26,6 +26,7 @@ from ..tracking.permissions import Action, MirrorReport
 from ..tracking.permissions import Status as MirrorStatus
 from .permissions import JobAccess
 from .spec import JobKind
+from .supervision.stacks import StackSet
 
 #: ``permissions.Level``'s names: how a document spells a permission level.
 PermissionLevel = Literal["CAN_VIEW", "CAN_MANAGE_RUN", "CAN_MANAGE"]
@@ -62,6 +63,9 @@ class AttemptDocument(Document):
     run_url: str | None
     #: ``[]`` on one machine.
     nodes: list[AttemptNode]
+    #: The checkpoint it started from (a retry's, or ``--resume JOB``'s), and its step.
+    resumed_from: str | None
+    resumed_step: int | None
 
 
 class JobDocument(Document):
@@ -85,6 +89,8 @@ class JobDocument(Document):
     nnodes: int
     backend: str
     max_retries: int
+    #: Where its checkpoints go (``AIR_CHECKPOINT_DIR``), the same for every attempt.
+    checkpoint_dir: str | None
     experiment_id: str | None
     run_name: str | None
     tracking_uri: str | None
@@ -96,6 +102,53 @@ class JobDocument(Document):
     children: list[str]
     #: Its notifications, one line each (``notify.outbox.Record.line``): for its owner only.
     notifications: list[str]
+
+
+# -- stacks ----------------------------------------------------------------------------
+
+
+class RankStacksDocument(Document):
+    """One rank's Python stacks (all threads, native frames where py-spy reads them)."""
+
+    rank: int
+    node: int
+    pid: int
+    #: py-spy's dump; None when it could not be taken (``error`` says why).
+    text: str | None
+    error: str | None
+
+
+class StackSetDocument(Document):
+    """One set of stacks of an attempt's ranks (``jobs.supervision.stacks``)."""
+
+    attempt: int
+    name: str
+    #: Why it was taken: asked for, a likely hang's hint, a cancel after one.
+    reason: str
+    time: float
+    ranks: list[RankStacksDocument]
+
+
+class StacksPage(Document):
+    """``GET``/``POST jupyter-air/jobs/<id>/stacks``: the saved sets, oldest first; or the
+    one just taken."""
+
+    job: str
+    sets: list[StackSetDocument]
+
+
+def stack_set_document(attempt: int, taken: StackSet, rank: int | None = None) -> StackSetDocument:
+    return StackSetDocument(
+        attempt=attempt,
+        name=taken.name,
+        reason=taken.reason,
+        time=taken.time,
+        ranks=[
+            RankStacksDocument(rank=s.rank, node=s.node, pid=s.pid, text=s.text, error=s.error)
+            for s in taken.stacks
+            if rank is None or s.rank == rank
+        ],
+    )
 
 
 # -- logs ------------------------------------------------------------------------------

@@ -22,14 +22,27 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import re
 import zipfile
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 CHECKPOINT_DIR_ENV = "AIR_CHECKPOINT_DIR"
 RESUME_FROM_ENV = "AIR_RESUME_FROM"
 RESUME_STEP_ENV = "AIR_RESUME_STEP"
+#: When the job started (seconds since the epoch): a library's own checkpoints older
+#: than that are another job's, never resumed from.
+JOB_STARTED_ENV = "AIR_JOB_STARTED"
+#: ``0``: the HF Trainer and Lightning are left as they are (``autoresume``).
+AUTO_RESUME_ENV = "AIR_AUTO_RESUME"
+#: Where jobs that name no place keep theirs, one folder per job (a shared or larger
+#: filesystem than ``AIR_HOME``'s); unset: ``<job dir>/checkpoints``.
+CHECKPOINT_ROOT_ENV = "AIR_CHECKPOINT_ROOT"
+#: How deep under a place checkpoints are looked for: Lightning's default
+#: ``lightning_logs/version_N/checkpoints/*.ckpt`` is the deepest layout.
+DEPTH = 4
 #: The marker ``jupyter_air.checkpoint`` writes last into each of its checkpoints.
 MARKER = "air-checkpoint.json"
 
@@ -55,22 +68,78 @@ class Found:
     written: float
 
 
-def latest(place: Path) -> Found | None:
-    """The latest complete checkpoint under ``place`` (two levels deep at most), by when
-    it was written (a job saves in one layout; Lightning's ``last.ckpt`` wins a tie)."""
+def place_for(job_dir: Path, job_id: str, given: str | None, env: dict[str, str]) -> Path:
+    """A job's checkpoint place: the one its submission named, else one under
+    ``$AIR_CHECKPOINT_ROOT``, else under its own directory."""
+    if given:
+        return Path(given)
+    root = env.get(CHECKPOINT_ROOT_ENV)
+    return Path(root) / job_id if root else job_dir / "checkpoints"
+
+
+def place_of(job_dir: Path, recorded: str | None) -> Path:
+    """The place of a recorded job: its spec's (``submit`` fills it in), else the
+    default of jobs recorded before there were places."""
+    return Path(recorded) if recorded else job_dir / "checkpoints"
+
+
+def make_place(path: Path) -> Path:
+    """The place, made for its owner only (a new folder; an existing one is the user's
+    and kept as it is): weights are the user's work and may be confidential."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def latest(
+    place: Path,
+    since: float = 0.0,
+    layouts: Collection[Layout] = tuple(Layout),
+    depth: int = DEPTH,
+) -> Found | None:
+    """The latest complete checkpoint under ``place`` (``depth`` levels deep at most) in
+    one of ``layouts``, by when it was written, written at ``since`` or after (a job
+    saves in one layout; Lightning's ``last.ckpt`` wins a tie)."""
     if not place.is_dir():
         return None
-    found = [c for c in _candidates(place) if c is not None]
+    found = [
+        c
+        for c in _candidates(place, depth)
+        if c is not None and c.written >= since and c.layout in layouts
+    ]
     return max(found, key=lambda c: c.written) if found else None
 
 
-def _candidates(place: Path) -> list[Found | None]:
-    found: list[Found | None] = []
-    for path in [place, *_children(place), *(g for c in _children(place) for g in _children(c))]:
-        if path.is_dir():
-            found += [_air(path), _hf(path), _dcp(path)]
-        elif path.suffix == ".ckpt":
-            found.append(_lightning(path))
+def at(path: Path) -> Found | None:
+    """``path`` itself as a checkpoint, if it is a complete one."""
+    return next((c for c in _candidates(path, 0) if c is not None), None)
+
+
+def writable(path: Path) -> str | None:
+    """Why ``path`` cannot be a checkpoint place (None if it can): checked at submission,
+    so that a place the user cannot write is said before the job runs for hours."""
+    if path.exists() and not path.is_dir():
+        return f"{path} is not a directory"
+    existing = next(p for p in [path, *path.parents] if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
+
+
+def resume_env(found: Found) -> dict[str, str]:
+    """What a rank resuming from ``found`` is told."""
+    env = {RESUME_FROM_ENV: str(found.path)}
+    if found.step is not None:
+        env[RESUME_STEP_ENV] = str(found.step)
+    return env
+
+
+def _candidates(path: Path, depth: int) -> list[Found | None]:
+    if not path.is_dir():
+        return [_lightning(path)] if path.suffix == ".ckpt" else []
+    found = [_air(path), _hf(path), _dcp(path)]
+    if depth > 0 and not any(found):  # a checkpoint's own files are not checkpoints
+        for child in _children(path):
+            found += _candidates(child, depth - 1)
     return found
 
 

@@ -74,7 +74,8 @@ def job_document(
         if run_link is not None and a.run_id and uri and experiment_id:
             url = run_link(uri, experiment_id, a.run_id)
             url = without_userinfo(url) if url else None
-        nodes = AttemptDir(store.attempt_dir(job.id, a.attempt)).read_nodes()
+        files = AttemptDir(store.attempt_dir(job.id, a.attempt))
+        nodes, resumed = files.read_nodes(), files.read_resumed()
         documents.append(
             AttemptDocument(
                 attempt=a.attempt,
@@ -87,6 +88,8 @@ def job_document(
                 message=_shown(a.message),
                 run_url=url,
                 nodes=[AttemptNode.model_validate(n) for n in nodes],
+                resumed_from=resumed[0] if resumed else None,
+                resumed_step=resumed[1] if resumed else None,
             )
         )
     status, message, finishing = job.status, job.message, _finishing(job)
@@ -109,6 +112,7 @@ def job_document(
         nnodes=spec.compute.nnodes,
         backend=spec.backend.name,
         max_retries=retries,
+        checkpoint_dir=spec.program.checkpoint_dir,
         experiment_id=experiment_id,
         run_name=spec.tracking.run_name,
         tracking_uri=_shown(uri),

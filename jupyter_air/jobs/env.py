@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import autoresume
+
 #: The job a process without ``AIR_JOB_ID`` works for: a scheduled notebook's kernel
 #: (whose cells must not look like ranks) sets it to its task's job.
 PARENT_ENV = "AIR_PARENT_JOB_ID"
@@ -96,6 +98,8 @@ def rank_env(
         env["OMP_NUM_THREADS"] = "1"  # as torchrun: several ranks share the node's cores
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = gpus[place.local_rank % len(gpus)]
+    if autoresume.wanted(env):  # the HF Trainer and Lightning resume by themselves
+        env["PYTHONPATH"] = autoresume.site_path(env)
     return env
 
 

@@ -12,17 +12,25 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..identity import Identity
 from ..notify.targets import BadTarget, Target
-from . import backends, cancel
+from . import backends, cancel, checkpoints
 from .backends.base import Backend, BackendRefused, Placement
 from .documents import RunLink, job_document, job_documents
 from .env import submitting_job
-from .permissions import BadGrant, Grant, JobAccess, Level, Principal, check_change
+from .permissions import (
+    BadGrant,
+    Forbidden,
+    Grant,
+    JobAccess,
+    Level,
+    Principal,
+    check_change,
+)
 from .sharing import mirror
 from .spec import JobKind, JobSpec, OutputRanks, job_spec
 from .store import JOB_ID, Job, JobEnded, JobStore, UnknownJob
@@ -80,6 +88,13 @@ class Placed:
         ``env`` a given one replaces)."""
         s = self.submission
         env = s.env if env is None else env
+        place = None
+        if s.checkpoint_dir is not None:
+            where = Path(working_dir or os.getcwd()) / os.path.expanduser(s.checkpoint_dir)
+            place = os.path.abspath(where)
+            problem = checkpoints.writable(Path(place))
+            if problem is not None:
+                raise Refused("checkpoint_dir", problem)
         return job_spec(
             kind,
             command=command,
@@ -97,6 +112,8 @@ class Placed:
             run_name=run_name,
             deferred=s.tracking is TrackingMode.DEFERRED,
             notify=s.targets(unwatched=background),
+            checkpoint_dir=place,
+            resume_job=s.resume,
         )
 
     @property
@@ -187,6 +204,7 @@ class JobService:
         watch_pid: int | None = None,
     ) -> Submitted:
         """Record the job, owned by the caller, and start it (see ``submit.submit``)."""
+        spec = self._resuming(spec)
         return submit(
             self.store,
             spec,
@@ -201,6 +219,25 @@ class JobService:
             watch_pid=watch_pid,
             parent_id=submitting_job(),
         )
+
+    def _resuming(self, spec: JobSpec) -> JobSpec:
+        """The spec with the checkpoint its ``--resume JOB`` starts from, found now: that
+        job's latest complete one (CAN_MANAGE_RUN on it: its weights are its owner's
+        work). None there is refused, before anything starts."""
+        other = spec.program.resume_job
+        if other is None or spec.program.resume_from is not None:
+            return spec
+        try:
+            job = self.get(other, Level.CAN_MANAGE_RUN)
+        except (UnknownJob, Forbidden) as err:
+            raise Refused("resume", f"cannot resume from job {other}: {err}") from None
+        where = checkpoints.place_of(self.store.job_dir(job.id), job.spec.program.checkpoint_dir)
+        found = checkpoints.latest(where)
+        if found is None:
+            raise Refused(
+                "resume", f"job {job.id} has no complete checkpoint in {where} to resume from"
+            )
+        return replace(spec, program=replace(spec.program, resume_from=str(found.path)))
 
     # -- reading -----------------------------------------------------------------------
 

@@ -68,6 +68,13 @@ class Program:
     output_ranks: OutputRanks = OutputRanks.ALL
     #: Names brought back from rank 0 into the notebook.
     outputs: tuple[str, ...] = ()
+    #: The job's checkpoint place, as its submission named it (absolute); None: the
+    #: default (``checkpoints.place_for``).
+    checkpoint_dir: str | None = None
+    #: The job whose latest complete checkpoint its first attempt resumes from
+    #: (``--resume JOB``), and that checkpoint, found when the job is submitted.
+    resume_job: str | None = None
+    resume_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -242,6 +249,8 @@ def job_spec(
     tags: Mapping[str, str] | None = None,
     deferred: bool = False,
     notify: Sequence[Target] = (),
+    checkpoint_dir: str | None = None,
+    resume_job: str | None = None,
 ) -> JobSpec:
     """A spec from the fields every entry point speaks of, already checked: the magic's
     options, the decorator's, a session's, a workload file's or a schedule task's (the
@@ -254,6 +263,8 @@ def job_spec(
             env=_frozen_map(env),
             output_ranks=OutputRanks(output_ranks),
             outputs=tuple(outputs),
+            checkpoint_dir=checkpoint_dir,
+            resume_job=resume_job,
         ),
         compute=Compute(nproc_per_node=nproc_per_node, nnodes=nnodes),
         tracking=Tracking(run_name=run_name, tags=_frozen_map(tags), deferred=deferred),

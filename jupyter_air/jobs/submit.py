@@ -29,6 +29,7 @@ from ..paths import private_opener, write_private
 from ..tracking.run_tails import ensure_running
 from ..tracking.stores import register_store
 from ..tracking.targets import ExperimentRef, RunTarget, job_tags
+from . import checkpoints
 from .permissions import Grant
 from .spec import JobSpec
 from .store import Job, JobStore, UnknownJob, new_job_id
@@ -74,6 +75,10 @@ def submit(
     parent = _parent(store, parent_id, owner)
     if parent is not None:
         tags["air.parent_job_id"] = parent.id
+    place = checkpoints.place_for(
+        store.job_dir(job_id), job_id, spec.program.checkpoint_dir, dict(os.environ)
+    )
+    spec = replace(spec, program=replace(spec.program, checkpoint_dir=str(place)))
 
     def start(spec: JobSpec) -> Job:
         return start_job(

@@ -33,6 +33,7 @@ from ..notify.targets import BadTarget, Channel, Target, parse_all
 from . import backends
 from .backends.base import Backend
 from .permissions import BadGrant, Grant, merged, parse_grant
+from .store import JOB_ID
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -97,12 +98,29 @@ class Submission(BaseModel):
         None,
         description="whom to tell of its events (notify.targets); none: the user's defaults",
     )
+    checkpoint_dir: str | None = Field(
+        None,
+        min_length=1,
+        description="where its checkpoints go, for every attempt ($AIR_CHECKPOINT_DIR); "
+        "relative to the working directory; default: under the job's directory",
+    )
+    resume: str | None = Field(
+        None,
+        description="a job whose latest complete checkpoint the first attempt starts from",
+    )
 
     @field_validator("backend")
     @classmethod
     def _registered(cls, value: str) -> str:
         if value not in backends.names():
             raise ValueError(f"no backend {value!r}: choose one of {', '.join(backends.names())}")
+        return value
+
+    @field_validator("resume")
+    @classmethod
+    def _job_id(cls, value: str | None) -> str | None:
+        if value is not None and not JOB_ID.fullmatch(value):
+            raise ValueError(f"{value!r} is not a job id (as air list shows them)")
         return value
 
     @field_validator("env")

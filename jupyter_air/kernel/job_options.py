@@ -88,6 +88,22 @@ WHOLE_JOB: dict[str, Callable[[Any], Any]] = {
             "default: its end), e.g. 'email:me@example.com on:failure'."
         ),
     ),
+    "checkpoint_dir": argument(
+        "--checkpoint-dir",
+        default=None,
+        metavar="DIR",
+        help=(
+            "Where the job's checkpoints go: $AIR_CHECKPOINT_DIR in every rank, the same "
+            "for each attempt, so a retry resumes (default: under the job's directory, "
+            "or $AIR_CHECKPOINT_ROOT/<job id>)."
+        ),
+    ),
+    "resume": argument(
+        "--resume",
+        default=None,
+        metavar="JOB",
+        help="Start from the latest complete checkpoint of job JOB (a cell run again after a fix).",
+    ),
     "share": argument(
         "--share",
         action="append",

@@ -53,6 +53,8 @@ FLAGS = {
     "env": "--env",
     "permissions": "--share",
     "notify": "--notify",
+    "checkpoint_dir": "--checkpoint-dir",
+    "resume": "--resume",
 }
 #: Seconds an interrupted job gets to stop all its ranks (SIGINT, SIGTERM, SIGKILL).
 CANCEL_WAIT = 20.0
@@ -97,6 +99,10 @@ class Options:
     tracking: str = TrackingMode.REQUIRED
     #: Whom the job tells (``notify.targets``): None for the user's defaults, [] for none.
     notify: list[Any] | None = None
+    #: The job's checkpoint place (``jobs.checkpoints``); None: the default.
+    checkpoint_dir: str | None = None
+    #: A job whose latest complete checkpoint the first attempt starts from.
+    resume: str | None = None
 
     def validate(self) -> Submission:
         """Refuse what cannot run; the submission the options make. The rules a workload
@@ -146,6 +152,8 @@ class Options:
             "permissions": list(self.share),
             "tracking": self.tracking,
             "notify": _targets(self.notify),
+            "checkpoint_dir": None if self.checkpoint_dir is None else str(self.checkpoint_dir),
+            "resume": self.resume,
         }
         try:
             return Submission.model_validate(fields, context={"names": FLAGS})
@@ -231,27 +239,33 @@ def run(
             target = runs.resolve_target(options.experiment, user, notebook)
     else:
         target = deferred_target(options.experiment, user, notebook, current_tracking_uri())
-    spec = placed.spec(
-        JobKind.PYTHON,
-        working_dir=os.getcwd(),
-        output_ranks=options.output_ranks,
-        outputs=options.out,
-        timeout=options.timeout,
-        background=options.background,
-        run_name=options.run_name,
-    )
+    try:
+        spec = placed.spec(
+            JobKind.PYTHON,
+            working_dir=os.getcwd(),
+            output_ranks=options.output_ranks,
+            outputs=options.out,
+            timeout=options.timeout,
+            background=options.background,
+            run_name=options.run_name,
+        )
+    except Refused as err:  # a --checkpoint-dir the user cannot write
+        raise option_error(err) from None
     store = service.store
-    submitted = service.submit(
-        spec,
-        target,
-        grants=grants,
-        payload=payload_bytes,
-        source=source if down is None else None,  # kept with a run made here only
-        notebook=notebook,
-        user=user,
-        extra_tags={"air.cell_id": cell} if (cell := cell_id()) else None,
-        watch_pid=None if options.background else os.getpid(),
-    )
+    try:
+        submitted = service.submit(
+            spec,
+            target,
+            grants=grants,
+            payload=payload_bytes,
+            source=source if down is None else None,  # kept with a run made here only
+            notebook=notebook,
+            user=user,
+            extra_tags={"air.cell_id": cell} if (cell := cell_id()) else None,
+            watch_pid=None if options.background else os.getpid(),
+        )
+    except Refused as err:  # --resume: a job without a checkpoint, or not the caller's
+        raise option_error(err) from None
     job, run_id, run_name = submitted.job, submitted.run_id, submitted.run_name
     mlflow_client = MlflowClient(target.tracking_uri)
 
@@ -384,7 +398,9 @@ def announce_grants(store: JobStore, job: Job, grants: tuple[Grant, ...]) -> Non
 
 def option_error(err: Refused) -> OptionError:
     """A refusal, said with the magic's flag where it names the workload-file field."""
-    return OptionError(f"{FLAGS[err.field]}: {err}" if err.field == "permissions" else str(err))
+    if err.field in ("permissions", "resume", "checkpoint_dir"):
+        return OptionError(f"{FLAGS[err.field]}: {err}")
+    return OptionError(str(err))
 
 
 def kernel_settings() -> dict[str, str]:

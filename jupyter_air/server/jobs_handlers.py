@@ -24,9 +24,11 @@ from ..jobs.api_models import (
     LogLineDocument,
     LogsPage,
     SessionCells,
+    StacksPage,
     change_document,
     line_document,
     permissions_document,
+    stack_set_document,
 )
 from ..jobs.permissions import (
     BadGrant,
@@ -297,6 +299,30 @@ class JobNotifyHandler(JobsBase):
         self.write_json({"job_id": job_id, "targets": [t.shown() for t in shown]})
 
 
+class JobStacksHandler(JobsBase):
+    """``GET jupyter-air/jobs/<id>/stacks``: the sets of stacks taken of its ranks
+    (CAN_VIEW); ``POST``: every running rank's stacks now (CAN_MANAGE_RUN: taking them
+    pauses each rank a moment), 409 when none runs."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        found = await in_store_thread(self.service.saved_stacks, job_id)
+        sets = [stack_set_document(attempt, taken) for attempt, taken in found]
+        self.write_json(StacksPage(job=job_id, sets=sets).model_dump(mode="json"))
+
+    @web.authenticated
+    @authorized
+    async def post(self, job_id: str) -> None:
+        job = await self.job(job_id, Level.CAN_MANAGE_RUN)
+        attempt = len(await in_store_thread(self.store.attempts, job.id))
+        # py-spy takes up to seconds: on the default executor, never a store thread
+        loop = asyncio.get_running_loop()
+        taken = await loop.run_in_executor(None, self.service.take_stacks, job.id)
+        page = StacksPage(job=job.id, sets=[stack_set_document(attempt, taken)])
+        self.write_json(page.model_dump(mode="json"))
+
+
 def _change(body: bytes) -> tuple[tuple[Grant, ...], tuple[Principal, ...]]:
     """The grants and revokes of a PUT body ``{"grant": [...], "revoke": [...]}``."""
     try:
@@ -324,4 +350,5 @@ def jobs_handlers(store: JobStore) -> list[tuple[str, type, dict[str, Any]]]:
         (rf"/jupyter-air/jobs/{JOB}/cancel", JobCancelHandler, kwargs),
         (rf"/jupyter-air/jobs/{JOB}/permissions", JobPermissionsHandler, kwargs),
         (rf"/jupyter-air/jobs/{JOB}/notify", JobNotifyHandler, kwargs),
+        (rf"/jupyter-air/jobs/{JOB}/stacks", JobStacksHandler, kwargs),
     ]

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..job_dir import AttemptDir
+from ..job_dir import STACKS, STACKS_INDEX, AttemptDir
 from ..logs.capture import plain_lines
 from ..paths import private_dir, write_private
 from . import backlog, journal
@@ -612,8 +612,9 @@ def attach_logs(client: Any, run_id: str, attempt_dir: Path) -> None:
             client.log_artifacts(run_id, tmp, artifact_path=files.logs.name)
     # The ranks' stacks taken during the attempt (``jobs.supervision.stacks``), each set
     # with its ``stacks.json``, as ``stacks/<set>/rank_R.txt``.
-    for taken in sorted((attempt_dir / "stacks").glob("*/stacks.json")):
-        client.log_artifacts(run_id, str(taken.parent), artifact_path=f"stacks/{taken.parent.name}")
+    for taken in sorted((attempt_dir / STACKS).glob(f"*/{STACKS_INDEX}")):
+        where = f"{STACKS}/{taken.parent.name}"
+        client.log_artifacts(run_id, str(taken.parent), artifact_path=where)
 
 
 def main(argv: list[str]) -> int:

@@ -401,6 +401,20 @@ def test_download_has_every_line_matching_the_filters(page: Any, job: str) -> No
     wait_rows(page, "true")
 
 
+def test_stacks_shows_where_each_running_rank_is_and_closes(page: Any, artifacts: Path) -> None:
+    page.click(".jp-air-JobLogs-stacks")
+    panel = ".jp-air-JobLogs-stacksPanel"
+    page.wait_for_selector(f"{panel} .jp-air-JobLogs-rankStacks", timeout=60_000)
+    heads = page.locator(f"{panel} h4").all_text_contents()
+    assert [h.split(" (pid")[0] for h in heads] == ["node 0 rank 0", "node 0 rank 1"]
+    assert page.locator(f"{panel} h3").first.text_content().endswith(": asked for")
+    dumps = page.locator(f"{panel} pre").all_text_contents()
+    assert all('"MainThread"' in d and "<module>" in d for d in dumps), dumps
+    page.screenshot(path=str(artifacts / "job-logs-stacks.png"))
+    page.click(".jp-air-JobLogs-stacksClose")
+    page.wait_for_selector(panel, state="detached")
+
+
 def test_the_end_of_the_job_shows_its_last_lines_and_status(
     page: Any, control: Path, artifacts: Path
 ) -> None:

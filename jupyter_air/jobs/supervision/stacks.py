@@ -27,11 +27,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ...job_dir import read_json, replace_json
+from ...job_dir import STACKS, STACKS_INDEX, read_json, replace_json, stacks_file
 from ...paths import private_dir, write_private
 
-STACKS = "stacks"
-INDEX = "stacks.json"
 #: Seconds one rank's dump may take (py-spy takes well under one).
 DUMP_TIMEOUT = 10.0
 #: Seconds ``request`` waits for the supervisor's answer.
@@ -119,12 +117,12 @@ def save(attempt_dir: Path, name: str, reason: str, stacks: list[RankStacks]) ->
     for s in stacks:
         entry: dict[str, Any] = {"node": s.node, "pid": s.pid}
         if s.text is not None:
-            write_private(where / f"rank_{s.rank}.txt", s.text)
-            entry["file"] = f"rank_{s.rank}.txt"
+            entry["file"] = stacks_file(s.rank)
+            write_private(where / entry["file"], s.text)
         else:
             entry["error"] = s.error
         ranks[str(s.rank)] = entry
-    replace_json(where / INDEX, {"reason": reason, "time": time.time(), "ranks": ranks})
+    replace_json(where / STACKS_INDEX, {"reason": reason, "time": time.time(), "ranks": ranks})
     return where
 
 
@@ -149,7 +147,7 @@ class StackSet:
 
 def read(attempt_dir: Path, name: str) -> StackSet | None:
     where = attempt_dir / STACKS / name
-    index = read_json(where / INDEX)
+    index = read_json(where / STACKS_INDEX)
     if not isinstance(index, dict):
         return None
     stacks = []
@@ -169,7 +167,7 @@ def sets(attempt_dir: Path) -> list[str]:
     root = attempt_dir / STACKS
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / INDEX).is_file())
+    return sorted(p.name for p in root.iterdir() if (p / STACKS_INDEX).is_file())
 
 
 # -- asking the supervisor --------------------------------------------------------------
@@ -186,6 +184,11 @@ def requests(attempt_dir: Path) -> list[str]:
     return sorted(p.name.removeprefix("request-") for p in root.glob("request-*"))
 
 
+def answered(attempt_dir: Path, name: str) -> None:
+    """The request ``name`` is done with (its set saved, or given up)."""
+    (attempt_dir / STACKS / f"request-{name}").unlink(missing_ok=True)
+
+
 def request(attempt_dir: Path, supervisor_pid: int, wait: float = ANSWER_WAIT) -> StackSet:
     """Ask the supervisor of a running attempt for a set now, and wait for it."""
     name = new_name()
@@ -194,7 +197,7 @@ def request(attempt_dir: Path, supervisor_pid: int, wait: float = ANSWER_WAIT) -
     try:
         os.kill(supervisor_pid, signal.SIGUSR2)
     except ProcessLookupError:
-        (root / f"request-{name}").unlink(missing_ok=True)
+        answered(attempt_dir, name)
         raise StacksError("the job's supervisor is gone") from None
     deadline = time.monotonic() + wait
     while (found := read(attempt_dir, name)) is None:

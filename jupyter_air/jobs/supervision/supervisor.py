@@ -49,7 +49,7 @@ from ...tracking.run_tails import (
     resume_pending,
 )
 from ...tracking.targets import bound_requests
-from .. import backends
+from .. import backends, checkpoints
 from ..backends.base import AttemptContext, Nodes
 from ..sharing import mirror
 from ..spec import JobKind, JobSpec
@@ -319,6 +319,8 @@ class Attempt:
     deferred: DeferredRun | None
     #: How its run is made (by its tail, if it is not made while it runs).
     recipe: NewRun
+    #: The checkpoint it resumes from, if any.
+    resume: checkpoints.Found | None = None
 
 
 class Supervisor:
@@ -381,7 +383,7 @@ class Supervisor:
                         reason, taken = f"attempt {files.number} does not run", []
                     for name in names:
                         stacks.save(files.path, name, reason, taken)
-                        (files.path / stacks.STACKS / f"request-{name}").unlink(missing_ok=True)
+                        stacks.answered(files.path, name)
             except Exception:
                 log.exception("the ranks' stacks were not taken")
 
@@ -491,7 +493,13 @@ class Supervisor:
         job, spec, tracking = self.job, self.spec, self._tracking
         first_run = spec.tracking.first_run_id
         tags = dict(spec.tracking.tags)
+        resume = self._resume_point(number)
+        if resume is not None:
+            tags.update(self._resume_tags(resume))
         if number == 1 and first_run:
+            if resume is not None:  # the kernel made the run: tell it where it starts
+                for key, value in self._resume_tags(resume).items():
+                    tracking.tag(first_run, key, value)
             run = RunRef(first_run)
         elif spec.tracking.deferred and not self._answers():
             run = RunRef(None)
@@ -500,6 +508,8 @@ class Supervisor:
         self.store.start_attempt(job.id, number, run.id)
         self._open = number
         files = AttemptDir(self.store.attempt_dir(job.id, number)).make()
+        if resume is not None:
+            files.write_resumed(str(resume.path), resume.step)
         if spec.policy.background:
             reaper.remove(files.result)  # nobody reads a background job's value
         guard = RunGuard()
@@ -538,7 +548,45 @@ class Supervisor:
 
             deferred = DeferredRun(make, run)
         recipe = tracking.recipe(job.id, number, tags)
-        return Attempt(number, run, files, guard, metrics, hints, shipper, deferred, recipe)
+        return Attempt(number, run, files, guard, metrics, hints, shipper, deferred, recipe, resume)
+
+    @property
+    def _checkpoint_place(self) -> Path:
+        return checkpoints.place_of(
+            self.store.job_dir(self.job.id), self.spec.program.checkpoint_dir
+        )
+
+    def _resume_point(self, number: int) -> checkpoints.Found | None:
+        """Where attempt ``number`` starts from: a retry, from the latest complete
+        checkpoint an attempt before it saved; otherwise, or before any, from the one its
+        submission named (``--resume JOB``)."""
+        if number > 1:
+            found = checkpoints.latest(self._checkpoint_place)
+            if found is not None:
+                return found
+        given = self.spec.program.resume_from
+        found = checkpoints.at(Path(given)) if given else None
+        if given and found is None:
+            log.warning(
+                "checkpoint %s is gone or incomplete: attempt %d starts afresh", given, number
+            )
+        return found
+
+    def _resume_tags(self, found: checkpoints.Found) -> dict[str, str]:
+        """The run's account of where it started: the checkpoint, its step, and the run
+        (of this job's attempts) or the job that saved it."""
+        tags = {"air.resumed_from": str(found.path), "air.resumed_layout": str(found.layout)}
+        if found.step is not None:
+            tags["air.resumed_step"] = str(found.step)
+        if self.spec.program.resume_from == str(found.path) and self.spec.program.resume_job:
+            tags["air.resumed_from_job"] = self.spec.program.resume_job
+            return tags
+        writers = [a for a in self.store.attempts(self.job.id) if a.started <= found.written]
+        if writers:
+            tags["air.resumed_from_attempt"] = str(writers[-1].attempt)
+            if writers[-1].run_id:
+                tags["air.resumed_from_run"] = writers[-1].run_id
+        return tags
 
     def _answers(self) -> bool:
         """Whether the job's tracking server answers now (a store that is a file does)."""
@@ -672,12 +720,23 @@ class Supervisor:
             "MLFLOW_RUN_ID": attempt.run.id or "",  # "": made once its server answers
             journal.JOURNAL_ENV: str(attempt.files.metrics_journal),
         }
+        place = self._checkpoint_place
+        try:
+            checkpoints.make_place(place)
+        except OSError as err:  # said here; the ranks' own saving says it to the user
+            log.error("cannot make the checkpoint place %s: %s", place, err)
+        resume = checkpoints.resume_env(attempt.resume) if attempt.resume else {}
+        place_env = {
+            checkpoints.CHECKPOINT_DIR_ENV: str(place),
+            checkpoints.JOB_STARTED_ENV: repr(self.job.created),
+            **resume,
+        }
         context = AttemptContext(
             job_id=self.job.id,
             attempt=attempt.number,
             spec=self.spec,
             files=JobDir(self.store.job_dir(self.job.id)),
-            env={**self.spec.program.env, **mlflow_env},
+            env={**self.spec.program.env, **mlflow_env, **place_env},
             hints=attempt.hints,
             reaper=reaper,
             on_metrics=attempt.metrics.add,

@@ -5,8 +5,10 @@
  */
 
 import {
+  bugIcon,
   circleEmptyIcon,
   circleIcon,
+  closeIcon,
   copyIcon,
   downloadIcon,
   HTMLSelect,
@@ -24,7 +26,7 @@ import { formatClock } from '../common/time';
 import { plural } from './format';
 import type { JobLogsModel } from './model';
 import { infoOf } from './status';
-import type { IJob } from './types';
+import type { IJob, IStackSet } from './types';
 
 /** Milliseconds of typing pause before a search is sent. */
 const SEARCH_DELAY = 300;
@@ -268,6 +270,19 @@ function Toolbar(props: {
         onClick={() => model.setFollowing(!model.following)}
       />
       <ToolbarButtonComponent
+        className="jp-air-JobLogs-stacks"
+        label="Stacks"
+        icon={bugIcon}
+        enabled={!model.stacksPending}
+        tooltip={
+          active
+            ? "Every running rank's Python stacks, now: where the job is stuck"
+            : 'The stacks taken of its ranks (at a likely hang, at a cancel after one)'
+        }
+        disabledTooltip="Taking the stacks…"
+        onClick={() => void model.showStacks()}
+      />
+      <ToolbarButtonComponent
         className="jp-air-JobLogs-copy"
         label="Copy"
         icon={copyIcon}
@@ -340,6 +355,53 @@ function FamilyRow(props: {
   );
 }
 
+/** The stacks shown: each set's time and reason, then each rank's dump. */
+function StacksRow(props: { model: JobLogsModel }): JSX.Element | null {
+  const { model } = props;
+  const sets = model.stacks;
+  if (!sets || !sets.length) {
+    return null;
+  }
+  return (
+    <div className="jp-air-JobLogs-stacksPanel" aria-label="Stacks">
+      <div className="jp-air-JobLogs-stacksTitle">
+        <span>Stacks of the ranks</span>
+        <ToolbarButtonComponent
+          className="jp-air-JobLogs-stacksClose"
+          icon={closeIcon}
+          tooltip="Close the stacks"
+          onClick={() => model.hideStacks()}
+        />
+      </div>
+      {sets.map(set => (
+        <StackSetView key={`${set.attempt}-${set.name}`} set={set} />
+      ))}
+    </div>
+  );
+}
+
+function StackSetView(props: { set: IStackSet }): JSX.Element {
+  const { set } = props;
+  return (
+    <section className="jp-air-JobLogs-stackSet">
+      <h3>
+        Attempt {set.attempt}, {formatClock(set.time * 1000)}: {set.reason}
+      </h3>
+      {set.ranks.map(rank => (
+        <div
+          key={`${rank.node}-${rank.rank}`}
+          className="jp-air-JobLogs-rankStacks"
+        >
+          <h4>
+            node {rank.node} rank {rank.rank} (pid {rank.pid})
+          </h4>
+          <pre>{rank.text ?? `not read: ${rank.error ?? 'no answer'}`}</pre>
+        </div>
+      ))}
+    </section>
+  );
+}
+
 /** Counts, notes and messages (copy, errors). */
 /** What of the job's runs waits for its tracking server, when anything does. */
 function TrackingRow(props: { model: JobLogsModel }): JSX.Element | null {
@@ -397,6 +459,7 @@ export class LogsHeader extends ReactWidget {
             <Toolbar model={model} downloadUrl={this._downloadUrl} />
             <TrackingRow model={model} />
             <InfoRow model={model} />
+            <StacksRow model={model} />
           </>
         )}
       </UseSignal>

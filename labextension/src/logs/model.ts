@@ -5,6 +5,7 @@
 
 import { ISignal, Signal } from '@lumino/signaling';
 
+import { APIError } from '../common/api';
 import type { Query, Requester } from '../common/api';
 import { describeError, PollingModel } from '../common/model';
 import { accessDenied } from './access';
@@ -19,7 +20,9 @@ import type {
   ICellsResponse,
   IJob,
   ILogsResponse,
-  ISessionCell
+  ISessionCell,
+  IStackSet,
+  IStacksResponse
 } from './types';
 
 /** Lines asked for when the view (re)loads: the end of the log. */
@@ -34,6 +37,8 @@ const FOLLOW_INTERVAL = 1000;
 const CELLS_INTERVAL = 5000;
 /** Milliseconds between two reads of a job whose runs wait for their tracking server. */
 const TRACKING_REREAD_MS = 10000;
+/** The states of a job whose ranks may run. */
+const ACTIVE = new Set(['PENDING', 'RUNNING']);
 
 /**
  * Why the cell chosen has no lines from the server yet (the route knows a
@@ -220,6 +225,55 @@ export class JobLogsModel extends PollingModel {
       this._newLines = 0;
       this.poll();
     }
+    this.emitChanged();
+  }
+
+  /** The stacks shown: the set just taken, or the sets saved; null: none shown. */
+  get stacks(): IStackSet[] | null {
+    return this._stacks;
+  }
+
+  /** Whether stacks are being taken or read. */
+  get stacksPending(): boolean {
+    return this._stacksPending;
+  }
+
+  /**
+   * Show where the ranks are: of a running job, every rank's stacks taken now
+   * (which needs CAN_MANAGE_RUN); of an ended one (or when none runs any more),
+   * the sets taken before (at a likely hang, at a cancel after one).
+   */
+  async showStacks(): Promise<void> {
+    const path = `jobs/${encodeURIComponent(this.jobId)}/stacks`;
+    this._stacksPending = true;
+    this.emitChanged();
+    try {
+      let page: IStacksResponse | null = null;
+      if (this._job && ACTIVE.has(this._job.status)) {
+        try {
+          page = await this._request<IStacksResponse>(path, { method: 'POST' });
+        } catch (error) {
+          if (!(error instanceof APIError && error.status === 409)) {
+            throw error;
+          }
+        }
+      }
+      page = page ?? (await this._request<IStacksResponse>(path));
+      this._stacks = page.sets;
+      if (!page.sets.length) {
+        this._flash.show('No stacks were taken of this job.');
+      }
+    } catch (error) {
+      this._flash.show(`Stacks: ${describeError(error)}`);
+    } finally {
+      this._stacksPending = false;
+      this.emitChanged();
+    }
+  }
+
+  /** Close the stacks shown. */
+  hideStacks(): void {
+    this._stacks = null;
     this.emitChanged();
   }
 
@@ -498,6 +552,8 @@ export class JobLogsModel extends PollingModel {
   private _shownAttempt: number | null = null;
   private _query: Query = {};
   private _job: IJob | null = null;
+  private _stacks: IStackSet[] | null = null;
+  private _stacksPending = false;
   private _jobRefresh: Promise<void> | null = null;
   private _trackingTimer: ReturnType<typeof setTimeout> | null = null;
   private _buffer: LineBuffer;

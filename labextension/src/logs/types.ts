@@ -26,6 +26,9 @@ export interface IAttempt {
   run_url: string | null;
   /** Empty on one machine. */
   nodes: IAttemptNode[];
+  /** The checkpoint it started from (a retry's, or `--resume JOB`'s), and its step. */
+  resumed_from: string | null;
+  resumed_step: number | null;
 }
 
 /** `GET jupyter-air/jobs/<id>`. */
@@ -48,6 +51,8 @@ export interface IJob {
   /** `local` or `ray`. */
   backend: string;
   max_retries: number;
+  /** Where its checkpoints go (`AIR_CHECKPOINT_DIR`), the same for every attempt. */
+  checkpoint_dir: string | null;
   experiment_id: string | null;
   run_name: string | null;
   /** Without credentials. */
@@ -133,4 +138,29 @@ export interface IAccessDenied {
   needed: PermissionLevel | string;
   /** The job's owner: who can grant it. */
   owner: string;
+}
+
+/** One rank's Python stacks (py-spy's dump), or why they could not be read. */
+export interface IRankStacks {
+  rank: number;
+  node: number;
+  pid: number;
+  text: string | null;
+  error: string | null;
+}
+
+/** One set of stacks of an attempt's ranks. */
+export interface IStackSet {
+  attempt: number;
+  name: string;
+  /** Why it was taken: asked for, a likely hang, a cancel after one. */
+  reason: string;
+  time: number;
+  ranks: IRankStacks[];
+}
+
+/** `GET`/`POST jupyter-air/jobs/<id>/stacks`. */
+export interface IStacksResponse {
+  job: string;
+  sets: IStackSet[];
 }

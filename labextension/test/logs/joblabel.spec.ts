@@ -16,6 +16,7 @@ const job = (kind: string): IJob => ({
   nnodes: 1,
   backend: 'local',
   max_retries: 0,
+  checkpoint_dir: null,
   experiment_id: null,
   run_name: 'train',
   tracking_uri: null,

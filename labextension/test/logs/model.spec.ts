@@ -5,7 +5,8 @@ import type {
   IJob,
   ILogLine,
   ILogsResponse,
-  ISessionCell
+  ISessionCell,
+  IStacksResponse
 } from '../../src/logs/types';
 
 const JOB = 'job-0001';
@@ -26,6 +27,7 @@ function job(attempts = 1, status = 'RUNNING'): IJob {
     nnodes: 1,
     backend: 'local',
     max_retries: 1,
+    checkpoint_dir: '/home/alice/ckpt',
     experiment_id: null,
     run_name: 'train',
     tracking_uri: null,
@@ -43,7 +45,9 @@ function job(attempts = 1, status = 'RUNNING'): IJob {
       failed_rank: null,
       message: null,
       run_url: null,
-      nodes: []
+      nodes: [],
+      resumed_from: null,
+      resumed_step: null
     }))
   };
 }
@@ -82,6 +86,8 @@ class FakeServer {
   answers: (ILogsResponse | Error)[] = [];
   /** A session's ended cells, as `jobs/<id>/cells` lists them. */
   cells: ISessionCell[] = [];
+  /** `jobs/<id>/stacks`' answers, by method. */
+  stacks: Record<string, IStacksResponse | Error> = {};
 
   request = async <T>(
     endPoint: string,
@@ -94,6 +100,13 @@ class FakeServer {
     }
     if (endPoint === `jobs/${JOB}/cells`) {
       return { job: JOB, cells: this.cells } as T;
+    }
+    if (endPoint === `jobs/${JOB}/stacks`) {
+      const answer = this.stacks[init.method ?? 'GET'];
+      if (answer === undefined || answer instanceof Error) {
+        throw answer ?? new Error(`unexpected ${init.method} stacks`);
+      }
+      return answer as T;
     }
     const answer = this.answers.shift();
     if (answer === undefined) {
@@ -271,6 +284,90 @@ describe('JobLogsModel', () => {
     await settle();
     await settle();
     expect(model.origins).toEqual({ nodes: [0], ranks: [0, 1, 5] });
+  });
+
+  describe('stacks', () => {
+    const set = (reason: string): IStacksResponse => ({
+      job: JOB,
+      sets: [
+        {
+          attempt: 1,
+          name: '20261204-183102',
+          reason,
+          time: 1,
+          ranks: [
+            {
+              rank: 0,
+              node: 0,
+              pid: 42,
+              text: 'all_reduce (c10d.py:1)',
+              error: null
+            }
+          ]
+        }
+      ]
+    });
+    const stackCalls = () =>
+      server.calls
+        .filter(c => c.endPoint === `jobs/${JOB}/stacks`)
+        .map(c => c.method);
+
+    it('of a running job are taken now, and closed on demand', async () => {
+      server.answers = [logs(1, 1)];
+      server.stacks = { POST: set('asked for') };
+      make();
+      await settle();
+      await model.showStacks();
+      expect(stackCalls()).toEqual(['POST']);
+      expect(model.stacks?.[0].reason).toBe('asked for');
+      expect(model.stacksPending).toBe(false);
+      model.hideStacks();
+      expect(model.stacks).toBeNull();
+    });
+
+    it('of an ended job are the sets saved before', async () => {
+      server.job = job(1, 'CANCELLED');
+      server.answers = [logs(1, 1, { done: true, status: 'CANCELLED' })];
+      server.stacks = { GET: set('cancelled after rank 1 went silent') };
+      make();
+      await settle();
+      await model.showStacks();
+      expect(stackCalls()).toEqual(['GET']);
+      expect(model.stacks?.[0].ranks[0].text).toContain('all_reduce');
+    });
+
+    it('are the saved ones when the job ended meanwhile (409)', async () => {
+      server.answers = [logs(1, 1)];
+      server.stacks = {
+        POST: new APIError('job runs no rank now', 'conflict', 409),
+        GET: set('a likely hang')
+      };
+      make();
+      await settle();
+      await model.showStacks();
+      expect(stackCalls()).toEqual(['POST', 'GET']);
+      expect(model.stacks?.[0].reason).toBe('a likely hang');
+    });
+
+    it('say why they could not be taken, and when none were', async () => {
+      server.answers = [logs(1, 1)];
+      server.stacks = {
+        POST: new APIError('CAN_MANAGE_RUN needed', 'forbidden', 403)
+      };
+      make();
+      await settle();
+      await model.showStacks();
+      expect(model.stacks).toBeNull();
+      expect(infoOf(model).message).toBe('Stacks: CAN_MANAGE_RUN needed');
+      model.dispose();
+      server.job = job(1, 'SUCCEEDED');
+      server.answers = [logs(1, 1, { done: true, status: 'SUCCEEDED' })];
+      server.stacks = { GET: { job: JOB, sets: [] } };
+      make();
+      await settle();
+      await model.showStacks();
+      expect(infoOf(model).message).toBe('No stacks were taken of this job.');
+    });
   });
 
   describe('of a warm session', () => {

@@ -1,0 +1,306 @@
+"""A retry resumes from the last complete checkpoint (issue 26): real training that
+checkpoints into the job's ``AIR_CHECKPOINT_DIR``, one rank killed with SIGKILL mid-run,
+``max_retries: 1``; the second attempt starts from the checkpoint, not from step 0, and
+its MLflow run says where it started. A checkpoint cut off mid-write is passed over. The
+HF Trainer and Lightning resume with no change to their code. ``air run --resume JOB``
+starts a new job from another's checkpoint. Real supervisors, ranks on gloo, MLflow's
+SQLite store."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from jupyter_air.jobs.store import JobStore
+from tests.air_cli import air
+from tests.waits import wait_settled
+
+#: The plain helper, 2 ranks: rank 1 dies by SIGKILL right after step 6 was saved.
+PLAIN = """\
+import os, signal
+import torch, torch.distributed as dist
+from jupyter_air import checkpoint
+
+dist.init_process_group("gloo")
+rank, attempt = dist.get_rank(), os.environ["AIR_ATTEMPT"]
+state, done = checkpoint.load() or ({"w": torch.zeros(1)}, 0)
+print(f"attempt {attempt} starts at step {done} in {os.environ['AIR_CHECKPOINT_DIR']}")
+w = state["w"]
+for step in range(done, 10):
+    w += 1
+    dist.all_reduce(torch.zeros(1))
+    checkpoint.save({"w": w}, step + 1)
+    dist.barrier()
+    if attempt == "1" and step + 1 == 6 and rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+print(f"ends with w={w.item():g}")
+"""
+
+#: torch.distributed.checkpoint, 2 ranks, a folder every 2 steps; before the kill rank 1
+#: leaves a later folder with its shard and no ``.metadata``: cut off mid-write.
+DCP = """\
+import os, signal
+from pathlib import Path
+import torch, torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+dist.init_process_group("gloo")
+rank, attempt = dist.get_rank(), os.environ["AIR_ATTEMPT"]
+place = Path(os.environ["AIR_CHECKPOINT_DIR"])
+state = {"w": torch.zeros(4)}
+done = 0
+if os.environ.get("AIR_RESUME_FROM"):
+    dcp.load(state, checkpoint_id=os.environ["AIR_RESUME_FROM"])
+    done = int(os.environ["AIR_RESUME_STEP"])
+print(f"attempt {attempt} starts at step {done}")
+for step in range(done, 8):
+    state["w"] += 1
+    if (step + 1) % 2 == 0:
+        dcp.save(state, checkpoint_id=place / f"step_{step + 1}")
+    dist.barrier()
+    if attempt == "1" and step + 1 == 4:
+        if rank == 1:
+            cut = place / "step_6"
+            cut.mkdir(exist_ok=True)
+            (cut / "__1_0.distcp").write_bytes(b"half a shard")
+            os.kill(os.getpid(), signal.SIGKILL)
+        dist.barrier()
+print(f"ends with w={state['w'][0].item():g}")
+"""
+
+#: The HF Trainer as users write it: checkpoints in its own output_dir, nothing of ours.
+HF = """\
+import os, signal
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+
+class Die(TrainerCallback):
+    def on_train_begin(self, args, state, control, **kwargs):
+        print(f"attempt {os.environ['AIR_ATTEMPT']} starts at step {state.global_step}")
+    def on_step_end(self, args, state, control, **kwargs):
+        if os.environ["AIR_ATTEMPT"] == "1" and state.global_step == 5:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+torch.manual_seed(0)
+config = GPT2Config(vocab_size=32, n_positions=8, n_embd=16, n_layer=1, n_head=2,
+                    bos_token_id=0, eos_token_id=0)
+ids = torch.randint(0, 32, (16, 8))
+args = TrainingArguments(
+    output_dir="out", max_steps=8, per_device_train_batch_size=2, save_strategy="steps",
+    save_steps=2, report_to="none", use_cpu=True, ddp_backend="gloo", disable_tqdm=True,
+)
+trainer = Trainer(model=GPT2LMHeadModel(config), args=args, callbacks=[Die()],
+                  train_dataset=[{"input_ids": row, "labels": row} for row in ids])
+trainer.train()
+print(f"ends at step {trainer.state.global_step}")
+"""
+
+#: Lightning as users write it: its default checkpoint callback with ``save_last``.
+LIGHTNING = """\
+import os, signal
+import torch
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+class Tiny(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+    def training_step(self, batch, _):
+        return self.layer(batch).pow(2).mean()
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+    def on_train_start(self):
+        print(f"attempt {os.environ['AIR_ATTEMPT']} starts at step {self.trainer.global_step}")
+    def on_train_batch_end(self, *args):
+        if os.environ["AIR_ATTEMPT"] == "1" and self.trainer.global_step == 5:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+trainer = L.Trainer(
+    accelerator="cpu", devices=1, max_steps=8, logger=False, enable_progress_bar=False,
+    enable_model_summary=False, default_root_dir=".",
+    callbacks=[ModelCheckpoint(dirpath="ckpts", every_n_train_steps=2, save_last=True,
+                               save_top_k=-1)],
+)
+trainer.fit(Tiny(), torch.utils.data.DataLoader(torch.randn(64, 2), batch_size=4))
+print(f"ends at step {trainer.global_step}")
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("AIR_CHECKPOINT_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run(workdir: Path, script: str, ranks: int, *flags: str, **fields: Any) -> str:
+    """Submit ``script`` as a job that may retry once; its id once it settled."""
+    (workdir / "train.py").write_text(script)
+    workload = {
+        "experiment_name": "resume",
+        "command": f"{sys.executable} train.py",
+        "compute": {"nproc_per_node": ranks},
+        "max_retries": 1,
+        **fields,
+    }
+    (workdir / "w.yaml").write_text(json.dumps(workload))
+    submitted = air("run", "-f", "w.yaml", *flags)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.split()[1]
+    wait_settled(workdir / "air", job_id, timeout=300)
+    return job_id
+
+
+def log(workdir: Path, job_id: str, attempt: int) -> str:
+    shown = air("logs", job_id, "--attempt", str(attempt))
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
+def run_tags(workdir: Path, job_id: str) -> list[dict[str, str]]:
+    """Each attempt's run's tags, in order."""
+    client = MlflowClient(f"sqlite:///{workdir}/mlflow.db")
+    attempts = JobStore(workdir / "air").attempts(job_id)
+    return [client.get_run(a.run_id).data.tags for a in attempts if a.run_id]
+
+
+def test_a_retry_resumes_from_the_helpers_last_checkpoint_and_its_run_says_so(
+    workdir: Path,
+) -> None:
+    job_id = run(workdir, PLAIN, 2)
+
+    store = JobStore(workdir / "air")
+    assert [a.status for a in store.attempts(job_id)] == ["FAILED", "SUCCEEDED"], air(
+        "get", job_id
+    ).stdout + log(workdir, job_id, 2)
+    place = store.job_dir(job_id) / "checkpoints"
+    first, second = log(workdir, job_id, 1), log(workdir, job_id, 2)
+    assert f"node 0 rank 0 INFO attempt 1 starts at step 0 in {place}" in first
+    assert f"node 0 rank 0 INFO attempt 2 starts at step 6 in {place}" in second, second
+    assert f"node 0 rank 1 INFO attempt 2 starts at step 6 in {place}" in second
+    assert "node 0 rank 0 INFO ends with w=10" in second, "the state went on from step 6"
+    assert sorted(p.name for p in place.iterdir()) == ["step-000000009", "step-000000010"]
+
+    shown = air("get", job_id).stdout
+    assert f"  checkpoints: {place}\n" in shown
+    assert f"    resumed from {place / 'step-000000006'}, step 6\n" in shown, shown
+    assert shown.count("resumed from") == 1, "the first attempt started afresh"
+
+    tags_1, tags_2 = run_tags(workdir, job_id)
+    assert "air.resumed_from" not in tags_1
+    assert tags_2["air.resumed_from"] == str(place / "step-000000006")
+    assert tags_2["air.resumed_step"] == "6"
+    assert tags_2["air.resumed_layout"] == "air"
+    assert tags_2["air.resumed_from_attempt"] == "1"
+    assert tags_2["air.resumed_from_run"] == store.attempts(job_id)[0].run_id
+
+
+def test_air_run_resume_starts_a_new_job_from_another_jobs_checkpoint(workdir: Path) -> None:
+    earlier = run(workdir, PLAIN, 2)
+    place = JobStore(workdir / "air").job_dir(earlier) / "checkpoints"
+
+    again = run(workdir, PLAIN, 2, "--resume", earlier, max_retries=0)
+
+    first = log(workdir, again, 1)
+    assert "node 0 rank 0 INFO attempt 1 starts at step 10" in first, first
+    (tags,) = run_tags(workdir, again)
+    assert tags["air.resumed_from"] == str(place / "step-000000010")
+    assert tags["air.resumed_from_job"] == earlier
+
+
+def test_resume_from_a_job_without_a_checkpoint_is_refused_before_anything_starts(
+    workdir: Path,
+) -> None:
+    (workdir / "train.py").write_text("print('no checkpoint')")
+    (workdir / "w.yaml").write_text(f"experiment_name: e\ncommand: {sys.executable} train.py\n")
+    done = air("run", "-f", "w.yaml", "--watch")
+    assert done.returncode == 0, done.stderr
+    earlier = done.stdout.split()[1]
+    before = JobStore(workdir / "air").count()
+
+    refused = air("run", "-f", "w.yaml", "--resume", earlier)
+
+    assert refused.returncode != 0
+    assert refused.stderr.strip().endswith(
+        f"resume: job {earlier} has no complete checkpoint in "
+        f"{JobStore(workdir / 'air').job_dir(earlier) / 'checkpoints'} to resume from"
+    ), refused.stderr
+    assert JobStore(workdir / "air").count() == before, "no job was made"
+    bad = air("run", "-f", "w.yaml", "--resume", "last-week")
+    assert "--resume: 'last-week' is not a job id" in bad.stderr
+
+
+def test_a_checkpoint_dir_the_user_cannot_write_is_refused_at_submission(workdir: Path) -> None:
+    (workdir / "w.yaml").write_text(f"experiment_name: e\ncommand: {sys.executable} -V\n")
+    (workdir / "a-file").write_text("")
+    refused = air("run", "-f", "w.yaml", "--checkpoint-dir", "a-file/ckpt")
+    assert refused.returncode != 0
+    assert f"checkpoint_dir: {workdir / 'a-file'} is not writable" in refused.stderr, refused.stderr
+
+
+def test_a_given_checkpoint_dir_serves_every_attempt(workdir: Path) -> None:
+    job_id = run(workdir, PLAIN, 2, checkpoint_dir="shared/ckpts")
+    place = workdir / "shared" / "ckpts"
+    assert f"attempt 2 starts at step 6 in {place}" in log(workdir, job_id, 2)
+    assert (place / "step-000000010").is_dir()
+    assert place.stat().st_mode & 0o077 == 0, "a new place is its owner's only"
+
+
+def test_torch_dcp_resumes_from_the_last_folder_with_its_metadata_not_the_cut_off_one(
+    workdir: Path,
+) -> None:
+    job_id = run(workdir, DCP, 2)
+
+    second = log(workdir, job_id, 2)
+    assert "node 0 rank 0 INFO attempt 2 starts at step 4" in second, second
+    assert "node 0 rank 0 INFO ends with w=8" in second
+    _, tags_2 = run_tags(workdir, job_id)
+    assert tags_2["air.resumed_layout"] == "torch-dcp"
+    assert tags_2["air.resumed_from"].endswith("/step_4")
+
+
+@pytest.mark.slow
+def test_the_hf_trainer_resumes_by_itself_from_its_output_dir(workdir: Path) -> None:
+    pytest.importorskip("transformers")
+    (workdir / "out").mkdir()
+    job_id = run(workdir, HF, 1)
+
+    assert JobStore(workdir / "air").get(job_id).status == "SUCCEEDED"
+    second = log(workdir, job_id, 2)
+    assert f"[air] resuming from {workdir / 'out' / 'checkpoint-4'}, step 4" in second, second
+    assert "attempt 2 starts at step 4" in second
+    assert "ends at step 8" in second
+
+
+@pytest.mark.slow
+def test_lightning_resumes_by_itself_from_its_last_ckpt(workdir: Path) -> None:
+    pytest.importorskip("lightning")
+    job_id = run(workdir, LIGHTNING, 1)
+
+    assert JobStore(workdir / "air").get(job_id).status == "SUCCEEDED"
+    second = log(workdir, job_id, 2)
+    assert f"[air] resuming from {workdir / 'ckpts' / 'last.ckpt'}" in second, second
+    assert "attempt 2 starts at step 4" in second
+    assert "ends at step 8" in second
+
+
+@pytest.mark.slow
+def test_air_auto_resume_0_leaves_the_libraries_alone(workdir: Path) -> None:
+    pytest.importorskip("lightning")
+    job_id = run(workdir, LIGHTNING, 1, env={"AIR_AUTO_RESUME": "0"})
+
+    second = log(workdir, job_id, 2)
+    assert "[air] resuming" not in second
+    assert "attempt 2 starts at step 0" in second, second
