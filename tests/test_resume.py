@@ -200,6 +200,11 @@ def test_a_retry_resumes_from_the_helpers_last_checkpoint_and_its_run_says_so(
 
     tags_1, tags_2 = run_tags(workdir, job_id)
     assert "air.resumed_from" not in tags_1
+    killed = store.attempts(job_id)[0]
+    assert killed.message is not None
+    assert killed.message.startswith("rank 1 was killed by SIGKILL")
+    assert (tags_1["air.failure"], tags_1["air.failed_rank"]) == (killed.message, "1")
+    assert "air.failure" not in tags_2
     assert tags_2["air.resumed_from"] == str(place / "step-000000006")
     assert tags_2["air.resumed_step"] == "6"
     assert tags_2["air.resumed_layout"] == "air"

@@ -130,6 +130,9 @@ class Tail:
     #: How to make the run when ``run_id`` is empty (a deferred attempt that ran without
     #: one): a ``NewRun``'s fields.
     new_run: dict[str, Any] | None = None
+    #: Set on the run as it ends: how the attempt ended (``air.failure``, the cause of a
+    #: rank's death), said where the run is read.
+    end_tags: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -459,7 +462,10 @@ def finish(client_for: Callable[[str], Any], tail: Tail) -> Answer:
     if Part.END in parts:
         try:
             with backlog.watched(files, uri, {Part.END}):
-                runs.end_run(client_for(uri), tail.run_id, tail.status)
+                client = client_for(uri)
+                for key, value in tail.end_tags.items():
+                    client.set_tag(tail.run_id, key, value)
+                runs.end_run(client, tail.run_id, tail.status)
         except Exception as err:
             errors[Part.END] = err
     if Part.LOGS in parts:

@@ -494,6 +494,8 @@ def test_the_attempt_selector_shows_the_failed_first_attempt(page: Any) -> None:
     assert follow_disabled(page), "a failed attempt has ended"
     href = page.get_attribute(".jp-air-JobLogs-download", "href")
     assert "attempt=1" in href
+    cause = page.text_content(".jp-air-JobLogs-cause")
+    assert cause == "Attempt 1 failed: rank 1 exited with code 3", cause
 
 
 def test_the_palette_lists_recent_jobs_and_opens_one(

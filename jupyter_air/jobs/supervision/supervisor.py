@@ -629,7 +629,7 @@ class Supervisor:
             reaper.remove(attempt.files.result)  # a retry follows, or nobody reads it
         if over:  # what the job started is swept now: none of it waits for MLflow
             reaper.close(wait=REAPER_WAIT)
-        self._end_run(attempt, end.status, over)
+        self._end_run(attempt, end, over)
 
     def _record_attempt_end(self, number: int, end: AttemptEnd) -> None:
         self._open = None
@@ -649,7 +649,7 @@ class Supervisor:
         )
         self.notifier.ended(end.status)
 
-    def _end_run(self, attempt: Attempt, status: str, over: bool) -> None:
+    def _end_run(self, attempt: Attempt, end: AttemptEnd, over: bool) -> None:
         """The run's last metrics, its end and its logs, whoever follows the job; a
         failure is logged here (and the logs' in the run's tags)."""
         attempt.metrics.finish()
@@ -665,11 +665,12 @@ class Supervisor:
             self.job.id,
             attempt.number,
             attempt.run.id or journal.ATTEMPT_RUN,
-            str(status),
+            str(end.status),
             self.spec.tracking.tracking_uri or "",
             str(attempt.files.path),
             sample=not sampled,
             new_run=None if attempt.run.id else asdict(attempt.recipe),
+            end_tags=end_tags(end),
         )
         try:
             answer = hand_over(self.store.home, tail)
@@ -743,6 +744,21 @@ class Supervisor:
             metrics_interval=METRICS_INTERVAL,
         )
         return self.backend.start(context)
+
+
+def end_tags(end: AttemptEnd) -> dict[str, str]:
+    """What the run says of a failed attempt: the cause (a rank's death explained, an
+    exit code, a timeout) and the rank, where MLflow's UI and a search show them."""
+    if end.status is not Outcome.FAILED or not end.message:
+        return {}
+    tags = {"air.failure": end.message[:MAX_TAG]}
+    if end.failed_rank is not None:
+        tags["air.failed_rank"] = str(end.failed_rank)
+    return tags
+
+
+#: Characters of a tag's value: MLflow's own limit is 8000.
+MAX_TAG = 5000
 
 
 def main(argv: list[str] | None = None) -> int:

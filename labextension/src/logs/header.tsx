@@ -20,6 +20,7 @@ import {
 } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
+import { attemptNotes } from './attempt';
 import { cellLabel } from './cells';
 import { isLevelKey, isRangeKey, LEVELS, RANGES } from './filters';
 import { formatClock } from '../common/time';
@@ -403,6 +404,32 @@ function StackSetView(props: { set: IStackSet }): JSX.Element {
 }
 
 /** Counts, notes and messages (copy, errors). */
+/** How the attempt shown failed, and where it resumed from, when it did. */
+function AttemptRow(props: { model: JobLogsModel }): JSX.Element | null {
+  const { model } = props;
+  const attempt = model.job?.attempts.find(
+    a => a.attempt === model.filters.attempt
+  );
+  const { cause, resumed } = attemptNotes(attempt);
+  if (!cause && !resumed) {
+    return null;
+  }
+  return (
+    <div className="jp-air-JobLogs-attemptNotes">
+      {cause && (
+        <div className="jp-air-JobLogs-cause" title={cause}>
+          Attempt {attempt?.attempt} failed: {cause}
+        </div>
+      )}
+      {resumed && (
+        <div className="jp-air-JobLogs-resumed" title={resumed}>
+          {resumed}
+        </div>
+      )}
+    </div>
+  );
+}
+
 /** What of the job's runs waits for its tracking server, when anything does. */
 function TrackingRow(props: { model: JobLogsModel }): JSX.Element | null {
   const line = props.model.job?.tracking;
@@ -457,6 +484,7 @@ export class LogsHeader extends ReactWidget {
             <TitleRow model={model} />
             <FamilyRow model={model} openJob={this._openJob} />
             <Toolbar model={model} downloadUrl={this._downloadUrl} />
+            <AttemptRow model={model} />
             <TrackingRow model={model} />
             <InfoRow model={model} />
             <StacksRow model={model} />
