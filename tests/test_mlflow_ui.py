@@ -287,3 +287,4 @@ def test_the_logs_link_opens_the_logs_view_of_the_kernels_server(
     assert logs_url(job, environ=env, absolute=True) == (
         f"http://10.0.0.5:8888/user/ada/lab?air-job={job}"
     )
+    assert logs_url(job, stacks=True, environ=env) == f"/user/ada/lab?air-job={job}&air-stacks=1"

@@ -431,6 +431,8 @@ def job_links(
         "run": run,
         "experiment": experiment_url(base, experiment_id) if base else None,
         "logs": logs_url(job_id, cell=cell) or artifacts,
+        # where the ranks are, from the logs view: none without a JupyterLab to show it
+        "stacks": logs_url(job_id, stacks=True),
     }
     if run is None:
         links[OPEN_RUN] = ui_command(tracking_uri, experiment_id, run_id)

@@ -75,17 +75,21 @@ def logs_url(
     job_id: str,
     *,
     cell: int | None = None,
+    stacks: bool = False,
     absolute: bool = False,
     environ: Mapping[str, str] | None = None,
 ) -> str | None:
     """The job's logs view in JupyterLab (``lab?air-job=<id>``), on one cell of a warm
-    session when ``cell`` is given (``&air-cell=N``), if a Jupyter server is known."""
+    session when ``cell`` is given (``&air-cell=N``), showing the ranks' stacks with
+    ``stacks`` (``&air-stacks=1``: taken now if the job runs), if a Jupyter server is
+    known."""
     server = current_jupyter_server(os.environ if environ is None else environ)
     if server is None:
         return None
     root = server.url if absolute else server.base_url
     one_cell = "" if cell is None else f"&air-cell={cell:d}"
-    return f"{_slash(root)}lab?air-job={quote(job_id, safe='')}{one_cell}"
+    show_stacks = "&air-stacks=1" if stacks else ""
+    return f"{_slash(root)}lab?air-job={quote(job_id, safe='')}{one_cell}{show_stacks}"
 
 
 #: Opens a page in MLflow's model-training view: MLflow 3's UI picks the view from this

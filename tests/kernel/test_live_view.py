@@ -99,6 +99,7 @@ def test_without_a_jupyter_server_the_header_gives_the_command_that_opens_the_ru
     assert links["run"] is None
     assert links["experiment"] is None
     assert links["logs"] is None
+    assert links["stacks"] is None, "no logs view to show them in"
     assert links["open run"] == (
         "mlflow ui --backend-store-uri 'sqlite:////data/my runs/mlflow.db', "
         "then open http://127.0.0.1:5000/#/experiments/3/runs/abc123?workflowType=machine_learning"

@@ -415,6 +415,21 @@ def test_stacks_shows_where_each_running_rank_is_and_closes(page: Any, artifacts
     page.wait_for_selector(panel, state="detached")
 
 
+def test_the_cells_stacks_link_opens_the_view_on_the_stacks_taken_now(
+    browser: Any, logs_lab: Lab, job: str
+) -> None:
+    """The link a cell's header shows (``logs_url(stacks=True)``), opened as a page."""
+    page = open_page(browser, logs_lab, f"&air-job={job}&air-stacks=1")
+    try:
+        panel = ".jp-air-JobLogs-stacksPanel"
+        page.wait_for_selector(f"{panel} .jp-air-JobLogs-rankStacks", timeout=60_000)
+        assert page.locator(f"{panel} h4").count() == 2
+        assert page.locator(f"{panel} h3").first.text_content().endswith(": asked for")
+        assert "air-stacks" not in page.url, "the address bar forgets the route"
+    finally:
+        page.context.close()
+
+
 def test_the_end_of_the_job_shows_its_last_lines_and_status(
     page: Any, control: Path, artifacts: Path
 ) -> None:

@@ -248,6 +248,9 @@ export class JobLogsModel extends PollingModel {
     this._stacksPending = true;
     this.emitChanged();
     try {
+      if (!this._job) {
+        await this._readJob(); // opened on the stacks: running or not decides
+      }
       let page: IStacksResponse | null = null;
       if (this._job && ACTIVE.has(this._job.status)) {
         try {

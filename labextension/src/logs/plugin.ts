@@ -39,22 +39,25 @@ export namespace CommandIDs {
 
 /**
  * The query parameters of the logs URL:
- * `{base_url}lab?air-job=<id>&air-attempt=K&air-cell=N` (N: a session's cell).
+ * `{base_url}lab?air-job=<id>&air-attempt=K&air-cell=N&air-stacks=1` (N: a
+ * session's cell; `air-stacks=1`: show the ranks' stacks, taken now if it runs).
  */
 export const JOB_PARAM = 'air-job';
 export const ATTEMPT_PARAM = 'air-attempt';
 export const CELL_PARAM = 'air-cell';
+export const STACKS_PARAM = 'air-stacks';
 
 /** What the router matches (the request is the path, query and hash). */
 const ROUTE = /[?&]air-job=/;
 
 const PLUGIN_ID = 'jupyter-air:logs';
 
-/** A job, and the attempt and session cell to show. */
+/** A job, and the attempt and session cell to show; its stacks too. */
 interface ITarget {
   jobId: string;
   attempt?: number;
   cell?: number;
+  stacks?: boolean;
 }
 
 /** A positive integer (an attempt's or a cell's number), else undefined. */
@@ -73,7 +76,8 @@ export function targetOfSearch(search: string): ITarget | null {
   return {
     jobId,
     attempt: toNumber(params.get(ATTEMPT_PARAM)),
-    cell: toNumber(params.get(CELL_PARAM))
+    cell: toNumber(params.get(CELL_PARAM)),
+    stacks: params.get(STACKS_PARAM) === '1'
   };
 }
 
@@ -100,10 +104,10 @@ function targetOfLink(href: string): ITarget | null {
   return targetOfSearch(url.search);
 }
 
-/** Take `air-job`, `air-attempt` and `air-cell` out of the address bar (no new history entry). */
+/** Take `air-job` and the rest out of the address bar (no new history entry). */
 function forgetRoute(): void {
   const url = new URL(window.location.href);
-  const params = [JOB_PARAM, ATTEMPT_PARAM, CELL_PARAM];
+  const params = [JOB_PARAM, ATTEMPT_PARAM, CELL_PARAM, STACKS_PARAM];
   if (!params.some(name => url.searchParams.has(name))) {
     return;
   }
@@ -144,6 +148,14 @@ const logsPlugin: JupyterFrontEndPlugin<void> = {
 
     /** Open (or show) the view of a job. */
     const open = (target: ITarget): MainAreaWidget<JobLogsView> | null => {
+      const widget = openView(target);
+      if (widget && target.stacks) {
+        void widget.content.model.showStacks();
+      }
+      return widget;
+    };
+
+    const openView = (target: ITarget): MainAreaWidget<JobLogsView> | null => {
       const { jobId, attempt, cell } = target;
       if (!JOB_ID.test(jobId)) {
         void showErrorMessage(
