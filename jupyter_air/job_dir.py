@@ -52,6 +52,8 @@ TRACKING_BACKLOG = "tracking.json"
 LATE_RUN = "late_run.json"
 #: The checkpoint an attempt resumed from (``jobs.checkpoints``).
 RESUMED = "resumed.json"
+#: The complete checkpoints an attempt saved (``jobs.checkpoints.listing``).
+CHECKPOINTS = "checkpoints.json"
 #: ``stacks/<set>/``: a set of the ranks' stacks, its index and a file per rank.
 STACKS = "stacks"
 STACKS_INDEX = "stacks.json"
@@ -165,6 +167,10 @@ class AttemptDir:
             step = doc.get("step")
             return doc["path"], step if isinstance(step, int) else None
         return None
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / CHECKPOINTS
 
     def write_late_run(self, run_id: str, experiment_id: str) -> None:
         """The run a deferred attempt's tail made (the job store adopts it when read)."""

@@ -176,6 +176,19 @@ def run_tags(workdir: Path, job_id: str) -> list[dict[str, str]]:
     return [client.get_run(a.run_id).data.tags for a in attempts if a.run_id]
 
 
+def run_artifact(workdir: Path, job_id: str, name: str) -> list[str]:
+    """Each attempt's run's artifact ``name``, as text."""
+    client = MlflowClient(f"sqlite:///{workdir}/mlflow.db")
+    attempts = JobStore(workdir / "air").attempts(job_id)
+    return [
+        Path(
+            client.download_artifacts(a.run_id, name, str(workdir / f"got-{a.attempt}"))
+        ).read_text()
+        for a in attempts
+        if a.run_id
+    ]
+
+
 def test_a_retry_resumes_from_the_helpers_last_checkpoint_and_its_run_says_so(
     workdir: Path,
 ) -> None:
@@ -210,6 +223,15 @@ def test_a_retry_resumes_from_the_helpers_last_checkpoint_and_its_run_says_so(
     assert tags_2["air.resumed_layout"] == "air"
     assert tags_2["air.resumed_from_attempt"] == "1"
     assert tags_2["air.resumed_from_run"] == store.attempts(job_id)[0].run_id
+
+    listed = [
+        [(c["path"], c["step"], c["layout"]) for c in json.loads(text)]
+        for text in run_artifact(workdir, job_id, "checkpoints.json")
+    ]
+    assert listed == [
+        [(str(place / f"step-00000000{n}"), n, "air") for n in (5, 6)],
+        [(str(place / f"step-0000000{n:02d}"), n, "air") for n in (9, 10)],
+    ], "each run lists the complete checkpoints its attempt left"
 
 
 def test_air_run_resume_starts_a_new_job_from_another_jobs_checkpoint(workdir: Path) -> None:

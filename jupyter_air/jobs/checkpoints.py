@@ -99,14 +99,33 @@ def latest(
     """The latest complete checkpoint under ``place`` (``depth`` levels deep at most) in
     one of ``layouts``, by when it was written, written at ``since`` or after (a job
     saves in one layout; Lightning's ``last.ckpt`` wins a tie)."""
+    found = complete(place, since, layouts, depth)
+    return found[-1] if found else None
+
+
+def complete(
+    place: Path,
+    since: float = 0.0,
+    layouts: Collection[Layout] = tuple(Layout),
+    depth: int = DEPTH,
+) -> list[Found]:
+    """Every complete checkpoint under ``place`` as ``latest`` sees them, oldest first."""
     if not place.is_dir():
-        return None
+        return []
     found = [
         c
         for c in _candidates(place, depth)
         if c is not None and c.written >= since and c.layout in layouts
     ]
-    return max(found, key=lambda c: c.written) if found else None
+    return sorted(found, key=lambda c: c.written)
+
+
+def listing(found: list[Found]) -> list[dict[str, object]]:
+    """Checkpoints as a run lists them (``checkpoints.json`` of an attempt)."""
+    return [
+        {"path": str(c.path), "layout": str(c.layout), "step": c.step, "written": c.written}
+        for c in found
+    ]
 
 
 def at(path: Path) -> Found | None:

@@ -33,7 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ...job_dir import AttemptDir, JobDir
+from ...job_dir import AttemptDir, JobDir, replace_json
 from ...notify.courier import ensure_courier
 from ...procs import alive
 from ...status import JobStatus, Outcome
@@ -616,6 +616,7 @@ class Supervisor:
         run's tail over (see ``run_tails``)."""
         attempt.guard.end()
         self._record_attempt_end(attempt.number, end)
+        self._list_checkpoints(attempt)
         # A kernel following the job learns at once (and ends the run itself too); the
         # outcome of any job is known when its ranks have ended, not after its run's tail.
         if over:
@@ -630,6 +631,20 @@ class Supervisor:
         if over:  # what the job started is swept now: none of it waits for MLflow
             reaper.close(wait=REAPER_WAIT)
         self._end_run(attempt, end, over)
+
+    def _list_checkpoints(self, attempt: Attempt) -> None:
+        """The complete checkpoints the attempt saved, kept with it (its run lists them)
+        and said by its end's tags (the latest)."""
+        started = next(
+            (a.started for a in self.store.attempts(self.job.id) if a.attempt == attempt.number),
+            self.job.created,
+        )
+        try:
+            saved = checkpoints.complete(self._checkpoint_place, since=started)
+            if saved:
+                replace_json(attempt.files.checkpoints, checkpoints.listing(saved))
+        except OSError as err:
+            log.error("could not list the checkpoints of attempt %d: %s", attempt.number, err)
 
     def _record_attempt_end(self, number: int, end: AttemptEnd) -> None:
         self._open = None
