@@ -13,7 +13,9 @@ resumes where the attempt before it stopped::
 
 ``save`` writes on rank 0 only (every rank may call it), into a hidden folder first,
 then renames it into place with its marker inside: a checkpoint cut off by a crash is
-never taken for a complete one. It keeps the last ``keep`` checkpoints.
+never taken for a complete one. It keeps the last ``keep`` checkpoints. In a job,
+``load`` gives what the job says to resume from: nothing on a first attempt, so a
+place reused by a later job never restarts it from an earlier one's state.
 """
 
 from __future__ import annotations
@@ -66,21 +68,25 @@ def save(
 
 
 def load(
-    directory: str | os.PathLike[str] | None = None, map_location: Any = "cpu"
+    directory: str | os.PathLike[str] | None = None,
+    map_location: Any = "cpu",
+    weights_only: bool = True,
 ) -> tuple[Any, int] | None:
-    """The state and step of the latest complete checkpoint of ours: the one the retry
-    resumes from (``AIR_RESUME_FROM``), else the latest in the place; None if none."""
+    """The state and step to resume from: in a job, the checkpoint of ours its attempt
+    resumes from (``AIR_RESUME_FROM``: a retry's, or ``--resume``'s), None for a fresh
+    start; with ``directory``, the latest complete one there. ``weights_only`` as
+    ``torch.load``'s: tensors, containers and numbers only, never code (``False`` for
+    states holding other objects, from a place only you can write)."""
     import torch
 
-    given = os.environ.get(RESUME_FROM_ENV)
-    found = None
-    if given and (Path(given) / MARKER).is_file():
-        found = Path(given)
-    elif directory is not None or os.environ.get(CHECKPOINT_DIR_ENV):
-        best = latest(place(directory))
-        found = best.path if best is not None and best.layout is Layout.AIR else None
+    if directory is not None:
+        best = latest(Path(directory), layouts=(Layout.AIR,))
+        found = best.path if best is not None else None
+    else:
+        given = os.environ.get(RESUME_FROM_ENV)
+        found = Path(given) if given and (Path(given) / MARKER).is_file() else None
     if found is None:
         return None
     step = int(json.loads((found / MARKER).read_text())["step"])
-    state = torch.load(found / STATE, map_location=map_location, weights_only=False)
+    state = torch.load(found / STATE, map_location=map_location, weights_only=weights_only)
     return state, step

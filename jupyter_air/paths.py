@@ -143,6 +143,16 @@ def on_network_filesystem(path: Path) -> str | None:
     return kind if kind in NETWORK_FILESYSTEMS else None
 
 
+def others_can_write(st: os.stat_result) -> str | None:
+    """Who else could put files into a directory with this status: ``"others"``, ``"its
+    group"``, or None (its group, if writable, is its owner's personal group)."""
+    if st.st_mode & 0o002:
+        return "others"
+    if st.st_mode & 0o020 and not _private_group_only(st):
+        return "its group"
+    return None
+
+
 def _private_group_only(st: os.stat_result) -> bool:
     """Whether the group is its owner's personal group (Debian/Ubuntu's umask 002
     convention), so group access is the owner's access and nobody else's."""

@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from jupyter_air import checkpoint
-from jupyter_air.jobs.checkpoints import MARKER, Layout, latest
+from jupyter_air.jobs.checkpoints import (
+    MARKER,
+    Layout,
+    latest,
+    make_place,
+    owned,
+    untrusted,
+    unusable,
+)
 
 
 def aged(path: Path, seconds_ago: float) -> Path:
@@ -101,10 +109,76 @@ def test_the_plain_helper_saves_atomically_keeps_two_and_loads_the_latest(
         checkpoint.save({"w": step}, step)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000000200", "step-000000300"]
     (tmp_path / ".step-000000400-cutoff").mkdir()  # a save cut off: hidden, no marker
-    assert checkpoint.load() == ({"w": 300}, 300)
+    assert checkpoint.load() is None, "a first attempt starts afresh: the job says so"
+    assert checkpoint.load(tmp_path) == ({"w": 300}, 300), "the latest of a place named"
+    monkeypatch.setenv("AIR_RESUME_FROM", str(tmp_path / "step-000000200"))
+    assert checkpoint.load() == ({"w": 200}, 200), "the one the job resumes from"
     found = latest(tmp_path)
     assert found is not None
     assert (found.layout, found.step) == (Layout.AIR, 300)
     assert (found.path / MARKER).is_file()
     monkeypatch.setenv("RANK", "1")
     assert checkpoint.save({"w": 0}, 400) is None, "only rank 0 writes"
+
+
+def test_a_cut_off_hf_fsdp_checkpoint_is_not_taken_for_the_dcp_folders_in_it(
+    tmp_path: Path,
+) -> None:
+    aged(hf(tmp_path, 400), 20)
+    cut = hf(tmp_path, 500, complete=False)
+    for shards in ("pytorch_model_fsdp_0", "optimizer_0"):
+        dcp(cut, shards)
+    aged(cut, 10)
+    found = latest(tmp_path)
+    assert found is not None
+    assert (found.path.name, found.layout) == ("checkpoint-400", Layout.HF)
+
+
+def test_a_sharded_lightning_ckpt_is_complete_once_its_meta_pt_is_written(
+    tmp_path: Path,
+) -> None:
+    sharded = dcp(tmp_path, "epoch=1-step=20.ckpt")
+    assert latest(tmp_path) is None, "shards and .metadata, no meta.pt yet"
+    (sharded / "meta.pt").write_bytes(b"meta")
+    found = latest(tmp_path)
+    assert found is not None
+    assert (found.layout, found.step) == (Layout.LIGHTNING, 20)
+
+
+def test_of_checkpoints_written_in_the_same_clock_tick_the_later_step_wins(
+    tmp_path: Path,
+) -> None:
+    for step in (9, 10):
+        checkpoint.save({"w": step}, step, tmp_path)
+        aged(tmp_path / f"step-{step:09d}", 5)
+    found = latest(tmp_path)
+    assert found is not None
+    assert found.step == 10
+
+
+def test_a_place_others_can_write_is_never_trusted(tmp_path: Path) -> None:
+    place = tmp_path / "shared"
+    place.mkdir()
+    assert untrusted(place) is None
+    assert unusable(place) is None
+    place.chmod(0o777)
+    problem = untrusted(place)
+    assert problem is not None
+    assert problem.startswith(f"{place} is writable by others (mode drwxrwxrwx)")
+    assert unusable(place) == problem
+    assert untrusted(tmp_path / "not-yet") is None, "a place made later is made private"
+
+
+def test_a_new_place_and_its_new_parents_are_private(tmp_path: Path) -> None:
+    place = make_place(tmp_path / "root" / "job")
+    assert [(p.stat().st_mode & 0o777) for p in (place.parent, place)] == [0o700, 0o700]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_checkpoint_with_a_file_planted_by_someone_else_is_not_owned(tmp_path: Path) -> None:
+    checkpoint.save({"w": 1}, 1, tmp_path)
+    found = latest(tmp_path)
+    assert found is not None
+    assert owned(found)
+    os.chown(found.path / "state.pt", 4242, -1)
+    assert not owned(found)

@@ -209,14 +209,16 @@ def test_the_hooks_sitecustomize_runs_the_one_it_hides(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys, builtins\n"
+            "import os, sys, builtins\n"
             "from jupyter_air.jobs import autoresume\n"
             "print(getattr(builtins, 'MINE_RAN', False),"
-            " any(isinstance(f, autoresume._Finder) for f in sys.meta_path))",
+            " any(isinstance(f, autoresume._Finder) for f in sys.meta_path),"
+            " os.environ['PYTHONPATH'])",
         ],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert shown.stdout.split() == ["True", "True"], shown.stderr
+    assert shown.stdout.split() == ["True", "True", str(mine)], shown.stderr
+    # what the rank starts (a trial, a tool) is not the rank: it does not resume

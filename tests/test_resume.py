@@ -277,12 +277,48 @@ def test_a_checkpoint_dir_the_user_cannot_write_is_refused_at_submission(workdir
     assert f"checkpoint_dir: {workdir / 'a-file'} is not writable" in refused.stderr, refused.stderr
 
 
-def test_a_given_checkpoint_dir_serves_every_attempt(workdir: Path) -> None:
+#: One rank that fails its first attempt before saving anything.
+FAILS_FIRST = """\
+import os
+from jupyter_air import checkpoint
+
+loaded = checkpoint.load()
+print(f"attempt {os.environ['AIR_ATTEMPT']} resumes from {os.environ.get('AIR_RESUME_FROM')}")
+if os.environ["AIR_ATTEMPT"] == "1":
+    raise SystemExit(3)
+"""
+
+
+def test_a_given_checkpoint_dir_serves_every_attempt_of_its_job_only(workdir: Path) -> None:
     job_id = run(workdir, PLAIN, 2, checkpoint_dir="shared/ckpts")
     place = workdir / "shared" / "ckpts"
     assert f"attempt 2 starts at step 6 in {place}" in log(workdir, job_id, 2)
     assert (place / "step-000000010").is_dir()
     assert place.stat().st_mode & 0o077 == 0, "a new place is its owner's only"
+
+    later = run(workdir, FAILS_FIRST, 1, checkpoint_dir="shared/ckpts")
+    assert "attempt 2 resumes from None" in log(workdir, later, 2), (
+        "the earlier job's checkpoints are not this job's to resume from"
+    )
+
+
+def test_a_place_others_can_write_is_refused_and_never_resumed_from(workdir: Path) -> None:
+    shared = workdir / "team"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    (workdir / "w.yaml").write_text(f"experiment_name: e\ncommand: {sys.executable} -V\n")
+    refused = air("run", "-f", "w.yaml", "--checkpoint-dir", "team")
+    assert refused.returncode != 0
+    assert f"checkpoint_dir: {shared} is writable by others (mode drwxrwxrwx)" in refused.stderr
+
+    earlier = run(workdir, PLAIN, 2)
+    place = JobStore(workdir / "air").job_dir(earlier) / "checkpoints"
+    place.chmod(0o777)  # as if someone could have put a checkpoint of theirs there
+    again = air("run", "-f", "w.yaml", "--resume", earlier)
+    assert again.returncode != 0
+    assert f"resume: cannot resume from job {earlier}: {place} is writable by others" in (
+        again.stderr
+    ), again.stderr
 
 
 def test_torch_dcp_resumes_from_the_last_folder_with_its_metadata_not_the_cut_off_one(

@@ -67,6 +67,8 @@ class Hook:
     param: str
     layout: Layout
     own_places: Callable[[Any], Sequence[tuple[Path, int]]]
+    #: A call that is not the training (left alone, and not counted as the first).
+    aside: Callable[[Any], bool]
 
 
 def _hf_places(trainer: Any) -> list[tuple[Path, int]]:
@@ -74,18 +76,40 @@ def _hf_places(trainer: Any) -> list[tuple[Path, int]]:
 
 
 def _lightning_places(trainer: Any) -> list[tuple[Path, int]]:
+    """Where Lightning saves by itself: a checkpoint callback's ``dirpath`` when the user
+    set it, else under a logger's folder (``<save_dir>/<name>/<version>/checkpoints``,
+    an MLflow logger's ``<save_dir>/<experiment>/<run>/checkpoints``) or, without a
+    logger, ``default_root_dir``."""
     places = [
         (Path(cb.dirpath).absolute(), 1)
         for cb in getattr(trainer, "checkpoint_callbacks", [])
         if getattr(cb, "dirpath", None)
     ]
-    return [*places, (Path(trainer.default_root_dir).absolute() / "lightning_logs", 3)]
+    for logger in getattr(trainer, "loggers", []):
+        if getattr(logger, "save_dir", None):
+            places.append((Path(logger.save_dir).absolute(), 4))
+    root = Path(trainer.default_root_dir).absolute()
+    return [*places, (root / "lightning_logs", 3), (root / "checkpoints", 1)]
 
 
-_LIGHTNING = Hook("Trainer", "fit", "ckpt_path", Layout.LIGHTNING, _lightning_places)
+def _tuning(trainer: Any) -> bool:
+    """Whether this ``fit`` is Lightning's Tuner searching a learning rate or a batch
+    size (it calls ``fit`` itself, with a finder that stops early): not the training."""
+    return any(
+        type(cb).__name__ in ("LearningRateFinder", "BatchSizeFinder")
+        and getattr(cb, "_early_exit", False)
+        for cb in getattr(trainer, "callbacks", [])
+    )
+
+
+def _never(trainer: Any) -> bool:
+    return False
+
+
+_LIGHTNING = Hook("Trainer", "fit", "ckpt_path", Layout.LIGHTNING, _lightning_places, _tuning)
 HOOKS = {
     "transformers.trainer": Hook(
-        "Trainer", "train", "resume_from_checkpoint", Layout.HF, _hf_places
+        "Trainer", "train", "resume_from_checkpoint", Layout.HF, _hf_places, _never
     ),
     "lightning.pytorch.trainer.trainer": _LIGHTNING,
     "pytorch_lightning.trainer.trainer": _LIGHTNING,
@@ -115,17 +139,24 @@ def wrap(hook: Hook, method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def resuming(self: Any, *args: Any, **kwargs: Any) -> Any:
         global _resumed
-        bound = signature.bind_partial(self, *args, **kwargs)
-        with _lock:
-            first, _resumed = not _resumed, True
-        if first and bound.arguments.get(hook.param) is None:
-            found = choose(hook, self, dict(os.environ))
-            if found is not None:
-                step = f", step {found.step}" if found.step is not None else ""
-                print(f"[air] resuming from {found.path}{step}", file=sys.stderr, flush=True)
-                bound.arguments[hook.param] = str(found.path)
-                return method(*bound.args, **bound.kwargs)
-        return method(self, *args, **kwargs)
+        try:
+            if hook.aside(self):
+                return method(self, *args, **kwargs)
+            bound = signature.bind_partial(self, *args, **kwargs)
+            with _lock:
+                first, _resumed = not _resumed, True
+            found = None
+            if first and bound.arguments.get(hook.param) is None:
+                found = choose(hook, self, dict(os.environ))
+        except Exception as err:  # never in the way of the training itself
+            print(f"[air] not resuming: {err!r}", file=sys.stderr, flush=True)
+            found = None
+        if found is None:
+            return method(self, *args, **kwargs)
+        step = f", step {found.step}" if found.step is not None else ""
+        print(f"[air] resuming from {found.path}{step}", file=sys.stderr, flush=True)
+        bound.arguments[hook.param] = str(found.path)
+        return method(*bound.args, **bound.kwargs)
 
     resuming.__air_autoresume__ = True  # type: ignore[attr-defined]
     return resuming
@@ -139,9 +170,29 @@ def patch(module: ModuleType, hook: Hook) -> None:
     setattr(cls, hook.method, wrap(hook, method))
 
 
+class _Patching(importlib.abc.Loader):
+    """The module's own loader, then the hook: a loader of its own, so one shared by
+    other modules (zipimport's) is left as it is."""
+
+    def __init__(self, loader: Any, hook: Hook) -> None:
+        self._loader = loader
+        self._hook = hook
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        created: ModuleType | None = self._loader.create_module(spec)
+        return created
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        patch(module, self._hook)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_resource_reader, ...
+        return getattr(self._loader, name)
+
+
 class _Finder(importlib.abc.MetaPathFinder):
     """Finds the hooked modules as the finders after it would, and patches each once it
-    has run."""
+    has run; anything unexpected leaves the import to them."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
@@ -149,29 +200,35 @@ class _Finder(importlib.abc.MetaPathFinder):
         hook = HOOKS.get(fullname)
         if hook is None:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
+        try:
+            spec = next(
+                (
+                    found
+                    for finder in sys.meta_path
+                    if finder is not self and hasattr(finder, "find_spec")
+                    if (found := finder.find_spec(fullname, path, target)) is not None
+                ),
+                None,
+            )
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return None
+            spec.loader = _Patching(spec.loader, hook)
             return spec
-        run = loader.exec_module
-
-        def exec_module(module: ModuleType) -> None:
-            run(module)
-            patch(module, hook)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+        except Exception:
+            return None
 
 
 def install() -> None:
-    """Hook the libraries when (if ever) they are imported; those already are, now."""
+    """Hook the libraries when (if ever) they are imported; those already are, now. The
+    hook's folder leaves ``PYTHONPATH``: a process this one starts (a trial, a tool) is
+    not the rank, and does not resume by itself."""
+    site = os.path.realpath(SITE)
+    parts = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    kept = [p for p in parts if p and os.path.realpath(p) != site]
+    if kept:
+        os.environ["PYTHONPATH"] = os.pathsep.join(kept)
+    else:
+        os.environ.pop("PYTHONPATH", None)
     if any(isinstance(f, _Finder) for f in sys.meta_path):
         return
     sys.meta_path.insert(0, _Finder())

@@ -24,10 +24,13 @@ import enum
 import json
 import os
 import re
+import stat
 import zipfile
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..paths import others_can_write
 
 CHECKPOINT_DIR_ENV = "AIR_CHECKPOINT_DIR"
 RESUME_FROM_ENV = "AIR_RESUME_FROM"
@@ -74,7 +77,7 @@ def place_for(job_dir: Path, job_id: str, given: str | None, env: dict[str, str]
     if given:
         return Path(given)
     root = env.get(CHECKPOINT_ROOT_ENV)
-    return Path(root) / job_id if root else job_dir / "checkpoints"
+    return Path(root).expanduser() / job_id if root else job_dir / "checkpoints"
 
 
 def place_of(job_dir: Path, recorded: str | None) -> Path:
@@ -84,10 +87,47 @@ def place_of(job_dir: Path, recorded: str | None) -> Path:
 
 
 def make_place(path: Path) -> Path:
-    """The place, made for its owner only (a new folder; an existing one is the user's
-    and kept as it is): weights are the user's work and may be confidential."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """The place, made for its owner only (new folders, parents too; an existing one is
+    the user's and kept as it is): weights are the user's work, may be confidential,
+    and are unpickled when loaded."""
+    missing = [p for p in [path, *path.parents] if not p.exists()]
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
     return path
+
+
+def untrusted(place: Path) -> str | None:
+    """Why checkpoints in ``place`` must not be loaded (None if they may): loading one
+    unpickles it, so a file someone else put there would run as this user. The place
+    must be this user's, and nobody else may write into it; a missing place holds
+    nothing yet."""
+    try:
+        st = place.stat()
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{place} is not a directory"
+    if st.st_uid != os.geteuid():
+        return f"{place} belongs to uid {st.st_uid}, not to you"
+    writers = others_can_write(st)
+    if writers is not None:
+        return (
+            f"{place} is writable by {writers} (mode {stat.filemode(st.st_mode)}): a "
+            f"checkpoint someone else put there would run as you when loaded; "
+            f"`chmod go-w {place}`, or choose another"
+        )
+    return None
+
+
+def owned(found: Found) -> bool:
+    """Whether every file of the checkpoint is this user's (one planted in a folder of
+    it, by whoever could write there before, is not)."""
+    me = os.geteuid()
+    paths = [found.path, *found.path.rglob("*")] if found.path.is_dir() else [found.path]
+    try:
+        return all(p.lstat().st_uid == me for p in paths)
+    except OSError:
+        return False
 
 
 def latest(
@@ -117,7 +157,8 @@ def complete(
         for c in _candidates(place, depth)
         if c is not None and c.written >= since and c.layout in layouts
     ]
-    return sorted(found, key=lambda c: c.written)
+    # of equal times (a coarse clock), the later step
+    return sorted(found, key=lambda c: (c.written, -1 if c.step is None else c.step))
 
 
 def listing(found: list[Found]) -> list[dict[str, object]]:
@@ -133,13 +174,16 @@ def at(path: Path) -> Found | None:
     return next((c for c in _candidates(path, 0) if c is not None), None)
 
 
-def writable(path: Path) -> str | None:
+def unusable(path: Path) -> str | None:
     """Why ``path`` cannot be a checkpoint place (None if it can): checked at submission,
-    so that a place the user cannot write is said before the job runs for hours."""
-    if path.exists() and not path.is_dir():
-        return f"{path} is not a directory"
-    existing = next(p for p in [path, *path.parents] if p.exists())
-    if not os.access(existing, os.W_OK | os.X_OK):
+    so that a place the user cannot write, or others can, is said before the job runs
+    for hours."""
+    if path.exists():
+        return untrusted(path) or (
+            None if os.access(path, os.W_OK | os.X_OK) else f"{path} is not writable"
+        )
+    existing = next(p for p in path.parents if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         return f"{existing} is not writable"
     return None
 
@@ -153,13 +197,28 @@ def resume_env(found: Found) -> dict[str, str]:
 
 
 def _candidates(path: Path, depth: int) -> list[Found | None]:
+    """The checkpoints at ``path`` and under it. A checkpoint's own folder is one
+    checkpoint, complete or not, never searched for others (an HF FSDP checkpoint
+    holds DCP folders; a sharded Lightning ``.ckpt`` is a DCP folder)."""
+    if path.suffix == ".ckpt":
+        return [_guarded(_lightning, path)]
     if not path.is_dir():
-        return [_lightning(path)] if path.suffix == ".ckpt" else []
-    found = [_air(path), _hf(path), _dcp(path)]
-    if depth > 0 and not any(found):  # a checkpoint's own files are not checkpoints
+        return []
+    if _HF.fullmatch(path.name):
+        return [_guarded(_hf, path)]
+    found = [_guarded(_air, path), _guarded(_dcp, path)]
+    if depth > 0 and not any(found):
         for child in _children(path):
             found += _candidates(child, depth - 1)
     return found
+
+
+def _guarded(check: Callable[[Path], Found | None], path: Path) -> Found | None:
+    """``check(path)``; a file that went meanwhile (a checkpoint rotated away) is none."""
+    try:
+        return check(path)
+    except OSError:
+        return None
 
 
 def _children(path: Path) -> list[Path]:
@@ -173,9 +232,10 @@ def _air(folder: Path) -> Found | None:
     marker = folder / MARKER
     try:
         doc = json.loads(marker.read_text())
-        return Found(folder, Layout.AIR, int(doc["step"]), marker.stat().st_mtime)
-    except (OSError, ValueError, KeyError, TypeError):
+        step = int(doc["step"])
+    except (FileNotFoundError, NotADirectoryError, ValueError, KeyError, TypeError):
         return None
+    return Found(folder, Layout.AIR, step, marker.stat().st_mtime)
 
 
 def _hf(folder: Path) -> Found | None:
@@ -195,14 +255,21 @@ def _dcp(folder: Path) -> Found | None:
 
 
 def _lightning(path: Path) -> Found | None:
-    try:
-        with zipfile.ZipFile(path) as archive:  # its central directory is written last
-            if not archive.namelist():
-                return None
-    except (OSError, zipfile.BadZipFile):
-        return None
+    """A ``.ckpt`` file whose zip directory reads, or a sharded one (a folder): complete
+    once Lightning wrote its ``meta.pt``, after the shards' ``.metadata``."""
+    if path.is_dir():
+        if not (path / ".metadata").is_file() or not (path / "meta.pt").is_file():
+            return None
+        written = (path / "meta.pt").stat().st_mtime
+    else:
+        try:
+            with zipfile.ZipFile(path) as archive:  # its central directory is written last
+                if not archive.namelist():
+                    return None
+        except zipfile.BadZipFile:
+            return None
+        written = path.stat().st_mtime
     step = _STEP.search(path.stem)
-    written = path.stat().st_mtime
     if path.name == "last.ckpt":
         written += 1e-3  # Lightning's "last" is the one to resume from, of equal times
     return Found(path, Layout.LIGHTNING, int(step[1]) if step else None, written)

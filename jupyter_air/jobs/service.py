@@ -92,9 +92,13 @@ class Placed:
         if s.checkpoint_dir is not None:
             where = Path(working_dir or os.getcwd()) / os.path.expanduser(s.checkpoint_dir)
             place = os.path.abspath(where)
-            problem = checkpoints.writable(Path(place))
+            problem = checkpoints.unusable(Path(place))
             if problem is not None:
                 raise Refused("checkpoint_dir", problem)
+        elif root := os.environ.get(checkpoints.CHECKPOINT_ROOT_ENV):
+            problem = checkpoints.unusable(Path(root).expanduser())
+            if problem is not None:
+                raise Refused("checkpoint_dir", f"${checkpoints.CHECKPOINT_ROOT_ENV}: {problem}")
         return job_spec(
             kind,
             command=command,
@@ -232,11 +236,16 @@ class JobService:
         except (UnknownJob, Forbidden) as err:
             raise Refused("resume", f"cannot resume from job {other}: {err}") from None
         where = checkpoints.place_of(self.store.job_dir(job.id), job.spec.program.checkpoint_dir)
+        problem = checkpoints.untrusted(where)
+        if problem is not None:
+            raise Refused("resume", f"cannot resume from job {job.id}: {problem}")
         found = checkpoints.latest(where)
         if found is None:
             raise Refused(
                 "resume", f"job {job.id} has no complete checkpoint in {where} to resume from"
             )
+        if not checkpoints.owned(found):
+            raise Refused("resume", f"cannot resume from {found.path}: a file in it is not yours")
         return replace(spec, program=replace(spec.program, resume_from=str(found.path)))
 
     # -- reading -----------------------------------------------------------------------

@@ -558,18 +558,34 @@ class Supervisor:
 
     def _resume_point(self, number: int) -> checkpoints.Found | None:
         """Where attempt ``number`` starts from: a retry, from the latest complete
-        checkpoint an attempt before it saved; otherwise, or before any, from the one its
-        submission named (``--resume JOB``)."""
-        if number > 1:
-            found = checkpoints.latest(self._checkpoint_place)
-            if found is not None:
-                return found
-        given = self.spec.program.resume_from
+        checkpoint this job saved; otherwise, or before any, from the one its submission
+        named (``--resume JOB``), or that job's latest if that one went meanwhile. One
+        that cannot be trusted (see ``checkpoints.untrusted``) is said, never loaded."""
+        try:
+            found = None
+            problem = checkpoints.untrusted(self._checkpoint_place) if number > 1 else None
+            if problem is not None:
+                log.error("attempt %d resumes from none of its checkpoints: %s", number, problem)
+            elif number > 1:
+                found = checkpoints.latest(self._checkpoint_place, since=self.job.created)
+            if found is None:
+                found = self._named_resume_point()
+        except OSError as err:
+            log.error("no checkpoint to resume attempt %d from: %s", number, err)
+            return None
+        if found is not None and not checkpoints.owned(found):
+            log.error("attempt %d starts afresh: a file in %s is not yours", number, found.path)
+            return None
+        return found
+
+    def _named_resume_point(self) -> checkpoints.Found | None:
+        given, other = self.spec.program.resume_from, self.spec.program.resume_job
         found = checkpoints.at(Path(given)) if given else None
-        if given and found is None:
-            log.warning(
-                "checkpoint %s is gone or incomplete: attempt %d starts afresh", given, number
-            )
+        if given and found is None and other:
+            log.warning("checkpoint %s went: job %s's latest now", given, other)
+            recorded = self.store.get(other).spec.program.checkpoint_dir
+            place = checkpoints.place_of(self.store.job_dir(other), recorded)
+            found = None if checkpoints.untrusted(place) else checkpoints.latest(place)
         return found
 
     def _resume_tags(self, found: checkpoints.Found) -> dict[str, str]:
@@ -578,8 +594,9 @@ class Supervisor:
         tags = {"air.resumed_from": str(found.path), "air.resumed_layout": str(found.layout)}
         if found.step is not None:
             tags["air.resumed_step"] = str(found.step)
-        if self.spec.program.resume_from == str(found.path) and self.spec.program.resume_job:
-            tags["air.resumed_from_job"] = self.spec.program.resume_job
+        other = self.spec.program.resume_job
+        if other and not found.path.is_relative_to(self._checkpoint_place):
+            tags["air.resumed_from_job"] = other
             return tags
         writers = [a for a in self.store.attempts(self.job.id) if a.started <= found.written]
         if writers:

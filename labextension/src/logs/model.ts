@@ -252,19 +252,33 @@ export class JobLogsModel extends PollingModel {
         await this._readJob(); // opened on the stacks: running or not decides
       }
       let page: IStacksResponse | null = null;
+      let note = '';
       if (this._job && ACTIVE.has(this._job.status)) {
         try {
           page = await this._request<IStacksResponse>(path, { method: 'POST' });
         } catch (error) {
-          if (!(error instanceof APIError && error.status === 409)) {
+          // ended meanwhile (409), or taking them is not this user's (403): the saved
+          if (!(
+            error instanceof APIError && [403, 409].includes(error.status)
+          )) {
             throw error;
+          }
+          if (error.status === 403) {
+            note =
+              'Taking stacks needs CAN_MANAGE_RUN: these were taken before.';
           }
         }
       }
       page = page ?? (await this._request<IStacksResponse>(path));
       this._stacks = page.sets;
       if (!page.sets.length) {
-        this._flash.show('No stacks were taken of this job.');
+        this._flash.show(
+          note
+            ? 'Taking stacks needs CAN_MANAGE_RUN, and none were taken before.'
+            : 'No stacks were taken of this job.'
+        );
+      } else if (note) {
+        this._flash.show(note);
       }
     } catch (error) {
       this._flash.show(`Stacks: ${describeError(error)}`);

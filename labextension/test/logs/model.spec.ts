@@ -349,16 +349,32 @@ describe('JobLogsModel', () => {
       expect(model.stacks?.[0].reason).toBe('a likely hang');
     });
 
-    it('say why they could not be taken, and when none were', async () => {
+    it('are the saved ones for a viewer, who may not take them', async () => {
       server.answers = [logs(1, 1)];
       server.stacks = {
-        POST: new APIError('CAN_MANAGE_RUN needed', 'forbidden', 403)
+        POST: new APIError('CAN_MANAGE_RUN needed', 'forbidden', 403),
+        GET: set('a likely hang')
+      };
+      make();
+      await settle();
+      await model.showStacks();
+      expect(stackCalls()).toEqual(['POST', 'GET']);
+      expect(model.stacks?.[0].reason).toBe('a likely hang');
+      expect(infoOf(model).message).toBe(
+        'Taking stacks needs CAN_MANAGE_RUN: these were taken before.'
+      );
+    });
+
+    it('say why they could not be read, and when none were', async () => {
+      server.answers = [logs(1, 1)];
+      server.stacks = {
+        POST: new APIError('the job store is busy', 'unavailable', 503)
       };
       make();
       await settle();
       await model.showStacks();
       expect(model.stacks).toBeNull();
-      expect(infoOf(model).message).toBe('Stacks: CAN_MANAGE_RUN needed');
+      expect(infoOf(model).message).toBe('Stacks: the job store is busy');
       model.dispose();
       server.job = job(1, 'SUCCEEDED');
       server.answers = [logs(1, 1, { done: true, status: 'SUCCEEDED' })];
