@@ -128,6 +128,7 @@ bench: setup
 	$(PY) bench/bench_tracking.py
 	$(PY) bench/bench_tracking_outage.py
 	$(PY) bench/bench_notify.py
+	$(PY) bench/bench_long_runs.py
 
 clean:
 	rm -rf lib jupyter_air/labextension tsconfig.tsbuildinfo tests/fake_nvml/.build test-artifacts
