@@ -45,7 +45,7 @@ from tests.kernel.test_distributed_magic import (
     runs_of_job,
 )
 from tests.kernel.test_session import SESSION_JOB, cell
-from tests.waits import job_processes, supervised_until_its_end, wait_done, wait_settled
+from tests.waits import job_processes, supervised_until_its_end, until, wait_done, wait_settled
 
 pytestmark = pytest.mark.ray
 ROOT = Path(__file__).resolve().parents[2]
@@ -433,6 +433,69 @@ def test_air_run_places_a_workload_on_two_nodes(
     assert document["attempts"][0]["exit_codes"] == [0, 0]
     assert [n["node"] for n in document["attempts"][0]["nodes"]] == [0, 1]
     assert wait_done(air_home, job_id).status == "SUCCEEDED"
+    assert job_processes(job_id) == []
+
+
+HUNG_WORKER = """\
+import time
+import torch, torch.distributed as dist
+
+
+def wait_forever():
+    while True:
+        time.sleep(0.2)
+
+
+dist.init_process_group("gloo")
+print(f"rank {dist.get_rank()} ready", flush=True)
+if dist.get_rank() == 1:
+    wait_forever()
+dist.all_reduce(torch.ones(1))
+"""
+
+
+def test_air_stacks_shows_each_node_s_rank_where_it_is_stuck(
+    kernel_env: dict[str, str], air_home: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "hung.py").write_text(HUNG_WORKER)
+    (tmp_path / "workload.yaml").write_text(
+        "experiment_name: ray-stacks\n"
+        f"command: {sys.executable} hung.py\n"
+        "backend: ray\n"
+        "compute:\n  nnodes: 2\n  nproc_per_node: 1\n"
+    )
+
+    def air(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "jupyter_air.cli", *args],
+            env=kernel_env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    submitted = air("run", "-f", "workload.yaml")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = job_id_of_cli(submitted.stdout)
+    try:
+        until(
+            lambda: air("logs", job_id).stdout.count(" ready") == 2,
+            "both ranks in the process group",
+            timeout=180,
+        )
+        shown = air("stacks", job_id)
+        assert shown.returncode == 0, shown.stderr
+        out = shown.stdout
+        node_0 = out[out.index("=== node 0 rank 0") : out.index("=== node 1 rank 1")]
+        node_1 = out[out.index("=== node 1 rank 1") :]
+        assert "all_reduce" in node_0, out
+        assert "<module> (hung.py:14)" in node_0, out
+        assert "wait_forever (hung.py:7)" in node_1, out
+        assert "all_reduce" not in node_1
+    finally:
+        air("cancel", job_id)
+    assert wait_settled(air_home, job_id).status == "CANCELLED"
     assert job_processes(job_id) == []
 
 
