@@ -84,3 +84,21 @@ def test_thinning_keeps_each_buckets_extremes_and_the_last_point() -> None:
     assert min(thin_y) == -5.0
     assert thin_x == sorted(thin_x)
     assert thin_x[-1] == 999.0
+
+
+def test_a_resumed_retry_marks_its_restart_step_on_the_metric_panels_only() -> None:
+    chart = RunChart()
+    chart.add(1, [Point("loss", s, 1.0, NOW) for s in range(1, 6)], None)
+    chart.restarts[2] = 5
+    chart.add(2, [Point("loss", s, 0.5, NOW) for s in range(6, 9)], None)
+    chart.add(2, [Point("system/cpu_utilization_percentage", 0, 5.0, NOW)], None)
+    live = [p for row in chart.live_layout()["rows"] for p in row["panels"]]
+    marks = {p["title"]: p["marks"] for p in live}
+    assert marks == {
+        "loss": [{"x": 5, "label": "attempt 2 resumed at step 5"}],
+        "host CPU %": [],
+    }
+    layout = chart.figure()["layout"]
+    ((line,),) = [layout["shapes"]]
+    assert (line["xref"], line["x0"], line["x1"]) == ("x4", 5, 5)
+    assert "attempt 2 resumed at step 5" in [a["text"] for a in layout["annotations"]]

@@ -274,6 +274,7 @@ function makePanel(uPlot, spec, traces, hidden, width, height) {
           },
         ],
         setCursor: [(self) => readOut(self, readout, spec)],
+        draw: [(self) => drawMarks(self, state.spec.marks ?? [])],
       },
     },
     null,
@@ -288,6 +289,32 @@ function makePanel(uPlot, spec, traces, hidden, width, height) {
   );
   el.uplot = u; // what the browser tests and the benchmark read
   return { el, u, state };
+}
+
+// A dashed line at each step where a retry resumed from a checkpoint, labelled at the
+// top of the plot (the panel's spec says where: `marks`, [{x, label}]).
+function drawMarks(u, marks) {
+  const ctx = u.ctx;
+  const { left, top, width, height } = u.bbox;
+  for (const mark of marks) {
+    // On a pixel's middle: a one-pixel line over two half pixels would be a pale smear.
+    const x = Math.round(u.valToPos(mark.x, "x", true)) + 0.5;
+    if (x < left || x > left + width) continue;
+    ctx.save();
+    ctx.strokeStyle = "#888888";
+    ctx.fillStyle = "#666666";
+    ctx.lineWidth = Math.round(devicePixelRatio);
+    ctx.setLineDash([4 * devicePixelRatio, 3 * devicePixelRatio]);
+    ctx.beginPath();
+    ctx.moveTo(x, top);
+    ctx.lineTo(x, top + height);
+    ctx.stroke();
+    ctx.font = `${10 * devicePixelRatio}px sans-serif`;
+    ctx.textAlign = "left";
+    ctx.textBaseline = "top";
+    ctx.fillText(mark.label, x + 3 * devicePixelRatio, top + 2 * devicePixelRatio);
+    ctx.restore();
+  }
 }
 
 // What the pointer is over: the trace closest to it, its value and its x.

@@ -2,7 +2,9 @@
 
 Rank 0's metrics (a panel each, against the step), the job's own GPUs (utilization and
 memory, per node on Ray) and its host's CPU, from the run's system metrics, with a
-legend; a retry's traces are new, dotted and named by attempt. ``RunChart`` is the
+legend; a retry's traces are new, dotted and named by attempt, and where a retry resumed
+from a checkpoint its metric panels mark the step it restarted at (its traces go on from
+there, as one curve). ``RunChart`` is the
 data (no widgets); ``ChartWidget`` draws it live with uPlot in any frontend with
 widgets, sent only new points; when the job ends, and where there are no widgets
 (nbclient, nbconvert, a notebook opened later), the cell keeps a static plotly figure
@@ -162,6 +164,10 @@ SYSTEM_PANELS = {
 }
 
 
+#: The restart marks' color: neither a trace's nor the axes'.
+MARK_COLOR = "#888888"
+
+
 @dataclass
 class Trace:
     key: str  # the MLflow metric
@@ -218,6 +224,15 @@ class RunChart:
         self._index: dict[tuple[int, str], int] = {}
         self._panels: dict[str, Panel] = {}  # metric key -> its panel
         self._series: dict[str, str] = {}  # series -> color
+        #: attempt -> the step its checkpoint was saved at, for a retry that resumed.
+        self.restarts: dict[int, int] = {}
+
+    def marks(self) -> list[dict[str, Any]]:
+        """Where each resumed attempt restarted, on the metric panels' step axis."""
+        return [
+            {"x": step, "label": f"attempt {attempt} resumed at step {step}"}
+            for attempt, step in sorted(self.restarts.items())
+        ]
 
     def add(self, attempt: int, points: Iterable[Point], gpus: Sequence[int] | None) -> Update:
         """Take new points of an attempt's run; ``gpus`` are the NVML indices of the job's
@@ -308,8 +323,30 @@ class RunChart:
                         "xanchor": "left", "yanchor": "bottom", "showarrow": False,
                     }
                 )  # fmt: skip
+                if not panel.system:
+                    self._mark(layout, panel, (y0, y1))
             top -= height + TITLE_HEIGHT
         return layout
+
+    def _mark(self, layout: dict[str, Any], panel: Panel, y: tuple[float, float]) -> None:
+        """A dashed line at each resumed attempt's restart step, labelled at its top."""
+        suffix = "" if panel.axis == 1 else str(panel.axis)
+        for mark in self.marks():
+            layout.setdefault("shapes", []).append(
+                {
+                    "type": "line", "xref": f"x{suffix}", "yref": "paper",
+                    "x0": mark["x"], "x1": mark["x"], "y0": y[0], "y1": y[1],
+                    "line": {"color": MARK_COLOR, "width": 1, "dash": "dash"},
+                }
+            )  # fmt: skip
+            layout["annotations"].append(
+                {
+                    "text": html.escape(mark["label"]), "x": mark["x"], "y": y[1],
+                    "xref": f"x{suffix}", "yref": "paper", "xanchor": "left",
+                    "yanchor": "top", "showarrow": False,
+                    "font": {"size": 10, "color": MARK_COLOR},
+                }
+            )  # fmt: skip
 
     def _axes(self, panel: Panel, x: tuple[float, float], y: tuple[float, float]) -> dict[str, Any]:
         suffix = "" if panel.axis == 1 else str(panel.axis)
@@ -359,9 +396,9 @@ class RunChart:
             specs = []
             for panel in panels:
                 x, y = self._ranges(panel)
-                specs.append(
-                    {"axis": panel.axis, "title": panel.title, "time": panel.system, "x": x, "y": y}
-                )
+                spec = {"axis": panel.axis, "title": panel.title, "time": panel.system}
+                marks = [] if panel.system else self.marks()
+                specs.append({**spec, "x": x, "y": y, "marks": marks})
             rows.append({"height": height, "panels": specs})
         return {"rows": rows}
 
@@ -468,8 +505,13 @@ class RunFeed:
         for attempt, run_id in attempts:
             feed = self._feeds.get(attempt)
             if feed is None:
-                journal = self._job.attempt(attempt).metrics_journal
-                feed = self._feeds[attempt] = metric_feed(self._tracking_uri, run_id, journal)
+                files = self._job.attempt(attempt)
+                feed = self._feeds[attempt] = metric_feed(
+                    self._tracking_uri, run_id, files.metrics_journal
+                )
+                resumed = files.read_resumed()
+                if resumed is not None and resumed[1] is not None:
+                    self.chart.restarts[attempt] = resumed[1]
             points = feed.poll()
             self.points_read += len(points)
             step = self.chart.add(attempt, points, gpus)

@@ -11,10 +11,12 @@ from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Kernel
 from tests.kernel.test_distributed_magic import job_id_of
 
+PLOTLY = "application/vnd.plotly.v1+json"
+
 TRAIN = """\
 import os, signal
 import torch, torch.distributed as dist
-from jupyter_air import checkpoint
+from jupyter_air import checkpoint, log_metrics
 
 dist.init_process_group("gloo")
 state, done = checkpoint.load() or ({"w": 0}, 0)
@@ -23,6 +25,7 @@ w = state["w"]
 for step in range(done, 8):
     w += 1
     dist.all_reduce(torch.zeros(1))
+    log_metrics({"w": float(w)}, step=step + 1)
     checkpoint.save({"w": w}, step + 1)
     dist.barrier()
     if os.environ["AIR_ATTEMPT"] == "1" and step + 1 == 5 and dist.get_rank() == 1:
@@ -41,6 +44,14 @@ def test_a_cell_retried_after_a_killed_rank_resumes_and_a_later_cell_resumes_fro
     assert "[rank 0] attempt 1 starts at step 0" in first.stdout
     assert "[rank 0] attempt 2 starts at step 5" in first.stdout, first.stdout
     earlier = job_id_of(first)
+    chart = next(d[PLOTLY] for d in reversed(first.displays) if PLOTLY in d)
+    traces = {t["name"]: t for t in chart["data"]}
+    assert traces["w"]["x"] == [1, 2, 3, 4, 5]
+    assert traces["w (attempt 2)"]["x"] == [6, 7, 8], "the retry's curve goes on from step 5"
+    ((mark,),) = [chart["layout"]["shapes"]]
+    assert (mark["x0"], mark["line"]["dash"]) == (5, "dash"), "the restart is marked"
+    labels = [a["text"] for a in chart["layout"]["annotations"]]
+    assert "attempt 2 resumed at step 5" in labels
 
     again = kernel.run(f"%%air_distributed -n 2 --resume {earlier}\n{TRAIN}", timeout=240)
 
