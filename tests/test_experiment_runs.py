@@ -154,3 +154,22 @@ def test_a_row_says_whether_its_run_is_a_sessions_or_a_session_cells(
     )
     run = Run(info, RunData(tags=[RunTag(k, v) for k, v in tags.items()]))
     assert run_row(run)["kind"] == kind
+
+
+def test_a_row_says_where_a_resumed_retry_started() -> None:
+    from mlflow.entities import Run, RunData, RunInfo, RunTag
+
+    info = RunInfo(
+        run_id="r2",
+        experiment_id="1",
+        user_id="alice",
+        status="FINISHED",
+        start_time=1,
+        end_time=2,
+        lifecycle_stage="active",
+    )
+    tags = {"air.attempt": "2", "air.resumed_from": "/ckpt/step-6", "air.resumed_step": "6"}
+    row = run_row(Run(info, RunData(tags=[RunTag(k, v) for k, v in tags.items()])))
+    assert (row["attempt"], row["resumed_from"], row["resumed_step"]) == (2, "/ckpt/step-6", 6)
+    fresh = run_row(Run(info, RunData(tags=[RunTag("air.attempt", "1")])))
+    assert (fresh["resumed_from"], fresh["resumed_step"]) == (None, None)

@@ -119,7 +119,7 @@ def run_row(run: Run) -> dict[str, Any]:
     info, data = run.info, run.data
     tags = data.tags
     start, end = info.start_time, info.end_time
-    attempt = tags.get("air.attempt")
+    attempt, resumed = tags.get("air.attempt"), tags.get("air.resumed_step")
     return {
         "run_id": info.run_id,
         "name": info.run_name,
@@ -128,6 +128,9 @@ def run_row(run: Run) -> dict[str, Any]:
         "end_time": end,
         "duration_ms": (end - start) if start is not None and end is not None else None,
         "attempt": int(attempt) if attempt and attempt.isdigit() else None,
+        # a retry that resumed from a checkpoint: where, and at which step
+        "resumed_from": tags.get("air.resumed_from"),
+        "resumed_step": int(resumed) if resumed and resumed.isdigit() else None,
         "job_id": tags.get("air.job_id"),
         "cell_id": tags.get("air.cell_id"),
         "notebook": tags.get("air.notebook"),

@@ -176,8 +176,15 @@ export class RunsTable extends Widget {
     start.textContent = formatStart(run.start_time);
     start.title = run.start_time === null ? '' : formatDateTime(run.start_time);
     tr.insertCell().textContent = formatRunDuration(run.duration_ms);
-    tr.insertCell().textContent =
-      run.attempt === null ? '' : String(run.attempt);
+    const attempt = tr.insertCell();
+    attempt.textContent = run.attempt === null ? '' : String(run.attempt);
+    if (run.resumed_from) {
+      const step = run.resumed_step === null ? '' : ` ${run.resumed_step}`;
+      attempt.append(el('span', 'jp-air-RunsPanel-resumed', ` ↻${step}`));
+      attempt.title = `Resumed from ${run.resumed_from}${
+        run.resumed_step === null ? '' : `, step ${run.resumed_step}`
+      }`;
+    }
     const job = tr.insertCell();
     if (run.job_id) {
       const logs = this._button(run.job_id, "Open the job's logs");

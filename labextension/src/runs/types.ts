@@ -48,6 +48,9 @@ export interface IRun {
   end_time: number | null;
   duration_ms: number | null;
   attempt: number | null;
+  /** A retry that resumed from a checkpoint: the checkpoint, and its step. */
+  resumed_from: string | null;
+  resumed_step: number | null;
   job_id: string | null;
   cell_id: string | null;
   notebook: string | null;

@@ -24,6 +24,8 @@ function run(
     end_time: 2000,
     duration_ms: 1000,
     attempt: 1,
+    resumed_from: null,
+    resumed_step: null,
     job_id: `job-${id}`,
     cell_id: null,
     notebook: null,

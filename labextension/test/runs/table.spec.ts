@@ -20,6 +20,8 @@ function run(id: string, name: string, url: string | null): IRun {
     end_time: 2000,
     duration_ms: 1000,
     attempt: 1,
+    resumed_from: null,
+    resumed_step: null,
     job_id: null,
     cell_id: null,
     notebook: null,
@@ -94,5 +96,21 @@ describe('RunsTable', () => {
       ['Run', 'jp-air-RunsPanel-nameHead', ''],
       ['Duration', 'jp-air-RunsPanel-durationHead', 'Duration']
     ]);
+  });
+
+  it("says where a retry resumed, its checkpoint in the cell's tooltip", () => {
+    const retry = {
+      ...run('c', 'retry', null),
+      attempt: 2,
+      resumed_from: '/ckpt/checkpoint-400',
+      resumed_step: 400
+    };
+    model.page = { ...model.page!, runs: [retry, run('d', 'first', null)] };
+    model.stateChanged.emit();
+    const marks = [...table.node.querySelectorAll('.jp-air-RunsPanel-resumed')];
+    expect(marks).toHaveLength(1); // the first attempt has none
+    const cell = marks[0].parentElement as HTMLTableCellElement;
+    expect(cell.textContent).toBe('2 ↻ 400');
+    expect(cell.title).toBe('Resumed from /ckpt/checkpoint-400, step 400');
   });
 });
