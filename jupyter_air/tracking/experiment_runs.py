@@ -294,6 +294,7 @@ def compare(
             {
                 **{k: row[k] for k in ("run_id", "name", "status", "start_time")},
                 "time_origin": time_origin(row, metrics),
+                "resumed_step": row["resumed_step"],  # where a resumed retry restarted
             }
             for row in rows
         ],

@@ -158,6 +158,27 @@ export class CompareView extends Panel {
         paper_bgcolor: 'rgba(0,0,0,0)',
         plot_bgcolor: 'rgba(0,0,0,0)',
         font: { size: 11, color },
+        shapes: drawn.marks.map(mark => ({
+          type: 'line',
+          xref: 'x',
+          yref: 'paper',
+          x0: mark.x,
+          x1: mark.x,
+          y0: 0,
+          y1: 1,
+          line: { color: '#888888', width: 1, dash: 'dash' }
+        })),
+        annotations: drawn.marks.map(mark => ({
+          text: mark.label,
+          x: mark.x,
+          xref: 'x',
+          y: 1,
+          yref: 'paper',
+          xanchor: 'left',
+          yanchor: 'top',
+          showarrow: false,
+          font: { size: 10, color: '#888888' }
+        })),
         xaxis: { title: { text: drawn.xTitle }, automargin: true },
         yaxis: { title: { text: metric ?? '' }, automargin: true },
         showlegend: true,

@@ -40,10 +40,17 @@ export interface ICurve {
   y: (number | null)[];
 }
 
-/** The traces of `metric` and the x axis' title. */
+/** Where a resumed retry restarted, on the step axis. */
+export interface IMark {
+  x: number;
+  label: string;
+}
+
+/** The traces of `metric`, the x axis' title, and the restarts to mark. */
 export interface ICurves {
   curves: ICurve[];
   xTitle: string;
+  marks: IMark[];
 }
 
 /**
@@ -67,7 +74,18 @@ export function curves(
         name: names[i],
         x: points[i].map(p => p.step),
         y: points[i].map(p => p.value)
-      }))
+      })),
+      // A retry's curve goes on from its checkpoint's step: the line says where.
+      marks: compare.runs.flatMap((run, i) =>
+        run.resumed_step === null
+          ? []
+          : [
+              {
+                x: run.resumed_step,
+                label: `${names[i]} resumed at step ${run.resumed_step}`
+              }
+            ]
+      )
     };
   }
   const elapsed = compare.runs.map((run, i) => {
@@ -83,6 +101,7 @@ export function curves(
   const unit = elapsedUnit(span);
   return {
     xTitle: `time since first point (${unit.label})`,
+    marks: [],
     curves: compare.runs.map((_, i) => ({
       name: names[i],
       x: elapsed[i].map(ms => ms / unit.ms),

@@ -93,6 +93,8 @@ export interface ICompareRun {
    * metrics, else its start (see `time_origin` in experiment_runs.py).
    */
   time_origin: number | null;
+  /** A retry that resumed from a checkpoint: the step it restarted at. */
+  resumed_step: number | null;
 }
 
 /** `GET jupyter-air/runs/compare`: curves and the params that differ. */

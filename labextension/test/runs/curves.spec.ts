@@ -13,7 +13,8 @@ function run(
     name,
     status: 'FINISHED',
     start_time: origin === null ? null : origin - 17_000,
-    time_origin: origin
+    time_origin: origin,
+    resumed_step: null
   };
 }
 
@@ -97,6 +98,18 @@ describe('the curves of a comparison', () => {
       ['first', [0, 1]],
       ['second', [0, 1]]
     ]);
+  });
+
+  it("by step, mark where a resumed retry's curve goes on from", () => {
+    const retried = {
+      ...compare,
+      runs: [compare.runs[0], { ...compare.runs[1], resumed_step: 1 }]
+    };
+    expect(curves(retried, 'loss', XAxis.Step).marks).toEqual([
+      { x: 1, label: 'second resumed at step 1' }
+    ]);
+    expect(curves(retried, 'loss', XAxis.Time).marks).toEqual([]);
+    expect(curves(compare, 'loss', XAxis.Step).marks).toEqual([]);
   });
 
   it('draw empty traces for a metric a run did not log', () => {
