@@ -64,6 +64,7 @@ for step in range(done, 6):
     dist.barrier()
     if attempt == "1" and step + 1 == 3 and rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
+dist.destroy_process_group()
 """
 
 

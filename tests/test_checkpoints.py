@@ -182,3 +182,17 @@ def test_a_checkpoint_with_a_file_planted_by_someone_else_is_not_owned(tmp_path:
     assert owned(found)
     os.chown(found.path / "state.pt", 4242, -1)
     assert not owned(found)
+
+
+def test_the_root_of_every_jobs_place_comes_from_the_configuration_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_air.jobs.checkpoint_settings import checkpoint_root
+
+    monkeypatch.setenv("AIR_CHECKPOINT_ROOT", "~/from-env")
+    assert checkpoint_root([str(tmp_path)]) == os.path.expanduser("~/from-env")
+    (tmp_path / "jupyter_air_config.py").write_text("c.AirCheckpoints.root = '/scratch/ada'\n")
+    assert checkpoint_root([str(tmp_path)]) == "/scratch/ada", "the file wins"
+    monkeypatch.delenv("AIR_CHECKPOINT_ROOT")
+    (tmp_path / "jupyter_air_config.py").unlink()
+    assert checkpoint_root([str(tmp_path)]) == "", "none: each job's own directory"

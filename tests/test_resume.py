@@ -39,6 +39,7 @@ for step in range(done, 10):
     if attempt == "1" and step + 1 == 6 and rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
 print(f"ends with w={w.item():g}")
+dist.destroy_process_group()  # else gloo may abort the rank as it exits
 """
 
 #: torch.distributed.checkpoint, 2 ranks, a folder every 2 steps; before the kill rank 1
@@ -71,6 +72,7 @@ for step in range(done, 8):
             os.kill(os.getpid(), signal.SIGKILL)
         dist.barrier()
 print(f"ends with w={state['w'][0].item():g}")
+dist.destroy_process_group()
 """
 
 #: The HF Trainer as users write it: checkpoints in its own output_dir, nothing of ours.
@@ -367,3 +369,24 @@ def test_air_auto_resume_0_leaves_the_libraries_alone(workdir: Path) -> None:
     second = log(workdir, job_id, 2)
     assert "[air] resuming" not in second
     assert "attempt 2 starts at step 0" in second, second
+
+
+def test_a_configured_root_gives_each_job_a_place_of_its_own(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIR_CHECKPOINT_ROOT", str(workdir / "scratch"))
+    script = "import os\nprint('place', os.environ['AIR_CHECKPOINT_DIR'])\n"
+    job_id = run(workdir, script, 1, max_retries=0)
+    place = workdir / "scratch" / job_id
+    assert f"place {place}" in log(workdir, job_id, 1)
+    assert f"  checkpoints: {place}\n" in air("get", job_id).stdout
+    assert place.is_dir()
+    assert [(p.stat().st_mode & 0o777) for p in (place.parent, place)] == [0o700, 0o700]
+
+    (workdir / "taken").write_text("")
+    monkeypatch.setenv("AIR_CHECKPOINT_ROOT", str(workdir / "taken"))
+    refused = air("run", "-f", "w.yaml")
+    assert refused.returncode != 0
+    assert f"c.AirCheckpoints.root: {workdir / 'taken'} is not a directory" in refused.stderr, (
+        refused.stderr
+    )

@@ -71,13 +71,12 @@ class Found:
     written: float
 
 
-def place_for(job_dir: Path, job_id: str, given: str | None, env: dict[str, str]) -> Path:
-    """A job's checkpoint place: the one its submission named, else one under
-    ``$AIR_CHECKPOINT_ROOT``, else under its own directory."""
+def place_for(job_dir: Path, job_id: str, given: str | None, root: str) -> Path:
+    """A job's checkpoint place: the one its submission named, else one under the
+    configured ``root`` (``checkpoint_settings``), else under its own directory."""
     if given:
         return Path(given)
-    root = env.get(CHECKPOINT_ROOT_ENV)
-    return Path(root).expanduser() / job_id if root else job_dir / "checkpoints"
+    return Path(root) / job_id if root else job_dir / "checkpoints"
 
 
 def place_of(job_dir: Path, recorded: str | None) -> Path:

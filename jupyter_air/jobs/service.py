@@ -20,6 +20,7 @@ from ..identity import Identity
 from ..notify.targets import BadTarget, Target
 from . import backends, cancel, checkpoints
 from .backends.base import Backend, BackendRefused, Placement
+from .checkpoint_settings import checkpoint_root
 from .documents import RunLink, job_document, job_documents
 from .env import submitting_job
 from .permissions import (
@@ -95,10 +96,10 @@ class Placed:
             problem = checkpoints.unusable(Path(place))
             if problem is not None:
                 raise Refused("checkpoint_dir", problem)
-        elif root := os.environ.get(checkpoints.CHECKPOINT_ROOT_ENV):
-            problem = checkpoints.unusable(Path(root).expanduser())
+        elif root := checkpoint_root():
+            problem = checkpoints.unusable(Path(root))
             if problem is not None:
-                raise Refused("checkpoint_dir", f"${checkpoints.CHECKPOINT_ROOT_ENV}: {problem}")
+                raise Refused("checkpoint_dir", f"c.AirCheckpoints.root: {problem}")
         return job_spec(
             kind,
             command=command,

@@ -30,6 +30,7 @@ from ..tracking.run_tails import ensure_running
 from ..tracking.stores import register_store
 from ..tracking.targets import ExperimentRef, RunTarget, job_tags
 from . import checkpoints
+from .checkpoint_settings import checkpoint_root
 from .permissions import Grant
 from .spec import JobSpec
 from .store import Job, JobStore, UnknownJob, new_job_id
@@ -76,7 +77,7 @@ def submit(
     if parent is not None:
         tags["air.parent_job_id"] = parent.id
     place = checkpoints.place_for(
-        store.job_dir(job_id), job_id, spec.program.checkpoint_dir, dict(os.environ)
+        store.job_dir(job_id), job_id, spec.program.checkpoint_dir, checkpoint_root()
     )
     spec = replace(spec, program=replace(spec.program, checkpoint_dir=str(place)))
 

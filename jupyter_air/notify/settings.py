@@ -12,18 +12,15 @@ documented defaults (``AIR_SMTP_HOST``, ...).
 from __future__ import annotations
 
 import getpass
-import logging
 import os
 import socket
 from pathlib import Path
 from typing import Any
 
 from traitlets import Enum, Float, Int, List, Unicode, default
-from traitlets.config import Config, Configurable
+from traitlets.config import Configurable
 
-log = logging.getLogger(__name__)
-
-CONFIG_NAME = "jupyter_air_config"
+from ..config_file import load_config
 
 
 class AirNotify(Configurable):
@@ -132,24 +129,5 @@ class AirNotify(Configurable):
 
 
 def load(config_dirs: list[str] | None = None) -> AirNotify:
-    """The settings from the Jupyter config directories (later, more personal, files win,
-    as Jupyter's own applications read theirs). A file that cannot be read is logged and
-    skipped: sending must not fail for a typo in an unrelated setting."""
-    from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
-
-    if config_dirs is None:
-        from jupyter_core.paths import jupyter_config_path
-
-        config_dirs = jupyter_config_path()
-    config = Config()
-    for directory in reversed(config_dirs):  # the first directory wins: merged last
-        for loader in (JSONFileConfigLoader, PyFileConfigLoader):
-            suffix = ".json" if loader is JSONFileConfigLoader else ".py"
-            path = Path(directory) / f"{CONFIG_NAME}{suffix}"
-            if not path.is_file():
-                continue
-            try:
-                config.merge(loader(path.name, path=str(path.parent)).load_config())
-            except Exception as err:
-                log.warning("%s not read: %s", path, err)
-    return AirNotify(config=config)
+    """The settings from jupyter_air's configuration file (``config_file``)."""
+    return AirNotify(config=load_config(config_dirs))
