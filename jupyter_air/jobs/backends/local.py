@@ -320,15 +320,23 @@ class LocalNode:
 
 
 _PR_SET_PDEATHSIG = 1
-_prctl = ctypes.CDLL(None, use_errno=True).prctl if os.uname().sysname == "Linux" else None
+_libc = ctypes.CDLL(None, use_errno=True) if os.uname().sysname == "Linux" else None
+if _libc is not None:
+    _libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    _libc.signal.restype = ctypes.c_void_p
+_SIG_DFL = None  # C's SIG_DFL, a null handler
 
 
 def _die_with_parent() -> None:
     """In the child, before exec: SIGKILL when the thread that started it ends, so a
     supervisor or node agent killed outright (OOM, a Ray node removed) leaves no rank
-    behind. Only a C call: nothing here may take a lock the fork copied."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    behind; and SIGINT back to its default, so that a cancel's first step interrupts
+    the rank (a KeyboardInterrupt) whoever started it: a SIGINT ignored by a process
+    started in the background by a shell is ignored by its children too, and Python
+    keeps it so. Only C calls: nothing here may take a lock the fork copied."""
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        _libc.signal(signal.SIGINT, _SIG_DFL)
 
 
 def _rank_match(specs: Sequence[RankSpec]) -> dict[str, str]:

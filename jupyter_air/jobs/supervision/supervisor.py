@@ -497,9 +497,14 @@ class Supervisor:
         if resume is not None:
             tags.update(self._resume_tags(resume))
         if number == 1 and first_run:
-            if resume is not None:  # the kernel made the run: tell it where it starts
-                for key, value in self._resume_tags(resume).items():
-                    tracking.tag(first_run, key, value)
+            if resume is not None:  # the kernel made the run: tell it where it starts,
+                said = self._resume_tags(resume)  # on a thread: the ranks never wait for it
+
+                def tell() -> None:
+                    for key, value in said.items():
+                        tracking.tag(first_run, key, value)
+
+                threading.Thread(target=tell, name="air-resume-tags", daemon=True).start()
             run = RunRef(first_run)
         elif spec.tracking.deferred and not self._answers():
             run = RunRef(None)
@@ -570,8 +575,8 @@ class Supervisor:
                 found = checkpoints.latest(self._checkpoint_place, since=self.job.created)
             if found is None:
                 found = self._named_resume_point()
-        except OSError as err:
-            log.error("no checkpoint to resume attempt %d from: %s", number, err)
+        except Exception as err:  # the attempt starts afresh; it never fails for this
+            log.error("no checkpoint to resume attempt %d from: %r", number, err)
             return None
         if found is not None and not checkpoints.owned(found):
             log.error("attempt %d starts afresh: a file in %s is not yours", number, found.path)
