@@ -44,6 +44,8 @@ SESSION_CELL = "session_cell.json"
 RESULT = "result.pkl"
 HINTS = "hints.json"
 NODES = "nodes.json"
+#: What the cluster's own launcher said (a Slurm job's ``srun``).
+LAUNCHER_LOG = "launcher.log"
 LOGS = "logs"
 GPU = "gpu"
 METRICS_JOURNAL = "metrics.jsonl"
@@ -186,6 +188,10 @@ class AttemptDir:
     @property
     def nodes(self) -> Path:
         return self.path / NODES
+
+    @property
+    def launcher_log(self) -> Path:
+        return self.path / LAUNCHER_LOG
 
     # -- the JSON files --------------------------------------------------------------
 

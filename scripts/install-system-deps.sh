@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# System packages the tests need: a C compiler for the fake NVML driver and Debian's
-# chromium for the browser tests (Playwright's own browser download cannot work here).
+# System packages the tests need: a C compiler for the fake NVML driver, Debian's
+# chromium for the browser tests (Playwright's own browser download cannot work here),
+# and Slurm with munge for the cluster the slurm backend's tests start (tests/slurm_cluster.py;
+# the packages' own services are not used: no systemd runs here).
 set -euo pipefail
 
 missing=()
@@ -8,6 +10,8 @@ command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 command -v node >/dev/null || missing+=(nodejs npm)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 fc-list 2>/dev/null | grep -qi dejavu || missing+=(fonts-dejavu-core)
+command -v slurmctld >/dev/null || missing+=(slurm-wlm)
+command -v munged >/dev/null || missing+=(munge)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -20,6 +20,7 @@ from tests.backend_contract import (  # noqa: F401  (the contract's tests, run h
 ENGINES: dict[str, Engine | str] = {
     "local": Engine("local"),
     "ray": "tests/kernel/test_ray_backend.py",
+    "slurm": "tests/kernel/test_slurm_backend.py",
 }
 
 

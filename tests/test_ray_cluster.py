@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
+from jupyter_air.jobs.backends.agents import ClusterError
 from jupyter_air.jobs.backends.ray.cluster import (
-    ClusterError,
     NodeShape,
     check_capacity,
     check_reachable,

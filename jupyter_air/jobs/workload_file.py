@@ -32,6 +32,7 @@ from ..notify import settings as notify_settings
 from ..notify.targets import BadTarget, Channel, Target, parse_all
 from . import backends
 from .backends.base import Backend
+from .backends.slurm.settings import SlurmSettings
 from .permissions import BadGrant, Grant, merged, parse_grant
 from .store import JOB_ID
 
@@ -43,6 +44,7 @@ FILE_NAMES = {
     "compute.nnodes": "compute.nnodes",
     "compute.oversubscribe": "compute.oversubscribe",
     "ray_address": "ray_address",
+    "slurm": "slurm",
     "backend": "backend",
     "tracking": "tracking",
     "notify": "notify",
@@ -83,8 +85,11 @@ class Submission(BaseModel):
     )
     max_retries: int = Field(0, ge=0)
     env: dict[str, str] = Field(default_factory=dict)
-    backend: str = Field("local", description="the engine: local, ray (see jobs/backends)")
+    backend: str = Field("local", description="the engine: local, ray, slurm (see jobs/backends)")
     ray_address: str | None = Field(None, min_length=1, description="default: $RAY_ADDRESS")
+    slurm: SlurmSettings | None = Field(
+        None, description="Slurm's settings: partition, time, account, gpus_per_node, args..."
+    )
     permissions: list[str] = Field(
         default_factory=list,
         description="grants at submission: NAME:LEVEL or group:NAME:LEVEL",
@@ -193,6 +198,8 @@ class Submission(BaseModel):
     def backend_settings(self) -> dict[str, Any]:
         """The settings the submission gives its backend (those it leaves out, the
         backend or the caller resolves)."""
+        if self.slurm is not None:
+            return self.slurm.model_dump(exclude_defaults=True)
         return {"address": self.ray_address} if self.ray_address is not None else {}
 
 
@@ -224,7 +231,7 @@ def check_targets(
 
 
 #: The submission's fields that belong to one backend (``Backend.options``).
-OWNED_OPTIONS = ("ray_address",)
+OWNED_OPTIONS = ("ray_address", "slurm")
 
 
 class WorkloadFile(Submission):

@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 
 from IPython.core.magic_arguments import argument
 
-from .launch import Options, parse_env
+from ..jobs.backends.slurm.settings import parse_pairs
+from .launch import OptionError, Options, parse_env
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,17 +32,32 @@ WHOLE_JOB: dict[str, Callable[[Any], Any]] = {
         ),
     ),
     "nnodes": argument(
-        "--nnodes", type=int, default=1, help="Machines (more than 1 needs --backend ray)."
+        "--nnodes", type=int, default=1, help="Machines (more than 1 needs --backend ray or slurm)."
     ),
     "backend": argument(
         "--backend",
         default="local",
-        help="local: ranks on this machine; ray: one node agent per node of a Ray cluster.",
+        help=(
+            "local: ranks on this machine; ray: one node agent per node of a Ray cluster; "
+            "slurm: one per node of a Slurm allocation (its own, or the one this kernel "
+            "runs in)."
+        ),
     ),
     "ray_address": argument(
         "--ray-address",
         default=None,
         help="Ray cluster for --backend ray (default: c.AirMagics.ray_address, $RAY_ADDRESS).",
+    ),
+    "slurm": argument(
+        "--slurm",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help=(
+            "A Slurm setting for --backend slurm (repeatable): partition, time, account, "
+            "qos, gpus_per_node, cpus_per_task (per rank), mem (per node), constraint, "
+            "args (more srun options, e.g. args='--exclusive'), new_allocation=true."
+        ),
     ),
     "experiment": argument(
         "--experiment", help="MLflow experiment name (wins over mlflow.set_experiment())."
@@ -137,4 +153,9 @@ def options_from(args: argparse.Namespace) -> Options:
     given = {name: value for name, value in vars(args).items() if name in fields}
     if "env" in given:
         given["env"] = parse_env(given["env"])
+    if given.get("slurm") is not None:
+        try:
+            given["slurm"] = parse_pairs(given["slurm"])
+        except ValueError as err:
+            raise OptionError(str(err)) from None
     return Options(**given)

@@ -48,6 +48,7 @@ FLAGS = {
     "backend named": "--backend {}",
     "a backend": "the {} backend",
     "ray_address": "--ray-address",
+    "slurm": "--slurm",
     "tracking": "--tracking",
     "max_retries": "--max-retries",
     "env": "--env",
@@ -83,6 +84,8 @@ class Options:
     nnodes: int = 1
     backend: str = "local"
     ray_address: str | None = None
+    #: Slurm's settings for ``backend="slurm"`` (``jobs.backends.slurm.settings``).
+    slurm: Mapping[str, Any] | None = None
     experiment: str | None = None
     run_name: str | None = None
     max_retries: int = 0
@@ -133,7 +136,7 @@ class Options:
                 nproc_per_node=self.nproc_per_node,
                 oversubscribe=self.oversubscribe,
                 override="--oversubscribe (oversubscribe=True for @distributed)",
-                settings=kernel_settings(),
+                settings=kernel_settings(submission.backend),
             )
         except Refused as err:
             raise option_error(err) from None
@@ -147,6 +150,7 @@ class Options:
             },
             "backend": self.backend,
             "ray_address": self.ray_address,
+            "slurm": None if self.slurm is None else dict(self.slurm),
             "max_retries": self.max_retries,
             "env": self.env,
             "permissions": list(self.share),
@@ -403,9 +407,11 @@ def option_error(err: Refused) -> OptionError:
     return OptionError(str(err))
 
 
-def kernel_settings() -> dict[str, str]:
-    """The backends' settings this kernel's IPython configuration gives:
+def kernel_settings(backend: str) -> dict[str, str]:
+    """The backend's settings this kernel's IPython configuration gives:
     ``c.AirMagics.ray_address``, the Ray cluster when the call names none."""
+    if backend != "ray":
+        return {}
     from IPython import get_ipython
 
     shell = get_ipython()

@@ -45,6 +45,7 @@ class AirSessionMagics(Magics):
         "nnodes",
         "backend",
         "ray_address",
+        "slurm",
         "env",
         "experiment",
         "run_name",

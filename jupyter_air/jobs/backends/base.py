@@ -65,6 +65,9 @@ class AttemptContext:
     #: ``(node, samples)``: each node's system-metrics samples, as they come.
     on_metrics: Callable[[int, list[Sample]], None]
     metrics_interval: float
+    #: While the cluster's queue holds the attempt: its word (``PENDING (Resources),
+    #: Slurm job 4242``); None once its nodes run.
+    on_queued: Callable[[str | None], None] = lambda line: None
 
 
 class Nodes(Protocol):

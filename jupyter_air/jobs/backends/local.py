@@ -339,6 +339,13 @@ def _die_with_parent() -> None:
         _libc.signal(signal.SIGINT, _SIG_DFL)
 
 
+def terminate_with_parent() -> None:
+    """In a child that must clean up as it goes (a cluster's launcher, ``srun``), before
+    exec: SIGTERM when the thread that started it ends. Only C calls, as above."""
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def _rank_match(specs: Sequence[RankSpec]) -> dict[str, str]:
     """What the environment of this node's ranks of this attempt, and of anything they
     start, holds (several nodes of one job may share a machine); empty if not a job's."""

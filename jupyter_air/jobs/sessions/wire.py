@@ -96,7 +96,9 @@ class Channel:
     def close(self) -> None:
         self.sock.close()
 
-    def send(self, op: Op, **fields: Any) -> None:
+    def send(self, op: Enum, **fields: Any) -> None:
+        """One sealed frame: ``op`` (an ``Op``, or another channel's own words, as a node
+        agent's) and its fields."""
         data = cloudpickle.dumps({"op": op.value, **fields})
         with self._sending:
             seal = self._seal(self._out, self._sent, data)

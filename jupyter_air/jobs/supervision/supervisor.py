@@ -779,8 +779,17 @@ class Supervisor:
             reaper=reaper,
             on_metrics=attempt.metrics.add,
             metrics_interval=METRICS_INTERVAL,
+            on_queued=self._queued,
         )
         return self.backend.start(context)
+
+    def _queued(self, line: str | None) -> None:
+        """The job is PENDING again while the cluster's queue holds its attempt, with
+        the queue's word as its message (``PENDING (Resources), Slurm job 4242``)."""
+        if self._over.is_set():
+            return
+        status = JobStatus.PENDING if line is not None else JobStatus.RUNNING
+        self.store.update(self.job.id, status=status, message=line)
 
 
 def end_tags(end: AttemptEnd) -> dict[str, str]:

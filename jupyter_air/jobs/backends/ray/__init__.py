@@ -19,7 +19,8 @@ class RayBackend(Backend):
     def prepare(self, placement: Placement) -> dict[str, Any]:
         """The cluster's address (the submitter's, else ``RAY_ADDRESS``, else ``auto``),
         checked to answer unless this is a dry run."""
-        from .cluster import ClusterError, check_reachable, require_ray, resolve_address
+        from ..agents import ClusterError
+        from .cluster import check_reachable, require_ray, resolve_address
 
         address = resolve_address(placement.settings.get("address"))
         if placement.reach:
@@ -42,17 +43,6 @@ class RayBackend(Backend):
             ) from None
 
     def start(self, attempt: AttemptContext) -> Nodes:
-        from ...spec import JobKind
         from .nodes import RayNodes
 
-        spec = attempt.spec
-        return RayNodes(
-            spec,
-            attempt.job_id,
-            attempt.attempt,
-            attempt.files.attempt(attempt.attempt).path,
-            payload=attempt.files.payload.read_bytes() if spec.kind is JobKind.PYTHON else None,
-            extra_env=dict(attempt.env),
-            on_metrics=attempt.on_metrics,
-            hints=attempt.hints,
-        )
+        return RayNodes.for_attempt(attempt)

@@ -18,20 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..agents import Cancelled, ClusterError
+
 #: Seconds to wait for ``ray.init`` and for the cluster to grant the placement group.
 CONNECT_TIMEOUT = float(os.environ.get("AIR_RAY_CONNECT_TIMEOUT", "60"))
 PLACEMENT_TIMEOUT = float(os.environ.get("AIR_RAY_PLACEMENT_TIMEOUT", "120"))
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 INSTALL_HINT = "pip install 'jupyter-air[ray]'"
-
-
-class ClusterError(RuntimeError):
-    """The Ray cluster cannot run this job; the message says why."""
-
-    def __init__(self, message: str, final: bool = False) -> None:
-        super().__init__(message)
-        #: Another attempt would meet the same refusal (unreachable, too small).
-        self.final = final
 
 
 def require_ray() -> None:
@@ -152,10 +145,6 @@ def check_capacity(
         f"has {len(nodes)} alive node(s), {len(fits)} of which can hold that: {seen}",
         final=True,
     )
-
-
-class Cancelled(ClusterError):
-    """The job was cancelled while waiting for the cluster."""
 
 
 def reserve(nnodes: int, shape: NodeShape, name: str, cancelled: threading.Event) -> Any:

@@ -1,4 +1,4 @@
-"""The node agent's output channel, without Ray: what one poll hands the supervisor."""
+"""The node agent's output channel, without a cluster: what one poll hands the supervisor."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_air.jobs.backends.ray import agent as ray_agent
-from jupyter_air.jobs.backends.ray.agent import NodeAgent
 from jupyter_air.jobs.backends.ray.nodes import RayNodes
+from jupyter_air.jobs.supervision import node_agent
 from jupyter_air.jobs.supervision.hints import GpuSample, HintRecorder, read_hints
+from jupyter_air.jobs.supervision.node_agent import NodeAgent
 from jupyter_air.jobs.supervision.system_feed import SystemMetricsFeed
 from jupyter_air.tracking.guard import RunGuard
 from jupyter_air.tracking.sampling import Sample, SampleLoop
@@ -66,7 +66,7 @@ def test_a_poll_hands_over_whole_records_and_keeps_a_partial_one(
 def test_a_record_longer_than_one_poll_travels_in_pieces(
     agent: NodeAgent, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ray_agent, "MAX_POLL_BYTES", 16)
+    monkeypatch.setattr(node_agent, "MAX_POLL_BYTES", 16)
     record = b"1\tOI\t" + b"x" * 40 + b"\n"
     (tmp_path / "rank_3.log").write_bytes(record)
     pieces = [agent.poll()["logs"].get(3, b"") for _ in range(4)]

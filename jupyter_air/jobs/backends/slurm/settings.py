@@ -1,0 +1,94 @@
+"""A Slurm job's own settings, as ``slurm:`` in a workload or schedule file, ``--slurm
+KEY=VALUE`` on the magics and ``slurm={...}`` on ``@distributed``: Slurm's words for
+what a job asks of the cluster, turned into the options of the ``srun`` that runs it."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: What a value may hold: Slurm's own syntax for each field is checked by Slurm itself
+#: (``srun --test-only``); here, nothing that could end an option early.
+_PLAIN = re.compile(r"[^\s=]+")
+#: Options of ours or of the job's shape, which ``args`` may not override.
+_OURS = (
+    "-N", "--nodes", "-n", "--ntasks", "--ntasks-per-node", "-J", "--job-name", "--jobid",
+    "-o", "--output", "-e", "--error", "-i", "--input", "-D", "--chdir", "--export",
+    "--overlap", "-c", "--cpus-per-task",
+)  # fmt: skip
+
+
+class SlurmSettings(BaseModel):
+    """Each field is the ``srun``/``sbatch`` option of the same name."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    partition: str | None = Field(None, pattern=_PLAIN.pattern, description="-p, --partition")
+    time: str | None = Field(None, pattern=_PLAIN.pattern, description="-t: 30, 2:00:00, 1-0")
+    account: str | None = Field(None, pattern=_PLAIN.pattern, description="-A, --account")
+    qos: str | None = Field(None, pattern=_PLAIN.pattern, description="-q, --qos")
+    gpus_per_node: str | None = Field(
+        None, pattern=_PLAIN.pattern, description="--gpus-per-node: 4, or a100:4"
+    )
+    cpus_per_task: int | None = Field(
+        None, ge=1, description="CPUs for each rank (the node's task gets this times -n)"
+    )
+    mem: str | None = Field(None, pattern=_PLAIN.pattern, description="--mem per node: 64G")
+    constraint: str | None = Field(None, min_length=1, description="-C, --constraint")
+    args: list[str] = Field(default_factory=list, description="more srun/sbatch options")
+    #: In an allocation already (``salloc``, a batchspawner server): ask for a new one
+    #: rather than run in it.
+    new_allocation: bool = False
+
+    @field_validator("gpus_per_node", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return shlex.split(value) if isinstance(value, str) else value
+
+    @field_validator("args")
+    @classmethod
+    def _not_ours(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            if not arg.startswith("-"):
+                raise ValueError(f"{arg!r} is not an option: give each as --name=value")
+            name = arg.split("=", 1)[0]
+            if name in _OURS or (len(name) > 2 and name[:2] in _OURS and name[1] != "-"):
+                raise ValueError(f"{name} is set by jupyter_air from the job's shape")
+        return value
+
+    def srun_args(self, nproc_per_node: int) -> list[str]:
+        """The options these settings give the job's ``srun``."""
+        args = []
+        for name in ("partition", "time", "account", "qos", "gpus_per_node", "mem", "constraint"):
+            value = getattr(self, name)
+            if value is not None:
+                args.append(f"--{name.replace('_', '-')}={value}")
+        args.append(f"--cpus-per-task={(self.cpus_per_task or 1) * nproc_per_node}")
+        return [*args, *self.args]
+
+
+def parse_pairs(pairs: list[str]) -> dict[str, Any]:
+    """``--slurm KEY=VALUE`` flags as settings (``args`` may be given more than once)."""
+    found: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--slurm {pair!r}: expected KEY=VALUE (partition=gpu)")
+        key = key.replace("-", "_")
+        if key == "args":
+            found.setdefault("args", []).extend(shlex.split(value))
+        elif key == "cpus_per_task":
+            found[key] = int(value) if value.isdigit() else value
+        elif key == "new_allocation":
+            found[key] = value.lower() in ("1", "true", "yes")
+        else:
+            found[key] = value
+    return found

@@ -1,0 +1,176 @@
+"""A real Slurm cluster on this machine for the tests: one ``slurmctld`` and two
+``slurmd`` (named apart with ``-N``), loopback only, everything under one temporary
+directory, with a ``munged`` of its own (its own socket and key). Debian's
+``slurm-wlm`` and ``munge`` (scripts/install-system-deps.sh). Up in about a second.
+
+The commands find it through ``SLURM_CONF``; ``SlurmCluster.env`` is what a test passes
+to a process (the kernel, a supervisor) that must reach it.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jupyter_air.jobs.env import free_port
+
+NODES = ("air-n1", "air-n2")
+#: CPUs each simulated node declares (more than this machine has: the tests ask for
+#: allocations, not for cycles).
+CPUS = 4
+
+
+def available() -> bool:
+    return all(shutil.which(c) for c in ("munged", "slurmctld", "slurmd", "srun", "squeue"))
+
+
+@dataclass
+class SlurmCluster:
+    root: Path
+    conf: Path
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"SLURM_CONF": str(self.conf)}
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """A Slurm command against this cluster."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        return subprocess.run(
+            argv, env={**env, **self.env}, capture_output=True, text=True, check=check, timeout=60
+        )
+
+    def queue(self) -> list[str]:
+        """The jobs Slurm has, as ``ID|STATE|NAME|REASON`` lines."""
+        out = self.run("squeue", "-h", "-o", "%i|%T|%j|%r").stdout
+        return [line for line in out.splitlines() if line.strip()]
+
+    def node_state(self, node: str) -> str:
+        return self.run("sinfo", "-h", "-N", "-n", node, "-o", "%T").stdout.strip()
+
+    def log(self, name: str) -> str:
+        path = self.root / "log" / name
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        self.run("scancel", "--user", getpass.getuser(), check=False)
+        for proc in reversed(self.processes):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.processes:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _config(root: Path, user: str, ports: dict[str, int]) -> str:
+    nodes = "\n".join(
+        f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports[n]} "
+        f"CPUs={CPUS} RealMemory=2000 State=UNKNOWN"
+        for n in NODES
+    )
+    return f"""\
+ClusterName=air
+MailProg=/bin/true
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort={ports["ctld"]}
+SlurmUser={user}
+SlurmdUser={user}
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={root}/munge/munge.sock
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool/%n
+SlurmctldPidFile={root}/run/slurmctld.pid
+SlurmdPidFile={root}/run/slurmd.%n.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd.%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SwitchType=switch/none
+ReturnToService=2
+SchedulerType=sched/backfill
+SlurmdTimeout=30
+InactiveLimit=0
+KillWait=5
+MinJobAge=2
+{nodes}
+PartitionName=debug Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE State=UP
+PartitionName=small Nodes={NODES[0]} MaxTime=10 State=UP
+"""
+
+
+@contextmanager
+def slurm_cluster(root: Path, timeout: float = 60.0) -> Iterator[SlurmCluster]:
+    """Start the cluster under ``root``; stop it (and cancel every job) on exit."""
+    user = getpass.getuser()
+    for sub in ("munge", "state", "run", "log", *(f"spool/{n}" for n in NODES)):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    (root / "munge").chmod(0o700)
+    key = root / "munge" / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    ports = {"ctld": free_port("127.0.0.1"), **{n: free_port("127.0.0.1") for n in NODES}}
+    conf = root / "slurm.conf"
+    conf.write_text(_config(root, user, ports))
+    cluster = SlurmCluster(root, conf)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}, **cluster.env}
+
+    def start(argv: list[str]) -> None:
+        cluster.processes.append(
+            subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        )
+
+    munge = root / "munge"
+    start(
+        [
+            "munged", "--foreground", "--force",
+            f"--socket={munge}/munge.sock", f"--key-file={key}",
+            f"--pid-file={munge}/munged.pid", f"--log-file={munge}/munged.log",
+            f"--seed-file={munge}/munged.seed",
+        ]
+    )  # fmt: skip
+    try:
+        _until(lambda: (munge / "munge.sock").exists(), "munged's socket", timeout)
+        start(["slurmctld", "-D", "-i"])
+        for node in NODES:
+            start(["slurmd", "-D", "-N", node])
+        _until(lambda: _idle(cluster), "both nodes idle", timeout)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _idle(cluster: SlurmCluster) -> bool:
+    result = cluster.run("sinfo", "-h", "-N", "-o", "%N %T", check=False)
+    states = dict(line.split() for line in result.stdout.splitlines() if line.strip())
+    return all(states.get(n) == "idle" for n in NODES)
+
+
+def _until(condition: object, what: str, timeout: float) -> None:
+    assert callable(condition)
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the test Slurm cluster: no {what} in {timeout:g} s")
+        time.sleep(0.1)
