@@ -49,6 +49,16 @@ class SlurmCluster:
             argv, env={**env, **self.env}, capture_output=True, text=True, check=check, timeout=60
         )
 
+    def start(self, *argv: str) -> subprocess.Popen[bytes]:
+        """A Slurm command against this cluster, left running (a job that holds nodes)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        return subprocess.Popen(
+            argv,
+            env={**env, **self.env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
     def queue(self) -> list[str]:
         """The jobs Slurm has, as ``ID|STATE|NAME|REASON`` lines."""
         out = self.run("squeue", "-h", "-o", "%i|%T|%j|%r").stdout
@@ -68,7 +78,7 @@ class SlurmCluster:
                 proc.send_signal(signal.SIGTERM)
         for proc in self.processes:
             try:
-                proc.wait(10)
+                proc.wait(5)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

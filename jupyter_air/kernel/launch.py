@@ -166,6 +166,8 @@ class Options:
 
 
 def _flag(loc: tuple[Any, ...]) -> str:
+    if loc[0] == "slurm" and len(loc) > 1:  # --slurm KEY=VALUE: named by its key
+        return f"--slurm {loc[1]}"
     dotted = ".".join(str(part) for part in loc[:2])
     return FLAGS.get(dotted) or FLAGS.get(str(loc[0])) or dotted
 
@@ -466,7 +468,10 @@ def _follow(
                 if len(attempts) > 1:
                     view.attempt_started(len(attempts), attempts[-2].message)
                 hints = _hints(store, job_id, attempts)
-                view.status(job.status, len(attempts) or 1, max_attempts, hints=hints["hints"])
+                queued = job.message if job.status is JobStatus.PENDING else None
+                view.status(
+                    job.status, len(attempts) or 1, max_attempts, queued or "", hints["hints"]
+                )
                 view.chart(_runs(attempts), hints["gpus"])
                 last_status = time.monotonic()
             time.sleep(POLL)

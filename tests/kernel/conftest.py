@@ -29,6 +29,8 @@ class Execution:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     seconds: float = 0.0
+    #: Every plain text a display showed, updates included (a live status line's words).
+    shown: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -52,9 +54,27 @@ class Kernel:
         self.client = self.manager.blocking_client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=60)
+        self._read: list[dict[str, Any]] = []  # iopub messages read ahead by wait_shown
 
     def start(self, code: str) -> str:
         return str(self.client.execute(code))
+
+    def wait_shown(self, msg_id: str, text: str, timeout: float = 120) -> None:
+        """Until a display of the running cell shows ``text`` (its live status line);
+        what was read is kept for ``collect``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self.client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+            self._read.append(msg)
+            data = msg["content"].get("data") or {}
+            if msg["parent_header"].get("msg_id") == msg_id and text in data.get("text/plain", ""):
+                return
+            assert time.monotonic() < deadline, f"no display showed {text!r}"
+
+    def _next(self, timeout: float) -> dict[str, Any]:
+        if self._read:
+            return self._read.pop(0)
+        return dict(self.client.get_iopub_msg(timeout=timeout))
 
     def collect(self, msg_id: str, timeout: float = 240) -> Execution:
         out = Execution()
@@ -62,7 +82,7 @@ class Kernel:
         displays: dict[str, dict[str, Any]] = {}
         order: list[str] = []
         while True:
-            msg = self.client.get_iopub_msg(timeout=timeout)
+            msg = self._next(timeout)
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             kind, content = msg["msg_type"], msg["content"]
@@ -76,6 +96,7 @@ class Kernel:
                 if key not in displays:
                     order.append(key)
                 displays[key] = content["data"]
+                out.shown.append(str(content["data"].get("text/plain", "")))
             elif kind == "execute_result":
                 out.result = content["data"]
             elif kind == "error":

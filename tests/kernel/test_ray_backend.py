@@ -44,7 +44,7 @@ from tests.kernel.test_distributed_magic import (
     mlflow_client,
     runs_of_job,
 )
-from tests.kernel.test_session import SESSION_JOB, cell
+from tests.kernel.test_session import SESSION_JOB, cell, two_node_session_keeps_its_group
 from tests.waits import job_processes, supervised_until_its_end, until, wait_done, wait_settled
 
 pytestmark = pytest.mark.ray
@@ -535,18 +535,7 @@ def test_a_session_on_two_ray_nodes_keeps_its_ranks_and_their_process_group(
     assert found, started.text
     job_id = found.group(1)
 
-    made = (
-        "import os, torch, torch.distributed as dist\n"
-        "dist.init_process_group('gloo')\nseen = 0\n"
-        "print('on node', os.environ['GROUP_RANK'], flush=True)\n"
-        "dist.get_world_size()"
-    )
-    first = kernel.run(f"%%air_distributed --session\n{made}")
-    assert first.value() == "2"
-    assert "[node 1 rank 1] on node 1" in first.stdout  # both nodes' output, in the cell
-    for expected in ("3", "6"):  # the warm group across nodes, `seen` kept on each rank
-        body = "seen += 1\nt = torch.tensor([seen * (dist.get_rank() + 1)])\ndist.all_reduce(t)\n"
-        assert cell(kernel, body + "int(t)") == expected
+    two_node_session_keeps_its_group(kernel)
 
     # The ranks reach the kernel over TCP at one address facing the cluster; once they
     # are in, the door is shut, and the secret is neither in their environment nor left

@@ -62,6 +62,23 @@ def cell(kernel: Kernel, body: str, flags: str = "") -> str:
     return done.value()
 
 
+def two_node_session_keeps_its_group(kernel: Kernel) -> None:
+    """In a running session of 2 nodes x 1 rank: a process group made in one cell, used
+    in the next two with the names each rank kept, every node's output in the cell."""
+    made = (
+        "import os, torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\nseen = 0\n"
+        "print('on node', os.environ['GROUP_RANK'], flush=True)\n"
+        "dist.get_world_size()"
+    )
+    first = kernel.run(f"%%air_distributed --session\n{made}")
+    assert first.value() == "2"
+    assert "[node 1 rank 1] on node 1" in first.stdout  # both nodes' output, in the cell
+    for expected in ("3", "6"):  # the warm group across nodes, `seen` kept on each rank
+        body = "seen += 1\nt = torch.tensor([seen * (dist.get_rank() + 1)])\ndist.all_reduce(t)\n"
+        assert cell(kernel, body + "int(t)") == expected
+
+
 def test_a_session_cell_needs_a_session_and_only_its_own_options(kernel: Kernel) -> None:
     refused = kernel.run("%%air_distributed --session\n1")
     assert "UsageError: no session is running: start one with %air_session start" in (

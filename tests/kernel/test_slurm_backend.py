@@ -9,12 +9,24 @@ this module. Jobs run 2 nodes x 1 rank with PyTorch's CPU build and gloo.
 from __future__ import annotations
 
 import os
+import re
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
+import psutil
 import pytest
 
+from jupyter_air.job_dir import AttemptDir
+from jupyter_air.jobs.backends.slurm.agent import MAIN
+from jupyter_air.jobs.store import JobStore
+from jupyter_air.status import JobStatus
+from tests.air_cli import air
 from tests.backend_contract import (  # the contract's tests, run on this module's cluster
     Engine,
+    ended,
+    submit,
     test_a_failing_rank_stops_the_others_and_fails_the_attempt,  # noqa: F401
     test_a_retry_is_a_new_attempt_with_its_own_run,  # noqa: F401
     test_cancel_stops_every_rank,  # noqa: F401
@@ -22,7 +34,12 @@ from tests.backend_contract import (  # the contract's tests, run on this module
     test_every_rank_gets_the_torchrun_environment_and_its_own_log,  # noqa: F401
     test_the_timeout_stops_every_rank_and_fails_the_job,  # noqa: F401
 )
+from tests.kernel.conftest import Kernel
+from tests.kernel.test_distributed_magic import TRAINING, job_id_of, mlflow_client, runs_of_job
+from tests.kernel.test_ray_backend import RAY_DDP_CELL
+from tests.kernel.test_session import SESSION_JOB, two_node_session_keeps_its_group
 from tests.slurm_cluster import SlurmCluster, available, slurm_cluster
+from tests.waits import job_processes, supervised_until_its_end, until, wait_done
 
 pytestmark = [
     pytest.mark.slurm,
@@ -46,3 +63,243 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
 @pytest.fixture
 def engine(cluster: SlurmCluster) -> Engine:
     return Engine("slurm", nnodes=2, nproc_per_node=1)
+
+
+@pytest.fixture(scope="module")
+def kernel_env(kernel_env: dict[str, str], cluster: SlurmCluster) -> dict[str, str]:
+    return {**kernel_env, **cluster.env}
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_in_the_queue(cluster: SlurmCluster) -> Iterator[None]:
+    """After every test: none of our Slurm jobs is left in ``squeue`` within 10 s."""
+    yield
+    deadline = time.monotonic() + 10
+    while ours := [line for line in cluster.queue() if "|air-" in line]:
+        assert time.monotonic() < deadline, f"left in squeue: {ours}"
+        time.sleep(0.2)
+
+
+#: Ray's DDP cell on Slurm, each rank also saying how its launch looks to Lightning.
+SLURM_DDP_CELL = (
+    RAY_DDP_CELL.replace("--backend ray", "--backend slurm")
+    .replace("--run-name ray-ddp", "--run-name slurm-ddp")
+    .replace(
+        "\nmine = (",
+        "\nfrom lightning.fabric.plugins import environments as lightning"
+        "\nlaunch = {'slurm_vars': sorted(k for k in os.environ if k.startswith(('SLURM', 'PMI'))),"
+        "\n          'lightning_sees_slurm': lightning.SLURMEnvironment.detect(),"
+        "\n          'lightning_sees_torchrun': lightning.TorchElasticEnvironment.detect()}"
+        "\nmine = (",
+    )
+    .replace(
+        "{k: os.environ.get(k) for k in names})", "{k: os.environ.get(k) for k in names}, launch)"
+    )
+)
+
+
+def test_ddp_across_two_slurm_nodes_agrees_and_looks_like_torchrun(
+    kernel: Kernel, air_home: Path
+) -> None:
+    assert kernel.run(TRAINING).error is None
+    execution = kernel.run(SLURM_DDP_CELL)
+    assert execution.error is None, execution.traceback
+    (params_0, env_0, launch_0), (params_1, env_1, launch_1) = eval(execution.value())
+    assert params_0 == params_1, "DDP ranks on the two nodes ended with different parameters"
+    assert [env_0["GROUP_RANK"], env_1["GROUP_RANK"]] == ["0", "1"]
+    assert env_0["MASTER_ADDR"] == env_1["MASTER_ADDR"]
+    for launch in (launch_0, launch_1):
+        assert launch == {
+            "slurm_vars": [],
+            "lightning_sees_slurm": False,
+            "lightning_sees_torchrun": True,
+        }, "a rank under Slurm must look like a torchrun launch, not like a Slurm task"
+    assert "[node 1 rank 1] step 4 loss" in execution.stdout
+
+    job_id = job_id_of(execution)
+    store = JobStore(air_home)
+    attempt_dir = store.attempt_dir(job_id, 1)
+    assert (attempt_dir / "logs/node_0/rank_0.log").exists()
+    assert (attempt_dir / "logs/node_1/rank_1.log").exists()
+    nodes = AttemptDir(attempt_dir).read_nodes()
+    assert [(n["node"], n["node_id"]) for n in nodes] == [(0, "air-n1"), (1, "air-n2")]
+    supervised_until_its_end(store.get(job_id))
+    (run,) = runs_of_job(air_home, job_id)
+    assert run.info.status == "FINISHED"
+    metrics = set(mlflow_client(air_home).get_run(run.info.run_id).data.metrics)
+    for node in ("node_0", "node_1"):
+        assert f"system/{node}/cpu_utilization_percentage" in metrics
+        assert f"system/{node}/gpu_0_utilization_percentage" in metrics
+    assert job_processes(job_id) == []
+
+
+def test_bad_slurm_settings_are_refused_in_one_line_before_anything_is_submitted(
+    kernel: Kernel, cluster: SlurmCluster
+) -> None:
+    def refusal(options: str) -> str:
+        execution = kernel.run(f"%%air_distributed --backend slurm --nnodes 2 {options}\n1")
+        assert execution.error is None, "refused as a usage error: no traceback"
+        (line,) = execution.stderr.strip().splitlines()
+        return line
+
+    said = refusal("--slurm partition=nope")
+    assert said.startswith("UsageError: Slurm: invalid partition specified: nope"), said
+    said = refusal("--slurm args=--nodes=3")
+    assert "--nodes is set by jupyter_air from the job's shape" in said, said
+    said = refusal("--slurm time=5 --slurm partition=small")
+    assert "Slurm: allocation failure: Requested node configuration is not av" in said, said
+    said = refusal("--slurm cpus_per_task=0")
+    assert "cpus_per_task" in said, said
+    assert cluster.queue() == [], "nothing was submitted"
+
+
+def test_a_queued_job_is_pending_with_slurm_s_reason_and_cancels_from_the_queue(
+    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIR_HOME", str(tmp_path))
+    blocker = cluster.start("srun", "-N2", "--exclusive", "-J", "blocker", "sleep", "600")
+    try:
+        until(lambda: any("|RUNNING|blocker|" in q for q in cluster.queue()), "the blocker", 60)
+        service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), tmp_path, "print(1)")
+
+        def queued() -> bool:
+            seen = service.store.get(job.id)
+            return seen.status is JobStatus.PENDING and bool(seen.message)
+
+        until(queued, "the job PENDING in Slurm's queue", 120)
+        message = service.store.get(job.id).message or ""
+        assert re.fullmatch(r"PENDING \((Resources|Priority)\), Slurm job \d+", message), message
+        shown = air("get", job.id)
+        assert message in shown.stdout, shown.stdout + shown.stderr
+        listed = air("list")
+        assert "PENDING" in listed.stdout, listed.stdout
+
+        cancelled_at = time.monotonic()
+        service.cancel(job.id)
+        assert ended(service, job).status is JobStatus.CANCELLED
+        while any("|air-" in q for q in cluster.queue()):
+            assert time.monotonic() - cancelled_at < 10, cluster.queue()
+            time.sleep(0.1)
+    finally:
+        blocker.terminate()
+        blocker.wait(30)
+
+
+def test_a_killed_node_agent_fails_the_attempt_naming_its_node(
+    cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), tmp_path,
+                          "import time; time.sleep(600)")  # fmt: skip
+    until(lambda: len(job_processes(job.id)) >= 2, "both ranks", 120)
+    (agent,) = [p for p in agents() if p.environ().get("SLURM_NODEID") == "1"]
+    agent.kill()
+    job = ended(service, job)
+    assert job.status is JobStatus.FAILED
+    assert "node 1 (air-n2, " in (job.message or ""), job.message
+    assert "its agent exited" in (job.message or ""), job.message
+    assert job_processes(job.id) == []
+
+
+def test_inside_an_allocation_the_job_runs_as_a_step_of_it(
+    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in ``salloc`` or a server that batchspawner started: no second allocation."""
+    allocated = cluster.run("salloc", "-N2", "--no-shell", "-J", "notebook")
+    slurm_job = re.search(r"Granted job allocation (\d+)", allocated.stderr)
+    assert slurm_job, allocated.stderr
+    try:
+        monkeypatch.setenv("SLURM_JOB_ID", slurm_job.group(1))
+        monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+        service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), tmp_path,
+                              "import time; time.sleep(2); print('in the step')")  # fmt: skip
+        until(lambda: len(job_processes(job.id)) >= 2, "both ranks", 120)
+        assert [q.split("|")[2] for q in cluster.queue()] == ["notebook"], "one allocation"
+        steps = cluster.run("squeue", "-h", "-s", "-j", slurm_job.group(1), "-o", "%j").stdout
+        assert f"air-{job.id}-1" in steps
+        assert ended(service, job).status is JobStatus.SUCCEEDED
+        assert cluster.queue()[0].split("|")[1] == "RUNNING", "the allocation stays the user's"
+    finally:
+        cluster.run("scancel", slurm_job.group(1), check=False)
+
+
+def test_air_run_places_a_workload_with_slurm_settings_on_two_nodes(
+    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIR_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    workload = tmp_path / "workload.yaml"
+    workload.write_text(
+        "experiment_name: slurm-workload\n"
+        f"command: {sys.executable} -c \"import os; print('node', os.environ['GROUP_RANK'])\"\n"
+        "backend: slurm\n"
+        "compute: {nnodes: 2, nproc_per_node: 1}\n"
+        "slurm: {partition: debug, time: '5', cpus_per_task: 1}\n"
+        f"working_dir: {tmp_path}\n"
+    )
+    ran = air("run", "-f", str(workload), "--watch")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    job_id = re.search(r"Job (\S+) submitted", ran.stdout)
+    assert job_id, ran.stdout
+    node_1 = air("logs", job_id.group(1), "--node", "1")
+    assert "node 1 rank 1 INFO node 1" in node_1.stdout, node_1.stdout + node_1.stderr
+
+    workload.write_text(workload.read_text().replace("partition: debug", "partition: small"))
+    refused = air("run", "-f", str(workload))
+    assert refused.returncode != 0
+    assert "Requested node configuration is not available" in refused.stderr, refused.stderr
+
+
+def agents() -> list[psutil.Process]:
+    """The Slurm node agents running on this machine."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if MAIN in " ".join(proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+def test_a_session_on_two_slurm_nodes_keeps_its_ranks_in_one_allocation(
+    kernel: Kernel, air_home: Path, cluster: SlurmCluster
+) -> None:
+    started = kernel.run("%air_session start --backend slurm --nnodes 2 -n 1")
+    assert started.error is None, started.traceback
+    assert "2 ranks on 2 Slurm nodes" in started.text, started.text
+    found = SESSION_JOB.search(started.text)
+    assert found, started.text
+    job_id = found.group(1)
+    two_node_session_keeps_its_group(kernel)
+    assert [q.split("|")[2] for q in cluster.queue()] == [f"air-{job_id}-1"], "one allocation"
+
+    kernel.run("%air_session stop")
+    job = wait_done(air_home, job_id)
+    assert job.status == "SUCCEEDED"
+    supervised_until_its_end(job)
+    until(lambda: job_processes(job_id) == [], "the session's ranks gone", 30)
+
+
+def test_interrupting_a_cell_waiting_in_the_queue_cancels_its_slurm_job(
+    kernel: Kernel, air_home: Path, cluster: SlurmCluster
+) -> None:
+    blocker = cluster.start("srun", "-N2", "--exclusive", "-J", "blocker", "sleep", "600")
+    try:
+        until(lambda: any("|RUNNING|blocker|" in q for q in cluster.queue()), "the blocker", 60)
+        msg_id = kernel.start("%%air_distributed --backend slurm --nnodes 2 -n 1\nprint('never')")
+        store = JobStore(air_home)
+
+        def pending() -> bool:
+            return any(j.status == "PENDING" and j.message for j in store.jobs())
+
+        until(pending, "the cell's job PENDING in the queue", 120)
+        kernel.wait_shown(msg_id, "· PENDING (Resources), Slurm job ")
+        kernel.interrupt()
+        execution = kernel.collect(msg_id)
+        assert execution.error is not None
+        assert execution.error["ename"] == "Interrupted"
+        said = [text for text in execution.shown if "· PENDING (Resources), Slurm job " in text]
+        assert said, execution.shown
+        assert said[0].startswith("pending · "), said[0]
+        (job,) = [j for j in store.jobs() if j.status == "CANCELLED"][:1]
+        assert job.message is None or "Slurm job" not in job.message
+    finally:
+        blocker.terminate()
+        blocker.wait(30)

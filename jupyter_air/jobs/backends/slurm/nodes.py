@@ -6,7 +6,9 @@ never all), then runs one ``srun``: a task per node, each a node agent
 ``srun`` asks for the job's own (it waits in the queue: the job says PENDING with
 Slurm's reason meanwhile); inside one (``salloc``, a server started by ``sbatch``) it
 runs as a step there. The rest (the shape, the polls, the stop rule) is
-``AgentNodes``'. At the end the agents are told to finish, the connections close, and
+``AgentNodes``': a node lost is the supervisor's to act on (it names the node first,
+then stops the others), so Slurm is not asked to kill a step's tasks when one exits
+(no ``--kill-on-bad-exit``). At the end the agents are told to finish, the connections close, and
 ``srun`` ends with them; one that does not is cancelled with ``scancel``.
 """
 
@@ -144,7 +146,6 @@ class SlurmNodes(AgentNodes):
             f"--ntasks={nnodes}",
             "--ntasks-per-node=1",
             f"--job-name={self._name}",
-            "--kill-on-bad-exit=1",
             "--input=none",
             *self._settings.srun_args(nproc),
         ]

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 #: What a value may hold: Slurm's own syntax for each field is checked by Slurm itself
 #: (``srun --test-only``); here, nothing that could end an option early.
-_PLAIN = re.compile(r"[^\s=]+")
+_PLAIN = re.compile(r"^[^\s=]+$")
 #: Options of ours or of the job's shape, which ``args`` may not override.
 _OURS = (
     "-N", "--nodes", "-n", "--ntasks", "--ntasks-per-node", "-J", "--job-name", "--jobid",
@@ -60,7 +60,9 @@ class SlurmSettings(BaseModel):
             if not arg.startswith("-"):
                 raise ValueError(f"{arg!r} is not an option: give each as --name=value")
             name = arg.split("=", 1)[0]
-            if name in _OURS or (len(name) > 2 and name[:2] in _OURS and name[1] != "-"):
+            if not name.startswith("--"):  # -N3, -J name: the letter is the option
+                name = name[:2]
+            if name in _OURS:
                 raise ValueError(f"{name} is set by jupyter_air from the job's shape")
         return value
 
