@@ -109,7 +109,7 @@ pytest:
 	$(PYTEST)
 
 pytest-fast:
-	$(PYTEST) -m "not browser and not ray and not slow"
+	$(PYTEST) -m "not browser and not ray and not slurm and not slow"
 
 bench: setup
 	$(PY) bench/bench_gpu.py
@@ -129,6 +129,7 @@ bench: setup
 	$(PY) bench/bench_tracking_outage.py
 	$(PY) bench/bench_notify.py
 	$(PY) bench/bench_long_runs.py
+	$(PY) bench/bench_slurm.py
 
 clean:
 	rm -rf lib jupyter_air/labextension tsconfig.tsbuildinfo tests/fake_nvml/.build test-artifacts
