@@ -44,6 +44,8 @@ def test_each_setting_is_the_srun_option_of_its_name_and_cpus_are_per_rank() -> 
         "--comment=air job",
     ]
     assert SlurmSettings().srun_args(nproc_per_node=2) == ["--cpus-per-task=2"]
+    as_yaml_reads_it = SlurmSettings.model_validate({"time": 30, "gpus_per_node": 2})
+    assert as_yaml_reads_it.srun_args(1)[:2] == ["--time=30", "--gpus-per-node=2"]
 
 
 @pytest.mark.parametrize(

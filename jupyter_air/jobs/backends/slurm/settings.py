@@ -43,9 +43,10 @@ class SlurmSettings(BaseModel):
     #: rather than run in it.
     new_allocation: bool = False
 
-    @field_validator("gpus_per_node", mode="before")
+    @field_validator("time", "mem", "gpus_per_node", mode="before")
     @classmethod
-    def _count(cls, value: Any) -> Any:
+    def _number(cls, value: Any) -> Any:
+        """``time: 30`` and ``gpus_per_node: 4`` in YAML are numbers: Slurm's words."""
         return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
     @field_validator("args", mode="before")
