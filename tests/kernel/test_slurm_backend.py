@@ -303,3 +303,17 @@ def test_interrupting_a_cell_waiting_in_the_queue_cancels_its_slurm_job(
     finally:
         blocker.terminate()
         blocker.wait(30)
+
+
+def test_a_decorated_function_runs_on_two_slurm_nodes(kernel: Kernel) -> None:
+    execution = kernel.run(
+        "from jupyter_air import distributed\n"
+        "@distributed(backend='slurm', nnodes=2, nproc_per_node=1, slurm={'time': 5})\n"
+        "def where(scale):\n"
+        "    import os\n"
+        "    print('on', os.environ['GROUP_RANK'], flush=True)\n"
+        "    return int(os.environ['WORLD_SIZE']) * scale\n"
+        "where.distributed(10)"
+    )
+    assert execution.value() == "20"
+    assert "[node 1 rank 1] on 1" in execution.stdout, execution.stdout
