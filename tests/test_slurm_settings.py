@@ -120,5 +120,6 @@ def test_the_queue_s_word_names_the_reason_and_the_slurm_job() -> None:
         QueueState("4242", "PENDING", "Resources").line() == "PENDING (Resources), Slurm job 4242"
     )
     assert QueueState("7", "PENDING", "None").line() == "PENDING, Slurm job 7"
-    assert QueueState("7", "PENDING", "Priority").pending
-    assert not QueueState("7", "RUNNING", "None").pending
+    assert QueueState("7", "PENDING", "Priority").waiting
+    assert QueueState("7", "CONFIGURING", "None").waiting, "nodes still booting"
+    assert not QueueState("7", "RUNNING", "None").waiting

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -317,3 +318,25 @@ def test_a_decorated_function_runs_on_two_slurm_nodes(kernel: Kernel) -> None:
     )
     assert execution.value() == "20"
     assert "[node 1 rank 1] on 1" in execution.stdout, execution.stdout
+
+
+def test_a_silent_caller_at_the_supervisor_s_port_does_not_hold_up_the_agents(
+    cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """Another user (or host) connects to where the agents call back and says nothing:
+    the agents still get in, and the job runs."""
+    blocker = cluster.start("srun", "-N2", "--exclusive", "-J", "blocker", "sleep", "600")
+    try:
+        until(lambda: any("|RUNNING|blocker|" in q for q in cluster.queue()), "the blocker", 60)
+        service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), tmp_path, "print(1)")
+        until(lambda: bool(service.store.get(job.id).message), "queued, said so", 120)
+        supervisor = psutil.Process(service.store.get(job.id).supervisor_pid or 0)
+        (port,) = [c.laddr for c in supervisor.net_connections("tcp") if c.status == "LISTEN"]
+        silent = [socket.create_connection((port.ip, port.port)) for _ in range(3)]
+        blocker.terminate()
+        assert ended(service, job).status is JobStatus.SUCCEEDED, service.store.get(job.id).message
+        for sock in silent:
+            sock.close()
+    finally:
+        blocker.terminate()
+        blocker.wait(30)

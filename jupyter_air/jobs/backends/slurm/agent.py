@@ -79,7 +79,7 @@ def _reach(ticket: Ticket) -> Channel:
     while True:
         try:
             return connect(ticket)
-        except OSError:
+        except (OSError, Refused):  # not listening yet, or a caller ahead of us was slow
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)

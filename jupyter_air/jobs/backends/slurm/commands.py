@@ -11,6 +11,7 @@ reports). Inside one, they are what places the steps there.
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -119,8 +120,9 @@ class QueueState:
     reason: str
 
     @property
-    def pending(self) -> bool:
-        return self.state == "PENDING"
+    def waiting(self) -> bool:
+        """Not running yet: queued, or its nodes still booting (CONFIGURING)."""
+        return self.state in ("PENDING", "CONFIGURING")
 
     def line(self) -> str:
         """``PENDING (Resources), Slurm job 4242``: what the job's status says."""
@@ -130,7 +132,7 @@ class QueueState:
 
 def queue_state(name: str, env: Mapping[str, str]) -> QueueState | None:
     """The user's Slurm job of this name, as squeue shows it now; None if it has none."""
-    user = os.environ.get("USER") or _user()
+    user = pwd.getpwuid(os.getuid()).pw_name  # not $USER: a spawner may leave another's
     out = run(["squeue", "-h", "-u", user, "-n", name, "-o", "%i|%T|%r"], env)
     for line in out.splitlines():
         parts = line.strip().split("|")
@@ -146,9 +148,3 @@ def cancel(target: str, env: Mapping[str, str]) -> None:
     except SlurmError as err:
         if "invalid job id" not in str(err).lower():
             raise
-
-
-def _user() -> str:
-    import getpass
-
-    return getpass.getuser()

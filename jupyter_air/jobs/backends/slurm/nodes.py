@@ -18,6 +18,7 @@ import collections
 import concurrent.futures
 import contextlib
 import os
+import queue
 import select
 import socket
 import subprocess
@@ -38,8 +39,9 @@ from .settings import SlurmSettings
 METRICS_INTERVAL = float(os.environ.get("AIR_SYSTEM_METRICS_INTERVAL", "10"))
 #: Seconds between two looks at the queue while the allocation waits.
 QUEUE_POLL = 1.0
-#: Seconds ``srun`` gets to end once its agents have, before ``scancel``.
-SRUN_EXIT_WAIT = 10.0
+#: Seconds ``srun`` gets to end once its agents were told, before ``scancel``: more
+#: than an orphaned agent's wait for its ranks (``agent.ORPHAN_WAIT``).
+SRUN_EXIT_WAIT = 20.0
 #: Settings the backend adds to the submitter's (``SlurmBackend.prepare``).
 PLACED = ("within", "host")
 
@@ -68,9 +70,9 @@ class _Link:
                 try:
                     self._channel.send(AgentOp.CALL, method=method, args=args)
                     return future
-                except OSError as err:
+                except BaseException as err:  # nothing sent: no answer may come for it
                     self._waiting.pop()
-                    self._gone = f"its connection broke: {err.strerror or err}"
+                    self._gone = f"a call could not be sent: {err!r}"
             future.set_exception(AgentGone(self._gone))
         return future
 
@@ -179,6 +181,7 @@ class SlurmNodes(AgentNodes):
     ) -> dict[int, Channel]:
         """Each node's agent, once it called back; the queue's word meanwhile."""
         channels: dict[int, Channel] = {}
+        greeted: queue.Queue[tuple[int, Channel]] = queue.Queue()
         running_since: float | None = None
         said: str | None = None
         looked = 0.0
@@ -192,11 +195,11 @@ class SlurmNodes(AgentNodes):
                 if time.monotonic() - looked > QUEUE_POLL:
                     looked = time.monotonic()
                     state = self._queue_state()
-                    line = state.line() if state is not None and state.pending else None
+                    line = state.line() if state is not None and state.waiting else None
                     if line != said:
                         said = line
                         self._on_queued(line)
-                    if state is not None and not state.pending and running_since is None:
+                    if state is not None and not state.waiting and running_since is None:
                         running_since = time.monotonic()
                 if running_since and time.monotonic() - running_since > AGENT_START_TIMEOUT:
                     raise ClusterError(
@@ -205,7 +208,13 @@ class SlurmNodes(AgentNodes):
                         f"{AGENT_START_TIMEOUT:g} s: can the nodes reach this machine there?"
                     )
                 if select.select([server], [], [], 0.2)[0]:
-                    self._greet(server, ticket, channels)
+                    sock, _ = server.accept()  # its handshake on a thread: a silent
+                    threading.Thread(  # caller must not hold up the agents
+                        target=self._greet, args=(sock, ticket, greeted), daemon=True
+                    ).start()
+                while not greeted.empty():
+                    node, channel = greeted.get()
+                    channels[node] = channel
         except BaseException:
             for channel in channels.values():
                 channel.close()
@@ -215,8 +224,10 @@ class SlurmNodes(AgentNodes):
                 self._on_queued(None)
         return channels
 
-    def _greet(self, server: socket.socket, ticket: Ticket, channels: dict[int, Channel]) -> None:
-        sock, _ = server.accept()
+    def _greet(
+        self, sock: socket.socket, ticket: Ticket, greeted: queue.Queue[tuple[int, Channel]]
+    ) -> None:
+        """One caller's handshake and hello: an agent of this attempt, or closed."""
         try:
             channel = accept(sock, ticket.token)
             sock.settimeout(AGENT_START_TIMEOUT)
@@ -228,9 +239,9 @@ class SlurmNodes(AgentNodes):
         if hello is None or hello.get("op") != AgentOp.HELLO:
             sock.close()
             return
-        channels[int(hello["node"])] = channel
         self._slurm_job = hello.get("slurm_job") or self._slurm_job
         self._step = hello.get("step") or self._step
+        greeted.put((int(hello["node"]), channel))
 
     def _queue_state(self) -> commands.QueueState | None:
         try:
