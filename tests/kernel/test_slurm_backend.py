@@ -340,3 +340,66 @@ def test_a_silent_caller_at_the_supervisor_s_port_does_not_hold_up_the_agents(
     finally:
         blocker.terminate()
         blocker.wait(30)
+
+
+def test_a_node_slurm_takes_down_fails_the_attempt_naming_it_and_why(
+    cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), tmp_path,
+                          "import time; time.sleep(600)")  # fmt: skip
+    until(lambda: len(job_processes(job.id)) >= 2, "both ranks", 120)
+    cluster.run("scontrol", "update", "nodename=air-n2", "state=down", "reason=bad gpu")
+    try:
+        job = ended(service, job)
+        assert job.status is JobStatus.FAILED
+        message = job.message or ""
+        assert message.startswith("node 1 (air-n2, "), message
+        assert "was taken away by Slurm (down" in message, message
+        assert "bad gpu" in message, message
+        until(lambda: job_processes(job.id) == [], "the ranks gone", 30)
+    finally:
+        cluster.run("scontrol", "update", "nodename=air-n2", "state=resume")
+        until(lambda: cluster.node_state("air-n2") == "idle", "air-n2 back", 60)
+
+
+HUNG = """\
+import os, time
+
+def wait_forever():
+    while True:
+        time.sleep(1)
+
+print("ready", flush=True)
+wait_forever()
+"""
+
+
+def test_air_stacks_shows_each_slurm_node_s_rank(
+    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIR_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    (tmp_path / "hung.py").write_text(HUNG)
+    (tmp_path / "workload.yaml").write_text(
+        "experiment_name: slurm-stacks\n"
+        f"command: {sys.executable} {tmp_path / 'hung.py'}\n"
+        "backend: slurm\n"
+        "compute: {nnodes: 2, nproc_per_node: 1}\n"
+        f"working_dir: {tmp_path}\n"
+    )
+    submitted = air("run", "-f", str(tmp_path / "workload.yaml"))
+    assert submitted.returncode == 0, submitted.stderr
+    found = re.search(r"Job (\S+) submitted", submitted.stdout)
+    assert found, submitted.stdout
+    job_id = found.group(1)
+    try:
+        until(lambda: air("logs", job_id).stdout.count(" ready") == 2, "both ranks", 180)
+        shown = air("stacks", job_id)
+        assert shown.returncode == 0, shown.stderr
+        out = shown.stdout
+        assert "=== node 0 rank 0" in out, out
+        assert "=== node 1 rank 1" in out, out
+        assert out.count("wait_forever (hung.py:5)") == 2, out
+    finally:
+        air("cancel", job_id)
+    until(lambda: job_processes(job_id) == [], "the job's ranks gone", 60)

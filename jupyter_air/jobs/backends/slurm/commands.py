@@ -141,6 +141,22 @@ def queue_state(name: str, env: Mapping[str, str]) -> QueueState | None:
     return None
 
 
+#: Node states in which Slurm took a node from its jobs (``sinfo``'s words, lower case).
+LOST_STATES = ("down", "drain", "fail", "not_responding", "maint", "reboot")
+
+
+def node_trouble(node: str, env: Mapping[str, str]) -> str | None:
+    """Why Slurm took ``node`` away (``down: bad gpu``), or None if it did not."""
+    try:
+        out = run(["sinfo", "-h", "-N", "-n", node, "-o", "%T|%E"], env).strip()
+    except SlurmError:
+        return None
+    state, _, reason = out.partition("|")
+    if not state.lower().startswith(LOST_STATES):
+        return None
+    return f"{state}: {reason}" if reason and reason != "none" else state
+
+
 def cancel(target: str, env: Mapping[str, str]) -> None:
     """``scancel`` a job or a step (``4242.1``); one already gone is no error."""
     try:

@@ -30,6 +30,7 @@ from typing import IO, Any
 
 from ....paths import private_opener
 from ...sessions.wire import Channel, Refused, Ticket, accept, listen_tcp
+from ...supervision.outcome import AttemptEnd
 from ..agents import AGENT_START_TIMEOUT, AgentNodes, Cancelled, ClusterError
 from ..local import terminate_with_parent
 from . import commands
@@ -42,6 +43,8 @@ QUEUE_POLL = 1.0
 #: Seconds ``srun`` gets to end once its agents were told, before ``scancel``: more
 #: than an orphaned agent's wait for its ranks (``agent.ORPHAN_WAIT``).
 SRUN_EXIT_WAIT = 20.0
+#: Seconds a node Slurm took away is put before its peers' losses.
+LOST_FIRST = 60.0
 #: Settings the backend adds to the submitter's (``SlurmBackend.prepare``).
 PLACED = ("within", "host")
 
@@ -292,6 +295,17 @@ class SlurmNodes(AgentNodes):
 
     def _cluster_error(self, err: Exception) -> str:
         return f"Slurm: {err}"
+
+    def _node_lost(self, node: int, what: str, answered: dict[int, float]) -> AttemptEnd:
+        """A node Slurm took away (down, drained, failing) is named with its state and
+        reason, and comes before its peers: Slurm ends the whole step with it, so they
+        go at the same moment, as its consequence."""
+        end = super()._node_lost(node, what, answered)
+        trouble = commands.node_trouble(str(self._nodes[node]["node_id"]), self._slurm_env())
+        if trouble is not None:
+            end.message = f"{self._describe(node)} was taken away by Slurm ({trouble})"
+            end.failed_at = (end.failed_at or time.time()) - LOST_FIRST
+        return end
 
     # -- releasing -----------------------------------------------------------------
 
