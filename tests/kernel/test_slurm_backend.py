@@ -8,9 +8,11 @@ this module. Jobs run 2 nodes x 1 rank with PyTorch's CPU build and gloo.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -69,6 +71,18 @@ def engine(cluster: SlurmCluster) -> Engine:
 @pytest.fixture(scope="module")
 def kernel_env(kernel_env: dict[str, str], cluster: SlurmCluster) -> dict[str, str]:
     return {**kernel_env, **cluster.env}
+
+
+@contextlib.contextmanager
+def nodes_held(cluster: SlurmCluster) -> Iterator[subprocess.Popen[bytes]]:
+    """Both nodes held by another job (``blocker``), which the block may end early."""
+    blocker = cluster.start("srun", "-N2", "--exclusive", "-J", "blocker", "sleep", "600")
+    try:
+        until(lambda: any("|RUNNING|blocker|" in q for q in cluster.queue()), "the blocker", 60)
+        yield blocker
+    finally:
+        blocker.terminate()
+        blocker.wait(30)
 
 
 @pytest.fixture(autouse=True)
@@ -158,9 +172,7 @@ def test_a_queued_job_is_pending_with_slurm_s_reason_and_cancels_from_the_queue(
     cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AIR_HOME", str(tmp_path))
-    blocker = cluster.start("srun", "-N2", "--exclusive", "-J", "blocker", "sleep", "600")
-    try:
-        until(lambda: any("|RUNNING|blocker|" in q for q in cluster.queue()), "the blocker", 60)
+    with nodes_held(cluster):
         service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), tmp_path, "print(1)")
 
         def queued() -> bool:
@@ -181,9 +193,6 @@ def test_a_queued_job_is_pending_with_slurm_s_reason_and_cancels_from_the_queue(
         while any("|air-" in q for q in cluster.queue()):
             assert time.monotonic() - cancelled_at < 10, cluster.queue()
             time.sleep(0.1)
-    finally:
-        blocker.terminate()
-        blocker.wait(30)
 
 
 def test_a_killed_node_agent_fails_the_attempt_naming_its_node(
@@ -281,9 +290,7 @@ def test_a_session_on_two_slurm_nodes_keeps_its_ranks_in_one_allocation(
 def test_interrupting_a_cell_waiting_in_the_queue_cancels_its_slurm_job(
     kernel: Kernel, air_home: Path, cluster: SlurmCluster
 ) -> None:
-    blocker = cluster.start("srun", "-N2", "--exclusive", "-J", "blocker", "sleep", "600")
-    try:
-        until(lambda: any("|RUNNING|blocker|" in q for q in cluster.queue()), "the blocker", 60)
+    with nodes_held(cluster):
         msg_id = kernel.start("%%air_distributed --backend slurm --nnodes 2 -n 1\nprint('never')")
         store = JobStore(air_home)
 
@@ -301,9 +308,6 @@ def test_interrupting_a_cell_waiting_in_the_queue_cancels_its_slurm_job(
         assert said[0].startswith("pending · "), said[0]
         (job,) = [j for j in store.jobs() if j.status == "CANCELLED"][:1]
         assert job.message is None or "Slurm job" not in job.message
-    finally:
-        blocker.terminate()
-        blocker.wait(30)
 
 
 def test_a_decorated_function_runs_on_two_slurm_nodes(kernel: Kernel) -> None:
@@ -325,9 +329,7 @@ def test_a_silent_caller_at_the_supervisor_s_port_does_not_hold_up_the_agents(
 ) -> None:
     """Another user (or host) connects to where the agents call back and says nothing:
     the agents still get in, and the job runs."""
-    blocker = cluster.start("srun", "-N2", "--exclusive", "-J", "blocker", "sleep", "600")
-    try:
-        until(lambda: any("|RUNNING|blocker|" in q for q in cluster.queue()), "the blocker", 60)
+    with nodes_held(cluster) as blocker:
         service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), tmp_path, "print(1)")
         until(lambda: bool(service.store.get(job.id).message), "queued, said so", 120)
         supervisor = psutil.Process(service.store.get(job.id).supervisor_pid or 0)
@@ -337,9 +339,6 @@ def test_a_silent_caller_at_the_supervisor_s_port_does_not_hold_up_the_agents(
         assert ended(service, job).status is JobStatus.SUCCEEDED, service.store.get(job.id).message
         for sock in silent:
             sock.close()
-    finally:
-        blocker.terminate()
-        blocker.wait(30)
 
 
 def test_a_node_slurm_takes_down_fails_the_attempt_naming_it_and_why(
