@@ -147,7 +147,7 @@ HEAD = "experiment_name: e\ncommand: x\n"
         (f"{HEAD}max_retries: two\n", "max_retries (line 3): Input should be a valid integer"),
         (f"{HEAD}compute:\n  nproc_per_node: 0\n", "compute.nproc_per_node (line 4)"),
         (f"{HEAD}compute:\n  nnodes: 2\n", "compute.nnodes 2 needs a cluster: add 'backend: ray'"),
-        (f"{HEAD}backend: slurm\n", "backend (line 3): no backend 'slurm': choose one of"),
+        (f"{HEAD}backend: lsf\n", "backend (line 3): no backend 'lsf': choose one of"),
         (f"{HEAD}env: {{A: 1}}\n", "env.A (line 3): Input should be a valid string"),
         (f"{HEAD}tracking: later\n", "tracking (line 3): Input should be 'required' or 'deferred'"),
         ("experiment_name: e\ncommand: 'x \"y'\n", "command (line 2): cannot be split"),

@@ -111,6 +111,7 @@ def test_session_start_takes_the_whole_job_options_of_a_cell_by_one_definition()
         "ray_address",
         "run_name",
         "share",
+        "slurm",
     ]
     for dest in shared:
         ours, theirs = session_options[dest], cell_options[dest]

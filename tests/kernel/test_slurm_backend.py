@@ -9,6 +9,7 @@ this module. Jobs run 2 nodes x 1 rank with PyTorch's CPU build and gloo.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import socket
@@ -402,3 +403,53 @@ def test_air_stacks_shows_each_slurm_node_s_rank(
     finally:
         air("cancel", job_id)
     until(lambda: job_processes(job_id) == [], "the job's ranks gone", 60)
+
+
+SCHEDULE = """\
+name: nightly-slurm
+schedule:
+  cron: "0 3 * * *"
+  pause_status: PAUSED
+experiment_name: nightly
+tasks:
+  - task_key: train
+    workload:
+      command: {python} -c "import os; print('node', os.environ['GROUP_RANK'])"
+      backend: slurm
+      compute: {{nnodes: 2, nproc_per_node: 1}}
+      slurm: {{partition: debug, time: 5}}
+"""
+
+
+def test_a_scheduled_task_runs_on_two_slurm_nodes(
+    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_air.schedules.scheduler import stop
+
+    home = tmp_path / "air"
+    monkeypatch.setenv("AIR_HOME", str(home))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(SCHEDULE.format(python=sys.executable))
+    try:
+        created = air("schedule", "create", "-f", "s.yaml")
+        assert created.returncode == 0, created.stderr
+        fired = air("schedule", "run-now", "nightly-slurm")
+        assert fired.returncode == 0, fired.stderr
+
+        def ended_run() -> dict[str, object] | None:
+            runs = json.loads(air("schedule", "runs", "nightly-slurm", "--output", "json").stdout)
+            return next((r for r in runs if r["status"] not in ("RUNNING", "SKIPPED")), None)
+
+        until(lambda: ended_run() is not None, "the schedule's run to end", 240)
+        run = ended_run()
+        assert run is not None
+        assert run["status"] == "SUCCEEDED", run
+        (job,) = JobStore(home).jobs()
+        assert job.spec.backend.name == "slurm"
+        assert job.spec.compute.nnodes == 2
+        node_1 = air("logs", job.id, "--node", "1")
+        assert "node 1 rank 1 INFO node 1" in node_1.stdout, node_1.stdout + node_1.stderr
+    finally:
+        stop(home)
