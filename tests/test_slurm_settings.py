@@ -54,6 +54,7 @@ def test_each_setting_is_the_srun_option_of_its_name_and_cpus_are_per_rank() -> 
         ({"args": ["--nodes=3"]}, "--nodes is set by jupyter_air"),
         ({"args": ["-N3"]}, "-N is set by jupyter_air"),
         ({"args": ["--job-name=x"]}, "--job-name is set by jupyter_air"),
+        ({"args": ["--expo=NONE"]}, r"--expo \(--export\) is set by jupyter_air"),
         ({"args": ["exclusive"]}, "is not an option"),
         ({"partition": "gpu --qos=high"}, "should match pattern"),
         ({"cpus_per_task": 0}, "greater than or equal to 1"),

@@ -55,58 +55,76 @@ class AgentGone(RuntimeError):
 
 class _Link:
     """One node agent's connection: calls go out in order, a reader thread hands each
-    answer to the oldest call waiting (the agent answers one call at a time)."""
+    answer to the oldest call waiting (the agent answers one call at a time).
+
+    Two locks: ``_sending`` keeps a call's place in line and its frame together (across
+    the socket's write, which may block on a large payload); ``_state`` guards the line
+    and is never held across I/O, so the reader always drains answers meanwhile (were it
+    held, an agent blocked writing a large answer would never read our frame)."""
 
     def __init__(self, node: int, channel: Channel) -> None:
         self.node = node
         self._channel = channel
         self._waiting: collections.deque[concurrent.futures.Future[Any]] = collections.deque()
-        self._lock = threading.Lock()
+        self._sending = threading.Lock()
+        self._state = threading.Lock()
         self._gone: str | None = None
         threading.Thread(target=self._read, name=f"air-slurm-node-{node}", daemon=True).start()
 
     def call(self, method: str, args: tuple[Any, ...]) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        with self._lock:
-            if self._gone is None:
-                self._waiting.append(future)
+        with self._sending:
+            with self._state:
+                gone = self._gone
+                if gone is None:
+                    self._waiting.append(future)
+            if gone is None:
                 try:
                     self._channel.send(AgentOp.CALL, method=method, args=args)
                     return future
                 except BaseException as err:  # nothing sent: no answer may come for it
-                    self._waiting.pop()
-                    self._gone = f"a call could not be sent: {err!r}"
-            future.set_exception(AgentGone(self._gone))
+                    with self._state:
+                        if future in self._waiting:
+                            self._waiting.remove(future)
+                        self._gone = gone = self._gone or f"a call could not be sent: {err!r}"
+        _fail(future, AgentGone(gone))
         return future
 
     def _read(self) -> None:
         why = "its agent exited"
         try:
             while (message := self._channel.receive()) is not None:
-                with self._lock:
+                with self._state:
                     future = self._waiting.popleft() if self._waiting else None
                 if future is None:
                     continue  # nothing asked for it: ignored
                 if "error" in message:
-                    future.set_exception(RuntimeError(str(message["error"])))
+                    _fail(future, RuntimeError(str(message["error"])))
                 else:
-                    future.set_result(message.get("value"))
+                    with contextlib.suppress(concurrent.futures.InvalidStateError):
+                        future.set_result(message.get("value"))
         except Refused as err:
             why = str(err)
         except Exception as err:
             why = f"its answer could not be read: {err!r}"
-        with self._lock:
+        with self._state:
             self._gone = self._gone or why
             waiting, self._waiting = self._waiting, collections.deque()
         for future in waiting:
-            future.set_exception(AgentGone(self._gone))
+            _fail(future, AgentGone(self._gone))
 
     def close(self) -> None:
-        with self._lock:
+        with self._state:
             self._gone = self._gone or "closed by the supervisor"
         with contextlib.suppress(OSError):
             self._channel.sock.shutdown(socket.SHUT_RDWR)
         self._channel.close()
+
+
+def _fail(future: concurrent.futures.Future[Any], error: BaseException) -> None:
+    """Fail a call not yet settled (a send that failed and the reader's end may race)."""
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        future.set_exception(error)
 
 
 class SlurmNodes(AgentNodes):

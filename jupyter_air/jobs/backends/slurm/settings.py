@@ -63,8 +63,11 @@ class SlurmSettings(BaseModel):
             name = arg.split("=", 1)[0]
             if not name.startswith("--"):  # -N3, -J name: the letter is the option
                 name = name[:2]
-            if name in _OURS:
-                raise ValueError(f"{name} is set by jupyter_air from the job's shape")
+            # srun takes a long option's unambiguous abbreviation: --expo is --export.
+            ours = [o for o in _OURS if o == name or (name[:2] == "--" and o.startswith(name))]
+            if ours:
+                said = name if ours[0] == name else f"{name} ({ours[0]})"
+                raise ValueError(f"{said} is set by jupyter_air from the job's shape")
         return value
 
     def srun_args(self, nproc_per_node: int) -> list[str]:
