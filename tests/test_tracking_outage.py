@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mlflow import MlflowClient
@@ -283,3 +284,70 @@ def test_a_deferred_job_runs_while_its_server_is_down_and_gets_its_run_once_it_a
     experiment = MlflowClient(team.server.uri).get_experiment(run.info.experiment_id)
     assert experiment.name == "later"
     assert jobs.get(job_id).experiment_id == run.info.experiment_id
+
+
+SCHEDULE = """\
+name: through-outage
+schedule:
+  cron: "0 3 * * *"
+  pause_status: PAUSED
+experiment_name: scheduled
+tasks:
+  - task_key: strict
+    workload: {{command: {python} -c "print('strict ran')"}}
+  - task_key: later
+    workload:
+      command: {python} {later}
+      tracking: deferred
+"""
+
+
+def test_a_schedule_fired_in_an_outage_fails_a_strict_task_in_one_line_and_runs_a_deferred_one(
+    team: Team, tmp_path: Path
+) -> None:
+    from jupyter_air.schedules.scheduler import stop
+
+    team.proxy.switch(Mode.UNAVAILABLE)
+    later = tmp_path / "later.py"
+    later.write_text("from jupyter_air import log_metrics\nlog_metrics({'x': 1.0}, step=0)\n")
+    (tmp_path / "s.yaml").write_text(SCHEDULE.format(python=sys.executable, later=later))
+    uri = team.proxy.uri
+    try:
+        assert air(team, tmp_path, "schedule", "create", "-f", "s.yaml", uri=uri).returncode == 0
+        assert air(team, tmp_path, "schedule", "run-now", "through-outage", uri=uri).returncode == 0
+
+        def ended() -> dict[str, Any] | None:
+            shown = air(team, tmp_path, "schedule", "runs", "through-outage", "--output", "json",
+                        uri=uri)  # fmt: skip
+            runs = json.loads(shown.stdout)
+            return next((r for r in runs if r["status"] not in ("RUNNING", "SKIPPED")), None)
+
+        run = until(ended, "the schedule's run to end", timeout=240)
+        assert run is not None
+        tasks = {t["task_key"]: t for t in run["tasks"]}
+        assert tasks["strict"]["status"] == "FAILED"
+        assert tasks["strict"]["message"].startswith(
+            f"could not submit: tracking: {uri} does not answer (HTTP 503 Service Unavailable); "
+            "the task's job was not started"
+        ), tasks["strict"]
+        assert tasks["later"]["status"] == "SUCCEEDED", tasks["later"]
+
+        team.proxy.switch(Mode.FORWARD)  # the deferred task's run is made, and filled
+        job_id = tasks["later"]["job_id"]
+
+        def run_made() -> str | None:
+            (attempt,) = JobStore(team.home).attempts(job_id)
+            return attempt.run_id
+
+        run_id = until(run_made, "the deferred task's run", timeout=180) or ""
+        until(lambda: landed_points(team, run_id, "x") == [0], "its point", timeout=120)
+    finally:
+        team.proxy.switch(Mode.FORWARD)
+        stop(team.home)
+
+
+def landed_points(team: Team, run_id: str, key: str) -> list[int]:
+    try:
+        return [m.step for m in MlflowClient(team.server.uri).get_metric_history(run_id, key)]
+    except Exception:
+        return []

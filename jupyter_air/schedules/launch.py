@@ -18,8 +18,9 @@ from ..jobs.permissions import merged
 from ..jobs.service import JobService
 from ..jobs.spec import JobKind, JobSpec
 from ..jobs.store import JobStore
-from ..jobs.workload_file import Submission, WorkloadFile
+from ..jobs.workload_file import Submission, TrackingMode, WorkloadFile
 from ..redact import redact
+from ..tracking import probe
 from ..tracking.targets import ExperimentRef, current_tracking_uri
 from .model import Schedule, ScheduleRun, TaskSpec
 
@@ -65,11 +66,10 @@ class Launcher:
             )
             tags["air.command"] = redact(submission.command)
             grants = merged([*spec.grants, *submission.grants])
-        target = ExperimentRef(
-            spec.tracking_uri or current_tracking_uri(),
-            experiment,
-            fields.get("mlflow_artifact_location"),
-        )
+        tracking_uri = spec.tracking_uri or current_tracking_uri()
+        if fields.get("tracking") != TrackingMode.DEFERRED or task.notebook is not None:
+            _answers(tracking_uri)
+        target = ExperimentRef(tracking_uri, experiment, fields.get("mlflow_artifact_location"))
         submitted = service.submit(
             job_spec,
             target,
@@ -79,6 +79,19 @@ class Launcher:
             extra_tags=tags,
         )
         return submitted.job.id
+
+
+def _answers(tracking_uri: str) -> None:
+    """A tracking server that does not answer fails the task at once, in one line, with
+    nothing started (as ``air run`` refuses), rather than a job failing a minute later
+    on MLflow's retries; a task with ``tracking: deferred`` runs anyway."""
+    try:
+        probe.check(tracking_uri)
+    except probe.Unreachable as err:
+        raise probe.Unreachable(
+            f"{err}; the task's job was not started (a task with 'tracking: deferred' runs "
+            "anyway, and gets its run once the server answers)"
+        ) from None
 
 
 def notebook_spec(
