@@ -40,6 +40,8 @@ from .settings import SlurmSettings
 METRICS_INTERVAL = float(os.environ.get("AIR_SYSTEM_METRICS_INTERVAL", "10"))
 #: Seconds between two looks at the queue while the allocation waits.
 QUEUE_POLL = 1.0
+#: Seconds between two looks for agents that called back (each handshake has a thread).
+ACCEPT_POLL = 0.05
 #: Seconds ``srun`` gets to end once its agents were told, before ``scancel``: more
 #: than an orphaned agent's wait for its ranks (``agent.ORPHAN_WAIT``).
 SRUN_EXIT_WAIT = 20.0
@@ -205,7 +207,7 @@ class SlurmNodes(AgentNodes):
         greeted: queue.Queue[tuple[int, Channel]] = queue.Queue()
         running_since: float | None = None
         said: str | None = None
-        looked = 0.0
+        looked = time.monotonic()  # most allocations are granted within the first look's wait
         try:
             while len(channels) < nnodes:
                 if self._cancel.is_set():
@@ -228,7 +230,7 @@ class SlurmNodes(AgentNodes):
                         f"of its node agents did not call back to {ticket.address} in "
                         f"{AGENT_START_TIMEOUT:g} s: can the nodes reach this machine there?"
                     )
-                if select.select([server], [], [], 0.2)[0]:
+                if select.select([server], [], [], ACCEPT_POLL)[0]:
                     sock, _ = server.accept()  # its handshake on a thread: a silent
                     threading.Thread(  # caller must not hold up the agents
                         target=self._greet, args=(sock, ticket, greeted), daemon=True
