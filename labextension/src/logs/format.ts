@@ -114,8 +114,13 @@ export function plural(count: number, word: string): string {
   return `${NUMBER.format(count)} ${word}${count === 1 ? '' : 's'}`;
 }
 
-/** "20261129-083012-a1b2c3 · RUNNING · baseline" ("· session ·" for a warm session). */
+/**
+ * "20261129-083012-a1b2c3 · RUNNING · baseline" ("· session ·" for a warm session); a
+ * job a cluster's queue holds says the queue's word: "PENDING (Resources), Slurm job 4242".
+ */
 export function jobLabel(job: IJob): string {
   const kind = job.kind === 'session' ? 'session' : null;
-  return [job.id, job.status, kind, job.run_name].filter(Boolean).join(' · ');
+  const status =
+    job.status === 'PENDING' && job.message ? job.message : job.status;
+  return [job.id, status, kind, job.run_name].filter(Boolean).join(' · ');
 }
