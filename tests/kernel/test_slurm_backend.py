@@ -106,6 +106,11 @@ SLURM_DDP_CELL = (
         "\nlaunch = {'slurm_vars': sorted(k for k in os.environ if k.startswith(('SLURM', 'PMI'))),"
         "\n          'lightning_sees_slurm': lightning.SLURMEnvironment.detect(),"
         "\n          'lightning_sees_torchrun': lightning.TorchElasticEnvironment.detect()}"
+        "\nimport accelerate, transformers"
+        "\nstate = accelerate.PartialState(cpu=True)  # as accelerate launch --cpu"
+        "\nlaunch['accelerate'] = (state.distributed_type.value, state.num_processes)"
+        "\nhf = transformers.TrainingArguments(output_dir='hf-out', use_cpu=True, report_to=[])"
+        "\nlaunch['hf_trainer'] = (hf.parallel_mode.value, hf.world_size)"
         "\nmine = (",
     )
     .replace(
@@ -129,6 +134,8 @@ def test_ddp_across_two_slurm_nodes_agrees_and_looks_like_torchrun(
             "slurm_vars": [],
             "lightning_sees_slurm": False,
             "lightning_sees_torchrun": True,
+            "accelerate": ("MULTI_CPU", 2),
+            "hf_trainer": ("distributed", 2),
         }, "a rank under Slurm must look like a torchrun launch, not like a Slurm task"
     assert "[node 1 rank 1] step 4 loss" in execution.stdout
 
