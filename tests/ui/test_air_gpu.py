@@ -102,8 +102,11 @@ def test_an_idle_view_pauses_and_hovering_its_chart_resumes_it(page: Any) -> Non
     chart = page.locator(f"{idle} >> .js-plotly-plot .nsewdrag >> nth=0")
     chart.scroll_into_view_if_needed()
     box = chart.bounding_box()
-    for dx in (4, 2):  # over the latest samples, at the right end of the 15 min
-        chart.hover(position={"x": box["width"] - dx, "y": box["height"] / 2})
+    # The pointer over the latest samples, at the right end of the 15 min, as a user's
+    # moves: the mouse's own events (a locator's hover waits for a chart that stands
+    # still, and a resumed one redraws every second).
+    for dx in (4, 2):
+        page.mouse.move(box["x"] + box["width"] - dx, box["y"] + box["height"] / 2)
     page.wait_for_selector(f"{status} >> text=Updated every 1 s", timeout=30_000)
     assert not page.is_visible(f'{idle} >> button:has-text("Resume")')
 
