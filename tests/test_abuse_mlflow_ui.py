@@ -33,6 +33,7 @@ from tornado.httpclient import HTTPClientError
 
 from jupyter_air.tracking.stores import register_store
 from jupyter_air.tracking.ui_server import MlflowUi, child_answers
+from tests.waits import children_running
 
 SECRETS = {
     "JUPYTERHUB_API_TOKEN": "hub-token-0123",
@@ -229,10 +230,7 @@ def child(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Child]:
         for name, value in SECRETS.items():
             mp.setenv(name, value)
         socket_path = Path(ui.ensure(key))
-    me = psutil.Process()
-    processes = [
-        p for p in me.children(recursive=True) if "jupyter_air.tracking.ui_child" in p.cmdline()
-    ]
+    processes = children_running("jupyter_air.tracking.ui_child")
     assert len(processes) == 1
     processes += processes[0].children(recursive=True)
     yield Child(ui, home, socket_path, processes)

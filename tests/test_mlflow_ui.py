@@ -29,6 +29,7 @@ from jupyter_air.tracking.ui_links import (
     ui_base,
 )
 from jupyter_air.tracking.ui_server import MlflowUi, UiUnavailable, UnknownStore
+from tests.waits import children_running
 
 BASE_URL = "/a%40b/"  # pytest-jupyter's default: a JupyterHub-like escaped base URL
 UI_CHILD = "jupyter_air.tracking.ui_child"
@@ -241,9 +242,7 @@ def test_links_and_where_the_ui_is(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def _mlflow_processes() -> list[psutil.Process]:
-    return [
-        p for p in psutil.Process().children(recursive=True) if "mlflow" in " ".join(p.cmdline())
-    ]
+    return children_running("mlflow")
 
 
 def test_configuration_and_refusals_start_nothing(

@@ -37,6 +37,19 @@ def job_processes(job_id: str) -> list[psutil.Process]:
     return found
 
 
+def children_running(needle: str) -> list[psutil.Process]:
+    """This process's live descendants whose command line holds ``needle`` (a zombie an
+    earlier test left, or a process that exits while looked at, is not one)."""
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if needle in " ".join(proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
 def assert_gone_within(job_id: str, since: float, seconds: float = 10.0) -> None:
     """Every process of the job gone ``seconds`` after ``since`` (a monotonic time)."""
     while (left := job_processes(job_id)) and time.monotonic() < since + seconds:
