@@ -22,12 +22,15 @@ class Recorder:
 
     def __init__(self, fail_at: int | None = None) -> None:
         self.batches: list[tuple[str, list[tuple[str, float, int]]]] = []
+        self.tags: list[tuple[int, str, dict[str, str]]] = []  # (batch, run, tags)
         self.fail_at = fail_at
 
-    def log_batch(self, run_id: str, metrics: list[Any]) -> None:
+    def log_batch(self, run_id: str, metrics: list[Any], tags: list[Any]) -> None:
         if self.fail_at is not None and len(self.batches) + 1 == self.fail_at:
             self.fail_at = None
             raise ConnectionError("the tracking server does not answer")
+        if tags:
+            self.tags.append((len(self.batches), run_id, {t.key: t.value for t in tags}))
         self.batches.append((run_id, [(m.key, m.value, m.step) for m in metrics]))
 
     def points(self) -> list[tuple[str, str, float, int]]:
@@ -88,6 +91,40 @@ def test_shipping_goes_in_order_by_run_in_batches_and_marks_how_far(
     ]
     assert journal.waiting(files) == 0
     assert journal.ship(client, files) == 0, "nothing twice"
+
+
+def test_tags_are_shipped_with_the_points_in_order_and_wait_for_a_deferred_run(
+    files: AttemptDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hint tagged while the server is down waits in the journal like a point; tags of
+    the attempt's run (not made yet) wait for it."""
+    monkeypatch.setattr(journal, "MAX_TAGS", 2)
+    writer = Writer(files.metrics_journal)
+    writer.append(journal.ATTEMPT_RUN, {"loss": 1.0}, 0)
+    journal.append_tags(files, journal.ATTEMPT_RUN, {"air.hint.idle_gpu": "GPU 0 idle"})
+    writer.append(journal.ATTEMPT_RUN, {"loss": 0.5}, 1)
+    journal.append_tags(files, "cell-2", {"a": "1", "b": "2", "c": "3"})
+    client = Recorder()
+    with pytest.raises(journal.NoRunYet):
+        journal.ship(client, files)
+    assert client.batches == [] and journal.shipped(files) == 0
+
+    assert journal.ship(client, files, attempt_run="run-a") == 2
+    assert client.batches == [
+        ("run-a", [("loss", 1.0, 0), ("loss", 0.5, 1)]),
+        ("cell-2", []),
+        ("cell-2", []),
+    ]
+    assert client.tags == [
+        (0, "run-a", {"air.hint.idle_gpu": "GPU 0 idle"}),
+        (1, "cell-2", {"a": "1", "b": "2"}),
+        (2, "cell-2", {"c": "3"}),
+    ]
+    assert journal.waiting(files) == 0
+    assert journal.read(files.metrics_journal, 0)[1] == (
+        [],
+        journal.read_lines(files.metrics_journal, 0)[1].end,
+    ), "readers of points see a line of tags as empty"
 
 
 def test_a_failed_batch_leaves_the_mark_after_the_last_whole_lines_that_landed(

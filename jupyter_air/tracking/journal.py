@@ -15,8 +15,10 @@ does not take it (``run_tails``); one shipper at a time. A batch sent again afte
 crash between the batch and its mark lands once: MLflow's SQL stores keep one row per
 (run, key, step, timestamp, value).
 
-A line is ``{"r": run id, "t": ms, "s": step, "m": {key: value}}``; one cut short by a
-crash (no newline yet) is neither read nor shipped until it is whole.
+A line is ``{"r": run id, "t": ms, "s": step, "m": {key: value}}``, or a run's tags,
+``{"r": run id, "t": ms, "g": {key: text}}`` (the supervisor's hints: they too wait for
+the server, in order with the points); one cut short by a crash (no newline yet) is
+neither read nor shipped until it is whole.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ JOURNAL_ENV = "AIR_METRICS_JOURNAL"
 #: A line's run when its attempt has none yet (``tracking: deferred`` while its server
 #: did not answer): the attempt's run, whichever it turns out to be.
 ATTEMPT_RUN = ""
-#: MLflow's most metrics in one ``log_batch``.
+#: MLflow's most metrics, and most tags, in one ``log_batch``.
 MAX_BATCH = 1000
+MAX_TAGS = 100
 #: Bytes read at most per look, so catching up with a long journal costs bounded memory.
 READ_CHUNK = 4 << 20
 
@@ -53,6 +56,22 @@ class Point:
     value: float
     timestamp: int  # milliseconds, as MLflow stores them
     step: int
+
+
+@dataclass(frozen=True)
+class Tag:
+    run_id: str
+    key: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Line:
+    """One whole line: its points or its tags, and the offset just after it."""
+
+    points: list[Point]
+    tags: list[Tag]
+    end: int
 
 
 class Writer:
@@ -79,7 +98,14 @@ class Writer:
             except (TypeError, ValueError):
                 raise TypeError(f"log_metrics: {key!r} is not a number: {value!r}") from None
         t = time.time() if timestamp is None else timestamp
-        line = {"r": run_id, "t": int(t * 1000), "s": int(step or 0), "m": values}
+        self._write({"r": run_id, "t": int(t * 1000), "s": int(step or 0), "m": values})
+
+    def tag(self, run_id: str, tags: Mapping[str, str]) -> None:
+        """One line of tags for the run."""
+        texts = {str(key): str(value) for key, value in tags.items()}
+        self._write({"r": run_id, "t": int(time.time() * 1000), "g": texts})
+
+    def _write(self, line: dict[str, Any]) -> None:
         os.write(self._fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
 
     def close(self) -> None:
@@ -100,9 +126,24 @@ def append_samples(
         writer.close()
 
 
+def append_tags(files: AttemptDir, run_id: str, tags: Mapping[str, str]) -> None:
+    """Tags for a run, shipped in order with the journal's points: a server that is
+    down loses none, and nobody waits for it."""
+    writer = Writer(files.metrics_journal)
+    try:
+        writer.tag(run_id, tags)
+    finally:
+        writer.close()
+
+
 def read(path: Path, offset: int, limit: int = READ_CHUNK) -> list[tuple[list[Point], int]]:
     """The whole lines after byte ``offset`` (about ``limit`` bytes of them at most):
-    each line's points and the offset just after it."""
+    each line's points (none for a line of tags) and the offset just after it."""
+    return [(line.points, line.end) for line in read_lines(path, offset, limit)]
+
+
+def read_lines(path: Path, offset: int, limit: int = READ_CHUNK) -> list[Line]:
+    """``read``, with each line's tags."""
     try:
         with path.open("rb") as f:
             f.seek(offset)
@@ -112,21 +153,24 @@ def read(path: Path, offset: int, limit: int = READ_CHUNK) -> list[tuple[list[Po
     lines = []
     start = 0
     while (newline := chunk.find(b"\n", start)) >= 0:
-        lines.append((list(_points(chunk[start:newline])), offset + newline + 1))
+        points, tags = _parse(chunk[start:newline])
+        lines.append(Line(points, tags, offset + newline + 1))
         start = newline + 1
     return lines
 
 
-def _points(raw: bytes) -> Iterator[Point]:
-    """A line's points; a line that is not ours (hand-edited, a bug) is skipped, not
-    allowed to stop the journal behind it."""
+def _parse(raw: bytes) -> tuple[list[Point], list[Tag]]:
+    """A line's points and tags; a line that is not ours (hand-edited, a bug) has none,
+    and is not allowed to stop the journal behind it."""
     try:
         line = json.loads(raw)
-        run_id, t, step = str(line["r"]), int(line["t"]), int(line["s"])
-        for key, value in line["m"].items():
-            yield Point(run_id, str(key), float(value), t, step)
+        run_id = str(line["r"])
+        if "g" in line:
+            return [], [Tag(run_id, str(k), str(v)) for k, v in line["g"].items()]
+        t, step = int(line["t"]), int(line["s"])
+        return [Point(run_id, str(k), float(v), t, step) for k, v in line["m"].items()], []
     except (ValueError, KeyError, TypeError, AttributeError):
-        return
+        return [], []
 
 
 def shipped(files: AttemptDir) -> int:
@@ -166,22 +210,24 @@ def ship(client: Any, files: AttemptDir, attempt_run: str | None = None) -> int:
     one, the shipping stops before them (``NoRunYet``), as at any other error. One
     shipper at a time (a lock beside the mark): a kernel and the supervisor never send
     one batch twice, nor move the mark back."""
-    from mlflow.entities import Metric
+    from mlflow.entities import Metric, RunTag
 
     total = 0
     with _shipping(files):
-        while lines := read(files.metrics_journal, shipped(files)):
-            for run_id, batch, done in _batches(lines):
+        while lines := read_lines(files.metrics_journal, shipped(files)):
+            for batch in _batches(lines):
+                run_id = batch.run_id
                 if run_id == ATTEMPT_RUN:
                     if not attempt_run:
                         raise NoRunYet("the attempt's run is not made yet")
                     run_id = attempt_run
-                metrics = [Metric(p.key, p.value, p.timestamp, p.step) for p in batch]
-                client.log_batch(run_id, metrics=metrics)
-                total += len(batch)
-                if done is not None:
-                    _mark(files, done)
-            _mark(files, lines[-1][1])  # lines without points (skipped) included
+                metrics = [Metric(p.key, p.value, p.timestamp, p.step) for p in batch.points]
+                tags = [RunTag(t.key, t.value) for t in batch.tags]
+                client.log_batch(run_id, metrics=metrics, tags=tags)
+                total += len(batch.points)
+                if batch.done is not None:
+                    _mark(files, batch.done)
+            _mark(files, lines[-1].end)  # lines with nothing (skipped) included
     return total
 
 
@@ -202,20 +248,39 @@ def _mark(files: AttemptDir, offset: int) -> None:
     tmp.replace(files.metrics_shipped)
 
 
-def _batches(
-    lines: list[tuple[list[Point], int]],
-) -> Iterator[tuple[str, list[Point], int | None]]:
-    """Consecutive points of one run, at most ``MAX_BATCH`` at a time, in order, each
-    with the offset after the last line it completes (None if it completes none: a
-    line longer than a batch)."""
-    batch: list[Point] = []
+@dataclass
+class _Batch:
+    """Consecutive points and tags of one run for one ``log_batch``, and the offset after
+    the last line it completes (None if it completes none: a line longer than a batch)."""
+
+    run_id: str
+    points: list[Point]
+    tags: list[Tag]
     done: int | None = None
-    for points, end in lines:
-        for point in points:
-            if batch and (point.run_id != batch[0].run_id or len(batch) == MAX_BATCH):
-                yield batch[0].run_id, batch, done
-                batch, done = [], None
-            batch.append(point)
-        done = end
-    if batch:
-        yield batch[0].run_id, batch, done
+
+    def full(self, run_id: str, point: bool) -> bool:
+        if run_id != self.run_id:
+            return True
+        return len(self.points) == MAX_BATCH if point else len(self.tags) == MAX_TAGS
+
+
+def _batches(lines: list[Line]) -> Iterator[_Batch]:
+    """The lines' points and tags, a run at a time, at most ``MAX_BATCH`` points and
+    ``MAX_TAGS`` tags a batch, in order."""
+    batch: _Batch | None = None
+    for line in lines:
+        entries: list[Point | Tag] = [*line.points, *line.tags]
+        for entry in entries:
+            if batch is not None and batch.full(entry.run_id, isinstance(entry, Point)):
+                yield batch
+                batch = None
+            if batch is None:
+                batch = _Batch(entry.run_id, [], [])
+            if isinstance(entry, Point):
+                batch.points.append(entry)
+            else:
+                batch.tags.append(entry)
+        if batch is not None:
+            batch.done = line.end
+    if batch is not None:
+        yield batch

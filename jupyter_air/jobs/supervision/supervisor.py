@@ -219,13 +219,6 @@ class Tracking:
         client, _ = self._ready.result()
         return client
 
-    def tag(self, run_id: str, key: str, value: str) -> None:
-        """A note on the run, if MLflow can still take one."""
-        try:
-            self.client().set_tag(run_id, key, value)
-        except Exception as err:
-            log.warning("could not tag MLflow run %s: %s", run_id, err)
-
 
 class JournalShipper:
     """Ships the attempt's metrics journal to MLflow while the attempt runs, once MLflow
@@ -497,14 +490,6 @@ class Supervisor:
         if resume is not None:
             tags.update(self._resume_tags(resume))
         if number == 1 and first_run:
-            if resume is not None:  # the kernel made the run: tell it where it starts,
-                said = self._resume_tags(resume)  # on a thread: the ranks never wait for it
-
-                def tell() -> None:
-                    for key, value in said.items():
-                        tracking.tag(first_run, key, value)
-
-                threading.Thread(target=tell, name="air-resume-tags", daemon=True).start()
             run = RunRef(first_run)
         elif spec.tracking.deferred and not self._answers():
             run = RunRef(None)
@@ -515,6 +500,8 @@ class Supervisor:
         files = AttemptDir(self.store.attempt_dir(job.id, number)).make()
         if resume is not None:
             files.write_resumed(str(resume.path), resume.step)
+            if number == 1 and first_run:  # the kernel made the run: where it starts
+                journal.append_tags(files, first_run, self._resume_tags(resume))
         if spec.policy.background:
             reaper.remove(files.result)  # nobody reads a background job's value
         guard = RunGuard()
@@ -526,8 +513,8 @@ class Supervisor:
                 threading.Thread(
                     target=self._take_stacks, args=(value,), name="air-stacks-hang", daemon=True
                 ).start()
-            if run.id is not None:
-                tracking.tag(run.id, key, value)
+            # journaled, shipped with the points: a server that is down loses no hint
+            journal.append_tags(files, run.id or journal.ATTEMPT_RUN, {key: value})
 
         hints = HintRecorder(files.path, tag, nnodes=spec.compute.nnodes)
         session = JobDir(self.store.job_dir(job.id)) if spec.kind is JobKind.SESSION else None
