@@ -18,13 +18,14 @@ endif
 LAB_URL := http://$(HOST):$(PORT)/lab?token=$(TOKEN)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help setup system demo lab test check lint typecheck jstest pytest pytest-fast bench clean
+.PHONY: help setup system demo lab test check lint typecheck jstest pytest pytest-fast hub-day bench clean
 
 help:
 	@echo "make demo   set everything up and start JupyterLab with jupyter_air"
 	@echo "make test   set everything up and run lint, type checks and every test"
 	@echo "make check  the fast loop: lint, types, jest, and pytest without browser, Ray and slow tests"
 	@echo "make bench  run the benchmarks (results: docs/benchmarks.md)"
+	@echo "make hub-day  five users on one JupyterHub for 10 minutes (a test)"
 
 ## --- setup ------------------------------------------------------------------------
 
@@ -111,6 +112,10 @@ pytest:
 pytest-fast:
 	$(PYTEST) -m "not browser and not ray and not slurm and not slow"
 
+# Five users on one JupyterHub for 10 minutes (make test runs the same for 1 minute).
+hub-day: setup
+	AIR_HUB_TEAM_MINUTES=10 $(PY) -m pytest -ra tests/test_hub_team.py
+
 bench: setup
 	$(PY) bench/bench_gpu.py
 	$(PY) bench/bench_magic.py
@@ -130,6 +135,7 @@ bench: setup
 	$(PY) bench/bench_notify.py
 	$(PY) bench/bench_long_runs.py
 	$(PY) bench/bench_slurm.py
+	$(PY) bench/bench_hub_team.py
 
 clean:
 	rm -rf lib jupyter_air/labextension tsconfig.tsbuildinfo tests/fake_nvml/.build test-artifacts

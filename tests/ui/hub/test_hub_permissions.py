@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from tests.fake_nvml import FakeGpu, Scenario
-from tests.ui.hub.conftest import Hub
+from tests.hub import Hub
 
 pytestmark = pytest.mark.browser
 

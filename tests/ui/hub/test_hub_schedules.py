@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from jupyter_air.schedules import scheduler
-from tests.ui.hub.conftest import Hub
+from tests.hub import Hub
 
 pytestmark = pytest.mark.browser
 
