@@ -530,7 +530,9 @@ def _sync(args: argparse.Namespace) -> int:
     else:
         jobs = [j for j in service.jobs() if j.owner == service.caller.name]
     spool = service.store.home / "tails"
-    pending = {(t.job_id, t.attempt): t for t in run_tails.pending(spool)}
+    pending: dict[tuple[str, int], list[run_tails.Tail]] = {}
+    for kept in run_tails.pending(spool):  # an attempt's, and its session cells'
+        pending.setdefault((kept.job_id, kept.attempt), []).append(kept)
     clients: dict[str, Any] = {}
 
     def client_for(uri: str) -> Any:
@@ -546,32 +548,35 @@ def _sync(args: argparse.Namespace) -> int:
             continue
         runs = {a.attempt: a.run_id for a in service.store.attempts(job.id)}
         for files in JobDir(service.store.job_dir(job.id)).attempts():
-            tail = pending.get((job.id, files.number))
-            if tail is None and journal.waiting(files) and runs.get(files.number):
-                tail = run_tails.Tail(
-                    job.id,
-                    files.number,
-                    str(runs[files.number]),
-                    str(job.status),
-                    job.spec.tracking.tracking_uri or "",
-                    str(files.path),
-                    sample=False,
-                    parts=(backlog.Part.METRICS,),
-                )
-            if tail is None:
+            tails = pending.get((job.id, files.number), [])
+            if not tails and journal.waiting(files) and runs.get(files.number):
+                tails = [
+                    run_tails.Tail(
+                        job.id,
+                        files.number,
+                        str(runs[files.number]),
+                        str(job.status),
+                        job.spec.tracking.tracking_uri or "",
+                        str(files.path),
+                        sample=False,
+                        parts=(backlog.Part.METRICS,),
+                    )
+                ]
+            if not tails:
                 continue
             before = journal.waiting_points(files)
-            answer = run_tails.finish(client_for, tail)
-            run_tails.keep_pending(spool, tail, answer)
+            answers = [run_tails.finish(client_for, tail) for tail in tails]
+            for tail, answer in zip(tails, answers, strict=True):
+                run_tails.keep_pending(spool, tail, answer)
             left = journal.waiting_points(files)
-            errors = [e for e in (answer.metrics_error, answer.end_error, answer.logs_error) if e]
+            errors = [error for answer in answers if (error := answer.error())]
             report.append(
                 {
                     "job_id": job.id,
                     "attempt": files.number,
                     "shipped": before - left,
                     "waiting_points": left,
-                    "left": sorted(answer.left()),
+                    "left": sorted(set().union(*(answer.left() for answer in answers))),
                     "error": redact(errors[0].splitlines()[0][:300]) if errors else None,
                 }
             )

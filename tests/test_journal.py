@@ -107,7 +107,8 @@ def test_tags_are_shipped_with_the_points_in_order_and_wait_for_a_deferred_run(
     client = Recorder()
     with pytest.raises(journal.NoRunYet):
         journal.ship(client, files)
-    assert client.batches == [] and journal.shipped(files) == 0
+    assert client.batches == []
+    assert journal.shipped(files) == 0
 
     assert journal.ship(client, files, attempt_run="run-a") == 2
     assert client.batches == [

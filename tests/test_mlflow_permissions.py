@@ -222,6 +222,24 @@ def test_a_level_change_updates_and_a_revoke_deletes(servers: Servers, experimen
     assert [(o.action, o.error) for o in again.outcomes] == [("absent", None)]
 
 
+def test_at_least_sets_a_missing_permission_and_never_changes_one(
+    servers: Servers, experiment: str
+) -> None:
+    """What a late mirror does, not knowing the experiment's other jobs' grants (and
+    MLflow shows what a user holds to its admin only)."""
+    with as_user("alice"):
+        report = mirror_grants(
+            servers.auth, experiment, [PermissionChange("bob", "CAN_MANAGE_RUN")], at_least=True
+        )
+        assert [(o.action, o.permission) for o in report.outcomes] == [("set", "EDIT")]
+        lower = mirror_grants(
+            servers.auth, experiment, [PermissionChange("bob", "CAN_VIEW")], at_least=True
+        )
+    assert [(o.action, o.error) for o in lower.outcomes] == [("kept", None)]
+    assert lower.lines() == [f"MLflow experiment {experiment}: bob keeps the permission they had"]
+    assert permission_of(servers, "bob", experiment) == "EDIT"
+
+
 def test_the_granting_user_keeps_their_own_permission(servers: Servers, experiment: str) -> None:
     """A grant naming the MLflow user who makes it would replace their MANAGE: left alone."""
     report = mirror_as_alice(

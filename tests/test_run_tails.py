@@ -284,26 +284,33 @@ for attempt in (
         shutil.rmtree(home)
 
 
-def test_the_process_leaves_once_idle_and_at_once_without_its_store(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(run_tails, "IDLE_EXIT", 0.2)
-    spool = tmp_path / "tails"
-    spool.mkdir(mode=0o700)
+def serves_and_leaves(home: Path) -> bool:
+    """Whether a process serving ``home``'s spool (holding its lock, as ``main`` does)
+    left within 10 s, letting the lock go for the next one."""
+    spool = private_dir(home / "tails")
     fd = os.open(spool / run_tails.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        serving = threading.Thread(target=TailProcess(tmp_path).serve, args=(fd,))
+        serving = threading.Thread(target=TailProcess(home).serve, args=(fd,))
         serving.start()
         serving.join(10)
-        assert not serving.is_alive(), "it stayed although nothing came"
+        if serving.is_alive():
+            return False
         other = os.open(spool / run_tails.LOCK, os.O_RDWR)
-        try:  # it let the lock go: the next request starts a new one
-            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if still held
         finally:
             os.close(other)
     finally:
         os.close(fd)
+    return True
+
+
+def test_the_process_leaves_once_idle_and_at_once_without_its_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_tails, "IDLE_EXIT", 0.2)
+    assert serves_and_leaves(tmp_path), "it stayed although nothing came"
     monkeypatch.setattr(run_tails, "IDLE_EXIT", 3600.0)
     gone = tmp_path / "gone"
     (gone / "tails").mkdir(parents=True)
@@ -312,6 +319,26 @@ def test_the_process_leaves_once_idle_and_at_once_without_its_store(
     (gone / "tails").rmdir()  # the store was removed (a test's, a user's cleanup)
     serving.join(10)
     assert not serving.is_alive()
+
+
+@pytest.mark.parametrize("kind", ["run", "tail"])
+def test_a_request_of_a_newer_version_is_given_back_and_the_process_leaves_for_it(
+    tmp_path: Path, kind: str
+) -> None:
+    """After an upgrade, the process still running the old code must not drop, nor half
+    do, a request with fields it does not know: it puts the request back and exits, and
+    the newer sender (which looks every second) starts a process of its own version."""
+    spool = private_dir(tmp_path / "tails")
+    if kind == "run":
+        body: dict[str, Any] = {**asdict(new_run("u")), "quota": 3}
+    else:
+        body = asdict(Tail("j", 1, "", "SUCCEEDED", "u", "d", False))
+        body["new_run"] = {**asdict(new_run("u")), "quota": 3}
+    request = spool / f"{kind}-j-1.json"
+    write_private(request, json.dumps(body))
+    assert serves_and_leaves(tmp_path), "it stayed, holding the lock the newer one needs"
+    assert request.read_text() == json.dumps(body), "the request is back, untouched"
+    assert sorted(p.name for p in spool.iterdir()) == [run_tails.LOCK, request.name]
 
 
 def test_only_one_process_serves_a_store(tmp_path: Path) -> None:

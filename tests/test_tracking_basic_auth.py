@@ -34,6 +34,7 @@ class AuthTeam(Team):
     """The team's server with its auth app; started again the same way, same port."""
 
     auth_env: dict[str, str]
+    admin: str  # the admin's password
 
     def restart(self) -> None:
         port = int(self.server.uri.rsplit(":", 1)[1])
@@ -86,6 +87,7 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthTeam]:
     }
     made = AuthTeam(root, server, TrackingProxy(server.uri), home, env)
     made.auth_env = auth_env
+    made.admin = admin
     yield made
     made.proxy.close()
     if made.server.process.poll() is None:
@@ -101,6 +103,11 @@ def run_job(team: AuthTeam, tmp_path: Path, env: dict[str, str], steps: int) -> 
         f"command: {sys.executable} train.py {mark}\nexperiment_name: auth-outage\n"
         "compute:\n  nproc_per_node: 2\n"
     )
+    return air_run(team, tmp_path, env), mark
+
+
+def air_run(team: AuthTeam, tmp_path: Path, env: dict[str, str]) -> str:
+    """``air run -f w.yaml`` in ``tmp_path`` as the user; the job's id."""
     submitted = subprocess.run(
         [sys.executable, "-m", "jupyter_air.cli", "run", "-f", "w.yaml", "--output", "json"],
         capture_output=True,
@@ -110,7 +117,7 @@ def run_job(team: AuthTeam, tmp_path: Path, env: dict[str, str], steps: int) -> 
         cwd=tmp_path,
     )
     assert submitted.returncode == 0, submitted.stderr
-    return json.loads(submitted.stdout)["id"], mark
+    return str(json.loads(submitted.stdout)["id"])
 
 
 def nowhere_but_the_user_s(team: AuthTeam, run_id: str) -> None:
@@ -181,3 +188,47 @@ def test_credentials_from_the_user_s_mlflow_credentials_file_are_used_and_kept_t
         timeout=180,
     )
     nowhere_but_the_user_s(team, attempt.run_id or "")
+
+
+@pytest.mark.usefixtures("as_user")
+def test_a_deferred_job_s_grants_are_set_on_the_experiment_its_run_is_made_in_late(
+    team: AuthTeam, tmp_path: Path
+) -> None:
+    """The server is down from the submission to the job's end: the user's tail process
+    makes the experiment and the run when it is back, and gives the job's grants there
+    too (nobody else is left to)."""
+    from mlflow.server.auth.client import AuthServiceClient
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_USERNAME", "admin")
+        mp.setenv("MLFLOW_TRACKING_PASSWORD", team.admin)
+        AuthServiceClient(team.server.uri).create_user("dave", secrets.token_urlsafe(16))
+    stop_server(team.server)
+    (tmp_path / "late.py").write_text(
+        "from jupyter_air import log_metrics\nlog_metrics({'x': 1.0}, step=0)\n"
+    )
+    (tmp_path / "w.yaml").write_text(
+        f"command: {sys.executable} late.py\nexperiment_name: made-late\n"
+        "tracking: deferred\npermissions: ['dave:CAN_MANAGE_RUN']\n"
+    )
+    credentials = {"MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": PASSWORD}
+    job_id = air_run(team, tmp_path, credentials)
+    jobs = JobStore(team.home)
+    until(lambda: jobs.get(job_id).done, "the job's end, with its server down", timeout=180)
+    assert jobs.get(job_id).status == "SUCCEEDED", jobs.get(job_id).message
+    assert jobs.attempts(job_id)[0].run_id is None, "no run while the server was down"
+
+    team.restart()  # nobody acts
+    run_id = until(lambda: jobs.attempts(job_id)[0].run_id, "the run made late", timeout=180)
+    experiment_id = MlflowClient(team.server.uri).get_run(run_id).info.experiment_id
+
+    def dave_s() -> str:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("MLFLOW_TRACKING_USERNAME", "admin")
+            mp.setenv("MLFLOW_TRACKING_PASSWORD", team.admin)
+            held = AuthServiceClient(team.server.uri).get_user_permission(
+                "dave", "experiment", experiment_id
+            )
+        return str(held.permission)
+
+    until(lambda: dave_s() == "EDIT", "dave's EDIT on the late experiment", timeout=60)

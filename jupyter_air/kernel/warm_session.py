@@ -31,7 +31,6 @@ from typing import Any, ClassVar
 import cloudpickle
 
 from ..identity import mlflow_user
-from ..job_dir import AttemptDir
 from ..jobs.follow import LogFollower
 from ..jobs.service import Refused
 from ..jobs.sessions import cells as session_cells
@@ -44,7 +43,8 @@ from ..jobs.spec import JobKind
 from ..jobs.supervision.hints import read_hints
 from ..logs.query import LogFilter
 from ..status import AttemptStatus
-from ..tracking import journal, probe
+from ..tracking import probe, run_tails
+from ..tracking.backlog import Part
 from ..tracking.targets import current_tracking_uri
 from .display import JobView
 from .launch import (
@@ -265,11 +265,10 @@ class WarmSession:
             hints = read_hints(hints_of)
             view.status(status, 1, 1, view.elided_note() or "", hints["hints"])
             view.finish(chart, hints["gpus"])
-            name_run()
             record = CellRecord(number, run_id, notebook_cell, started, finished, status)
             if self.session.ended is None:  # first: the next cell may come at once
                 self._next_run = self._ahead.submit(self._new_run)
-            self._tail.submit(self._end_cell, record, source)
+            self._tail.submit(self._end_cell, record, source, tags)  # named as it ends
 
     def _collect(self, tick: Any) -> dict[int, dict[str, Any]] | None:
         """Every rank's reply, or None when some stayed stuck in the cell."""
@@ -332,13 +331,30 @@ class WarmSession:
         except Exception as err:  # the cell runs on
             print(f"warning: cell {number}'s run not named: {err}", file=sys.stderr)
 
-    def _end_cell(self, record: CellRecord, source: str) -> None:
-        files = AttemptDir(self.store.attempt_dir(self.job_id, 1))
+    def _end_cell(self, record: CellRecord, source: str, tags: dict[str, str]) -> None:
+        """The cell's points, name, source and end on its run, as the tail process does an
+        attempt's; what the server does not take is kept pending, and that process tries
+        it again until it lands (after this kernel is gone too)."""
+        tail = run_tails.Tail(
+            self.job_id,
+            1,
+            record.run_id,
+            record.status,
+            self.target.tracking_uri,
+            str(self.store.attempt_dir(self.job_id, 1)),
+            sample=False,
+            parts=(Part.METRICS, Part.END),
+            end_tags=tags,
+            cell=record.cell,
+            texts={"code/cell.py": source},
+        )
 
         def finish() -> None:
-            journal.ship(self.client, files)  # the cell's points, before its end
-            self.client.log_text(record.run_id, source, "code/cell.py")
-            self._runs.end_run(self.client, record.run_id, record.status)
+            answer = run_tails.finish(lambda _: self.client, tail)
+            run_tails.keep_pending(self.store.home / "tails", tail, answer)
+            if (error := answer.error()) is not None:
+                run_tails.ensure_running(self.store.home)
+                raise RuntimeError(error)
 
         end_in_time(finish, self.target.tracking_uri, self.job_id)
         session_cells.record(self.session.files, record)

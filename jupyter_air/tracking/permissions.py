@@ -34,7 +34,7 @@ TIMEOUT = 5.0
 BUDGET = 15.0
 
 Status = Literal["local", "unasked", "no-app", "app", "failed"]
-Action = Literal["set", "updated", "removed", "absent", "own", "not-mirrored", "failed"]
+Action = Literal["set", "updated", "kept", "removed", "absent", "own", "not-mirrored", "failed"]
 
 
 class PermissionChange(NamedTuple):
@@ -63,6 +63,7 @@ class ChangeResult:
         return {
             "set": f"{where}: {who} has {self.permission}",
             "updated": f"{where}: {who} has {self.permission}",
+            "kept": f"{where}: {who} keeps the permission they had",
             "removed": f"{where}: {who}'s permission removed",
             "absent": f"{where}: {who} had no permission to remove",
             "own": f"{where}: {who} makes the grants: their permission is left as it is",
@@ -119,8 +120,12 @@ def mirror_grants(
     *,
     timeout: float = TIMEOUT,
     budget: float = BUDGET,
+    at_least: bool = False,
 ) -> MirrorReport:
-    """Set (or delete, for a revoke) each grantee's permission on ``experiment_id``."""
+    """Set (or delete, for a revoke) each grantee's permission on ``experiment_id``.
+    ``at_least``: a grantee who holds a permission there already keeps it (a caller that
+    cannot know what the experiment's other jobs grant must not lower it, and MLflow
+    shows a user's permission to its admin only)."""
     wanted = [PermissionChange(*g) for g in grants]
     for g in wanted:
         if g.level is not None and g.level not in EXPERIMENT_PERMISSION:
@@ -135,7 +140,7 @@ def mirror_grants(
     ]
     if not users:
         return MirrorReport("unasked", experiment_id, tuple(groups))
-    mirror = _Mirror(tracking_uri, experiment_id, timeout, time.monotonic() + budget)
+    mirror = _Mirror(tracking_uri, experiment_id, timeout, time.monotonic() + budget, at_least)
     outcomes: list[ChangeResult] = []
     try:
         for g in users:
@@ -172,11 +177,19 @@ def _no_app_notice(tracking_uri: str) -> str | None:
 class _Mirror:
     """One call's client, deadline and what the server has said so far."""
 
-    def __init__(self, tracking_uri: str, experiment_id: str, timeout: float, deadline: float):
+    def __init__(
+        self,
+        tracking_uri: str,
+        experiment_id: str,
+        timeout: float,
+        deadline: float,
+        at_least: bool = False,
+    ):
         self.tracking_uri = tracking_uri
         self.experiment_id = experiment_id
         self.timeout = timeout
         self.deadline = deadline
+        self.at_least = at_least
         self.answered = False
         self.username: str | None = None
         self.secrets: list[str] = []
@@ -202,6 +215,8 @@ class _Mirror:
                 return ChangeResult(
                     g.grantee, False, g.level, "failed", error=self.clean(r.message)
                 )
+        if self.at_least:  # only the admin may read it: another job's grant may be higher
+            return ChangeResult(g.grantee, False, g.level, "kept")
         # A level change: the app's grant API only inserts, so delete, then grant again.
         with suppress(_Refused):  # revoked by someone else meanwhile: granting is still right
             self._call("revoke_user_permission", g.grantee)

@@ -91,6 +91,9 @@ class NewRun:
     tags: dict[str, str]
     run_name: str | None
     parent_run_id: str | None
+    #: The job's grants, (grantee, level, group), to mirror on the experiment of a run
+    #: made late by the tail process (a deferred attempt's: nobody else is left to).
+    grants: tuple[tuple[str, str, bool], ...] = ()
 
     @property
     def name(self) -> str:
@@ -133,10 +136,16 @@ class Tail:
     #: Set on the run as it ends: how the attempt ended (``air.failure``, the cause of a
     #: rank's death), said where the run is read.
     end_tags: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: A warm session's cell, whose own run (``run_id``) is in the session's attempt;
+    #: None: the attempt's run.
+    cell: int | None = None
+    #: Text artifacts logged on the run before its end: path in the run -> text.
+    texts: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def name(self) -> str:
-        return f"{Kind.TAIL}-{self.job_id}-{self.attempt}"
+        name = f"{Kind.TAIL}-{self.job_id}-{self.attempt}"
+        return name if self.cell is None else f"{name}-cell-{self.cell}"
 
 
 @dataclass(frozen=True)
@@ -147,6 +156,10 @@ class Answer:
     logs_error: str | None = None
     #: Rank 0's metrics not shipped (they stay in the journal).
     metrics_error: str | None = None
+
+    def error(self) -> str | None:
+        """The first failure, if any."""
+        return self.metrics_error or self.end_error or self.logs_error
 
     def left(self) -> set[Part]:
         """The parts that failed."""
@@ -308,7 +321,12 @@ class TailProcess:
         while self.spool.is_dir():
             pending = self._pending()
             if pending:
-                self._take(pending[0])
+                try:
+                    self._take(pending[0])
+                except Newer as err:  # its sender starts a process of its own version
+                    log.warning("leaving to a newer jupyter_air: %s", err)
+                    fcntl.flock(lock_fd, fcntl.LOCK_UN)
+                    return
                 idle_since = time.monotonic()
                 continue
             if self._busy():
@@ -351,9 +369,9 @@ class TailProcess:
         try:
             body = _read_request(taken)
             if request.name.startswith(f"{Kind.RUN}-"):
-                self._answer(taken, self.make(NewRun(**body)))
+                self._answer(taken, self.make(NewRun(**_known(NewRun, body, taken, request))))
             else:
-                tail = Tail(**body)
+                tail = Tail(**_known(Tail, body, taken, request))
                 self._tail_work.append(self._tails.submit(self._do_tail, taken, tail))
         except NotYours as err:  # nobody of this user waits for it: no answer
             log.error("refused request %s: %s", request.name, err)
@@ -456,15 +474,21 @@ def finish(client_for: Callable[[str], Any], tail: Tail) -> Answer:
     if Part.METRICS in parts:
         try:
             with backlog.watched(files, uri, {Part.METRICS}):
-                journal.ship(client_for(uri), files, tail.run_id)
+                attempt_run = tail.run_id if tail.cell is None else None
+                journal.ship(client_for(uri), files, attempt_run)
         except Exception as err:  # kept in the journal, from its mark
             errors[Part.METRICS] = err
     if Part.END in parts:
         try:
             with backlog.watched(files, uri, {Part.END}):
                 client = client_for(uri)
-                for key, value in tail.end_tags.items():
-                    client.set_tag(tail.run_id, key, value)
+                if tail.end_tags:
+                    from mlflow.entities import RunTag
+
+                    tags = [RunTag(k, v) for k, v in tail.end_tags.items()]
+                    client.log_batch(tail.run_id, tags=tags)
+                for path, text in tail.texts.items():
+                    client.log_text(tail.run_id, text, path)
                 runs.end_run(client, tail.run_id, tail.status)
         except Exception as err:
             errors[Part.END] = err
@@ -509,7 +533,26 @@ def _make_late_run(client_for: Callable[[str], Any], tail: Tail) -> str:
         runs.start_run(client, experiment_id, request.tags, request.run_name, request.parent_run_id)
     )
     files.write_late_run(run_id, experiment_id)
+    if request.grants:
+        _mirror_late(request, experiment_id)
     return run_id
+
+
+def _mirror_late(request: NewRun, experiment_id: str) -> None:
+    """The job's grants on the experiment of its late run, none lowered (this process
+    does not know what the experiment's other jobs grant); the job grants stand anyway."""
+    from .permissions import PermissionChange, mirror_grants
+
+    changes = [PermissionChange(*grant) for grant in request.grants]
+    try:
+        report = mirror_grants(request.tracking_uri, experiment_id, changes, at_least=True)
+    except Exception as err:
+        log.warning(
+            "job %s's grants not set on experiment %s: %r", request.job_id, experiment_id, err
+        )
+        return
+    for line in report.lines():
+        log.info("job %s: MLflow permissions: %s", request.job_id, line)
 
 
 def pending_dir(spool: Path) -> Path:
@@ -572,6 +615,24 @@ def resume_pending(home: Path) -> None:
 
 class NotYours(Exception):
     """A request this user did not write (or could not have written alone)."""
+
+
+class Newer(Exception):
+    """A request with fields this version does not know: written by a newer jupyter_air
+    (installed while this process ran), whose sender starts a process of its own once
+    this one has let the lock go."""
+
+
+def _known(kind: type[Any], body: dict[str, Any], taken: Path, request: Path) -> dict[str, Any]:
+    """``body`` if this version knows all its fields; else the claimed request is given
+    back (``Newer``)."""
+    unknown = set(body) - {f.name for f in dataclasses.fields(kind)}
+    if unknown:
+        taken.rename(request)
+        raise Newer(f"{request.name} has {', '.join(sorted(unknown))}")
+    if kind is Tail and body.get("new_run"):
+        _known(NewRun, body["new_run"], taken, request)
+    return body
 
 
 def _read_request(path: Path) -> dict[str, Any]:

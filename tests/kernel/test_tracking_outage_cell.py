@@ -147,3 +147,69 @@ def test_a_deferred_cell_runs_while_its_server_is_down_and_its_run_is_made_once_
     until(filled, "the run made, with every point and its end", timeout=120)
     run = client.get_run(store.attempts(job.id)[0].run_id or "")
     assert client.get_experiment(run.info.experiment_id).name == "later"
+
+
+SESSION_CELL = """\
+%%air_distributed --session
+import os, time
+from pathlib import Path
+from jupyter_air import log_metrics
+for step in range(20):
+    log_metrics({"loss": 1 / (step + 1)}, step=step)
+mark = Path(os.environ["MARK"])
+mark.touch()
+while mark.exists():  # the test breaks the server, then lets the cell end
+    time.sleep(0.05)
+"""
+
+
+def test_a_session_cell_ending_while_the_server_answers_503_lands_whole_once_it_is_back(
+    kernel: Kernel, proxy: TrackingProxy, air_home: Path
+) -> None:
+    """Its points, its name, its source and its end are kept pending and sent by the
+    user's tail process, not lost with the kernel's one try."""
+    mark = air_home / "step-50"
+    mark.unlink(missing_ok=True)
+    started = kernel.run("%air_session start -n 1")
+    assert started.error is None, started.traceback
+    try:
+        running = kernel.start(SESSION_CELL)
+        until(mark.exists, "the session's cell at its end", timeout=180)
+        proxy.switch(Mode.UNAVAILABLE)
+        mark.unlink()
+        cell = kernel.collect(running)
+        assert cell.error is None, cell.traceback
+        pending = air_home / "tails" / "pending"
+        until(
+            lambda: list(pending.glob("tail-*-1-cell-1.json")),
+            "the cell's end kept pending for the tail process",
+            timeout=180,
+        )
+    finally:
+        proxy.switch(Mode.FORWARD)  # nobody acts from here: the tail process sends it
+        stopped = kernel.run("%air_session stop")
+    assert stopped.error is None, stopped.traceback
+
+    store = JobStore(air_home)
+    session = next(j for j in store.jobs() if j.spec.kind == "session")
+    client = MlflowClient(proxy.uri)
+
+    def landed() -> bool:
+        try:
+            (run,) = client.search_runs(
+                [session.experiment_id or ""],
+                f"tags.`air.job_id` = '{session.id}' and tags.`air.session_cell` = '1'",
+            )
+            steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "loss"))
+            source = client.download_artifacts(run.info.run_id, "code/cell.py", str(air_home))
+        except Exception:
+            return False
+        return (
+            run.info.status == "FINISHED"
+            and run.data.tags["mlflow.runName"] == "cell 1"
+            and steps == list(range(20))
+            and "log_metrics" in Path(source).read_text()
+        )
+
+    until(landed, "the cell's points, name, source and end on the server", timeout=180)
+    until(lambda: not list(pending.glob("*.json")), "nothing left pending", timeout=120)

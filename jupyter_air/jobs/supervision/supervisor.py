@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -396,6 +396,13 @@ class Supervisor:
         except Exception:
             log.exception("the ranks' stacks were not taken")
 
+    def _with_grants(self, recipe: NewRun) -> NewRun:
+        """The recipe of a run the tail process makes late, with the job's grants as they
+        are now: that process mirrors them on the run's experiment."""
+        grants = self.store.access(self.job.id).grants
+        held = tuple((g.principal.name, g.level.name, g.principal.kind == "group") for g in grants)
+        return replace(recipe, grants=held)
+
     def _experiment_made(self, experiment_id: str) -> None:
         """The experiment the submitter named, now made: recorded with the job (its links
         need the id) and given the job's grants, as a kernel's submission does."""
@@ -693,7 +700,7 @@ class Supervisor:
             self.spec.tracking.tracking_uri or "",
             str(attempt.files.path),
             sample=not sampled,
-            new_run=None if attempt.run.id else asdict(attempt.recipe),
+            new_run=None if attempt.run.id else asdict(self._with_grants(attempt.recipe)),
             end_tags=end_tags(end),
         )
         try:
