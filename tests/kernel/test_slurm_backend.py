@@ -146,6 +146,10 @@ def test_ddp_across_two_slurm_nodes_agrees_and_looks_like_torchrun(
     assert (attempt_dir / "logs/node_1/rank_1.log").exists()
     nodes = AttemptDir(attempt_dir).read_nodes()
     assert [(n["node"], n["node_id"]) for n in nodes] == [(0, "air-n1"), (1, "air-n2")]
+    for node in (0, 1):  # what the GPU panel's node selector shows for each Slurm node
+        snapshot = AttemptDir(attempt_dir).read_gpu(node)
+        assert snapshot is not None, f"node {node}: no GPU sample"
+        assert snapshot["gpus"][0]["name"]
     supervised_until_its_end(store.get(job_id))
     (run,) = runs_of_job(air_home, job_id)
     assert run.info.status == "FINISHED"
