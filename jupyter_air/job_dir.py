@@ -16,6 +16,7 @@
     jobs/<id>/attempt_K/metrics.jsonl     rank 0's ``log_metrics`` journal (``tracking.journal``)
     jobs/<id>/attempt_K/metrics.shipped   how many bytes of it have landed in MLflow
     jobs/<id>/attempt_K/tracking.json     what of the run waits for its tracking server, and why
+    jobs/<id>/attempt_1/tracking_cell_N.json  the same for a warm session's cell N's own run
     jobs/<id>/attempt_K/late_run.json     a deferred attempt's run, made by its tail process
     jobs/<id>/attempt_K/logs/node_N/rank_R.log   rank R's records
 
@@ -84,11 +85,18 @@ class RankLogFile:
 class AttemptDir:
     """``attempt_K/``: one attempt's logs, result, tracebacks, hints and nodes."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, cell: int | None = None) -> None:
         self.path = path
+        #: A warm session's cell whose own run this view records what waits of (its
+        #: backlog); the attempt's files otherwise.
+        self.cell = cell
 
     def __repr__(self) -> str:
         return f"AttemptDir({str(self.path)!r})"
+
+    def for_cell(self, cell: int) -> AttemptDir:
+        """The attempt's files, with cell ``cell``'s own backlog record."""
+        return AttemptDir(self.path, cell)
 
     @property
     def number(self) -> int:
@@ -156,6 +164,8 @@ class AttemptDir:
 
     @property
     def tracking_backlog(self) -> Path:
+        if self.cell is not None:
+            return self.path / f"tracking_cell_{self.cell}.json"
         return self.path / TRACKING_BACKLOG
 
     def write_resumed(self, path: str, step: int | None) -> None:

@@ -74,6 +74,10 @@ print("workload done")
 WORKLOAD = "command: {python} work.py\nexperiment_name: {user}-workloads\n"
 
 
+#: The point each kind of job logs (a session's are in its cells' runs).
+POINTS = {(JobKind.PYTHON, 1): "x", (JobKind.PYTHON, 2): "sum", (JobKind.COMMAND, 1): "w"}
+
+
 class CellFailed(AssertionError):
     pass
 
@@ -284,7 +288,9 @@ def last_job(hub: Hub, user: str) -> str | None:
 
 
 async def cross(hub: Hub, user: str, other: str, day: Day) -> None:
-    """``user`` tries ``other``'s jobs with their own token: every try must be refused."""
+    """``user`` tries ``other``'s jobs with their own token: the Hub must refuse each
+    (403: anything else is a crossing, or a broken server, both failures); ``other``'s
+    own token reads the same job, so a refusal is not an outage."""
     job = last_job(hub, other) or "0" * 12
     base = f"user/{other}/jupyter-air/jobs"
     for method, path in [
@@ -294,10 +300,13 @@ async def cross(hub: Hub, user: str, other: str, day: Day) -> None:
         ("POST", f"{base}/{job}/cancel"),
     ]:
         status, _ = await request(hub, user, method, path, {} if method == "POST" else None)
-        if status < 300:
-            day.crossed.append((user, f"{method} {path}", status))
-        else:
+        if status == 403:
             day.refused += 1
+        else:
+            day.crossed.append((user, f"{method} {path}", status))
+    status, _ = await request(hub, other, "GET", f"{base}?all=1")
+    if status != 200:
+        day.failures.append(f"{other} could not list their own jobs: {status}")
 
 
 async def user_day(
@@ -305,10 +314,9 @@ async def user_day(
     user: str,
     users: list[str],
     tracking_uri: str,
-    until: float,
+    clock: Clock,
     day: Day,
     pause: float,
-    start: asyncio.Event,
 ) -> None:
     """One user's rounds: cells, session cells, a workload, the panel, a cross try each."""
     rng = random.Random(user)
@@ -318,10 +326,10 @@ async def user_day(
     kernel = await HubKernel.open(hub, user, "train.ipynb")
     try:
         await kernel.must("%load_ext jupyter_air", "")
-        await start.wait()
+        await clock.ready(user)
         await kernel.must("%air_session start -n 1", "")
         round_ = 0
-        while round_ == 0 or time.monotonic() < until:
+        while round_ == 0 or time.monotonic() < clock.until:
             for _ in range(3):
                 cell = await kernel.must(TRIVIAL, "trivial done")
                 day.trivial.append(cell.seconds)
@@ -352,6 +360,24 @@ async def user_day(
         kernel.close()
 
 
+class Clock:
+    """The day starts once every user's kernel is up; it ends ``minutes`` later."""
+
+    def __init__(self, users: int, minutes: float) -> None:
+        self.users, self.minutes = users, minutes
+        self.until = 0.0
+        self._ready: set[str] = set()
+        self._start = asyncio.Event()
+
+    async def ready(self, user: str) -> None:
+        """``user``'s kernel is up: wait for the others' (10 minutes at most)."""
+        self._ready.add(user)
+        if len(self._ready) == self.users:
+            self.until = time.monotonic() + 60 * self.minutes
+            self._start.set()
+        await asyncio.wait_for(self._start.wait(), 600)
+
+
 def workday(
     hub: Hub, users: list[str], tracking_uri: str, minutes: float, pause: float = 3.0
 ) -> Day:
@@ -360,19 +386,16 @@ def workday(
     day = Day()
 
     async def everyone() -> None:
-        start = asyncio.Event()
-        until = time.monotonic() + 60 * minutes
+        clock = Clock(len(users), minutes)
         tasks = [
-            asyncio.create_task(user_day(hub, u, users, tracking_uri, until, day, pause, start))
+            asyncio.create_task(user_day(hub, u, users, tracking_uri, clock, day, pause))
             for u in users
         ]
-        await asyncio.sleep(0)
-        start.set()
         for task in tasks:
             try:
                 await task
             except Exception as err:  # one user's failure is reported, the rest go on
-                day.failures.append(f"{type(err).__name__}: {err}")
+                day.failures.append(f"{type(err).__name__}: {err!r}")
 
     asyncio.run(everyone())
     return day
@@ -408,8 +431,10 @@ def unfinished(hub: Hub, users: list[str], tracking_uri: str) -> list[str]:
                 run = client.get_run(run_id)
                 if run.info.status != "FINISHED":
                     missing.append(f"{name}: run {run.info.status}")
-                elif job.spec.kind != JobKind.SESSION and not run.data.metrics:
-                    missing.append(f"{name}: run without its point")
+                elif (key := POINTS.get((job.spec.kind, job.spec.compute.world_size))) and (
+                    key not in run.data.metrics
+                ):
+                    missing.append(f"{name}: run without its {key!r} point")
                 elif not client.list_artifacts(run_id, "logs/node_0"):
                     missing.append(f"{name}: run without its logs")
     return missing

@@ -323,12 +323,16 @@ def test_the_process_leaves_once_idle_and_at_once_without_its_store(
 
 @pytest.mark.parametrize("kind", ["run", "tail"])
 def test_a_request_of_a_newer_version_is_given_back_and_the_process_leaves_for_it(
-    tmp_path: Path, kind: str
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After an upgrade, the process still running the old code must not drop, nor half
-    do, a request with fields it does not know: it puts the request back and exits, and
-    the newer sender (which looks every second) starts a process of its own version."""
+    do, a request with fields it does not know: it puts the request back, does the
+    others, and exits; the newer sender (which looks every second) starts a process of
+    its own version."""
+    monkeypatch.setattr(TailProcess, "finish", lambda self, tail: Answer())
     spool = private_dir(tmp_path / "tails")
+    mine = spool / "tail-k-1.json"
+    write_private(mine, json.dumps(asdict(Tail("k", 1, "r", "SUCCEEDED", "u", "d", False))))
     if kind == "run":
         body: dict[str, Any] = {**asdict(new_run("u")), "quota": 3}
     else:
@@ -338,7 +342,43 @@ def test_a_request_of_a_newer_version_is_given_back_and_the_process_leaves_for_i
     write_private(request, json.dumps(body))
     assert serves_and_leaves(tmp_path), "it stayed, holding the lock the newer one needs"
     assert request.read_text() == json.dumps(body), "the request is back, untouched"
-    assert sorted(p.name for p in spool.iterdir()) == [run_tails.LOCK, request.name]
+    assert json.loads((spool / "tail-k-1.done").read_text())["end_error"] is None
+    assert sorted(p.name for p in spool.iterdir()) == sorted(
+        [run_tails.LOCK, request.name, "tail-k-1.done"]
+    )
+
+
+def test_a_request_leaves_out_what_it_does_not_use_so_an_earlier_version_reads_it(
+    tmp_path: Path,
+) -> None:
+    spool = private_dir(tmp_path / "tails")
+    plain = Tail("j", 1, "r", "SUCCEEDED", "u", str(tmp_path), False)
+    run_tails.keep(spool, plain)
+    body = json.loads((run_tails.pending_dir(spool) / "tail-j-1.json").read_text())
+    assert set(body) == {
+        "job_id", "attempt", "run_id", "status", "tracking_uri", "attempt_dir", "sample"
+    }  # fmt: skip
+    assert Tail(**body) == plain
+
+
+def test_grants_changed_after_the_attempt_are_the_ones_its_late_run_gets(
+    tmp_path: Path,
+) -> None:
+    spool = private_dir(tmp_path / "tails")
+    recipe = asdict(dataclasses.replace(new_run("u"), grants=(("bob", "CAN_VIEW", False),)))
+    waiting = Tail("j", 1, "", "SUCCEEDED", "u", str(tmp_path), False, new_run=recipe)
+    other = Tail("k", 1, "", "SUCCEEDED", "u", str(tmp_path), False, new_run=recipe)
+    for tail in (waiting, other):
+        run_tails.keep(spool, tail)
+    run_tails.regrant(spool, "j", (("carol", "CAN_MANAGE", False),))  # bob revoked
+    kept = {t.job_id: t for t in run_tails.pending(spool)}
+    assert kept["j"].new_run is not None
+    assert kept["j"].new_run["grants"] == [
+        ["carol", "CAN_MANAGE", False]
+    ]
+    assert kept["k"] == dataclasses.replace(
+        other, new_run={**recipe, "grants": [["bob", "CAN_VIEW", False]]}
+    )
 
 
 def test_only_one_process_serves_a_store(tmp_path: Path) -> None:

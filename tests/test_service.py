@@ -3,12 +3,14 @@ grants, says why it cannot act, and places a submission on its backend."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jupyter_air.identity import Identity
+from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs import backends
 from jupyter_air.jobs.backends.base import (
     AttemptContext,
@@ -17,12 +19,13 @@ from jupyter_air.jobs.backends.base import (
     Nodes,
     Placement,
 )
-from jupyter_air.jobs.permissions import Forbidden, parse_grant
+from jupyter_air.jobs.permissions import Forbidden, Principal, parse_grant
 from jupyter_air.jobs.service import Conflict, JobService, NoLogs, Refused
 from jupyter_air.jobs.spec import JobKind
 from jupyter_air.jobs.store import JobStore, UnknownJob
 from jupyter_air.jobs.workload_file import Submission
 from jupyter_air.status import JobStatus
+from jupyter_air.tracking import run_tails
 from tests.factories import job_spec
 
 ALICE, BOB, CAROL = Identity("alice"), Identity("bob"), Identity("carol", frozenset({"ml"}))
@@ -61,6 +64,28 @@ def test_a_viewer_can_neither_cancel_nor_share(store: JobStore) -> None:
     with pytest.raises(Forbidden, match="CAN_MANAGE"):
         bob.change_access(job_id, (parse_grant("carol:CAN_VIEW"),))
     assert [g.principal.name for g in bob.access(job_id).grants] == ["bob"]
+
+
+def test_a_grant_changed_before_a_deferred_run_is_made_is_the_one_it_gets(
+    store: JobStore,
+) -> None:
+    """The job ended without a run (its server was down): the tail process will make it,
+    and mirror the grants it is given then; a revoke after the end must reach it."""
+    spec = job_spec("command", command=["true"], tracking_uri="http://mlflow.team:5000")
+    job = store.create(spec, owner="alice", grants=(parse_grant("bob:CAN_VIEW"),))
+    spool = store.home / "tails"
+    made = run_tails.NewRun(job.id, 1, "u", None, "e", None, {}, None, None)
+    recipe = {**dataclasses.asdict(made), "grants": [["bob", "CAN_VIEW", False]]}
+    attempt = AttemptDir(store.attempt_dir(job.id, 1)).make()
+    ended = run_tails.Tail(job.id, 1, "", "SUCCEEDED", "u", str(attempt.path), False)
+    run_tails.keep(spool, dataclasses.replace(ended, new_run=recipe))
+
+    JobService(store, ALICE).change_access(
+        job.id, (parse_grant("carol:CAN_MANAGE_RUN"),), (Principal("user", "bob"),)
+    )
+    (kept,) = run_tails.pending(spool)
+    assert kept.new_run is not None
+    assert kept.new_run["grants"] == [["carol", "CAN_MANAGE_RUN", False]]
 
 
 def test_a_job_that_ended_or_runs_elsewhere_cannot_be_cancelled_here(store: JobStore) -> None:

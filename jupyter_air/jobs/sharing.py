@@ -29,10 +29,12 @@ def mirror(
     permission only when none grants them anything (revoking bob on one job must not
     take away what another job of the same experiment still gives him).
     """
-    from ..tracking import permissions
+    from ..tracking import permissions, run_tails
 
     uri, experiment_id = job.spec.tracking.tracking_uri, job.experiment_id
     changed = list(dict.fromkeys([*(g.principal for g in grants), *revoke]))  # in order
+    if changed and uri and not experiment_id:  # a deferred run not made yet: given then
+        run_tails.regrant(store.home / "tails", job.id, as_changes(store.access(job.id).grants))
     if not changed or not uri or not experiment_id:
         return None
     levels = store.experiment_levels(uri, experiment_id, set(changed))
@@ -43,3 +45,9 @@ def mirror(
         for p in changed
     ]
     return permissions.mirror_grants(uri, experiment_id, changes)
+
+
+def as_changes(grants: Iterable[Grant]) -> tuple[tuple[str, str, bool], ...]:
+    """Grants as ``tracking.permissions.PermissionChange`` fields (grantee, level, group),
+    for a process that mirrors them without the store (the tail process)."""
+    return tuple((g.principal.name, g.level.name, g.principal.kind == "group") for g in grants)

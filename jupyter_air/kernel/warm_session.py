@@ -349,9 +349,12 @@ class WarmSession:
             texts={"code/cell.py": source},
         )
 
+        spool = self.store.home / "tails"
+        run_tails.keep(spool, tail)  # first: this kernel may be gone before the end lands
+
         def finish() -> None:
             answer = run_tails.finish(lambda _: self.client, tail)
-            run_tails.keep_pending(self.store.home / "tails", tail, answer)
+            run_tails.keep_pending(spool, tail, answer)
             if (error := answer.error()) is not None:
                 run_tails.ensure_running(self.store.home)
                 raise RuntimeError(error)

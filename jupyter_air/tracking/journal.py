@@ -16,9 +16,9 @@ crash between the batch and its mark lands once: MLflow's SQL stores keep one ro
 (run, key, step, timestamp, value).
 
 A line is ``{"r": run id, "t": ms, "s": step, "m": {key: value}}``, or a run's tags,
-``{"r": run id, "t": ms, "g": {key: text}}`` (the supervisor's hints: they too wait for
-the server, in order with the points); one cut short by a crash (no newline yet) is
-neither read nor shipped until it is whole.
+``{"r": run id, "t": ms, "g": {key: text}}`` (the supervisor's hints, where a retry
+resumed from: they too wait for the server, in order with the points); one cut short by
+a crash (no newline yet) is neither read nor shipped until it is whole.
 """
 
 from __future__ import annotations

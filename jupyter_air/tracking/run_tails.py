@@ -12,7 +12,8 @@ for the supervisors:
   makes the run itself; an MLflow error is the answer, and fails the job with its cause.
 - **a run's tail** once the ranks have exited: what is left of rank 0's metrics journal
   (``journal``), its last system-metrics sample, its end, and the ranks' logs as
-  artifacts, one at a time, in order.
+  artifacts, one at a time, in order; and a warm session's cell's end that its kernel
+  could not deliver (kept pending by the kernel).
 
 Who can reach it: requests are files in ``AIR_HOME/tails/`` (private to the user, 0700,
 each file 0600, like every file of the store) and it listens on nothing; a request that
@@ -117,7 +118,8 @@ class RunNotMade(RuntimeError):
 
 @dataclass(frozen=True)
 class Tail:
-    """What is left to do on one attempt's run once its ranks have exited."""
+    """What is left to do on one attempt's run once its ranks have exited, or on a warm
+    session's cell's run once the cell has ended (``cell``)."""
 
     job_id: str
     attempt: int
@@ -172,7 +174,7 @@ class Answer:
 def make_run(home: Path, request: NewRun, take_timeout: float = RUN_TAKE_TIMEOUT) -> MadeRun:
     """The new run, made by the user's tail process (started if none runs). Raises
     ``NoAnswer`` (make it elsewhere) or ``RunNotMade`` (MLflow's error)."""
-    done = _ask(home, request.name, asdict(request), take_timeout, RUN_ANSWER_TIMEOUT)
+    done = _ask(home, request.name, _body(request), take_timeout, RUN_ANSWER_TIMEOUT)
     if done is None:
         raise NoAnswer("no answer from the tail process")
     if done.get("refused"):
@@ -185,7 +187,7 @@ def make_run(home: Path, request: NewRun, take_timeout: float = RUN_TAKE_TIMEOUT
 def hand_over(home: Path, tail: Tail, timeout: float = ANSWER_TIMEOUT) -> Answer:
     """Ask the user's tail process to do ``tail`` (starting one if none runs), and wait
     for its answer."""
-    done = _ask(home, tail.name, asdict(tail), timeout, timeout)
+    done = _ask(home, tail.name, _body(tail), timeout, timeout)
     if done is None:
         return Answer("no answer from the tail process", "no answer from the tail process")
     if done.get("refused"):
@@ -213,8 +215,8 @@ def _ask(
             checked = now
             if request.exists():
                 ensure_running(home)  # it may have died with the request pending
-            elif not serving(home) and not answer.exists():
-                return None  # taken by a process that died before answering
+            elif not serving(home) and not answer.exists() and not request.exists():
+                return None  # taken by a process that died before answering (not given back)
         if request.exists() and now - start > take_timeout:
             with contextlib.suppress(FileNotFoundError):
                 request.unlink()  # withdrawn: nobody took it, nobody will
@@ -318,17 +320,22 @@ class TailProcess:
     def _serve(self, lock_fd: int) -> None:
         idle_since = time.monotonic()
         retry = Backoff()
+        newer: set[str] = set()  # requests of a newer version, given back
         while self.spool.is_dir():
-            pending = self._pending()
+            pending = [p for p in self._pending() if p.name not in newer]
             if pending:
                 try:
                     self._take(pending[0])
-                except Newer as err:  # its sender starts a process of its own version
-                    log.warning("leaving to a newer jupyter_air: %s", err)
-                    fcntl.flock(lock_fd, fcntl.LOCK_UN)
-                    return
+                except Newer as err:
+                    log.warning("left to a newer jupyter_air: %s", err)
+                    newer.add(pending[0].name)
                 idle_since = time.monotonic()
                 continue
+            if newer & {p.name for p in self._pending()} and not self._busy():
+                # Done with its own: the lock goes to a process of the newer version,
+                # which the sender of those requests starts (it looks every second).
+                fcntl.flock(lock_fd, fcntl.LOCK_UN)
+                return
             if self._busy():
                 idle_since = time.monotonic()
             elif retry.due():
@@ -451,13 +458,13 @@ class TailProcess:
 
 
 def finish(client_for: Callable[[str], Any], tail: Tail) -> Answer:
-    """The journal's rest, the last sample, the run's end, then the logs, each that is
-    left (``tail.parts``): a failure is noted, and recorded in the attempt's backlog
-    (what its status line says), never raised. ``client_for`` gives a tracking URI's
-    ``MlflowClient``."""
+    """The journal's rest, the last sample, the run's end (its end tags and ``texts``
+    first), then the logs, each that is left (``tail.parts``): a failure is noted, and
+    recorded in the backlog (the attempt's, what its status line says; or the cell's),
+    never raised. ``client_for`` gives a tracking URI's ``MlflowClient``."""
     from . import runs
 
-    files = AttemptDir(Path(tail.attempt_dir))
+    files = _files(tail)
     errors: dict[Part, BaseException] = {}
     parts = {Part(p) for p in tail.parts}
     if tail.sample:
@@ -567,11 +574,39 @@ def keep_pending(spool: Path, tail: Tail, answer: Answer) -> None:
     if not left:
         path.unlink(missing_ok=True)
         return
-    kept = dataclasses.replace(tail, sample=False, parts=tuple(sorted(left)))
+    keep(spool, dataclasses.replace(tail, sample=False, parts=tuple(sorted(left))))
+
+
+def regrant(spool: Path, job_id: str, grants: tuple[tuple[str, str, bool], ...]) -> None:
+    """The job's grants as they are now, in its pending tails whose run is still to make
+    (a grant given or revoked after the attempt ended counts when the run is made)."""
+    for tail in pending(spool):
+        if tail.job_id == job_id and tail.new_run is not None:
+            keep(spool, dataclasses.replace(tail, new_run={**tail.new_run, "grants": grants}))
+
+
+def keep(spool: Path, tail: Tail) -> None:
+    """``tail`` kept pending as it is (one kept before under its name is replaced)."""
+    path = pending_dir(spool) / f"{tail.name}.json"
     private_dir(pending_dir(spool))
     tmp = path.with_name(f".{path.name}.tmp")
-    write_private(tmp, json.dumps(asdict(kept)))
+    write_private(tmp, json.dumps(_body(tail)))
     tmp.replace(path)
+
+
+def _body(request: Tail | NewRun) -> dict[str, Any]:
+    """The request's fields, those at their defaults left out: a process of an earlier
+    version, which lacks some of them, can still read a request that needs none."""
+    body = asdict(request)
+    if isinstance(request, Tail) and request.new_run is not None:
+        body["new_run"] = _body(NewRun(**request.new_run))
+    defaults: dict[str, Any] = {}
+    for f in dataclasses.fields(request):
+        if f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+        elif callable(f.default_factory):
+            defaults[f.name] = f.default_factory()
+    return {k: v for k, v in body.items() if k not in defaults or v != defaults[k]}
 
 
 def pending(spool: Path) -> list[Tail]:
@@ -580,7 +615,7 @@ def pending(spool: Path) -> list[Tail]:
     for path in sorted(pending_dir(spool).glob("*.json"), key=_mtime):
         try:
             body = _read_request(path)
-            tail = Tail(**{**body, "parts": tuple(body["parts"])})
+            tail = Tail(**{**body, "parts": tuple(body.get("parts", tuple(Part)))})
         except (NotYours, OSError, ValueError, TypeError, KeyError) as err:
             log.error("pending tail %s not read: %r", path.name, err)
             continue
@@ -599,9 +634,16 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
+def _files(tail: Tail) -> AttemptDir:
+    """The tail's attempt, recording what waits in the attempt's backlog, or a session
+    cell's own (a cell's run refused for good must not hold the session's end back)."""
+    files = AttemptDir(Path(tail.attempt_dir))
+    return files if tail.cell is None else files.for_cell(tail.cell)
+
+
 def _permanent(tail: Tail) -> bool:
-    """The attempt's server refused it for good: only ``air sync`` tries again."""
-    return backlog.refused_for_good(AttemptDir(Path(tail.attempt_dir)))
+    """The tail's server refused it for good: only ``air sync`` tries again."""
+    return backlog.refused_for_good(_files(tail))
 
 
 def resume_pending(home: Path) -> None:

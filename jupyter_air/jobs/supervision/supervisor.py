@@ -51,7 +51,7 @@ from ...tracking.run_tails import (
 from ...tracking.targets import bound_requests
 from .. import backends, checkpoints
 from ..backends.base import AttemptContext, Nodes
-from ..sharing import mirror
+from ..sharing import as_changes, mirror
 from ..spec import JobKind, JobSpec
 from ..store import JobStore
 from . import stacks
@@ -399,9 +399,12 @@ class Supervisor:
     def _with_grants(self, recipe: NewRun) -> NewRun:
         """The recipe of a run the tail process makes late, with the job's grants as they
         are now: that process mirrors them on the run's experiment."""
-        grants = self.store.access(self.job.id).grants
-        held = tuple((g.principal.name, g.level.name, g.principal.kind == "group") for g in grants)
-        return replace(recipe, grants=held)
+        try:
+            grants = self.store.access(self.job.id).grants
+        except Exception as err:  # the run's tail matters more than its grants
+            log.warning("the job's grants not given to its late run: %r", err)
+            return recipe
+        return replace(recipe, grants=as_changes(grants))
 
     def _experiment_made(self, experiment_id: str) -> None:
         """The experiment the submitter named, now made: recorded with the job (its links
