@@ -177,6 +177,19 @@ def test_nobody_taking_a_run_request_withdraws_it_and_says_so(
     assert list((tmp_path / "tails").iterdir()) == []
 
 
+def test_a_tail_nobody_answers_is_kept_for_the_next_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No process could start, or it died, or it refused what it could not read (an
+    earlier version): the run's end and logs are not lost with the supervisor."""
+    monkeypatch.setattr(run_tails, "ensure_running", lambda home: None)
+    attempt = AttemptDir(tmp_path / "jobs" / "j" / "attempt_1").make()
+    tail = Tail("j", 1, "r", "FAILED", "u", str(attempt.path), sample=True)
+    answer = run_tails.hand_over(tmp_path, tail, timeout=0.2)
+    assert answer.left() == {Part.END, Part.LOGS}
+    assert run_tails.pending(tmp_path / "tails") == [dataclasses.replace(tail, sample=False)]
+
+
 def test_a_process_that_died_with_the_request_taken_is_no_answer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -373,9 +386,7 @@ def test_grants_changed_after_the_attempt_are_the_ones_its_late_run_gets(
     run_tails.regrant(spool, "j", (("carol", "CAN_MANAGE", False),))  # bob revoked
     kept = {t.job_id: t for t in run_tails.pending(spool)}
     assert kept["j"].new_run is not None
-    assert kept["j"].new_run["grants"] == [
-        ["carol", "CAN_MANAGE", False]
-    ]
+    assert kept["j"].new_run["grants"] == [["carol", "CAN_MANAGE", False]]
     assert kept["k"] == dataclasses.replace(
         other, new_run={**recipe, "grants": [["bob", "CAN_VIEW", False]]}
     )

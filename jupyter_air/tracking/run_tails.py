@@ -186,8 +186,12 @@ def make_run(home: Path, request: NewRun, take_timeout: float = RUN_TAKE_TIMEOUT
 
 def hand_over(home: Path, tail: Tail, timeout: float = ANSWER_TIMEOUT) -> Answer:
     """Ask the user's tail process to do ``tail`` (starting one if none runs), and wait
-    for its answer."""
+    for its answer. One that does not come, or a refusal, leaves ``tail`` kept pending,
+    for the next process to do (one started later, or of a newer version)."""
     done = _ask(home, tail.name, _body(tail), timeout, timeout)
+    if done is None or done.get("refused"):
+        with contextlib.suppress(OSError):
+            keep(home / "tails", dataclasses.replace(tail, sample=False))
     if done is None:
         return Answer("no answer from the tail process", "no answer from the tail process")
     if done.get("refused"):
