@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from jupyter_air.jobs import submit
+from jupyter_air.jobs.backends import local
 from jupyter_air.jobs.backends.local import LocalRanks
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.supervision import supervisor
@@ -127,6 +128,37 @@ def test_local_ranks_a_failing_rank_takes_its_peers_down(tmp_path: Path) -> None
         "rank 1 exited with code 3",
     )
     assert end.exit_codes == [-15, 3]
+
+
+class SeenLate(subprocess.Popen[bytes]):
+    """A process whose exit shows only once its output has ended, and whose first look
+    after that still misses it: the race CI hit, where a rank SIGKILLed mid-training was
+    recorded as succeeded (its pipes closed, the next look ran an instant before its
+    exit status was there, and the one after it ended the watch)."""
+
+    missed = False
+
+    def poll(self) -> int | None:
+        assert self.stdout is not None
+        assert self.stderr is not None
+        if not (self.stdout.closed and self.stderr.closed):
+            return None
+        if not self.missed:
+            self.missed = True
+            return None
+        return self.wait()
+
+
+def test_local_ranks_a_rank_dying_between_two_looks_still_fails_the_attempt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(local.subprocess, "Popen", SeenLate)
+    monkeypatch.setattr(local, "MEMORY_LOOK", float("inf"))  # no other look takes the miss
+    killed = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    end = LocalRanks(specs(tmp_path, killed)).run()
+    assert (end.status, end.failed_rank, end.exit_codes) == (Outcome.FAILED, 0, [-9])
+    assert end.message is not None
+    assert "SIGKILL" in end.message
 
 
 @pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN])

@@ -13,6 +13,7 @@ import pytest
 
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.supervision.hints import read_hints
+from tests.fake_nvml import FakeGpu, Scenario, write_scenario_text
 from tests.kernel.conftest import Kernel, execute_notebook
 
 PLOTLY = "application/vnd.plotly.v1+json"
@@ -138,9 +139,13 @@ time.sleep(1)  # the kernel reads hints every 0.5 s
 def test_a_mostly_idle_gpu_raises_the_idle_hint_in_the_status_the_run_and_the_chart(
     kernel: Kernel, air_home: Path
 ) -> None:
-    """The fake GPU averages 40 % (20, 40, 60); with the idle threshold at 55 % over a 2 s
-    window, the job's GPU (its rank's CUDA_VISIBLE_DEVICES=0) is mostly idle: the mean of
-    two or three samples in a row is 30 to 50 %, so the hint stays until the end."""
+    """With the fake GPU held at 30 % and the idle threshold at 55 % over a 2 s window,
+    the job's GPU (its rank's CUDA_VISIBLE_DEVICES=0) is mostly idle from its first
+    samples to its end, however long a loaded machine makes the job."""
+    scenario = air_home / "nvml-scenario.txt"
+    usual = scenario.read_text()
+    # Each process's sampler reads the module's 20, 40, 60 once, then holds 60 (busy).
+    Scenario(gpus=[FakeGpu(util=[30], temp=[45])]).write(scenario)
     limits = {
         "CUDA_VISIBLE_DEVICES": "0",
         "AIR_HINT_IDLE_WINDOW": "2",
@@ -152,6 +157,7 @@ def test_a_mostly_idle_gpu_raises_the_idle_hint_in_the_status_the_run_and_the_ch
         execution = kernel.run(IDLE_CELL)
     finally:
         kernel.run("os.environ.clear(); os.environ.update(saved)")
+        write_scenario_text(scenario, usual)
     assert execution.error is None, execution.traceback
     status = next(d["text/plain"] for d in execution.displays if " · attempt " in d["text/plain"])
     assert "⚠ GPU 0 averaged" in status

@@ -135,27 +135,18 @@ class LocalRanks:
         return replace(end, message=explain(rank, failed.process.returncode, last, self._memory))
 
     def _watch(self, rule: StopRule, reaper: Reaper) -> None:
-        """Read output until every rank has exited and its pipes are drained, stopping the
-        ranks as ``rule`` says."""
-        while self._selector.get_map() or not self._all_exited():
+        """Read output until every rank's exit is noted and its pipes are drained,
+        stopping the ranks as ``rule`` says. The loop ends on exits it has noted, never on
+        a rank found exited in passing: a rank dying between the two looks would
+        otherwise end the attempt without its failure."""
+        while self._selector.get_map() or any(r.exited_at is None for r in self._ranks):
             self._pump(0.1)
             if time.monotonic() - self._memory_looked > MEMORY_LOOK:
                 self._memory_looked = time.monotonic()
                 for rank in self._ranks:
                     if rank.process.poll() is None:
                         self._memory.look(rank.spec.rank, rank.process.pid)
-            for rank in self._ranks:
-                if rank.exited_at is None and rank.process.poll() is not None:
-                    rank.exited_at = time.monotonic()
-                    # Whatever the rank left behind in its session goes with it.
-                    _kill_group(rank.process.pid)
-                    reaper.untrack(rank.process.pid)
-                    code = rank.process.returncode
-                    if code != 0:
-                        text = _exit_text(rank.spec.rank, code)
-                        rule.failed(
-                            AttemptEnd(Outcome.FAILED, [], rank.spec.rank, text, time.time())
-                        )
+            self._note_exits(rule, reaper)
             rule.due()
             if rule.stop is not None and not self._all_exited():
                 self._stop_all(interrupt_first=rule.stop.interrupts)
@@ -166,6 +157,20 @@ class LocalRanks:
             for splitter in rank.splitters.values():
                 splitter.flush()
             rank.log.close()
+
+    def _note_exits(self, rule: StopRule, reaper: Reaper) -> None:
+        """The ranks that exited since the last look: their groups go, and a nonzero code
+        is a failure."""
+        for rank in self._ranks:
+            if rank.exited_at is None and rank.process.poll() is not None:
+                rank.exited_at = time.monotonic()
+                # Whatever the rank left behind in its session goes with it.
+                _kill_group(rank.process.pid)
+                reaper.untrack(rank.process.pid)
+                code = rank.process.returncode
+                if code != 0:
+                    text = _exit_text(rank.spec.rank, code)
+                    rule.failed(AttemptEnd(Outcome.FAILED, [], rank.spec.rank, text, time.time()))
 
     def _output_held(self) -> bool:
         """Every rank has exited a while ago, yet some output is still open: something a
