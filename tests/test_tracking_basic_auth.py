@@ -19,6 +19,7 @@ import pytest
 from mlflow import MlflowClient
 
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.tracking import run_tails
 from tests.test_mlflow_permissions import Server, start_server, stop_server, wait_ready
 from tests.test_tracking_outage import TRAIN, Team, landed
 from tests.tracking_proxy import TrackingProxy
@@ -232,3 +233,8 @@ def test_a_deferred_job_s_grants_are_set_on_the_experiment_its_run_is_made_in_la
         return str(held.permission)
 
     until(lambda: dave_s() == "EDIT", "dave's EDIT on the late experiment", timeout=60)
+    # The rest of its tail (its end, its logs) lands too: nothing is left to retry against
+    # a server the module stops next (the tail process would try it for ever).
+    client = MlflowClient(team.server.uri)
+    until(lambda: client.get_run(run_id).info.status == "FINISHED", "the late run's end", 120)
+    until(lambda: not run_tails.pending(team.home / "tails"), "no tail left pending", 120)
