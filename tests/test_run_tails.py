@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import json
+import logging
 import os
 import shutil
 import stat
@@ -20,7 +21,7 @@ import pytest
 from jupyter_air.job_dir import AttemptDir
 from jupyter_air.logs.capture import RankLog
 from jupyter_air.paths import private_dir, write_private
-from jupyter_air.tracking import backlog, run_tails
+from jupyter_air.tracking import backlog, run_tails, targets
 from jupyter_air.tracking.backlog import Part
 from jupyter_air.tracking.journal import Writer
 from jupyter_air.tracking.run_tails import (
@@ -32,6 +33,8 @@ from jupyter_air.tracking.run_tails import (
     Tail,
     TailProcess,
 )
+from tests.notify_servers import free_port
+from tests.waits import until
 
 NOBODY = 65534
 
@@ -476,3 +479,39 @@ def test_a_refusal_for_good_is_kept_for_air_sync_not_retried_and_a_removed_job_i
     shutil.rmtree(attempt.path)
     assert run_tails.pending(spool) == []
     assert not list((spool / "pending").iterdir())
+
+
+def test_a_server_down_for_long_is_said_once_not_at_each_try(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tail process logs to a file while it retries a server down for days: one line
+    when tails start waiting and one when they land, none per try or per HTTP retry."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")  # one retry, no back-off
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    connections = logging.getLogger("urllib3.connectionpool")
+    monkeypatch.setattr(connections, "level", connections.level)  # restored afterwards
+    targets.quiet_retries()  # as the process's main does
+    caplog.set_level(logging.DEBUG)
+    attempt = attempt_with_a_log(tmp_path)
+    down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    tail = Tail("j", 1, "0" * 32, "SUCCEEDED", down, str(attempt.path), sample=False)
+    spool = private_dir(tmp_path / "tails")
+    run_tails.keep(spool, tail)
+    process = TailProcess(tmp_path)
+
+    for _ in range(3):
+        assert process.retry_pending()
+        until(lambda: not process._busy(), "the try to end", timeout=60)
+    assert len(run_tails.pending(spool)) == 1, "still kept"
+    (spool / "pending" / f"{tail.name}.json").unlink()  # as once it landed
+    assert not process.retry_pending()
+    process._tails.shutdown(wait=True)
+
+    said = [(r.name, r.getMessage()) for r in caplog.records if r.levelno >= logging.INFO]
+    assert said == [
+        (
+            "jupyter_air.run_tails",
+            "1 tail(s) wait for their tracking server, tried again every 20 s at most",
+        ),
+        ("jupyter_air.run_tails", "every tail kept pending has landed"),
+    ]

@@ -50,7 +50,7 @@ from ..logs.capture import plain_lines
 from ..paths import private_dir, write_private
 from . import backlog, journal
 from .backlog import Part
-from .targets import bound_requests
+from .targets import bound_requests, quiet_retries
 
 log = logging.getLogger("jupyter_air.run_tails")
 
@@ -314,6 +314,7 @@ class TailProcess:
         self._clients_lock = threading.Lock()
         self._tails = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-run-tail")
         self._tail_work: list[Future[None]] = []
+        self._retrying = False  # pending tails were due at the last look
 
     def serve(self, lock_fd: int) -> None:
         try:
@@ -436,6 +437,16 @@ class TailProcess:
         """Try again the pending tails the server refused for a passing reason, one at a
         time on the tail thread; whether any was due."""
         due = [t for t in pending(self.spool) if not _permanent(t)]
+        if bool(due) != self._retrying:  # said once an outage, not at each try
+            self._retrying = bool(due)
+            if due:
+                log.warning(
+                    "%d tail(s) wait for their tracking server, tried again every %g s at most",
+                    len(due),
+                    RETRY_MAX,
+                )
+            else:
+                log.info("every tail kept pending has landed")
         for tail in due:
             self._tail_work.append(self._tails.submit(self._retry, tail))
         return bool(due)
@@ -735,6 +746,7 @@ def attach_logs(client: Any, run_id: str, attempt_dir: Path) -> None:
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     bound_requests()
+    quiet_retries()
     home = Path(argv[0])
     spool = home / "tails"
     try:

@@ -13,6 +13,7 @@ directories a user started things from.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -36,6 +37,14 @@ def bound_requests() -> None:
     """Set ``BOUNDED_REQUESTS`` in this process's environment, where the user set none."""
     for name, value in BOUNDED_REQUESTS.items():
         os.environ.setdefault(name, value)
+
+
+def quiet_retries() -> None:
+    """No log line for each HTTP retry, in a process of ours that logs to a file (a
+    supervisor, the tail process): against a server down for days, urllib3's warnings
+    grew that file by about 10 MB a day. What waits for the server is said once, and in
+    the attempt's backlog line (``air get``)."""
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
 @dataclass(frozen=True)

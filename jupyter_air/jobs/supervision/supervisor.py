@@ -48,7 +48,7 @@ from ...tracking.run_tails import (
     make_run,
     resume_pending,
 )
-from ...tracking.targets import bound_requests
+from ...tracking.targets import bound_requests, quiet_retries
 from .. import backends, checkpoints
 from ..backends.base import AttemptContext, Nodes
 from ..sharing import as_changes, mirror
@@ -284,11 +284,14 @@ class DeferredRun:
         self._thread.start()
 
     def _loop(self) -> None:
+        failing: str | None = None
         while self._run.id is None and not self._stop.wait(DEFERRED_RETRY):
             try:
                 self._run.id = self._make()
             except Exception as err:
-                log.warning("the attempt's run is not made yet: %r", err)
+                if repr(err) != failing:  # once an outage, not at each ask
+                    log.warning("the attempt's run is not made yet, will ask again: %r", err)
+                failing = repr(err)
 
     def stop(self) -> None:
         """No more asks; one under way is waited for ``SHIP_STOP_WAIT`` seconds, so that
@@ -811,6 +814,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     bound_requests()  # before MLflow is imported, and for the ranks too
+    quiet_retries()
     store = JobStore()
     resume_pending(store.home)  # what an earlier job still owes its server is tried again
     if store.outbox.next_due() is not None:  # and the notifications a courier left
