@@ -236,9 +236,14 @@ def test_the_url_opens_the_view_of_the_running_job(
         "() => document.querySelector('.jp-air-JobLogs-attempt select').value === '2'",
         timeout=60_000,
     )
+    # Both ranks tick (on a loaded machine rank 0 may start a while after rank 1).
     page.wait_for_function(
-        "() => [...document.querySelectorAll('.jp-air-JobLogs-text')]"
-        ".some(n => n.textContent.startsWith('tick '))",
+        """() => {
+            const texts = [...document.querySelectorAll('.jp-air-JobLogs-text')]
+                .map(n => n.textContent);
+            return ['0', '1'].every(rank =>
+                texts.some(t => t.startsWith('tick ') && t.endsWith(` rank ${rank}`)));
+        }""",
         timeout=60_000,
     )
     options = page.eval_on_selector_all(
