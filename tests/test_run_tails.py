@@ -511,7 +511,7 @@ def test_a_server_down_for_long_is_said_once_not_at_each_try(
     assert said == [
         (
             "jupyter_air.run_tails",
-            "1 tail(s) wait for their tracking server, tried again every 20 s at most",
+            "1 tail(s) kept pending: tried again every 20 s at most till taken",
         ),
         ("jupyter_air.run_tails", "every tail kept pending has landed"),
     ]

@@ -441,7 +441,7 @@ class TailProcess:
             self._retrying = bool(due)
             if due:
                 log.warning(
-                    "%d tail(s) wait for their tracking server, tried again every %g s at most",
+                    "%d tail(s) kept pending: tried again every %g s at most till taken",
                     len(due),
                     RETRY_MAX,
                 )
