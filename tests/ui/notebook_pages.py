@@ -57,17 +57,47 @@ def kernel_of(lab: Lab, name: str) -> str | None:
 def run_cells_in_one_kernel(page: Any, lab: Lab, name: str, cells: list[int]) -> None:
     """Run ``cells`` in turn in one kernel. A frontend that opened the notebook on a
     loaded machine at times changes its kernel seconds after it started one (the
-    server logs a new kernel started and the first shut down), so a later cell would
-    miss the names the earlier ones made: if the kernel changed meanwhile, run them
-    all again in the new one."""
-    for _ in range(2):
+    server logs a new kernel started and the first shut down): the first cell's run may
+    be lost with the first kernel (its prompt goes back to blank), or a later cell may
+    run in the new kernel without the names the first made. Either way, all of them run
+    again in the kernel now there."""
+    for _ in range(3):
         run_cell(page, cells[0])
+        if not _settled(page, cells[0], done=True):
+            continue  # lost with a kernel the frontend replaced
         first = kernel_of(lab, name)
         for cell in cells[1:]:
             run_cell(page, cell)
-        if kernel_of(lab, name) == first:
+        if kernel_of(lab, name) == first and not any(_magic_missing(page, c) for c in cells[1:]):
             return
-    raise AssertionError(f"the kernel of {name} changed twice while its cells ran")
+    raise AssertionError(f"the kernel of {name} kept changing while its cells ran")
+
+
+def _settled(page: Any, index: int, done: bool, timeout: float = 60_000) -> bool:
+    """Whether cell ``index`` ran to its end (its prompt has a number) within
+    ``timeout``; with ``done=False``, ran to its end or has shown some output."""
+    try:
+        page.wait_for_function(
+            """([n, done]) => {
+                const cell = document.querySelectorAll('.jp-Notebook .jp-Cell')[n];
+                const prompt = cell?.querySelector('.jp-InputPrompt')?.textContent ?? '';
+                const output = cell?.querySelector('.jp-OutputArea')?.textContent ?? '';
+                return /\\[\\d+\\]/.test(prompt) || (!done && output.length > 0);
+            }""",
+            arg=[index, done],
+            timeout=timeout,
+        )
+    except Exception:  # playwright's TimeoutError
+        return False
+    return True
+
+
+def _magic_missing(page: Any, index: int) -> bool:
+    """Whether cell ``index`` said the kernel has no ``%%air_distributed`` (it says so at
+    once; a call that runs shows its links within seconds)."""
+    _settled(page, index, done=False, timeout=30_000)
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
+    return MAGIC_MISSING in (cell.locator(".jp-OutputArea").text_content() or "")
 
 
 #: What a call says when the kernel running it never loaded the extension.
