@@ -19,7 +19,7 @@ from mlflow import MlflowClient
 
 from tests.fake_nvml import FakeGpu, Scenario
 from tests.ui.conftest import ARTIFACTS, Lab
-from tests.ui.notebook_pages import open_notebook, put_notebook, run_cell
+from tests.ui.notebook_pages import open_notebook, put_notebook, run_cells_in_one_kernel
 
 CELL = """%%air_distributed -n 1 --run-name mlflow-view
 from jupyter_air import log_metrics
@@ -54,9 +54,7 @@ def server(start_lab: Callable[..., Lab], air_home: Path) -> Lab:
 @pytest.fixture(scope="module")
 def page(browser: Any, server: Lab, artifacts: Path) -> Iterator[Any]:
     page = open_notebook(browser, server, "view.ipynb", "jupyterlab")
-    run_cell(page, 0)
-    page.wait_for_selector(".jp-Cell >> nth=0 >> .jp-InputPrompt:has-text('[1]')", timeout=60_000)
-    run_cell(page, 1)
+    run_cells_in_one_kernel(page, server, "view.ipynb", [0, 1])
     try:
         page.wait_for_selector(".jp-air-JobStatus:has-text('succeeded')", timeout=180_000)
     except Exception:
@@ -117,7 +115,7 @@ def test_the_experiment_link_opens_its_runs_not_a_traces_overview(
     experiment.close()
 
 
-def test_the_experiment_is_of_the_model_training_kind(air_home: Path) -> None:
+def test_the_experiment_is_of_the_model_training_kind(page: Any, air_home: Path) -> None:
     client = MlflowClient(f"sqlite:///{air_home}/mlflow.db")
     (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"

@@ -19,7 +19,7 @@ from jupyter_air.jobs.sessions.activity import Activity, activity_of
 from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import Scenario
 from tests.ui.conftest import Lab
-from tests.ui.notebook_pages import open_notebook, put_notebook, run_cell
+from tests.ui.notebook_pages import open_notebook, put_notebook, run_cells_in_one_kernel
 from tests.ui.test_runs_panel import CHART, PANEL, ROWS, TAB
 
 
@@ -70,8 +70,7 @@ def page(browser: Any, server: Lab) -> Iterator[Any]:
     page = open_notebook(browser, server, "warm.ipynb", "jupyterlab")
     page.click(TAB)  # first: the server loads MLflow while the session starts
     page.wait_for_selector(PANEL, state="visible")
-    for index in range(len(CELLS)):
-        run_cell(page, index)
+    run_cells_in_one_kernel(page, server, "warm.ipynb", list(range(len(CELLS))))
     page.wait_for_function(
         "n => /\\[\\d+\\]/.test(document.querySelectorAll("
         "'.jp-Notebook .jp-Cell .jp-InputPrompt')[n]?.textContent ?? '')",
