@@ -11,7 +11,11 @@ import pytest
 from tests.fake_nvml import FakeGpu, Scenario, build_library, load_in_process
 from tests.gpu.driver import no_real_driver
 
-pytest_plugins = ["pytest_jupyter.jupyter_server", "tests.server_fixtures"]
+pytest_plugins = [
+    "pytest_jupyter.jupyter_server",
+    "tests.server_fixtures",
+    "tests.leftovers",  # nothing a test starts outlives the suite
+]
 
 WriteScenario = Callable[[Scenario], Path]
 
