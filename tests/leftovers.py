@@ -171,6 +171,20 @@ def end(found: Sequence[Leftover]) -> list[Leftover]:
     return _wait_gone(left, KILL_GRACE)
 
 
+def end_processes_in(*folders: Path, rounds: int = 3) -> list[Leftover]:
+    """End every process pointing into ``folders``, and those that ending them started
+    (a supervisor that hands its last notice to a courier as it leaves): for a fixture's
+    teardown whose folder outlives one test. What was ended."""
+    ended: list[Leftover] = []
+    for _ in range(rounds):
+        found = scan(folders)
+        if not found:
+            break
+        end(found)
+        ended += found
+    return ended
+
+
 def _basetemp(config: pytest.Config) -> Path | None:
     """The base temporary folder of this session (of this worker under xdist), once a
     test made one."""
@@ -222,9 +236,9 @@ class Guard:
             for name in _folders(item.config) - before:
                 self.made_by.setdefault(name, item.nodeid)
             tmp_path = item.stash.get(_tmp_path_key, None)
-            if tmp_path is not None and (found := scan([tmp_path])):
-                self.ended_with_test.update(_kind(p.command) for p in found)
-                end(found)
+            if tmp_path is not None:
+                ended = end_processes_in(tmp_path)
+                self.ended_with_test.update(_kind(p.command) for p in ended)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

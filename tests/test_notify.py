@@ -343,6 +343,29 @@ def test_what_a_down_receiver_did_not_take_the_courier_delivers_once_it_is_back(
         receiver.stop()
 
 
+def test_a_courier_whose_store_is_deleted_leaves_at_once_not_at_its_next_try(
+    store: JobStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import shutil
+
+    from jupyter_air.procs import alive
+    from tests.leftovers import scan
+
+    monkeypatch.setenv("AIR_HOME", str(store.home))
+    monkeypatch.setenv("AIR_NOTIFY_RETRY", "600")  # its next try, in the courier too
+    monkeypatch.setattr(outbox, "FIRST_WAIT", 600.0)
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path))
+    down = WebhookReceiver()  # never started: refused
+    courier.send(
+        store.outbox, [Notice("job:X:end#0", "ada", parse({"webhook": down.url}), message())]
+    )
+    until(lambda: not _courier_gone(store), "the courier, sleeping until its next try")
+    (process,) = until(lambda: scan([store.home]), "the courier's process")
+    shutil.rmtree(store.home)  # the user removed the store (a test's folder, a cleanup)
+    until(lambda: not alive(process.pid), "the courier gone", timeout=20)
+    assert not store.home.exists(), "no new store is made for it"
+
+
 def _courier_gone(store: JobStore) -> bool:
     import fcntl
 
@@ -539,6 +562,8 @@ def test_a_receiver_that_hangs_at_the_supervisor_s_exit_loses_nothing(
         assert keys == {f"job:{job.id}:{event}#{i}" for event in ("start", "end") for i in (0, 1)}
         until(lambda: len(receiver.posts) == 2, "the courier sends what the receiver takes")
         assert sorted(post["event"] for post, _ in receiver.posts) == ["start", "success"]
+        # The courier rightly goes on trying the silent receiver for about 30 minutes;
+        # this test's end ends it (tests/leftovers.py: nothing outlives its tmp_path).
     finally:
         silent.stop()
         receiver.stop()

@@ -5,7 +5,9 @@
 mail server down), makes sure the courier runs. The courier is a small per-user process
 (``python -m jupyter_air.notify.courier``), detached like the scheduler so that it
 outlives the supervisor, the Jupyter server and the shell: it tries every due row when
-its backoff allows, and exits when nothing is left to send. One per AIR_HOME
+its backoff allows, and exits when nothing is left to send (with the default tries, about
+30 minutes after a receiver went down for good), or within ``LOOK`` seconds of its store
+being deleted (nobody is left to tell, and no new empty store is made). One per AIR_HOME
 (``courier.lock``, flock); the Jupyter server's housekeeping and every supervisor's
 start call ``ensure_courier`` when rows wait, so a courier that died is replaced.
 """
@@ -34,6 +36,8 @@ LOCK = "courier.lock"
 LOG = "courier.log"
 #: The longest the courier sleeps: rows posted by another machine sharing the store.
 MAX_SLEEP = 60.0
+#: Seconds between two looks, while it sleeps, at whether its store is still there.
+LOOK = 1.0
 
 
 def send(
@@ -99,14 +103,18 @@ def ensure_courier(home: Path) -> None:
 
 
 def run(home: Path, settings: AirNotify) -> None:
-    """Try what is due, sleep until the next is, until nothing is left."""
-    outbox = Outbox(home / "jobs.db")
-    while True:
+    """Try what is due, sleep until the next is, until nothing is left or the store is
+    gone."""
+    db = home / "jobs.db"
+    outbox = Outbox(db)
+    while db.is_file():
         try_due(outbox, settings)
         due = outbox.next_due()
         if due is None:
             return
-        time.sleep(min(MAX_SLEEP, max(0.2, due - time.time())))
+        wake = time.monotonic() + min(MAX_SLEEP, max(0.2, due - time.time()))
+        while db.is_file() and (left := wake - time.monotonic()) > 0:
+            time.sleep(min(LOOK, left))
 
 
 def _lock(home: Path) -> IO[str] | None:
@@ -130,6 +138,9 @@ def main() -> int:
     log.info("courier %d started for %s", os.getpid(), home)
     with contextlib.closing(lock):
         run(home, load())
+    if not (home / "jobs.db").is_file():
+        log.info("courier %d: its store is gone", os.getpid())
+        return 0
     log.info("courier %d: nothing left to send", os.getpid())
     if Outbox(home / "jobs.db").next_due() is not None:  # posted while it was exiting
         ensure_courier(home)
