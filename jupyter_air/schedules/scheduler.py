@@ -8,7 +8,8 @@ time, or until a change wakes it (SIGUSR1), ticks, and sleeps again: no CPU betw
 fires (the sleep is a ``select`` on a pipe that signals write to, see ``Wakeup``);
 while runs are active it looks at their jobs every ``POLL_ACTIVE`` seconds. It
 imports no MLflow and no torch (the jobs' supervisors do that). With no schedule and
-no active run left it exits; ``ensure_scheduler`` starts it again when one exists.
+no active run left it exits, and at its next look once its store was deleted;
+``ensure_scheduler`` starts it again when one exists.
 """
 
 from __future__ import annotations
@@ -174,6 +175,9 @@ class Scheduler:
                     log.info("fired schedule run %s", run_id)
                 post_runs(self.store, result.ended + result.skipped)
             except Exception:  # a locked or broken store: try again soon, stay up
+                if not self.jobs.path.is_file():  # deleted: no schedule is left to fire
+                    log.info("the store %s is gone: exiting", self.jobs.path)
+                    return
                 log.exception("tick failed")
                 wakeup.sleep(5.0)
                 continue
