@@ -1,12 +1,12 @@
 """Schedules, their runs and their tasks: tables in the job store's database.
 
-The same file as the jobs (AIR_HOME, private, WAL on a local disk and the rollback
-journal on a network file system, as ``JobStore`` decides), so a task's job and its run
-are read in one query. Each method is one short transaction. Two rules make firing
-idempotent: a run's ``(schedule_id, scheduled_time, trigger)`` is UNIQUE and is written
-in the same transaction that moves the schedule's ``handled_through`` (conditioned on its
-old value); a task is submitted only by the process whose ``claim`` moved it from
-PENDING to SUBMITTING.
+The same file as the jobs (opened as ``sqlite_store.Database`` opens it), so a task's
+job and its run are read in one query; a schedule's grants are kept as a job's are.
+Each method is one short transaction. Two rules make firing idempotent: a run's
+``(schedule_id, scheduled_time, trigger)`` is UNIQUE and is written in the same
+transaction that moves the schedule's ``handled_through`` (conditioned on its old
+value); a task is submitted only by the process whose ``claim`` moved it from PENDING
+to SUBMITTING.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..identity import Identity
-from ..jobs.permissions import Grant, JobAccess, Level, Principal
+from ..jobs.permissions import JobAccess
 from ..jobs.store import JobStore
+from ..jobs.store.grants import GrantTable
+from ..sqlite_store import immediate
 from .model import (
     RunStatus,
     Schedule,
@@ -31,7 +33,9 @@ from .model import (
     Trigger,
 )
 
-SCHEMA = """
+GRANTS = GrantTable("schedule_grants", key="schedule_id", of="schedules")
+
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS schedules (
     id TEXT PRIMARY KEY,
     owner TEXT NOT NULL,
@@ -44,13 +48,7 @@ CREATE TABLE IF NOT EXISTS schedules (
     UNIQUE (owner, name)
 );
 CREATE INDEX IF NOT EXISTS schedules_by_due ON schedules (next_due);
-CREATE TABLE IF NOT EXISTS schedule_grants (
-    schedule_id TEXT NOT NULL REFERENCES schedules(id),
-    kind TEXT NOT NULL,
-    name TEXT NOT NULL,
-    level TEXT NOT NULL,
-    PRIMARY KEY (schedule_id, kind, name)
-);
+{GRANTS.schema}
 CREATE TABLE IF NOT EXISTS schedule_runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     schedule_id TEXT NOT NULL,
@@ -129,17 +127,8 @@ class ScheduleStore:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """A write transaction, or the batch's when inside one."""
-        with self._connect() as db:
-            if db.in_transaction:
-                yield db
-                return
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        with self._connect() as db, immediate(db):
+            yield db
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -153,8 +142,7 @@ class ScheduleStore:
 
     def create(self, owner: str, spec: ScheduleSpec, next_due: float | None, now: float) -> str:
         schedule_id = secrets.token_hex(SCHEDULE_ID_BYTES)
-        with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
+        with self._write() as db:
             try:
                 db.execute(
                     "INSERT INTO schedules (id, owner, name, spec, created, updated, "
@@ -162,10 +150,8 @@ class ScheduleStore:
                     (schedule_id, owner, spec.name, spec.to_json(), now, now, now, next_due),
                 )
             except sqlite3.IntegrityError:
-                db.execute("ROLLBACK")
                 raise NameTaken(spec.name) from None
-            _put_grants(db, schedule_id, spec.grants)
-            db.execute("COMMIT")
+            GRANTS.put(db, schedule_id, spec.grants)
         return schedule_id
 
     def replace(
@@ -173,8 +159,7 @@ class ScheduleStore:
     ) -> None:
         """A new spec (an update, a pause): times up to now count as handled, so an
         update never fires what was due before it."""
-        with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
+        with self._write() as db:
             try:
                 cursor = db.execute(
                     "UPDATE schedules SET name = ?, spec = ?, updated = ?, next_due = ?, "
@@ -182,29 +167,23 @@ class ScheduleStore:
                     (spec.name, spec.to_json(), now, next_due, now, schedule_id),
                 )
             except sqlite3.IntegrityError:
-                db.execute("ROLLBACK")
                 raise NameTaken(spec.name) from None
             if cursor.rowcount == 0:
-                db.execute("ROLLBACK")
                 raise UnknownSchedule(schedule_id)
-            db.execute("DELETE FROM schedule_grants WHERE schedule_id = ?", (schedule_id,))
-            _put_grants(db, schedule_id, spec.grants)
-            db.execute("COMMIT")
+            GRANTS.clear(db, schedule_id)
+            GRANTS.put(db, schedule_id, spec.grants)
 
     def delete(self, schedule_id: str) -> None:
-        with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
+        with self._write() as db:
             db.execute(
                 "DELETE FROM schedule_tasks WHERE run_id IN "
                 "(SELECT id FROM schedule_runs WHERE schedule_id = ?)",
                 (schedule_id,),
             )
             db.execute("DELETE FROM schedule_runs WHERE schedule_id = ?", (schedule_id,))
-            db.execute("DELETE FROM schedule_grants WHERE schedule_id = ?", (schedule_id,))
-            cursor = db.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,))
-            db.execute("COMMIT" if cursor.rowcount else "ROLLBACK")
-        if not cursor.rowcount:
-            raise UnknownSchedule(schedule_id)
+            GRANTS.clear(db, schedule_id)
+            if db.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,)).rowcount == 0:
+                raise UnknownSchedule(schedule_id)
 
     def get(self, schedule_id: str) -> Schedule:
         with self._connect() as db:
@@ -222,15 +201,11 @@ class ScheduleStore:
 
     def schedules(self, visible_to: Identity | None = None) -> list[Schedule]:
         """By name; with ``visible_to``, those it owns or holds a grant on."""
-        query, params = "SELECT * FROM schedules", []
+        query = "SELECT * FROM schedules"
+        params: list[str] = []
         if visible_to is not None:
-            groups = sorted(visible_to.groups)
-            query += (
-                " WHERE owner = ? OR id IN (SELECT schedule_id FROM schedule_grants WHERE "
-                "(kind = 'user' AND name = ?) OR (kind = 'group' AND name IN "
-                f"({', '.join('?' * len(groups))})))"
-            )
-            params = [visible_to.name, visible_to.name, *groups]
+            sql, params = GRANTS.visible(visible_to)
+            query += f" WHERE {sql}"
         with self._connect() as db:
             rows = db.execute(query + " ORDER BY name, owner", params).fetchall()
         return [_schedule(row) for row in rows]
@@ -238,19 +213,10 @@ class ScheduleStore:
     def access(self, schedule_id: str) -> JobAccess:
         """The schedule's owner and grants (``JobAccess`` computes the levels)."""
         with self._connect() as db:
-            row = db.execute("SELECT owner FROM schedules WHERE id = ?", (schedule_id,)).fetchone()
-            if row is None:
-                raise UnknownSchedule(schedule_id)
-            grants = db.execute(
-                "SELECT kind, name, level FROM schedule_grants WHERE schedule_id = ? "
-                "ORDER BY kind DESC, name",
-                (schedule_id,),
-            ).fetchall()
-        return JobAccess(
-            schedule_id,
-            row["owner"],
-            tuple(Grant(Principal(g["kind"], g["name"]), Level[g["level"]]) for g in grants),
-        )
+            access = GRANTS.access(db, schedule_id)
+        if access is None:
+            raise UnknownSchedule(schedule_id)
+        return access
 
     def due(self, now: float) -> list[Schedule]:
         with self._connect() as db:
@@ -320,10 +286,8 @@ class ScheduleStore:
 
     def add_run_now(self, schedule: Schedule, now: float) -> int:
         """A run started by hand (run-now): not bound by max_concurrent_runs."""
-        with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
+        with self._write() as db:
             run_id = _insert_run(db, schedule, now, Trigger.RUN_NOW, RunStatus.RUNNING, None, now)
-            db.execute("COMMIT")
         if run_id is None:  # the same schedule run now twice within one clock tick
             raise ValueError(f"schedule {schedule.id} was just run now: try again")
         return run_id
@@ -402,15 +366,13 @@ class ScheduleStore:
     def reopen(self, run_id: int, task_keys: Iterable[str]) -> None:
         """Repair: these tasks back to PENDING (their jobs kept as previous), the run
         RUNNING again, in one transaction, only if the run has ended."""
-        with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
+        with self._write() as db:
             cursor = db.execute(
                 "UPDATE schedule_runs SET status = ?, ended = NULL, message = NULL "
                 "WHERE id = ? AND status != ?",
                 (RunStatus.RUNNING, run_id, RunStatus.RUNNING),
             )
             if cursor.rowcount == 0:
-                db.execute("ROLLBACK")
                 raise ValueError(f"schedule run {run_id} is still running")
             for key in task_keys:
                 db.execute(
@@ -420,7 +382,6 @@ class ScheduleStore:
                     "WHERE run_id = ? AND task_key = ?",
                     (TaskStatus.PENDING, run_id, key),
                 )
-            db.execute("COMMIT")
 
 
 def _insert_run(
@@ -511,12 +472,4 @@ def _schedule(row: sqlite3.Row) -> Schedule:
         updated=row["updated"],
         handled_through=row["handled_through"],
         next_due=row["next_due"],
-    )
-
-
-def _put_grants(db: sqlite3.Connection, schedule_id: str, grants: tuple[Grant, ...]) -> None:
-    db.executemany(
-        "INSERT OR REPLACE INTO schedule_grants (schedule_id, kind, name, level) "
-        "VALUES (?, ?, ?, ?)",
-        [(schedule_id, g.principal.kind, g.principal.name, g.level.name) for g in grants],
     )
