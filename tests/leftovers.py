@@ -38,6 +38,7 @@ import pytest
 TERM_GRACE = 10.0
 KILL_GRACE = 5.0
 
+_CURRENT = b"PYTEST_CURRENT_TEST="
 _tmp_path_key = pytest.StashKey[Path]()
 _folders_before_key = pytest.StashKey[set[str]]()
 
@@ -56,12 +57,19 @@ class Leftover:
     why: str
     #: The folder directly under the base temporary folder that it points into.
     folder: str
+    #: The test running when it (or the process that started it) was started: pytest's
+    #: ``PYTEST_CURRENT_TEST``, which children inherit, where it was kept.
+    started_in: str = ""
     #: The test that made that folder, where known.
     test: str = ""
 
     def line(self) -> str:
         made = f", a folder made during {self.test}" if self.test else ""
-        return f"pid {self.pid}: {self.command}\n    {self.why}: points into {self.folder}{made}"
+        started = f"\n    started during {self.started_in}" if self.started_in else ""
+        return (
+            f"pid {self.pid}: {self.command}\n    {self.why}: points into {self.folder}{made}"
+            f"{started}"
+        )
 
 
 def _read(path: str) -> bytes:
@@ -131,7 +139,15 @@ def scan(roots: Sequence[Path]) -> list[Leftover]:
         if hit is None:
             continue
         folder = hit.group(1) or ""
-        found.append(Leftover(pid, stat[3], stat[2], command[:300], why[:300], folder))
+        started_in = next(
+            (
+                v[len(_CURRENT) :].decode(errors="replace")
+                for v in environ
+                if v.startswith(_CURRENT)
+            ),
+            "",
+        )
+        found.append(Leftover(pid, stat[3], stat[2], command[:300], why[:300], folder, started_in))
     return found
 
 
@@ -211,6 +227,8 @@ class Guard:
         #: Folder under the base temporary folder -> the test during which it was made.
         self.made_by: dict[str, str] = {}
         self.ended_with_test: Counter[str] = Counter()
+        #: "test: kind, kind" for each test whose end ended something (shown with -v).
+        self.ended_by_test: list[str] = []
         self.left: list[dict[str, Any]] = []
 
     @pytest.hookimpl(wrapper=True)
@@ -239,19 +257,26 @@ class Guard:
             if tmp_path is not None:
                 ended = end_processes_in(tmp_path)
                 self.ended_with_test.update(_kind(p.command) for p in ended)
+                if ended:
+                    kinds = ", ".join(_kind(p.command) for p in ended)
+                    self.ended_by_test.append(f"{item.nodeid}: {kinds}")
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """After the session's fixtures are torn down (``trylast``): what is left."""
         basetemp = _basetemp(self.config)
-        found = scan([basetemp]) if basetemp is not None else []
-        named = [_named(p, self.made_by) for p in found]
-        still = {p.pid for p in end(named)}
-        self.left += [{**asdict(p), "still": p.pid in still} for p in named]
+        roots = [basetemp] if basetemp is not None else []
+        for _ in range(3):  # and what ending them started (a supervisor's last courier)
+            found = [_named(p, self.made_by) for p in scan(roots)] if roots else []
+            if not found:
+                break
+            still = {p.pid for p in end(found)}
+            self.left += [{**asdict(p), "still": p.pid in still} for p in found]
         workeroutput = getattr(self.config, "workeroutput", None)
         if workeroutput is not None:  # an xdist worker: its controller tells and fails
             workeroutput["air_leftovers"] = self.left
             workeroutput["air_ended_with_test"] = dict(self.ended_with_test)
+            workeroutput["air_ended_by_test"] = self.ended_by_test
             return
         passing = (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
         if self.left and session.exitstatus in passing:
@@ -264,6 +289,7 @@ class Guard:
         output = getattr(node, "workeroutput", None) or {}
         self.left += output.get("air_leftovers", [])
         self.ended_with_test.update(output.get("air_ended_with_test", {}))
+        self.ended_by_test += output.get("air_ended_by_test", [])
 
     def _tell(self) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -273,6 +299,8 @@ class Guard:
         if self.ended_with_test:
             kinds = ", ".join(f"{kind} {n}" for kind, n in self.ended_with_test.most_common())
             reporter.write_line(f"processes ended at their test's end: {kinds}")
+            for line in self.ended_by_test if self.config.option.verbose > 0 else []:
+                reporter.write_line(f"    {line}")
         if not self.left:
             return
         reporter.write_sep("=", "processes left running after the tests", red=True, bold=True)

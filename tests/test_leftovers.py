@@ -113,7 +113,9 @@ def test_a_detached_process_left_after_the_tests_fails_the_run_and_is_ended(
     assert f"pid {pid}: " in out, out
     assert f"pid {own}: " not in out, "its own test's end ended it"
     assert "AIR_HOME=" in out, out
-    assert "test_inner.py::test_leaves_a_process_in_a_folder_of_its_module" in out, out
+    made_in = "test_inner.py::test_leaves_a_process_in_a_folder_of_its_module"
+    assert f"a folder made during {made_in}" in out, out
+    assert f"started during {made_in} (call)" in out, out
     assert "ended now" in out, out
     assert not alive(pid), "the guard ended it"
     assert not alive(own), "its test's end ended it"
