@@ -53,7 +53,6 @@ class JobStore(JobRows, AttemptRows, GrantRows, Targets, Settling):
         self.home = air_home() if home is None else private_dir(home)
         self.db = Database(self.home / "jobs.db", busy_timeout)
         self.path = self.db.path
-        self.busy_timeout = busy_timeout
         with self.db.connect() as db:
             schema.create(db)  # also brings a store of an earlier version to this one
 
