@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.fake_nvml import Scenario, env_for
+from tests.leftovers import end_processes_in
 
 ROOT = Path(__file__).resolve().parents[1]
 PROXY = ROOT / "node_modules" / ".bin" / "configurable-http-proxy"
@@ -261,3 +262,4 @@ def running_hub(work: Path, fake_nvml_dir: Path, team: Team | None = None) -> It
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+        end_processes_in(work)  # what the users' servers started: supervisors, couriers

@@ -190,7 +190,12 @@ def end(found: Sequence[Leftover]) -> list[Leftover]:
 def end_processes_in(*folders: Path, rounds: int = 3) -> list[Leftover]:
     """End every process pointing into ``folders``, and those that ending them started
     (a supervisor that hands its last notice to a courier as it leaves): for a fixture's
-    teardown whose folder outlives one test. What was ended."""
+    teardown whose folder outlives one test. What was ended. A folder outside this
+    session's base temporary folder is refused: nothing else is a test's to end."""
+    basetemp = _basetemp(_config) if _config is not None else None
+    for folder in folders:
+        if basetemp is None or basetemp.resolve() not in Path(folder).resolve().parents:
+            raise ValueError(f"{folder} is not a folder of this session's tests ({basetemp})")
     ended: list[Leftover] = []
     for _ in range(rounds):
         found = scan(folders)
@@ -330,5 +335,11 @@ def _kind(command: str) -> str:
     return os.path.basename(words[0]) if words else "?"
 
 
+#: This session's configuration, for ``end_processes_in``'s check.
+_config: pytest.Config | None = None
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    global _config
+    _config = config
     config.pluginmanager.register(Guard(config), "air-leftovers")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_air.procs import alive
+from tests.leftovers import end_processes_in
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -121,3 +122,9 @@ def test_a_detached_process_left_after_the_tests_fails_the_run_and_is_ended(
     assert not alive(own), "its test's end ended it"
     assert "processes ended at their test's end: python" in out, out
     assert bystander.poll() is None, "a process outside the run's folder is left alone"
+
+
+def test_a_fixture_may_end_only_what_points_into_this_session_s_folders(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a folder of this session's tests"):
+        end_processes_in(Path.home() / ".local")  # the developer's own Jupyter lives there
+    assert end_processes_in(tmp_path) == []
