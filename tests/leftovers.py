@@ -12,8 +12,9 @@ the developer's own Jupyter and another pytest run are never touched:
   share, said in a line of the summary;
 - at the end of the session (of each xdist worker, for its own folder; then of the
   controller, for all of them), what still points into the base folder is listed with
-  the test that made the folder it points into, ended, and the run fails: a module's or
-  the session's fixture that did not end what it started.
+  the test that made the folder it points into and the test it was started during,
+  ended, and the run fails: a module's or the session's fixture that did not end what it
+  started. Such a fixture calls ``end_processes_in(folder)`` in its teardown.
 
 Ending a process: SIGTERM (its whole group when it leads one of its own), a wait, then
 SIGKILL. A process is known by its pid and its start time, so a reused pid is never
@@ -80,11 +81,10 @@ def _read(path: str) -> bytes:
 def _stat(pid: int) -> tuple[str, int, int, int] | None:
     """State, parent pid, process group and start time of ``pid``; None once gone."""
     try:
-        text = _read(f"/proc/{pid}/stat").decode(errors="replace")
-    except OSError:
+        fields = _read(f"/proc/{pid}/stat").decode(errors="replace").rsplit(") ", 1)[1].split()
+        return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
+    except (OSError, IndexError, ValueError):
         return None
-    fields = text.rsplit(") ", 1)[1].split()
-    return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
 
 
 def _ancestors() -> set[int]:
