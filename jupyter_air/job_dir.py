@@ -18,6 +18,8 @@
     jobs/<id>/attempt_K/tracking.json     what of the run waits for its tracking server, and why
     jobs/<id>/attempt_1/tracking_cell_N.json  the same for a warm session's cell N's own run
     jobs/<id>/attempt_K/late_run.json     a deferred attempt's run, made by its tail process
+    jobs/<id>/attempt_1/cell_N/           a session's cell N run without its run (deferred):
+                                          its journal, and its run once made
     jobs/<id>/attempt_K/logs/node_N/rank_R.log   rank R's records
 
 A Ray node agent lays out its node's scratch directory the same way. The JSON files
@@ -97,6 +99,12 @@ class AttemptDir:
     def for_cell(self, cell: int) -> AttemptDir:
         """The attempt's files, with cell ``cell``'s own backlog record."""
         return AttemptDir(self.path, cell)
+
+    def late_cell(self, cell: int) -> AttemptDir:
+        """A warm session's cell that ran before its run could be made (``tracking:
+        deferred``, its server down): a journal of its own, whose lines are that run's,
+        and the run once made (``late_run.json``), apart from the session's."""
+        return AttemptDir(self.path / f"cell_{cell}", cell)
 
     @property
     def number(self) -> int:

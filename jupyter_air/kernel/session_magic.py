@@ -44,13 +44,13 @@ class AirSessionMagics(Magics):
         "nproc_per_node",
         "nnodes",
         "backend",
-        "ray_address",
-        "slurm",
+        "backend_opt",
         "env",
         "experiment",
         "run_name",
         "oversubscribe",
         "share",
+        "tracking",
     )
     @argument(
         "--idle-timeout",
@@ -71,6 +71,7 @@ class AirSessionMagics(Magics):
 
             %air_session start -n 2
             %air_session start --backend ray --nnodes 2 -n 1
+            %air_session start -n 2 --tracking deferred
             %air_session restart
         """
         current = WarmSession.current

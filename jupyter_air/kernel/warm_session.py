@@ -10,6 +10,13 @@ name and tags are written once its cell has run half a second, or after a shorte
 (until then the runs panel leaves it out), its source, end and the cells file after the
 cell: no MLflow write is on a cell's critical path, nor beside the read of its chart.
 
+A tracking server that does not answer meets a cell as it meets any other call: a run
+made ahead is used (its end waits in the tail process), one that failed is dropped and
+made again once the server answers; meanwhile the cell is refused in one line, the ranks
+and their names untouched, or, in a session started with ``--tracking deferred``, runs
+at once with its points in a journal of its own, its run made and filled by the tail
+process once the server answers (``AttemptDir.late_cell``).
+
 A session that ended (lost process group, a dead rank, the idle timeout) can be started
 again with the options it was started with (``restarted``).
 
@@ -26,30 +33,38 @@ import os
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, ClassVar
 
 import cloudpickle
 
 from ..identity import mlflow_user
+from ..job_dir import AttemptDir
+from ..jobs import backends
 from ..jobs.follow import LogFollower
+from ..jobs.request import JobRequest, Program
 from ..jobs.service import Refused
 from ..jobs.sessions import cells as session_cells
 from ..jobs.sessions import host as session_host
 from ..jobs.sessions import rank as session_rank
 from ..jobs.sessions.activity import IDLE_TIMEOUT_TAG
-from ..jobs.sessions.cells import CellRecord, LatestCell
+from ..jobs.sessions.cells import CellRecord, LatestCell, SessionRun
 from ..jobs.sessions.host import Session, SessionEnded
 from ..jobs.spec import JobKind
 from ..jobs.supervision.hints import read_hints
 from ..logs.query import LogFilter
+from ..redact import redact
 from ..status import AttemptStatus
 from ..tracking import probe, run_tails
 from ..tracking.backlog import Part
-from ..tracking.targets import current_tracking_uri
+from ..tracking.backlog import describe as describe_error
+from ..tracking.targets import RunTarget
+from ..tracking.ui_links import logs_url
 from .display import JobView
 from .launch import (
     Interrupted,
     JobFailed,
+    KernelDestination,
     OptionError,
     Options,
     announce_grants,
@@ -69,6 +84,25 @@ DRAIN = 2.0
 STATUS_EVERY = 0.5
 #: What every message that ends a session offers.
 RESTART = "%air_session restart starts it again with the same options"
+#: Seconds a cell waits for its run made ahead before it asks the server itself: the
+#: answer, a refusal or the deferred path, comes within ``probe.TIMEOUT`` of the cell.
+AHEAD_WAIT = 1.0
+
+
+class CellRefused(probe.Unreachable):
+    """A session cell not run: its run cannot be made now. One line, as every call
+    refused for its tracking server is; the session and its ranks' names stay."""
+
+    def __init__(self, message: str, job_id: str) -> None:
+        super().__init__(message, deferrable=False)
+        self.job_id = job_id
+
+    def refusal(self) -> str:
+        return (
+            f"{self}; the cell did not run, and the session (job {self.job_id}) and its "
+            "names stay: run it again once the server answers, or start the session "
+            "with --tracking deferred to run cells meanwhile"
+        )
 
 
 class NoSession(RuntimeError):
@@ -96,48 +130,51 @@ class WarmSession:
         #: What ``%air_session start`` was given, kept for ``restarted``.
         self.options, self.idle_timeout_min = options, idle_timeout_min
         submission = options.validate()
-        service = kernel_service()
-        placed = options.placed(service, submission)
-        try:
-            host = placed.kernel_host  # where the nodes reach the kernel; None: here
-        except Refused as err:
-            raise option_error(err) from None
         if idle_timeout_min < 0:
             raise OptionError(f"--idle-timeout must be minutes >= 0, got {idle_timeout_min:g}")
-        # A server that is down: said in seconds (a session's cells make their runs in
-        # this kernel, so it has no deferred mode).
-        probe.check(current_tracking_uri(), deferrable=False)
         from mlflow import MlflowClient
 
         from ..tracking import runs
 
         self._runs = runs
         user, notebook = mlflow_user(), notebook_path()
-        with runs.quiet_store_setup():
-            self.target = runs.resolve_target(options.experiment, user, notebook)
-        spec = placed.spec(
-            JobKind.SESSION,
-            command=[sys.executable, *session_rank.ARGS],
-            working_dir=os.getcwd(),
-            run_name=options.run_name,
-        )
-        self.nnodes, self.backend = options.nnodes, placed.backend
-        self.store = service.store
-        submitted = service.submit(
-            spec,
-            self.target,
-            grants=submission.grants,
+        service = kernel_service()
+        request = JobRequest(
+            submission,
+            Program(
+                JobKind.SESSION,
+                command=[sys.executable, *session_rank.ARGS],
+                working_dir=os.getcwd(),
+                run_name=options.run_name,
+            ),
+            KernelDestination(options.experiment, user, notebook),
+            user,
+            defaults=options.defaults(),
             notebook=notebook,
-            user=user,
             # The idle timeout with the job: the GPU panel says when an idle session stops.
-            extra_tags={"air.session": "true", IDLE_TIMEOUT_TAG: f"{idle_timeout_min * 60:g}"},
+            tags={"air.session": "true", IDLE_TIMEOUT_TAG: f"{idle_timeout_min * 60:g}"},
             watch_pid=os.getpid(),
         )
-        assert submitted.run_id is not None
+        try:
+            # A server that is down: said in seconds (the session's own run is made here
+            # and now; --tracking deferred is for its cells).
+            started = service.start(request)
+        except Refused as err:
+            raise option_error(err) from None
+        # the server answered: the session's run was made here, whether or not it defers
+        assert isinstance(started.target, RunTarget)
+        assert started.run_id is not None
+        self.target = started.target
+        spec = started.job.spec
+        self.nnodes, self.backend = options.nnodes, backends.get(spec.backend.name)
+        #: Cells run while the server does not answer, their runs made later.
+        self.deferred = spec.tracking.deferred
+        self.store = service.store
+        host = started.kernel_host  # where the nodes reach the kernel; None: here
         self.job_id, self.run_id, self.run_name = (
-            submitted.job.id,
-            submitted.run_id,
-            submitted.run_name,
+            started.job.id,
+            started.run_id,
+            started.run_name,
         )
         self.client = MlflowClient(self.target.tracking_uri)
         self._tail = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-session-runs")
@@ -163,7 +200,7 @@ class WarmSession:
         except KeyboardInterrupt:
             self.session.stop("interrupted while starting")
             raise
-        announce_grants(self.store, submitted.job, submission.grants)
+        announce_grants(self.store, started.job, submission.grants)
         self._next_run = self._ahead.submit(self._new_run)
 
     def restarted(self) -> WarmSession:
@@ -192,15 +229,20 @@ class WarmSession:
         tags = {"air.session_cell": str(number), "mlflow.runName": name}
         if (cell := cell_id()) is not None:
             tags["air.cell_id"] = cell
-        assert self._next_run is not None  # made once the ranks were ready
-        run_id, self._next_run = self._next_run.result(), None  # this cell's from now on
+        run_id = self._cell_run(name)  # "": made once the server answers (deferred)
+        # a cell without its run journals apart, and has no live chart (none to read)
+        attempt = AttemptDir(self.store.attempt_dir(self.job_id, 1))
+        late = None if run_id else attempt.late_cell(number).make()
         self._follower.poll()  # what came between cells (nothing, usually) is not this cell's
-        uri = self.target.tracking_uri
+        uri = None if late is not None else self.target.tracking_uri
         view = JobView(self.job_id, output_ranks, self.nnodes, tracking_uri=uri, cell=number)
-        view.header(name, self.links(run_id, number))
+        if late is None:
+            view.header(name, self.links(run_id, number))
+        else:
+            view.header(name, {"run": None, "logs": logs_url(self.job_id, cell=number)})
         started = time.time()
         chart = [(1, run_id)]  # the chart's one "attempt": this cell's own run
-        hints_of = self.store.attempt_dir(self.job_id, 1)
+        hints_of = attempt.path
         seen: dict[int, int] = {}
         # A cell shorter than this shows its final status only: none on the critical path.
         status_at = time.monotonic()
@@ -210,9 +252,9 @@ class WarmSession:
             """The run gets its name once the cell has run a while, or after its end: a
             write to the tracking store would hold the read of the cell's chart at its end."""
             nonlocal named
-            if not named:
+            if not named and late is None:
                 named = True
-                self._tail.submit(self._name_run, run_id, number, tags)
+                self._tail.submit(self._name_run, run_id, tags)
 
         def tick() -> None:
             nonlocal status_at
@@ -229,7 +271,8 @@ class WarmSession:
         running = LatestCell(number, run_id, started, previous_ended=self._last_ended)
         session_cells.set_latest(files, running)
         try:
-            self.session.send_cell(payload, run_id)
+            journal = None if late is None else str(late.metrics_journal)
+            self.session.send_cell(payload, run_id, journal)
             complete = self._collect(tick)
             replies = complete or self.session.replies()
             self._drain(view, seen, {r: reply.get("lines", 0) for r, reply in replies.items()})
@@ -268,7 +311,10 @@ class WarmSession:
             record = CellRecord(number, run_id, notebook_cell, started, finished, status)
             if self.session.ended is None:  # first: the next cell may come at once
                 self._next_run = self._ahead.submit(self._new_run)
-            self._tail.submit(self._end_cell, record, source, tags)  # named as it ends
+            if late is None:
+                self._tail.submit(self._end_cell, record, source, tags)  # named as it ends
+            else:
+                self._tail.submit(self._end_late_cell, record, late, source, tags)
 
     def _collect(self, tick: Any) -> dict[int, dict[str, Any]] | None:
         """Every rank's reply, or None when some stayed stuck in the cell."""
@@ -311,6 +357,46 @@ class WarmSession:
                 return
             time.sleep(0.005)
 
+    def _cell_run(self, name: str) -> str:
+        """The cell's run: the one made ahead, else one made now; "" where the server does
+        not answer in a deferred session (said in a line). A run made ahead that failed
+        is dropped, and so is one still on its way after ``AHEAD_WAIT`` (deleted if it
+        lands): nothing a failed request left is used. ``CellRefused`` in a session
+        that is not deferred, within ``probe.TIMEOUT`` seconds."""
+        if (ahead := self._next_run) is not None:
+            try:
+                made = ahead.result(AHEAD_WAIT)
+            except FutureTimeout:
+                ahead.add_done_callback(self._drop_run)
+            except Exception:  # its server failed it: asked again below
+                self._next_run = None
+            else:
+                self._next_run = None
+                return made
+            self._next_run = None
+        uri = self.target.tracking_uri
+        try:
+            probe.check(uri, timeout=probe.TIMEOUT - AHEAD_WAIT, deferrable=False)
+            return self._new_run()
+        except probe.Unreachable as err:
+            why = str(err)
+        except Exception as err:  # it answers, but did not make the run
+            why = f"tracking: {redact(uri)} did not make the cell's run ({describe_error(err)})"
+        if not self.deferred:
+            raise CellRefused(why, self.job_id)
+        print(
+            f"{why}: {name} runs now; its run is made and filled once the server answers "
+            f"(air get {self.job_id})",
+            file=sys.stderr,
+        )
+        return ""
+
+    def _drop_run(self, ahead: Future[str]) -> None:
+        """A run made ahead that came after its cell stopped waiting: deleted, never used."""
+        if not ahead.cancelled() and ahead.exception() is None:
+            with contextlib.suppress(Exception):
+                self.client.delete_run(ahead.result())
+
     def _new_run(self) -> str:
         """The next cell's child run, made while no cell waits for it (a run costs tens
         of milliseconds); named and tagged when its cell has run."""
@@ -321,15 +407,15 @@ class WarmSession:
             )
         )
 
-    def _name_run(self, run_id: str, number: int, tags: dict[str, str]) -> None:
-        """The run made ahead becomes cell ``number``'s in MLflow's eyes: in one write, so
-        that the cell's end, reading the run's metrics, seldom waits for a lock."""
+    def _name_run(self, run_id: str, tags: dict[str, str]) -> None:
+        """The run made ahead becomes its cell's in MLflow's eyes: in one write, so that
+        the cell's end, reading the run's metrics, seldom waits for a lock. A server that
+        does not take it is not said here: the cell's end names the run too, and what of
+        that end waits is said once."""
         from mlflow.entities import RunTag
 
-        try:
+        with contextlib.suppress(Exception):  # the cell runs on
             self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
-        except Exception as err:  # the cell runs on
-            print(f"warning: cell {number}'s run not named: {err}", file=sys.stderr)
 
     def _end_cell(self, record: CellRecord, source: str, tags: dict[str, str]) -> None:
         """The cell's points, name, source and end on its run, as the tail process does an
@@ -360,6 +446,19 @@ class WarmSession:
                 raise RuntimeError(error)
 
         end_in_time(finish, self.target.tracking_uri, self.job_id)
+        session_cells.record(self.session.files, record)
+
+    def _end_late_cell(
+        self, record: CellRecord, late: AttemptDir, source: str, tags: dict[str, str]
+    ) -> None:
+        """A cell that ran without its run: the run is made, filled from the cell's own
+        journal and ended by the user's tail process once the server answers, as a
+        deferred job's (tried from here too, it could be made twice)."""
+        target = self.target
+        session = SessionRun(self.job_id, target.tracking_uri, target.experiment_id, self.run_id)
+        tail = session_cells.late_tail(session, record, late, source, tags)
+        run_tails.keep(self.store.home / "tails", tail)
+        run_tails.ensure_running(self.store.home)
         session_cells.record(self.session.files, record)
 
     def _parent_ended(self, status: str) -> None:

@@ -496,7 +496,10 @@ def finish(client_for: Callable[[str], Any], tail: Tail) -> Answer:
     if Part.METRICS in parts:
         try:
             with backlog.watched(files, uri, {Part.METRICS}):
-                attempt_run = tail.run_id if tail.cell is None else None
+                # A cell's lines name its run, but those of a cell run before its run was
+                # made are in a journal of its own (``AttemptDir.late_cell``), for it.
+                own = tail.cell is None or tail.new_run is not None
+                attempt_run = tail.run_id if own else None
                 journal.ship(client_for(uri), files, attempt_run)
         except Exception as err:  # kept in the journal, from its mark
             errors[Part.METRICS] = err

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -169,5 +170,15 @@ def end_run(client: MlflowClient, run_id: str, job_status: str) -> None:
     running = f"tags.mlflow.parentRunId = '{run_id}' and attributes.status = 'RUNNING'"
     while children := client.search_runs([experiment_id], running):  # a page at a time
         for child in children:
-            client.set_terminated(child.info.run_id, status=status)
-    client.set_terminated(run_id, status=status)
+            _terminate(client, child.info.run_id, status)
+    _terminate(client, run_id, status)
+
+
+def _terminate(client: MlflowClient, run_id: str, status: str) -> None:
+    """``client.set_terminated``, without the two lines MLflow prints for a tracking
+    server ("View run ... / View experiment at ...", after asking the server for the run
+    once more): a cell's output says its links in its own header, once."""
+    from mlflow.entities import RunStatus
+
+    end = int(time.time() * 1000)
+    client._tracking_client.store.update_run_info(run_id, RunStatus.from_string(status), end, None)

@@ -16,11 +16,14 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ...job_dir import JobDir, read_json, replace_json
+from ...job_dir import AttemptDir, JobDir, read_json, replace_json
 from ...logs.query import LogFilter
 from ...paths import private_opener
+from ...tracking.backlog import Part
+from ...tracking.run_tails import NewRun, Tail
 from ..spec import JobKind
 from ..store import Job, JobStore
 
@@ -30,7 +33,7 @@ class CellRecord:
     """One cell of a session, once it has run."""
 
     cell: int  # its number in the session, from 1 (its child run is named after it)
-    run_id: str
+    run_id: str  # "": it ran before its run could be made (``--tracking deferred``)
     cell_id: str | None  # the notebook cell's id, when the front end sent it
     started: float
     ended: float
@@ -93,7 +96,8 @@ def idle_since(files: JobDir, session_started: float) -> float | None:
 
 
 def cells(files: JobDir) -> list[CellRecord]:
-    """The session's ended cells, in order (a line cut by a crash is left out)."""
+    """The session's ended cells, in order (a line cut by a crash is left out); a cell
+    that ran before its run was made has that run once the tail process made it."""
     try:
         text = files.session_cells.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -101,10 +105,57 @@ def cells(files: JobDir) -> list[CellRecord]:
     found = []
     for line in text.splitlines():
         try:
-            found.append(CellRecord(**json.loads(line)))
+            cell = CellRecord(**json.loads(line))
         except (ValueError, TypeError):
             continue
+        if not cell.run_id and (made := files.attempt(1).late_cell(cell.cell).read_late_run()):
+            cell = dataclasses.replace(cell, run_id=made[0])
+        found.append(cell)
     return found
+
+
+@dataclass(frozen=True)
+class SessionRun:
+    """Where a session's cells' runs go: its server, experiment and own run (their parent)."""
+
+    job_id: str
+    tracking_uri: str
+    experiment_id: str
+    run_id: str
+
+
+def late_tail(
+    session: SessionRun, cell: CellRecord, late: AttemptDir, source: str, tags: Mapping[str, str]
+) -> Tail:
+    """What the user's tail process does for a cell that ran before its run could be made
+    (``late``: its folder, ``AttemptDir.late_cell``): make the run under the session's,
+    with the cell's tags and name, ship the cell's own journal to it, set its source
+    and end it."""
+    run = NewRun(
+        session.job_id,
+        1,
+        session.tracking_uri,
+        session.experiment_id,
+        None,
+        None,
+        {"air.job_id": session.job_id, **tags},
+        tags.get("mlflow.runName"),
+        session.run_id,
+    )
+    return Tail(
+        session.job_id,
+        1,
+        "",
+        cell.status,
+        session.tracking_uri,
+        str(late.path),
+        sample=False,
+        parts=(Part.METRICS, Part.END),
+        new_run=dataclasses.asdict(run),
+        end_tags=dict(tags),
+        cell=cell.cell,
+        texts={"code/cell.py": source},
+    )
 
 
 def cells_of(cells: list[CellRecord], times: list[float]) -> list[CellRecord | None]:

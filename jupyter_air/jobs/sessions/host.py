@@ -122,16 +122,20 @@ class Session:
         self.files.session_socket.unlink(missing_ok=True)
         self.files.session_ticket.unlink(missing_ok=True)
 
-    def send_cell(self, payload: bytes, run_id: str) -> int:
-        """Start a cell on every rank (``run_id``: its MLflow run); its number."""
+    def send_cell(self, payload: bytes, run_id: str, journal: str | None = None) -> int:
+        """Start a cell on every rank (``run_id``: its MLflow run, "" until made; ``journal``:
+        where rank 0 journals its points, when not the attempt's); its number."""
         with self._lock:
             self.check()
             self._busy = True
             self.cells += 1
             self._replies = {}
+            fields: dict[str, Any] = {"payload": payload, "run_id": run_id}
+            if journal is not None:
+                fields["journal"] = journal
             for rank, channel in self._ranks.items():
                 try:
-                    channel.send(wire.Op.CELL, number=self.cells, payload=payload, run_id=run_id)
+                    channel.send(wire.Op.CELL, number=self.cells, **fields)
                 except OSError:  # its process died since the job was last looked at
                     self._lost(rank)
             return self.cells

@@ -6,7 +6,9 @@ rank (the torchrun environment, its output captured into its rank log). It conne
 the kernel with the session's ticket (``session_wire``: from the job's directory on the
 kernel's machine, from ``AIR_SESSION_TICKET`` on a Ray node) and runs each cell in
 the same fresh ``__main__``, so names, models and the process group stay between cells.
-``MLFLOW_RUN_ID`` is the cell's own run while it runs. The kernel's interrupt raises
+``MLFLOW_RUN_ID`` is the cell's own run while it runs; for a cell run before its run
+could be made (``--tracking deferred``, the server down) it is empty, and rank 0's
+points go to the cell's own journal, for the run made later. The kernel's interrupt raises
 ``KeyboardInterrupt`` in the running cell only; a SIGINT from outside while no cell runs
 (a cancel) ends the rank. The kernel's channel closing with no stop (its kernel died)
 ends it too, through the cancel that the supervisor's watch over the kernel sends.
@@ -31,6 +33,7 @@ import cloudpickle
 
 from ...job_dir import JobDir
 from ...paths import air_home
+from ...tracking.journal import JOURNAL_ENV
 from ..supervision import rank_main
 from ..supervision.rank_main import exit_now, keep_run_in_environment, run_cell
 from . import wire
@@ -41,6 +44,8 @@ ARGS = ["-u", "-m", "jupyter_air.jobs.sessions.rank"]
 CONNECT_WAIT = 300.0
 #: Seconds a rank whose kernel died waits for the supervisor's cancel.
 KERNEL_GONE_WAIT = 10.0
+#: MLflow's switch for the links it prints as it ends a run on a tracking server.
+NO_LINKS = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 
 
 class _Cells:
@@ -140,7 +145,17 @@ def _end_cell_run(run_id: str) -> None:
         return
     active = fluent.active_run()
     if active is not None and active.info.run_id == run_id:
-        fluent.end_run()  # the kernel sets the run's real status after the cell
+        # The kernel sets the run's real status after the cell, and its header has the
+        # run's links: MLflow's "View run" lines would only repeat them in the output.
+        said = os.environ.get(NO_LINKS)
+        os.environ[NO_LINKS] = "true"
+        try:
+            fluent.end_run()
+        finally:
+            if said is None:
+                os.environ.pop(NO_LINKS, None)
+            else:
+                os.environ[NO_LINKS] = said
 
 
 def _ticket() -> wire.Ticket:
@@ -182,6 +197,7 @@ def main() -> int:
     namespace = main_module.__dict__
     namespace["__builtins__"] = __builtins__
     cells = _Cells()
+    attempt_journal = os.environ.get(JOURNAL_ENV)
     out, err = _CountingStream(sys.stdout), _CountingStream(sys.stderr)
     sys.stdout, sys.stderr = out, err
     signal.signal(signal.SIGINT, cells.on_sigint)
@@ -199,6 +215,7 @@ def main() -> int:
     try:
         while (message := inbox.get()) is not None and message["op"] == wire.Op.CELL.value:
             before = out.lines + err.lines
+            _use_journal(message.get("journal") or attempt_journal)
             reply = _run(message, namespace, rank, cells)
             sys.stdout.flush()
             sys.stderr.flush()
@@ -210,6 +227,14 @@ def main() -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _use_journal(path: str | None) -> None:
+    """Where the cell's ``log_metrics`` go: the attempt's journal, or a cell's own."""
+    if path is None:
+        os.environ.pop(JOURNAL_ENV, None)
+    else:
+        os.environ[JOURNAL_ENV] = path
 
 
 def _receive(channel: wire.Channel) -> dict[str, Any] | None:

@@ -49,7 +49,7 @@ class Op(str, Enum):
     """What a message asks or answers."""
 
     HELLO = "hello"  # rank -> kernel: {"rank", "pid", "host"}
-    CELL = "cell"  # kernel -> rank: {"number", "payload", "run_id"}
+    CELL = "cell"  # kernel -> rank: {"number", "payload", "run_id"[, "journal"]}
     INTERRUPT = "interrupt"  # kernel -> rank: KeyboardInterrupt in the running cell
     STOP = "stop"  # kernel -> rank: leave the loop, exit 0
     DONE = "done"  # rank -> kernel: {"number", "rank", "ok", "interrupted", "error", "result"}

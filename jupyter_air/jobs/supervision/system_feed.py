@@ -118,7 +118,9 @@ class SystemMetricsFeed:
         self._look()
         for cell, node, got in self._by_cell(samples):
             steps = self._steps(cell.cell, node, got)
-            append_samples(self._files, cell.run_id, prefix(node, self._nnodes), got, steps)
+            # a cell run before its run was made: into its own journal, for that run
+            files = self._files if cell.run_id else self._files.late_cell(cell.cell)
+            append_samples(files, cell.run_id, prefix(node, self._nnodes), got, steps)
 
     def _by_cell(
         self, samples: list[tuple[int, Sample]]

@@ -1,0 +1,277 @@
+"""A warm session through its team tracking server's outage (issue 43): a real
+``mlflow server``, killed mid-session and started again on its port and store.
+
+While it is down, a cell whose run was made ahead runs; the next is refused in one line
+naming the server within seconds, the ranks and their names untouched; in a session
+started with ``--tracking deferred`` it runs at once instead, and its run is made and
+filled by the tail process once the server is back. The first cell after the server is
+back runs, with no restart. No cell's output holds MLflow's own "View run" lines.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+from mlflow import MlflowClient
+from mlflow.entities import Run
+
+from jupyter_air.job_dir import JobDir
+from jupyter_air.jobs.sessions import cells as session_cells
+from jupyter_air.jobs.store import JobStore
+from tests.kernel.conftest import Execution, Kernel
+from tests.kernel.test_session import start
+from tests.test_mlflow_permissions import Server, start_server, stop_server, wait_ready
+from tests.waits import supervised_until_its_end, until
+
+#: A real ``mlflow server`` started three times, a kernel and two sessions: minutes.
+pytestmark = pytest.mark.slow
+
+#: MLflow's own lines as it ends a run on a tracking server (``_log_url``).
+MLFLOW_LINES = re.compile(r"View run|View experiment")
+
+
+@dataclass
+class TeamServer:
+    """The team's server: killed and started again on the same port and store."""
+
+    root: Path
+    server: Server
+
+    @property
+    def uri(self) -> str:
+        return self.server.uri
+
+    def kill(self) -> None:
+        stop_server(self.server)
+
+    def restart(self) -> None:
+        port = int(self.uri.rsplit(":", 1)[1])
+        self.server = start_server(self.root, port=port)
+        wait_ready(self.server)
+
+    def up(self) -> None:
+        if self.server.process.poll() is not None:
+            self.restart()
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamServer]:
+    root = tmp_path_factory.mktemp("team-server")
+    server = start_server(root)
+    wait_ready(server)
+    team = TeamServer(root, server)
+    yield team
+    if team.server.process.poll() is None:
+        stop_server(team.server)
+
+
+def tail_processes(air_home: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if "jupyter_air.tracking.run_tails" in line and str(air_home) in line:
+            found.append(proc)
+    return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tails_gone(air_home: Path) -> Iterator[None]:
+    """The user's tail process, kept busy by the outages, gone once idle (it leaves
+    ``run_tails.IDLE_EXIT`` seconds after its last tail), once the kernel and the
+    supervisors, which start it, are."""
+    yield
+    for job in JobStore(air_home).jobs():
+        supervised_until_its_end(job, 120)
+    until(lambda: not tail_processes(air_home), "the tail process gone once idle", 120)
+
+
+@pytest.fixture(scope="module")
+def kernel_env(kernel_env: dict[str, str], team: TeamServer) -> dict[str, str]:
+    return {**kernel_env, "MLFLOW_TRACKING_URI": team.uri}
+
+
+def session_cell(kernel: Kernel, body: str) -> Execution:
+    return kernel.run(f"%%air_distributed --session\n{body}")
+
+
+def late_output(kernel: Kernel) -> str:
+    """What the kernel printed after its cells went idle (a thread ending a cell's run
+    writes there), whichever cell it is said for."""
+    text = []
+    while True:
+        try:
+            msg = kernel.client.get_iopub_msg(timeout=2)
+        except queue.Empty:
+            return "".join(text)
+        if msg["msg_type"] == "stream":
+            text.append(msg["content"]["text"])
+
+
+def cell_runs(client: MlflowClient, job_id: str) -> dict[str, Run]:
+    """The session's cells' runs by name (the run made ahead for a next cell left out)."""
+    found = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()],
+        f"tags.`air.job_id` = '{job_id}' and tags.`air.session_cell` != 'next'",
+    )
+    return {run.info.run_name: run for run in found if "air.session_cell" in run.data.tags}
+
+
+def ended_by_kernel(client: MlflowClient, air_home: Path, job_id: str, cell: int) -> bool:
+    """Whether the kernel has ended cell ``cell``'s run: its source is there (set just
+    before the end) and nothing of its end is kept pending any more."""
+    pending = air_home / "tails" / "pending" / f"tail-{job_id}-1-cell-{cell}.json"
+    run = cell_runs(client, job_id).get(f"cell {cell}")
+    return (
+        run is not None
+        and bool(client.list_artifacts(run.info.run_id, "code"))
+        and not (pending.exists())
+    )
+
+
+def made_ahead(client: MlflowClient, job_id: str) -> bool:
+    try:
+        return bool(
+            client.search_runs(
+                [e.experiment_id for e in client.search_experiments()],
+                f"tags.`air.job_id` = '{job_id}' and tags.`air.session_cell` = 'next'",
+            )
+        )
+    except Exception:
+        return False
+
+
+def test_a_cell_while_the_server_is_down_is_refused_in_one_line_and_one_after_it_runs(
+    kernel: Kernel, team: TeamServer, air_home: Path
+) -> None:
+    team.up()
+    job = start(kernel)
+    client = MlflowClient(team.uri)
+    try:
+        first = session_cell(
+            kernel,
+            "import os, mlflow\nx = 40 + int(os.environ['RANK'])\n"
+            "mlflow.log_metric('x', x)\nx",  # a run MLflow's fluent API ended in the rank
+        )
+        assert first.value() == "40"
+        until(lambda: ended_by_kernel(client, air_home, job, 1), "cell 1's run ended", timeout=60)
+        after_first = late_output(kernel)  # where ending its run would have printed
+        until(lambda: made_ahead(client, job), "the next cell's run made ahead", timeout=60)
+        status = kernel.run("%air_session status").stdout
+        pids = re.search(r"pids: .*", status)
+        assert pids, status
+
+        team.kill()
+        ahead = session_cell(kernel, "x += 1\nx")  # its run was made before: it runs
+        assert ahead.value() == "41"
+        for _ in range(2):  # refused each time, never by what a failed try left
+            refused = session_cell(kernel, "x += 100\nx")
+            assert refused.error is not None
+            assert refused.error["traceback"] == [
+                f"\x1b[31mTrackingUnreachable\x1b[0m: tracking: {team.uri} does not answer "
+                f"(connection refused); the cell did not run, and the session (job {job}) "
+                "and its names stay: run it again once the server answers, or start the "
+                "session with --tracking deferred to run cells meanwhile"
+            ]
+            assert refused.seconds < 5, refused.seconds
+        still = kernel.run("%air_session status").stdout
+        assert f"session job {job}: 2 ranks, 2 cells" in still, still
+        assert pids.group(0) in still  # the same ranks
+
+        team.restart()
+        back = session_cell(kernel, "x += 1\nx")  # no restart of the session
+        assert back.value() == "42"  # the names the ranks had, the refused cells not run
+    finally:
+        stopped = kernel.run("%air_session stop")
+    assert stopped.error is None, stopped.traceback
+
+    def all_ended() -> dict[str, Run] | None:
+        runs = cell_runs(client, job)
+        finished = {name: run for name, run in runs.items() if run.info.status == "FINISHED"}
+        return finished if set(finished) == {"cell 1", "cell 2", "cell 3"} else None
+
+    runs = until(all_ended, "cells 1-3's runs ended on the server", timeout=180)
+    session_run = JobStore(air_home).attempts(job)[0].run_id
+    assert {run.data.tags["mlflow.parentRunId"] for run in runs.values()} == {session_run}
+    shown = [first.text, after_first, ahead.text, refused.text, back.text, late_output(kernel)]
+    assert not [text for text in shown if MLFLOW_LINES.search(text)], shown
+
+
+def test_a_deferred_session_runs_cells_while_the_server_is_down_and_their_runs_land_after(
+    kernel: Kernel, team: TeamServer, air_home: Path
+) -> None:
+    deferred_session_through_an_outage(kernel, team, air_home, "-n 1")
+
+
+def deferred_session_through_an_outage(
+    kernel: Kernel, team: TeamServer, air_home: Path, options: str
+) -> None:
+    """A session started with ``options`` and ``--tracking deferred``: a cell with its run
+    made ahead and one without any run run while the server is down, each rank keeping
+    its names; both runs land after the restart, the second made then, under the
+    session's run, with rank 0's points from the cell's own journal."""
+    team.up()
+    started = kernel.run(f"%air_session start {options} --tracking deferred")
+    assert started.error is None, started.traceback
+    store = JobStore(air_home)
+    job = next(j.id for j in store.jobs() if j.spec.kind == "session" and not j.done)
+    client = MlflowClient(team.uri)
+    try:
+        assert session_cell(kernel, "state = 'kept'\nstate").value() == "'kept'"
+        until(lambda: made_ahead(client, job), "the next cell's run made ahead", timeout=60)
+
+        team.kill()
+        ahead = session_cell(kernel, "state")  # its run made before the kill
+        assert ahead.value() == "'kept'"
+        deferred = session_cell(
+            kernel,
+            "from jupyter_air import log_metrics\n"
+            "for step in range(20):\n"
+            "    log_metrics({'loss': 1 / (step + 1)}, step=step)\n"
+            "state",
+        )
+        assert deferred.value() == "'kept'"
+        assert (
+            f"tracking: {team.uri} does not answer (connection refused): cell 3 runs now; "
+            f"its run is made and filled once the server answers (air get {job})"
+        ) in deferred.stderr
+
+        team.restart()  # nobody acts from here
+        assert session_cell(kernel, "state").value() == "'kept'"
+    finally:
+        stopped = kernel.run("%air_session stop")
+    assert stopped.error is None, stopped.traceback
+    session_run = store.attempts(job)[0].run_id
+
+    def cell_3_landed() -> Run | None:
+        run = cell_runs(client, job).get("cell 3")
+        if run is None or run.info.status != "FINISHED":
+            return None
+        steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "loss"))
+        return run if steps == list(range(20)) else None
+
+    run = until(cell_3_landed, "cell 3's run made, filled and ended", timeout=240)
+    assert run.data.tags["mlflow.parentRunId"] == session_run
+    assert run.data.tags["air.session_cell"] == "3"
+    source = client.download_artifacts(run.info.run_id, "code/cell.py", str(air_home))
+    assert "log_metrics" in Path(source).read_text()
+    until(
+        lambda: (
+            {"cell 1", "cell 2", "cell 3", "cell 4"}
+            <= {n for n, r in cell_runs(client, job).items() if r.info.status == "FINISHED"}
+        ),
+        "every cell's run ended",
+        timeout=240,
+    )
+    recorded = {c.cell: c.run_id for c in session_cells.cells(JobDir(store.job_dir(job)))}
+    assert recorded[3] == run.info.run_id  # air get and the logs' cell picker name it
+    until(
+        lambda: not list((air_home / "tails" / "pending").glob("*.json")),
+        "nothing left pending",
+        timeout=120,
+    )
