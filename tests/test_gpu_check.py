@@ -18,6 +18,7 @@ from scripts.gpu_check import wheelhouse
 from scripts.gpu_check.compare import agreement
 from scripts.gpu_check.tolerances import GPU_FIELDS, PROCESS_MEMORY
 from tests.fake_nvml import FakeGpu, Scenario, default_uuid, env_for
+from tests.leftovers import end_processes_in
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The kit starts a kernel, a job, a Jupyter server and pytest: on a loaded shared
@@ -95,6 +96,7 @@ def kit(fake_nvml_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
         env=env, capture_output=True, text=True, timeout=540, check=False,
     )  # fmt: skip
     driver.stop.set()
+    end_processes_in(tmp)  # the kit's runs' tail process, idle: not past this fixture
     report_json = tmp / "report" / "gpu-check.json"
     assert report_json.is_file(), proc.stdout + proc.stderr
     return {

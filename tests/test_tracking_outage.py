@@ -29,6 +29,7 @@ from mlflow import MlflowClient
 from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.tracking import journal
+from tests.leftovers import end_processes_in
 from tests.test_mlflow_permissions import Server, start_server, stop_server, wait_ready
 from tests.tracking_proxy import Mode, TrackingProxy
 from tests.waits import assert_gone_within, until
@@ -83,6 +84,7 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     if team.server.process.poll() is None:
         stop_server(team.server)
     shutil.rmtree(home / "tails", ignore_errors=True)  # its tail process leaves with it
+    end_processes_in(home)  # and is gone (the guard found it running at the end)
 
 
 def air(team: Team, cwd: Path, *args: str, uri: str) -> subprocess.CompletedProcess[str]:

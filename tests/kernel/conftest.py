@@ -16,6 +16,7 @@ from jupyter_client.manager import KernelManager
 from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import FakeGpu, Scenario, env_for
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
+from tests.leftovers import end_processes_in
 from tests.waits import job_processes
 
 
@@ -119,8 +120,10 @@ class Kernel:
 
 
 @pytest.fixture(scope="module")
-def air_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("air")
+def air_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("air")
+    yield home
+    end_processes_in(home)  # its tail process, courier, a job's supervisor: not past the module
 
 
 @pytest.fixture(scope="module")

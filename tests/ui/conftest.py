@@ -23,6 +23,7 @@ import pytest
 
 from tests.fake_nvml import Scenario, count_calls, env_for
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
+from tests.leftovers import end_processes_in
 
 CHROMIUM = Path(os.environ.get("AIR_TEST_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -99,8 +100,10 @@ def _write_settings(settings_dir: Path, settings: dict[str, dict[str, Any]]) -> 
 def start_lab(
     fake_nvml_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., Lab]]:
-    """Start labs on demand; every lab started is stopped when the module ends."""
+    """Start labs on demand; every lab started is stopped when the module ends, and
+    what it left (a job's supervisor, the tail process, a courier) is ended with it."""
     labs: list[Lab] = []
+    folders: list[Path] = []  # each lab's own and its AIR_HOME, where a test made it
 
     def start(
         scenario: Scenario,
@@ -111,6 +114,10 @@ def start_lab(
     ) -> Lab:
         """``app``: the server to start, ``jupyterlab`` or ``notebook`` (Notebook 7)."""
         work = tmp_path_factory.mktemp("lab")
+        folders.append(work)
+        home = Path((env or {}).get("AIR_HOME", work))
+        if tmp_path_factory.getbasetemp() in home.parents:  # never the developer's own
+            folders.append(home)
         root = work / "root"
         root.mkdir()
         scenario_path = scenario.write(work / "nvml-scenario.txt")
@@ -156,6 +163,7 @@ def start_lab(
             lab.process.wait(15)
         except subprocess.TimeoutExpired:
             lab.process.kill()
+    end_processes_in(*folders)
 
 
 @pytest.fixture(scope="module")
