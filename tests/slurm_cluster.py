@@ -9,16 +9,20 @@ to a process (the kernel, a supervisor) that must reach it.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
+import re
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from jupyter_air.jobs.env import free_port
 
@@ -37,6 +41,8 @@ class SlurmCluster:
     root: Path
     conf: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: Each node's ``slurmd``, by node name (also in ``processes``).
+    slurmd: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
     def env(self) -> dict[str, str]:
@@ -65,7 +71,27 @@ class SlurmCluster:
         return [line for line in out.splitlines() if line.strip()]
 
     def node_state(self, node: str) -> str:
-        return self.run("sinfo", "-h", "-N", "-n", node, "-o", "%T").stdout.strip()
+        """``idle``, ``down*``, ...: as ``sinfo`` shows it (once, though the node may be in
+        several partitions)."""
+        out = self.run("sinfo", "-h", "-N", "-n", node, "-o", "%T").stdout.split()
+        return out[0] if out else ""
+
+    def kill_slurmd(self, node: str) -> None:
+        """The node's ``slurmd`` killed outright, as when its host stops answering; what
+        it started (a job's ``slurmstepd`` and tasks) runs on."""
+        slurmd = self.slurmd[node]
+        slurmd.kill()
+        slurmd.wait()
+
+    def start_slurmd(self, node: str) -> None:
+        """The node's ``slurmd`` started again (after ``kill_slurmd``)."""
+        self.slurmd[node] = self._daemon(["slurmd", "-D", "-N", node])
+
+    def _daemon(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}, **self.env}
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        self.processes.append(proc)
+        return proc
 
     def log(self, name: str) -> str:
         path = self.root / "log" / name
@@ -82,16 +108,37 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        self._end_step_daemons()
+
+    def _end_step_daemons(self) -> None:
+        """The ``slurmstepd`` of a job step whose ``slurmd`` was killed (``kill_slurmd``)
+        waits for it for ever: it goes with the cluster. (It rewrites its command line
+        over its environment's start: the environment is read raw.)"""
+        ours = f"SLURM_CONF={self.conf}".encode()
+        found = []
+        for proc in psutil.process_iter(["name"]):
+            try:
+                if proc.info["name"].startswith("slurmstepd") and ours in Path(
+                    f"/proc/{proc.pid}/environ"
+                ).read_bytes().split(b"\0"):
+                    found.append(proc)
+            except (psutil.Error, OSError):
+                continue
+        for proc in found:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(found, timeout=10)
 
 
-def _config(root: Path, user: str, ports: dict[str, int]) -> str:
+def _config(root: Path, user: str, ports: dict[str, int], changed: Mapping[str, str]) -> str:
     nodes = "\n".join(
         f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports[n]} "
         f"CPUs={CPUS} RealMemory=2000 State=UNKNOWN"
         for n in NODES
     )
-    return f"""\
+    config = f"""\
 ClusterName=air
+MessageTimeout=10
 MailProg=/bin/true
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort={ports["ctld"]}
@@ -128,11 +175,20 @@ MinJobAge=2
 PartitionName=debug Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE State=UP
 PartitionName=small Nodes={NODES[0]} MaxTime=10 State=UP
 """
+    for key, value in changed.items():
+        config, found = re.subn(rf"^{key}=.*$", f"{key}={value}", config, flags=re.M)
+        if not found:
+            raise KeyError(f"no {key} in the test cluster's slurm.conf to change")
+    return config
 
 
 @contextmanager
-def slurm_cluster(root: Path, timeout: float = 60.0) -> Iterator[SlurmCluster]:
-    """Start the cluster under ``root``; stop it (and cancel every job) on exit."""
+def slurm_cluster(
+    root: Path, timeout: float = 60.0, changed: Mapping[str, str] | None = None
+) -> Iterator[SlurmCluster]:
+    """Start the cluster under ``root``; stop it (and cancel every job) on exit.
+    ``changed``: settings of slurm.conf given other values (``SlurmdTimeout``, to see a
+    silent node set DOWN sooner), for a module that starts a cluster of its own."""
     user = getpass.getuser()
     for sub in ("munge", "state", "run", "log", *(f"spool/{n}" for n in NODES)):
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -142,17 +198,10 @@ def slurm_cluster(root: Path, timeout: float = 60.0) -> Iterator[SlurmCluster]:
     key.chmod(0o400)
     ports = {"ctld": free_port("127.0.0.1"), **{n: free_port("127.0.0.1") for n in NODES}}
     conf = root / "slurm.conf"
-    conf.write_text(_config(root, user, ports))
+    conf.write_text(_config(root, user, ports, changed or {}))
     cluster = SlurmCluster(root, conf)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}, **cluster.env}
-
-    def start(argv: list[str]) -> None:
-        cluster.processes.append(
-            subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        )
-
     munge = root / "munge"
-    start(
+    cluster._daemon(
         [
             "munged", "--foreground", "--force",
             f"--socket={munge}/munge.sock", f"--key-file={key}",
@@ -162,9 +211,9 @@ def slurm_cluster(root: Path, timeout: float = 60.0) -> Iterator[SlurmCluster]:
     )  # fmt: skip
     try:
         _until(lambda: (munge / "munge.sock").exists(), "munged's socket", timeout)
-        start(["slurmctld", "-D", "-i"])
+        cluster._daemon(["slurmctld", "-D", "-i"])
         for node in NODES:
-            start(["slurmd", "-D", "-N", node])
+            cluster.start_slurmd(node)
         _until(lambda: _idle(cluster), "both nodes idle", timeout)
         yield cluster
     finally:

@@ -42,12 +42,15 @@ class Document(BaseModel):
 
 
 class AttemptNode(Document):
-    """A node of an attempt on a cluster (Ray), once the job's nodes are placed."""
+    """A node of an attempt on a cluster (Ray, Slurm), once the job's nodes are placed."""
 
     node: int
     node_id: str
     ip: str
     hostname: str
+    #: The node in its cluster's words (``Slurm node gpu-b``); None for an attempt
+    #: recorded before nodes were labelled.
+    label: str | None = None
 
 
 class AttemptDocument(Document):

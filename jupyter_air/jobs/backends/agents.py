@@ -9,12 +9,19 @@ so do cancel and timeout. Whatever happens, the agents and what holds them are r
 
 A backend gives the placing and the channel: Ray's actors (``ray.nodes``), Slurm's
 tasks that call back (``slurm.nodes``). This is the rest, once for both.
+
+A node that fails as a whole (its agent gone or silent, or ended by the cluster) may be
+the cluster's doing, and whichever node's agent went first is no clue: a cluster that
+takes one node away ends its peers at the same moment. So the cluster is asked, within
+seconds, what it did (``_cluster_word``), and a node it says it took is the attempt's
+failure, its peers ended with it.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -46,6 +53,8 @@ SILENCE_TIMEOUT = 30.0
 #: Seconds the nodes get to stop (SIGINT 5 s, SIGTERM 3 s, then SIGKILL) before their
 #: agents are killed, which kills their ranks too.
 STOP_TIMEOUT = 15.0
+#: Seconds the cluster gets to say what it did to the nodes (the user waits for it).
+ASK_TIMEOUT = 2.0
 
 
 class ClusterError(RuntimeError):
@@ -59,6 +68,15 @@ class ClusterError(RuntimeError):
 
 class Cancelled(ClusterError):
     """The job was cancelled while waiting for the cluster."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterWord:
+    """What a cluster says it did to an attempt: the nodes it took away (none when it
+    ended the whole job: a preemption, its time limit), in its own words."""
+
+    taken: list[int]
+    said: str
 
 
 class AgentNodes(abc.ABC):
@@ -91,6 +109,10 @@ class AgentNodes(abc.ABC):
         #: What each agent said of its node (``NodeAgent.describe``), by node.
         self._nodes: list[dict[str, Any]] = []
         self._logs: dict[tuple[int, int], Any] = {}
+        #: Whether the cluster was asked about a node's failure, and said nothing of it
+        #: (it is asked once more when every node has ended).
+        self._asked = False
+        self._ask_again = False
 
     @classmethod
     def for_attempt(cls, attempt: AttemptContext, **extra: Any) -> AgentNodes:
@@ -134,6 +156,16 @@ class AgentNodes(abc.ABC):
     @abc.abstractmethod
     def _describe(self, node: int) -> str:
         """The node, as a user finds it on the cluster: ``node 1 (host-b, 10.0.0.2, …)``."""
+
+    @abc.abstractmethod
+    def _label(self, info: dict[str, Any]) -> str:
+        """A node (what its agent said of it) in its cluster's words: ``Slurm node
+        gpu-b``, ``Ray node 8c1e…``."""
+
+    @abc.abstractmethod
+    def _cluster_word(self) -> ClusterWord | None:
+        """What the cluster says it did to this attempt's nodes, asked now, within
+        ``ASK_TIMEOUT`` (an error when it does not answer); None when it took none."""
 
     @abc.abstractmethod
     def _release(self) -> None:
@@ -181,8 +213,10 @@ class AgentNodes(abc.ABC):
                 )
             # The node's clock against this one's, to compare failure times across nodes.
             info["clock_offset"] = clock - (sent + received) / 2
-        self._nodes = [{"node": i, **info} for i, info in enumerate(infos)]
-        shown = ("node", "node_id", "ip", "hostname")
+        self._nodes = [
+            {"node": i, **info, "label": self._label(info)} for i, info in enumerate(infos)
+        ]
+        shown = ("node", "node_id", "ip", "hostname", "label")
         self._dir.write_nodes([{k: n[k] for k in shown} for n in self._nodes])
 
     def _start_all(self) -> None:
@@ -274,23 +308,23 @@ class AgentNodes(abc.ABC):
                     report = self._answer(call)
                 except Exception as err:
                     ends[node] = self._node_lost(node, f"died: {reason(err)}", answered)
-                    rule.failed(ends[node])
+                    self._failed(ends[node])
                     continue
                 answered[node] = time.time()
                 self._absorb(node, report)
                 if report["outcome"] is not None:
                     ends[node] = self._located(node, AttemptEnd(**report["outcome"]))
                     if ends[node].status is Outcome.FAILED:
-                        rule.failed(ends[node])
+                        self._failed(ends[node])
                 elif report["failing"] is not None:
-                    rule.failed(self._located(node, AttemptEnd(**report["failing"])))
+                    self._failed(self._located(node, AttemptEnd(**report["failing"])))
             now = time.monotonic()
             for node, (_, sent) in list(pending.items()):
                 if now - sent > SILENCE_TIMEOUT:
                     del pending[node]
                     silent = f"stopped answering for {SILENCE_TIMEOUT:g} s"
                     ends[node] = self._node_lost(node, silent, answered)
-                    rule.failed(ends[node])
+                    self._failed(ends[node])
                     self._kill(node)
             stop = rule.due()
             if stop is not None:
@@ -308,7 +342,33 @@ class AgentNodes(abc.ABC):
             # Agents answer in milliseconds: without this pause the loop would poll
             # hundreds of times a second, taking the CPU from the ranks.
             time.sleep(max(0.0, round_started + POLL_INTERVAL - time.monotonic()))
+        if self._ask_again:  # its word may have come late: a node's death takes seconds to see
+            self._ask_cluster()
         return rule.end([code for node in sorted(ends) for code in ends[node].exit_codes])
+
+    def _failed(self, end: AttemptEnd) -> None:
+        """A failure, for the stop rule; one of a whole node (no rank of its own failed:
+        its agent went, or the cluster ended it) may be the cluster's doing: asked."""
+        self._rule.failed(end)
+        if end.failed_rank is None and not self._asked:
+            self._ask_cluster()
+
+    def _ask_cluster(self) -> None:
+        """The cluster's word on the nodes, which, when it took some, is the attempt's
+        failure: those nodes named, their peers ended with them."""
+        self._asked, self._ask_again = True, False
+        try:
+            word = self._cluster_word()
+        except Exception as err:  # a cluster that does not answer is not asked again
+            log.warning("the cluster did not say what became of the nodes: %s", reason(err))
+            return
+        if word is None:
+            self._ask_again = True
+            return
+        said, peers = word.said, [n for n in range(len(self._nodes)) if n not in word.taken]
+        if word.taken and peers:
+            said += f"; {_ended_with(peers, self._nodes, len(word.taken))}"
+        self._rule.blame(AttemptEnd(Outcome.FAILED, message=said, failed_at=time.time()))
 
     def _absorb(self, node: int, report: dict[str, Any]) -> None:
         for rank, data in report["logs"].items():
@@ -365,11 +425,14 @@ class AgentNodes(abc.ABC):
         )
 
     def _located(self, node: int, end: AttemptEnd) -> AttemptEnd:
-        """A node's end, on this machine's clock, a rank's failure saying where it ran."""
+        """A node's end, on this machine's clock, its failure saying where: a rank's
+        where it ran, the node's own (its agent's) which node."""
         if end.failed_at is not None:
             end.failed_at -= self._nodes[node]["clock_offset"]
         if end.status is Outcome.FAILED and end.failed_rank is not None:
             end.message = f"{end.message or 'failed'} on {self._describe(node)}"
+        elif end.status is Outcome.FAILED:
+            end.message = f"{self._describe(node)}: {end.message or 'failed'}"
         return end
 
     # -- releasing -----------------------------------------------------------------
@@ -403,6 +466,15 @@ class AgentNodes(abc.ABC):
             if samples:
                 self._on_metrics(node, self._on_this_clock(node, samples))
         self._release()
+
+
+def _ended_with(peers: list[int], nodes: list[dict[str, Any]], taken: int) -> str:
+    """``node 0 (Slurm node gpu-a) was ended with it``: the peers of the nodes taken."""
+    named = ", ".join(f"{n} ({nodes[n]['label']})" for n in peers)
+    them = "it" if taken == 1 else "them"
+    if len(peers) == 1:
+        return f"node {named} was ended with {them}"
+    return f"nodes {named} were ended with {them}"
 
 
 def reason(err: BaseException, limit: int = 400) -> str:

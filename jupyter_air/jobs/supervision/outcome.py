@@ -5,12 +5,14 @@ supervisor watching the nodes both follow ``StopRule``: the first reason to stop
 and decides the outcome. A rank failing stops the others and fails the attempt with the
 earliest failure (the others are usually its consequence: a peer's collective breaking).
 A cancel, a timeout or an abort (another node failed) interrupts the ranks, and whatever
-fails while they stop is the stop's doing, not a failure of its own.
+fails while they stop is the stop's doing, not a failure of its own. A cluster that says
+it took a node away (``blame``) outranks every time: the others went because it did.
 """
 
 from __future__ import annotations
 
 import enum
+import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +51,25 @@ class AttemptEnd:
         self.status = Outcome(self.status)  # one sent by a node agent may be its value
 
 
+def shown_exit_codes(codes: Sequence[int | None] | None) -> str:
+    """Exit codes as a user reads them: ``[0, 1, SIGTERM, lost]``; ``lost`` for a rank
+    whose exit was never seen (its node went, or it never started)."""
+    if codes is None:
+        return "none yet"
+    return "[" + ", ".join(_exit_word(code) for code in codes) + "]"
+
+
+def _exit_word(code: int | None) -> str:
+    if code is None:
+        return "lost"
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return str(code)
+
+
 def is_final(status: str, ended: float | None, attempt: int, max_retries: int) -> bool:
     """Whether an attempt's end is its job's outcome: it ended and did not fail, or used
     the last retry (a failure the supervisor chose not to retry is known at the job's end)."""
@@ -79,6 +100,7 @@ class StopRule:
         self.stop: Stop | None = None
         self._message: str | None = None
         self._failures: list[AttemptEnd] = []
+        self._blamed: AttemptEnd | None = None
         self._cancelled = False
         self._aborted: str | None = None
 
@@ -98,16 +120,24 @@ class StopRule:
         if self.stop in (None, Stop.FAILURE):
             self._failures.append(end)
 
+    def blame(self, end: AttemptEnd) -> None:
+        """The cluster's own word on whose fault the failure is (a node it took away):
+        this end is the failure, whatever failed before or after it. The first word
+        stands; like a failure, it does not count once another stop is under way."""
+        if self.stop in (None, Stop.FAILURE) and self._blamed is None:
+            self._blamed = end
+
     @property
     def failure(self) -> AttemptEnd | None:
-        """The first failure seen so far, as soon as it is seen (other nodes stop on it)."""
-        return first_failure(dict(enumerate(self._failures)))
+        """The first failure seen so far, as soon as it is seen (other nodes stop on it),
+        unless the cluster blamed another."""
+        return self._blamed or first_failure(dict(enumerate(self._failures)))
 
     def due(self) -> Stop | None:
         """The stop that begins now, if one does (each begins once)."""
         if self.stop is not None:
             return None
-        if self._failures:
+        if self._failures or self._blamed is not None:
             self.stop = Stop.FAILURE
         elif self._aborted is not None:
             self.stop, self._message = Stop.ABORT, self._aborted

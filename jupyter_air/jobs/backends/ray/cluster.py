@@ -131,6 +131,30 @@ def alive_nodes() -> list[dict[str, Any]]:
     return [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
 
 
+def dead_nodes(node_ids: list[str], timeout: float) -> dict[str, str]:
+    """Which of these nodes Ray's node table says are dead, and why in its words
+    (``DeathReasonMessage``, empty when it gives none); ``TimeoutError`` past
+    ``timeout`` (the table is the GCS's: a cluster losing its head may not answer)."""
+    import ray
+
+    table: list[list[dict[str, Any]]] = []
+    reader = threading.Thread(
+        target=lambda: table.append(ray.nodes()),  # type: ignore[no-untyped-call]
+        name="air-ray-nodes",
+        daemon=True,
+    )
+    reader.start()
+    reader.join(timeout)
+    if not table:
+        raise TimeoutError(f"Ray's node table did not answer in {timeout:g} s")
+    wanted = set(node_ids)
+    return {
+        n["NodeID"]: str(n.get("DeathReasonMessage") or "")
+        for n in table[0]
+        if n.get("NodeID") in wanted and not n.get("Alive")
+    }
+
+
 def check_capacity(
     address: str, nnodes: int, shape: NodeShape, nodes: list[dict[str, Any]]
 ) -> None:

@@ -2,7 +2,9 @@
 
 The supervisor is the Ray driver. It reserves one bundle per node (a placement group,
 STRICT_SPREAD) and places a node agent on each as an actor; the calls to them are Ray's
-actor calls. The rest (the shape, the polls, the stop rule) is ``AgentNodes``'.
+actor calls. The rest (the shape, the polls, the stop rule) is ``AgentNodes``'. A node
+whose agent went is looked up in Ray's node table: one Ray says died (removed, its
+raylet gone) is named, with Ray's reason, before its peers' broken collectives.
 """
 
 from __future__ import annotations
@@ -10,9 +12,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..agents import AgentNodes, reason
+from ..agents import ASK_TIMEOUT, AgentNodes, ClusterWord, reason
 from .agent import RayNodeAgent
-from .cluster import alive_nodes, check_capacity, connect, node_shape, reserve, resolve_address
+from .cluster import (
+    alive_nodes,
+    check_capacity,
+    connect,
+    dead_nodes,
+    node_shape,
+    reserve,
+    resolve_address,
+)
 
 METRICS_INTERVAL = float(os.environ.get("AIR_SYSTEM_METRICS_INTERVAL", "10"))
 #: Seconds a finished call's value may take to come back from its node.
@@ -82,6 +92,24 @@ class RayNodes(AgentNodes):
     def _describe(self, node: int) -> str:
         info = self._nodes[node]
         return f"node {node} ({info['hostname']}, {info['ip']}, Ray node {info['node_id'][:12]})"
+
+    def _label(self, info: dict[str, Any]) -> str:
+        return f"Ray node {info['node_id']}"
+
+    def _cluster_word(self) -> ClusterWord | None:
+        """This attempt's nodes that Ray says died, with its reason."""
+        dead = dead_nodes([str(n["node_id"]) for n in self._nodes], ASK_TIMEOUT)
+        lost = [n for n, info in enumerate(self._nodes) if info["node_id"] in dead]
+        if not lost:
+            return None
+        said = []
+        for node in lost:
+            why = dead[self._nodes[node]["node_id"]]
+            said.append(
+                f"{self._describe(node)} was lost: Ray says its node died"
+                + (f" ({why})" if why else "")
+            )
+        return ClusterWord(lost, "; ".join(said))
 
     def _release(self) -> None:
         import ray

@@ -6,19 +6,29 @@ answers carry the ranks' records and results, as a Ray actor's do.
 
 When the supervisor goes (its end of the connection closes), the agent stops its ranks
 and exits: nothing of an attempt outlives its supervisor, even if Slurm's step does.
+
+When Slurm ends the step (a node taken away, a preemption, ``scancel``), the agent's
+SIGTERM is passed on to its ranks (they run in sessions of their own, which Slurm's
+process tracking may not reach), and the agent stays to tell the supervisor so, with
+their exit codes, until Slurm's SIGKILL (``KillWait`` later).
 """
 
 from __future__ import annotations
 
 import enum
 import os
+import signal
 import socket
 import sys
 import time
+from dataclasses import asdict
 from typing import Any
 
+from ....status import Outcome
 from ...sessions.wire import Channel, Refused, Ticket, connect
 from ...supervision.node_agent import NodeAgent
+from ...supervision.node_launch import NodeLaunch
+from ...supervision.outcome import AttemptEnd
 from .commands import rank_env
 
 #: The variable that gives an agent its ticket; removed from its environment at once.
@@ -45,14 +55,43 @@ METHODS = frozenset(
 
 
 class SlurmNodeAgent(NodeAgent):
-    """``NodeAgent``, naming its node as Slurm does (``SLURMD_NODENAME``)."""
+    """``NodeAgent``, naming its node as Slurm does (``SLURMD_NODENAME``), and saying
+    when Slurm ended its task."""
 
     def __init__(self, metrics_interval: float, name: str, ip: str) -> None:
         super().__init__(metrics_interval)
         self._name, self._ip = name, ip
+        #: Set by the SIGTERM handler, which runs on the thread that serves the calls.
+        self._ended: AttemptEnd | None = None
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "node_id": self._name, "ip": self._ip}
+
+    def ended_by_slurm(self, sig: signal.Signals) -> None:
+        """Slurm signalled this task to end: the ranks go, as after a peer's failure."""
+        message = f"its task was ended by Slurm ({sig.name})"
+        if self._ended is None:
+            self._ended = AttemptEnd(Outcome.FAILED, message=message, failed_at=time.time())
+        self.stop(False, message)
+
+    def start(self, launch: NodeLaunch) -> None:
+        if self._ended is not None:
+            raise RuntimeError(f"{self._ended.message} before its ranks started")
+        super().start(launch)
+        if self._ended is not None:  # signalled while they started: they go at once
+            self.stop(False, str(self._ended.message))
+
+    def poll(self) -> dict[str, Any]:
+        """``NodeAgent.poll``; once Slurm ended the task, that is this node's failure at
+        once, and its outcome once the ranks have exited, with their codes."""
+        report = super().poll()
+        ended = self._ended
+        if ended is not None:
+            report["failing"] = asdict(ended)
+            if report["outcome"] is not None:
+                codes = report["outcome"]["exit_codes"]
+                report["outcome"] = {**asdict(ended), "exit_codes": codes}
+        return report
 
 
 def serve(channel: Channel, agent: NodeAgent) -> bool:
@@ -100,6 +139,7 @@ def main(argv: list[str]) -> int:
     here = channel.sock.getsockname()[0]  # this node's address on the supervisor's route
     name = slurm.get("SLURMD_NODENAME") or socket.gethostname()
     agent = SlurmNodeAgent(float(argv[0]), name, here)
+    signal.signal(signal.SIGTERM, lambda signum, _: agent.ended_by_slurm(signal.Signals(signum)))
     channel.send(
         AgentOp.HELLO,
         node=int(slurm.get("SLURM_NODEID", "0")),

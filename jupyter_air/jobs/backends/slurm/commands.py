@@ -65,7 +65,7 @@ def require() -> None:
         raise SlurmError(INSTALL_HINT)
 
 
-def run(argv: list[str], env: Mapping[str, str]) -> str:
+def run(argv: list[str], env: Mapping[str, str], timeout: float = COMMAND_TIMEOUT) -> str:
     """A Slurm command's output; ``SlurmError`` with its last error line if it fails."""
     try:
         done = subprocess.run(
@@ -73,11 +73,11 @@ def run(argv: list[str], env: Mapping[str, str]) -> str:
             env=dict(env),
             capture_output=True,
             text=True,
-            timeout=COMMAND_TIMEOUT,
+            timeout=timeout,
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"{argv[0]} did not answer in {COMMAND_TIMEOUT:g} s") from None
+        raise SlurmError(f"{argv[0]} did not answer in {timeout:g} s") from None
     except OSError as err:
         raise SlurmError(f"{argv[0]}: {err.strerror}") from None
     if done.returncode != 0:
@@ -141,20 +141,72 @@ def queue_state(name: str, env: Mapping[str, str]) -> QueueState | None:
     return None
 
 
-#: Node states in which Slurm took a node from its jobs (``sinfo``'s words, lower case).
-LOST_STATES = ("down", "drain", "fail", "not_responding", "maint", "reboot")
+#: Node states (``sinfo``'s, lower case) in which Slurm took a node from its jobs or
+#: keeps new ones off it: a job of such a node was ended by it, or will be.
+LOST_STATES = ("down", "drain", "fail", "maint", "reboot", "power_down", "powering_down")
+#: What ``sinfo`` appends to a state: ``*`` not responding, the rest power and reboot.
+STATE_FLAGS = "*~#!%$@^-"
 
 
-def node_trouble(node: str, env: Mapping[str, str]) -> str | None:
-    """Why Slurm took ``node`` away (``down: bad gpu``), or None if it did not."""
-    try:
-        out = run(["sinfo", "-h", "-N", "-n", node, "-o", "%T|%E"], env).strip()
-    except SlurmError:
+@dataclass(frozen=True)
+class NodeState:
+    """A node as ``sinfo`` shows it: ``down*``, ``Not responding``."""
+
+    name: str
+    state: str
+    reason: str
+
+    @property
+    def taken(self) -> bool:
+        """Slurm took the node away (down, drained, failing, ...)."""
+        return self.state.rstrip(STATE_FLAGS).startswith(LOST_STATES)
+
+    @property
+    def silent(self) -> bool:
+        """The node's slurmd does not answer slurmctld (Slurm's ``*``)."""
+        return "*" in self.state
+
+    def words(self) -> str:
+        """``down: bad gpu``; ``mixed, not responding``."""
+        said = self.state.rstrip(STATE_FLAGS)
+        if self.silent and "not responding" not in self.reason.lower():
+            said += ", not responding"
+        return f"{said}: {self.reason}" if self.reason else said
+
+
+def node_states(nodes: list[str], env: Mapping[str, str], timeout: float) -> dict[str, NodeState]:
+    """The nodes' states and Slurm's reasons, as ``sinfo`` shows them now."""
+    out = run(["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N|%T|%E"], env, timeout)
+    found: dict[str, NodeState] = {}
+    for line in out.splitlines():
+        name, _, rest = line.strip().partition("|")
+        state, _, reason = rest.partition("|")
+        if name and state:  # a node in several partitions is listed once for each
+            found.setdefault(
+                name, NodeState(name, state.lower(), "" if reason == "none" else reason)
+            )
+    return found
+
+
+#: Job states in which Slurm itself ended a job, and the reasons that say so while it
+#: is still completing (``scontrol`` then shows COMPLETING).
+ENDED_STATES = ("CANCELLED", "PREEMPTED", "TIMEOUT", "DEADLINE", "NODE_FAIL", "BOOT_FAIL")
+ENDED_REASONS = {"TimeLimit": "TIMEOUT", "NodeDown": "NODE_FAIL", "Deadline": "DEADLINE"}
+
+
+def ended_job(job_id: str, env: Mapping[str, str], timeout: float) -> str | None:
+    """How Slurm ended the job, in its words (``PREEMPTED``, ``NODE_FAIL (NodeDown)``),
+    or None while it runs or when it ended by itself."""
+    out = run(["scontrol", "-o", "show", "job", job_id], env, timeout)
+    state = re.search(r"\bJobState=(\S+)", out)
+    why = re.search(r"\bReason=(\S+)", out)
+    reason = why.group(1) if why and why.group(1) != "None" else None
+    name = state.group(1) if state else None
+    if name not in ENDED_STATES:
+        name = ENDED_REASONS.get(reason or "")
+    if name is None:
         return None
-    state, _, reason = out.partition("|")
-    if not state.lower().startswith(LOST_STATES):
-        return None
-    return f"{state}: {reason}" if reason and reason != "none" else state
+    return f"{name} ({reason})" if reason else name
 
 
 def cancel(target: str, env: Mapping[str, str]) -> None:

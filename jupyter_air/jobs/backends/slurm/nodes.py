@@ -8,8 +8,12 @@ Slurm's reason meanwhile); inside one (``salloc``, a server started by ``sbatch`
 runs as a step there. The rest (the shape, the polls, the stop rule) is
 ``AgentNodes``': a node lost is the supervisor's to act on (it names the node first,
 then stops the others), so Slurm is not asked to kill a step's tasks when one exits
-(no ``--kill-on-bad-exit``). At the end the agents are told to finish, the connections close, and
-``srun`` ends with them; one that does not is cancelled with ``scancel``.
+(no ``--kill-on-bad-exit``). When a node fails as a whole, Slurm is asked what it did
+(``sinfo``, ``scontrol show job``): a node it took away (down, drained, failing, not
+responding) is named with its state and Slurm's reason, whichever node's agent went
+first; a job it ended (preempted, its time limit) is said so. At the end the agents
+are told to finish, the connections close, and ``srun`` ends with them; one that does
+not is cancelled with ``scancel``.
 """
 
 from __future__ import annotations
@@ -30,8 +34,14 @@ from typing import IO, Any
 
 from ....paths import private_opener
 from ...sessions.wire import Channel, Refused, Ticket, accept, listen_tcp
-from ...supervision.outcome import AttemptEnd
-from ..agents import AGENT_START_TIMEOUT, AgentNodes, Cancelled, ClusterError
+from ..agents import (
+    AGENT_START_TIMEOUT,
+    ASK_TIMEOUT,
+    AgentNodes,
+    Cancelled,
+    ClusterError,
+    ClusterWord,
+)
 from ..local import terminate_with_parent
 from . import commands
 from .agent import MAIN, TICKET_ENV, AgentOp
@@ -45,8 +55,6 @@ ACCEPT_POLL = 0.05
 #: Seconds ``srun`` gets to end once its agents were told, before ``scancel``: more
 #: than an orphaned agent's wait for its ranks (``agent.ORPHAN_WAIT``).
 SRUN_EXIT_WAIT = 20.0
-#: Seconds a node Slurm took away is put before its peers' losses.
-LOST_FIRST = 60.0
 #: Settings the backend adds to the submitter's (``SlurmBackend.prepare``).
 PLACED = ("within", "host")
 
@@ -316,16 +324,36 @@ class SlurmNodes(AgentNodes):
     def _cluster_error(self, err: Exception) -> str:
         return f"Slurm: {err}"
 
-    def _node_lost(self, node: int, what: str, answered: dict[int, float]) -> AttemptEnd:
-        """A node Slurm took away (down, drained, failing) is named with its state and
-        reason, and comes before its peers: Slurm ends the whole step with it, so they
-        go at the same moment, as its consequence."""
-        end = super()._node_lost(node, what, answered)
-        trouble = commands.node_trouble(str(self._nodes[node]["node_id"]), self._slurm_env())
-        if trouble is not None:
-            end.message = f"{self._describe(node)} was taken away by Slurm ({trouble})"
-            end.failed_at = (end.failed_at or time.time()) - LOST_FIRST
-        return end
+    def _label(self, info: dict[str, Any]) -> str:
+        return f"Slurm node {info['node_id']}"
+
+    def _cluster_word(self) -> ClusterWord | None:
+        """The nodes Slurm took away (down, drained, failing) or that stopped answering
+        it, with its reasons; else how it ended the job (preempted, its time limit)."""
+        deadline = time.monotonic() + ASK_TIMEOUT
+        env = self._slurm_env()
+        names = [str(info["node_id"]) for info in self._nodes]
+        states = commands.node_states(names, env, ASK_TIMEOUT)
+        seen = {node: states[name] for node, name in enumerate(names) if name in states}
+        for chosen, verb in (
+            ([n for n, state in seen.items() if state.taken], "was taken away by Slurm"),
+            ([n for n, state in seen.items() if state.silent], "stopped answering Slurm"),
+        ):
+            if chosen:
+                said = [f"{self._describe(n)} {verb} ({seen[n].words()})" for n in chosen]
+                return ClusterWord(chosen, "; ".join(said))
+        if self._slurm_job is None:
+            return None
+        try:
+            left = max(0.1, deadline - time.monotonic())
+            ended = commands.ended_job(self._slurm_job, env, left)
+        except commands.SlurmError as err:
+            if "invalid job id" in str(err).lower():  # gone already: nothing more to say
+                return None
+            raise
+        if ended is None:
+            return None
+        return ClusterWord([], f"Slurm ended Slurm job {self._slurm_job}: {ended}")
 
     # -- releasing -----------------------------------------------------------------
 
