@@ -32,6 +32,7 @@ from .jobs.permissions import (
     parse_grant,
     parse_principal,
 )
+from .jobs.request import Defaults, JobRequest, Program
 from .jobs.service import Conflict, JobService, NoLogs
 from .jobs.spec import JobKind
 from .jobs.store import Job, JobStore, StoreError, UnknownJob
@@ -82,6 +83,20 @@ def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         default=[],
         metavar="PATH=VALUE",
         help="change one field, e.g. compute.nproc_per_node=4 (repeatable)",
+    )
+    run.add_argument(
+        "--backend",
+        metavar="NAME",
+        help="the engine, replacing the workload's `backend:` (whose settings stay only "
+        "if it is the same); docs/backends.md lists the installed ones",
+    )
+    run.add_argument(
+        "--backend-opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of the backend, over the workload's (repeatable), e.g. "
+        "partition=gpu; docs/backends.md lists each backend's",
     )
     run.add_argument(
         "--tracking",
@@ -300,9 +315,33 @@ def _with(spec: WorkloadFile, field: str, value: Any, flag: str) -> WorkloadFile
         raise WorkloadError(describe(err, lambda loc: flag)) from None
 
 
+def _on_backend(spec: WorkloadFile, backend: str, pairs: list[str]) -> WorkloadFile:
+    """The workload on ``backend`` (``--backend``) with ``--backend-opt``'s settings over
+    its own (those of another backend dropped), checked as the file's are."""
+    from pydantic import ValidationError
+
+    from .jobs import backends
+    from .jobs.backends.settings import FLAG, BadPair, from_pairs
+    from .jobs.workload_file import FILE_NAMES, WorkloadError, describe
+
+    model = backends.get(backend).settings_model if backend in backends.names() else None
+    try:
+        given = from_pairs(FLAG, pairs, model)
+    except BadPair as err:
+        raise WorkloadError(str(err)) from None
+    kept = spec.backend_settings if backend == spec.backend else {}
+    data = {**spec.model_dump(), "backend": backend, "backend_settings": {**kept, **given}}
+    names = {**FILE_NAMES, "backend": "--backend", "backend setting": f"{FLAG} {{key}}"}
+    try:
+        return type(spec).model_validate(data, context={"names": names})
+    except ValidationError as err:
+        raise WorkloadError(describe(err, lambda loc: "--backend")) from None
+
+
 def _run(args: argparse.Namespace) -> int:
     from .jobs.service import Refused, place
     from .jobs.workload_file import WorkloadError, load
+    from .tracking.probe import Unreachable
 
     try:
         spec = load(args.file, args.override)
@@ -314,20 +353,28 @@ def _run(args: argparse.Namespace) -> int:
             spec = _with(spec, "resume", args.resume, "--resume")
         if args.checkpoint_dir is not None:
             spec = _with(spec, "checkpoint_dir", args.checkpoint_dir, "--checkpoint-dir")
-        placed = place(
-            spec,
-            os_identity().name,
-            nproc_per_node=spec.compute.nproc_per_node,
-            override="--oversubscribe (compute.oversubscribe: true)",
-            oversubscribe=args.oversubscribe,
-            reach=not args.dry_run,
-        )
+        if args.backend is not None or args.backend_opt:
+            spec = _on_backend(spec, args.backend or spec.backend, args.backend_opt)
     except WorkloadError as err:
         raise CliError(str(err)) from None
-    except Refused as err:
-        raise CliError(f"{args.file}: {err.field}: {err}" if err.field else str(err)) from None
+    defaults = Defaults(
+        nproc_per_node=spec.compute.nproc_per_node,
+        oversubscribe=args.oversubscribe,
+        override="--oversubscribe (compute.oversubscribe: true)",
+    )
     working_dir = (args.file.parent / spec.working_dir).resolve()
     if args.dry_run:
+        try:  # what the backend would be asked, reaching no cluster
+            place(
+                spec,
+                os_identity().name,
+                nproc_per_node=defaults.nproc_per_node,
+                oversubscribe=defaults.oversubscribe,
+                override=defaults.override,
+                reach=False,
+            )
+        except Refused as err:
+            raise CliError(f"{args.file}: {err.field}: {err}" if err.field else str(err)) from None
         print(
             json.dumps(
                 {
@@ -342,20 +389,16 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if not working_dir.is_dir():
         raise CliError(f"working_dir {working_dir} is not a directory")
-    from .tracking import probe
-    from .tracking.targets import current_tracking_uri
-
-    try:
-        probe.check(current_tracking_uri())  # a server that is down: said in seconds
-    except probe.Unreachable as err:
-        if spec.tracking is not TrackingMode.DEFERRED:
-            raise CliError(err.refusal()) from None
-        print(f"{err}: the job runs now; its run is made once it answers", file=sys.stderr)
     service = _service()
     try:
-        job = _submit(service, placed, spec, working_dir)
+        started = service.start(_request(spec, working_dir, defaults))
     except Refused as err:
-        raise CliError(f"{err.field}: {err}" if err.field else str(err)) from None
+        raise CliError(f"{args.file}: {err.field}: {err}" if err.field else str(err)) from None
+    except Unreachable as err:  # a server that is down: said in seconds
+        raise CliError(err.refusal()) from None
+    job = started.job
+    if started.down is not None:
+        print(f"{started.down}: the job runs now; its run is made once it answers", file=sys.stderr)
     if args.output == "json":
         if args.watch:
             _outcome_known(service, job.id)
@@ -410,27 +453,25 @@ def _watched(service: JobService, job_id: str) -> int:
     return 0 if status == JobStatus.SUCCEEDED else 1
 
 
-def _submit(service: JobService, placed: Any, spec: Any, working_dir: Path) -> Job:
+def _request(spec: WorkloadFile, working_dir: Path, defaults: Defaults) -> JobRequest:
+    """A workload file's job: its command on every rank, in nobody's kernel."""
     from .identity import mlflow_user
     from .tracking.targets import ExperimentRef, current_tracking_uri
 
-    target = ExperimentRef(
-        current_tracking_uri(), spec.experiment_name, spec.mlflow_artifact_location
+    return JobRequest(
+        spec,
+        Program(
+            JobKind.COMMAND,
+            command=spec.argv,
+            background=True,  # nobody's kernel: the job outlives this shell
+            working_dir=str(working_dir),
+            run_name=spec.run_name,
+        ),
+        ExperimentRef(current_tracking_uri(), spec.experiment_name, spec.mlflow_artifact_location),
+        mlflow_user(),
+        defaults=defaults,
+        tags={"air.command": redact(spec.command)},
     )
-    job_spec = placed.spec(
-        JobKind.COMMAND,
-        command=spec.argv,
-        background=True,  # nobody's kernel: the job outlives this shell
-        working_dir=str(working_dir),
-        run_name=spec.run_name,
-    )
-    return service.submit(
-        job_spec,
-        target,
-        grants=spec.grants,
-        user=mlflow_user(),
-        extra_tags={"air.command": redact(spec.command)},
-    ).job
 
 
 # -- list / get ----------------------------------------------------------------------

@@ -10,10 +10,12 @@ the registry without it, as ipyparallel's database tests run against each databa
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,8 @@ from typing import Any
 import pytest
 
 from jupyter_air.identity import os_identity
+from jupyter_air.jobs import backends
+from jupyter_air.jobs.request import Defaults, JobRequest, Program
 from jupyter_air.jobs.service import JobService
 from jupyter_air.jobs.spec import JobKind
 from jupyter_air.jobs.store import Job, JobStore
@@ -70,6 +74,26 @@ class Engine:
         return self.nnodes * self.nproc_per_node
 
 
+#: The tests' own backend: a module and the entry point of a distribution that only the
+#: tests install, by putting this folder on the path (``sandbox_installed``).
+SANDBOX = Path(__file__).parent / "sandbox_backend"
+
+
+@contextlib.contextmanager
+def sandbox_installed() -> Iterator[None]:
+    """The tests' backend distribution installed for this process and those it starts
+    (a job's supervisor finds its backend by entry point too), then gone."""
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.syspath_prepend(str(SANDBOX))
+            rest = os.environ.get("PYTHONPATH")
+            patch.setenv("PYTHONPATH", os.pathsep.join([str(SANDBOX), *([rest] if rest else [])]))
+            backends.forget()
+            yield
+    finally:
+        backends.forget()
+
+
 def submit(engine: Engine, home: Path, code: str, **options: Any) -> tuple[JobService, Job]:
     """A job of ``python -c code`` on the engine, submitted as the OS user."""
     service = JobService(JobStore(home), os_identity())
@@ -79,20 +103,20 @@ def submit(engine: Engine, home: Path, code: str, **options: Any) -> tuple[JobSe
         "max_retries": options.pop("max_retries", 0),
         "env": {"PYTHONUNBUFFERED": "1"},
     }
-    placed = service.place(
+    request = JobRequest(
         Submission.model_validate(fields),
-        nproc_per_node=engine.nproc_per_node,
-        settings=engine.settings,
+        Program(
+            JobKind.COMMAND,
+            command=[sys.executable, "-c", code],
+            working_dir=str(home),
+            background=True,
+            **options,
+        ),
+        ExperimentRef(f"sqlite:///{home}/mlflow.db", "contract", None),
+        "contract",
+        defaults=Defaults(nproc_per_node=engine.nproc_per_node, settings=engine.settings),
     )
-    spec = placed.spec(
-        JobKind.COMMAND,
-        command=[sys.executable, "-c", code],
-        working_dir=str(home),
-        background=True,
-        **options,
-    )
-    target = ExperimentRef(f"sqlite:///{home}/mlflow.db", "contract", None)
-    return service, service.submit(spec, target, user="contract").job
+    return service, service.start(request).job
 
 
 def ended(service: JobService, job: Job) -> Job:

@@ -3,11 +3,14 @@ cluster; those that do run it in their own module, beside the cluster they start
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from jupyter_air.jobs import backends
 from tests.backend_contract import (  # noqa: F401  (the contract's tests, run here)
     Engine,
+    sandbox_installed,
     test_a_failing_rank_stops_the_others_and_fails_the_attempt,
     test_a_retry_is_a_new_attempt_with_its_own_run,
     test_cancel_stops_every_rank,
@@ -16,23 +19,30 @@ from tests.backend_contract import (  # noqa: F401  (the contract's tests, run h
     test_the_timeout_stops_every_rank_and_fails_the_job,
 )
 
-#: Where each registered backend runs the contract: here, or the module named.
+#: Where each registered backend runs the contract: here, or the module named. The
+#: sandbox is the tests' own backend, installed only while its tests run.
 ENGINES: dict[str, Engine | str] = {
     "local": Engine("local"),
+    "sandbox": Engine("sandbox", {"label": "contract"}),
     "ray": "tests/kernel/test_ray_backend.py",
     "slurm": "tests/kernel/test_slurm_backend.py",
 }
 
 
 @pytest.fixture(params=[name for name, where in ENGINES.items() if isinstance(where, Engine)])
-def engine(request: pytest.FixtureRequest) -> Engine:
+def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     where = ENGINES[request.param]
     assert isinstance(where, Engine)
-    return where
+    if where.backend != "sandbox":
+        yield where
+        return
+    with sandbox_installed():
+        yield where
 
 
 def test_every_registered_backend_has_an_engine() -> None:
-    assert set(backends.names()) == set(ENGINES), "a new backend joins the contract suite"
+    with sandbox_installed():
+        assert set(backends.names()) == set(ENGINES), "a new backend joins the contract suite"
 
 
 def test_the_registry_lists_local_and_ray_from_entry_points() -> None:

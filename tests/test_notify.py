@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from jupyter_air.jobs.request import Program
 from jupyter_air.jobs.spec import JobSpec
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.workload_file import Submission
@@ -389,11 +390,13 @@ def test_the_defaults_are_for_unwatched_jobs_and_a_watched_call_notifies_when_it
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path))
     monkeypatch.setenv("JUPYTER_CONFIG_PATH", "")
     placed = place(Submission(), "ada", nproc_per_node=1)
-    background = placed.spec(JobKind.COMMAND, command=["true"], background=True)
+    background = placed.spec(Program(JobKind.COMMAND, command=["true"], background=True))
     assert [t.channel for t in background.notify] == [Channel.JUPYTERLAB]
-    assert placed.spec(JobKind.PYTHON, background=False).notify == (), "the cell shows its end"
+    assert placed.spec(Program(JobKind.PYTHON, background=False)).notify == (), (
+        "the cell shows its end"
+    )
     asked = place(Submission.model_validate({"notify": ["jupyterlab on:success"]}), "ada")
-    assert [str(t) for t in asked.spec(JobKind.PYTHON).notify[0].on] == ["success"]
+    assert [str(t) for t in asked.spec(Program(JobKind.PYTHON)).notify[0].on] == ["success"]
 
 
 def test_a_bad_notify_option_of_the_magic_is_refused_in_one_line_naming_the_flag() -> None:

@@ -4,6 +4,7 @@ grants, says why it cannot act, and places a submission on its backend."""
 from __future__ import annotations
 
 import dataclasses
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,14 @@ from jupyter_air.jobs.backends.base import (
     Placement,
 )
 from jupyter_air.jobs.permissions import Forbidden, Principal, parse_grant
+from jupyter_air.jobs.request import JobRequest, Program
 from jupyter_air.jobs.service import Conflict, JobService, NoLogs, Refused
 from jupyter_air.jobs.spec import JobKind
 from jupyter_air.jobs.store import JobStore, UnknownJob
 from jupyter_air.jobs.workload_file import Submission
 from jupyter_air.status import JobStatus
-from jupyter_air.tracking import run_tails
+from jupyter_air.tracking import probe, run_tails
+from jupyter_air.tracking.targets import ExperimentRef, RunTarget
 from tests.factories import job_spec
 
 ALICE, BOB, CAROL = Identity("alice"), Identity("bob"), Identity("carol", frozenset({"ml"}))
@@ -151,7 +154,7 @@ def test_place_asks_the_submission_s_backend_and_the_spec_keeps_its_answer(
     placed = JobService(store, ALICE).place(submission, settings={"queue": "gpu"})
     [asked] = recording.asked
     assert (asked.nnodes, asked.nproc_per_node, dict(asked.settings)) == (3, 1, {"queue": "gpu"})
-    spec = placed.spec(JobKind.PYTHON)
+    spec = placed.spec(Program(JobKind.PYTHON))
     assert (spec.backend.name, dict(spec.backend.settings)) == ("recording", {"queue": "gpu"})
     assert spec.compute.nnodes == 3
     with pytest.raises(Refused, match="the queue is full") as refused:
@@ -169,3 +172,86 @@ def test_grants_the_caller_may_not_give_are_refused_before_the_backend_is_asked(
         JobService(store, ALICE).place(submission)
     assert refused.value.field == "permissions"
     assert recording.asked == []
+
+
+# -- start: one request in, refused with nothing started -----------------------------
+
+
+class Destination:
+    """A kernel's destination that says which of its questions ``start`` asked."""
+
+    def __init__(self, tracking_uri: str) -> None:
+        self.tracking_uri = tracking_uri
+        self.asked: list[str] = []
+
+    def resolve(self) -> RunTarget:
+        self.asked.append("resolve")
+        raise AssertionError("the experiment is resolved only once nothing can refuse")
+
+    def unanswered(self) -> ExperimentRef:
+        self.asked.append("unanswered")
+        raise OfflineOnly("named offline")
+
+
+class OfflineOnly(Exception):
+    """What the test's destination raises when it is asked for the offline name."""
+
+
+def request(destination: Destination, **fields: Any) -> JobRequest:
+    return JobRequest(
+        Submission.model_validate({"backend": "recording", **fields}),
+        Program(JobKind.PYTHON, payload=b"x"),
+        destination,
+        "alice",
+    )
+
+
+def closed_uri() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_a_request_whose_tracking_server_does_not_answer_is_refused_in_one_line(
+    store: JobStore, recording: Recording
+) -> None:
+    destination = Destination(closed_uri())
+    with pytest.raises(probe.Unreachable) as refused:
+        JobService(store, ALICE).start(request(destination))
+    assert "does not answer (connection refused)" in refused.value.refusal()
+    assert "nothing was started" in refused.value.refusal()
+    assert (destination.asked, store.jobs(), len(recording.asked)) == ([], [], 1)
+
+
+def test_a_deferred_request_names_its_experiment_offline_when_the_server_does_not_answer(
+    store: JobStore, recording: Recording
+) -> None:
+    destination = Destination(closed_uri())
+    with pytest.raises(OfflineOnly):
+        JobService(store, ALICE).start(request(destination, tracking="deferred"))
+    assert destination.asked == ["unanswered"]
+    assert store.jobs() == []
+
+
+def test_a_checkpoint_place_nobody_can_write_is_refused_before_the_tracking_server_is_asked(
+    store: JobStore, recording: Recording, tmp_path: Path
+) -> None:
+    destination = Destination(closed_uri())  # would refuse too, if it were asked
+    locked = tmp_path / "locked"
+    locked.write_text("a file, not a folder")
+    with pytest.raises(Refused) as refused:
+        JobService(store, ALICE).start(request(destination, checkpoint_dir=str(locked)))
+    assert refused.value.field == "checkpoint_dir"
+    assert (destination.asked, store.jobs()) == ([], [])
+
+
+def test_a_job_to_resume_that_is_not_the_caller_s_is_refused_before_anything_starts(
+    store: JobStore, recording: Recording
+) -> None:
+    job_id = alices_job(store)
+    destination = Destination(closed_uri())
+    with pytest.raises(Refused, match=f"cannot resume from job {job_id}") as refused:
+        JobService(store, BOB).start(request(destination, resume=job_id))
+    assert refused.value.field == "resume"
+    assert destination.asked == []
+    assert [job.id for job in store.jobs()] == [job_id]

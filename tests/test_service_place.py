@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from jupyter_air.jobs.capacity import CPU_RANKS_PER_CORE, usable_cores
+from jupyter_air.jobs.request import Program
 from jupyter_air.jobs.service import Refused, place
 from jupyter_air.jobs.spec import JobKind, JobSpec
 from jupyter_air.jobs.workload_file import Submission
@@ -103,7 +104,7 @@ def test_the_backend_s_default_ranks_are_one_per_gpu_here_and_one_per_ray_node()
 
 def test_the_placed_spec_keeps_the_backend_and_its_resolved_settings() -> None:
     placed = place(submission(backend="ray", compute={"nnodes": 2}), "alice", reach=False)
-    spec = placed.spec(JobKind.PYTHON)
+    spec = placed.spec(Program(JobKind.PYTHON))
     assert (spec.backend.name, dict(spec.backend.settings)) == ("ray", {"address": "auto"})
     assert (spec.compute.nnodes, spec.compute.nproc_per_node) == (2, 1)
     assert JobSpec.from_json(spec.to_json()) == spec
@@ -111,8 +112,10 @@ def test_the_placed_spec_keeps_the_backend_and_its_resolved_settings() -> None:
 
 def test_a_command_runs_with_this_interpreter_first_on_its_path_unless_it_sets_path() -> None:
     placed = place(submission(env={"A": "1"}), "alice")
-    path = placed.spec(JobKind.COMMAND, command=["python", "x.py"]).program.env["PATH"]
+    path = placed.spec(Program(JobKind.COMMAND, command=["python", "x.py"])).program.env["PATH"]
     assert path.split(os.pathsep)[0] == str(Path(sys.executable).parent)
     own = place(submission(env={"PATH": "/opt/bin"}), "alice")
-    assert own.spec(JobKind.COMMAND, command=["x"]).program.env["PATH"] == "/opt/bin"
-    assert "PATH" not in placed.spec(JobKind.PYTHON).program.env  # a cell's ranks: the kernel's
+    assert own.spec(Program(JobKind.COMMAND, command=["x"])).program.env["PATH"] == "/opt/bin"
+    assert (
+        "PATH" not in placed.spec(Program(JobKind.PYTHON)).program.env
+    )  # a cell's ranks: the kernel's

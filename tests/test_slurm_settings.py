@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from jupyter_air.jobs.backends.settings import checked, from_pairs
+from jupyter_air.jobs.backends.slurm import SlurmBackend
 from jupyter_air.jobs.backends.slurm.commands import (
     QueueState,
     allocation,
@@ -13,7 +15,7 @@ from jupyter_air.jobs.backends.slurm.commands import (
     rank_env,
     said,
 )
-from jupyter_air.jobs.backends.slurm.settings import SlurmSettings, parse_pairs
+from jupyter_air.jobs.backends.slurm.settings import SlurmSettings
 from jupyter_air.jobs.workload_file import Submission
 
 INHERITED = {
@@ -69,13 +71,13 @@ def test_settings_that_would_change_the_job_s_shape_or_smuggle_options_are_refus
 
 
 def test_the_magic_s_pairs_become_settings() -> None:
-    assert parse_pairs(
-        ["partition=gpu", "gpus-per-node=2", "cpus_per_task=4", "args=--exclusive",
-         "args=--comment=x", "new_allocation=true"]
-    ) == {"partition": "gpu", "gpus_per_node": "2", "cpus_per_task": 4,
-          "args": ["--exclusive", "--comment=x"], "new_allocation": True}  # fmt: skip
-    with pytest.raises(ValueError, match="expected KEY=VALUE"):
-        parse_pairs(["gpu"])
+    pairs = ["partition=gpu", "gpus-per-node=2", "cpus_per_task=4", "args=--exclusive",
+             "args=--comment=x", "new_allocation=true"]  # fmt: skip
+    assert checked(SlurmBackend(), from_pairs("--slurm", pairs, SlurmSettings)) == {
+        "partition": "gpu", "gpus_per_node": "2", "cpus_per_task": 4,
+        "args": ["--exclusive", "--comment=x"], "new_allocation": True}  # fmt: skip
+    with pytest.raises(ValueError, match="--slurm 'gpu': expected KEY=VALUE"):
+        from_pairs("--slurm", ["gpu"], SlurmSettings)
 
 
 def test_a_workload_file_s_slurm_block_is_for_the_slurm_backend_only() -> None:

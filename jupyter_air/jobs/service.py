@@ -1,23 +1,24 @@
 """The jobs service: the one API every entry point calls.
 
 The magic, the decorator, a warm session, ``air``, the server's routes and the
-scheduler only translate: their input into a ``Submission`` (and the program to run),
-the service's answer into their output. Each call is made as one caller (an
-``Identity``) and checked against the job's grants here, so no entry point can forget
-a check another makes. Nothing here knows of tornado, IPython or argparse.
+scheduler only translate: their input into a ``JobRequest`` (``start``), the service's
+answer into their output. Each call is made as one caller (an ``Identity``) and
+checked against the job's grants here, so no entry point can forget a check another
+makes. Nothing here knows of tornado, IPython or argparse.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..identity import Identity
 from ..notify.targets import BadTarget, Target
+from ..tracking.targets import ExperimentRef, RunTarget
 from . import backends, cancel, checkpoints
 from .backends.base import Backend, BackendRefused, Placement
 from .checkpoint_settings import checkpoint_root
@@ -32,8 +33,9 @@ from .permissions import (
     Principal,
     check_change,
 )
+from .request import JobRequest, Program
 from .sharing import mirror
-from .spec import JobKind, JobSpec, OutputRanks, job_spec
+from .spec import JobKind, JobSpec, job_spec
 from .store import JOB_ID, Job, JobEnded, JobStore, UnknownJob
 from .submit import Submitted, submit
 from .supervision import stacks
@@ -42,7 +44,7 @@ from .workload_file import Submission, TrackingMode, check_targets
 
 if TYPE_CHECKING:
     from ..tracking.permissions import MirrorReport
-    from ..tracking.targets import ExperimentRef, RunTarget
+    from ..tracking.probe import Unreachable
 
 
 class Refused(ValueError):
@@ -72,26 +74,13 @@ class Placed:
     nproc_per_node: int
     settings: Mapping[str, Any]
 
-    def spec(
-        self,
-        kind: JobKind,
-        *,
-        command: Sequence[str] = (),
-        working_dir: str | None = None,
-        output_ranks: str = OutputRanks.ALL,
-        outputs: Sequence[str] = (),
-        timeout: float | None = None,
-        background: bool = False,
-        run_name: str | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> JobSpec:
-        """The job's spec: the program given here, the rest from the submission (whose
-        ``env`` a given one replaces)."""
+    def spec(self, program: Program) -> JobSpec:
+        """The job's spec: the program given here, the rest from the submission. A
+        checkpoint place the user cannot use is refused here, before anything exists."""
         s = self.submission
-        env = s.env if env is None else env
         place = None
         if s.checkpoint_dir is not None:
-            where = Path(working_dir or os.getcwd()) / os.path.expanduser(s.checkpoint_dir)
+            where = Path(program.working_dir or os.getcwd()) / os.path.expanduser(s.checkpoint_dir)
             place = os.path.abspath(where)
             problem = checkpoints.unusable(Path(place))
             if problem is not None:
@@ -100,23 +89,24 @@ class Placed:
             problem = checkpoints.unusable(Path(root))
             if problem is not None:
                 raise Refused("checkpoint_dir", f"c.AirCheckpoints.root: {problem}")
+        kind = program.kind
         return job_spec(
             kind,
-            command=command,
-            working_dir=working_dir,
-            env=command_env(env) if kind is JobKind.COMMAND else env,
-            output_ranks=output_ranks,
-            outputs=outputs,
+            command=program.command,
+            working_dir=program.working_dir,
+            env=command_env(s.env) if kind is JobKind.COMMAND else s.env,
+            output_ranks=program.output_ranks,
+            outputs=program.outputs,
             nproc_per_node=self.nproc_per_node,
             nnodes=s.compute.nnodes,
             max_retries=s.max_retries,
-            timeout=timeout,
-            background=background,
+            timeout=program.timeout,
+            background=program.background,
             backend=self.backend.name,
             backend_settings=self.settings,
-            run_name=run_name,
+            run_name=program.run_name,
             deferred=s.tracking is TrackingMode.DEFERRED,
-            notify=s.targets(unwatched=background),
+            notify=s.targets(unwatched=program.background),
             checkpoint_dir=place,
             resume_job=s.resume,
         )
@@ -171,6 +161,40 @@ def check_grants(owner: str, submission: Submission) -> None:
         raise Refused("permissions", str(err)) from None
 
 
+def tracking_down(
+    tracking_uri: str, submission: Submission, deferrable: bool = True
+) -> Unreachable | None:
+    """The rule every entry point obeys: a tracking server that does not answer refuses
+    the submission in one line, in seconds (``probe.Unreachable``), unless it defers
+    (``tracking: deferred``, where ``deferrable``): then why it does not answer, and
+    the job runs anyway."""
+    from ..tracking import probe
+
+    try:
+        probe.check(tracking_uri, deferrable=deferrable)
+    except probe.Unreachable as err:
+        if deferrable and submission.tracking is TrackingMode.DEFERRED:
+            return err
+        raise
+    return None
+
+
+@dataclass(frozen=True)
+class Started:
+    """A job ``start`` started, and where its runs go."""
+
+    job: Job
+    #: The first attempt's run when the kernel made it (a ``RunTarget``); None when the
+    #: supervisor or the tail process makes it.
+    run_id: str | None
+    run_name: str | None
+    target: RunTarget | ExperimentRef
+    #: Why the tracking server did not answer, for a job that runs anyway (deferred).
+    down: Unreachable | None
+    #: Where a session's nodes reach the kernel; None: on this machine (or not a session).
+    kernel_host: str | None
+
+
 def command_env(env: Mapping[str, str]) -> dict[str, str]:
     """A command's env, with this interpreter's directory first on PATH unless it sets
     PATH: ``python train.py`` then runs where jupyter_air is, as a cell's ranks do."""
@@ -191,8 +215,48 @@ class JobService:
 
     # -- submitting --------------------------------------------------------------------
 
+    def start(self, request: JobRequest) -> Started:
+        """Start the job a request asks for, as the caller, or refuse it with nothing
+        started: ``Refused`` (its grants, its backend's world, its checkpoint place, the
+        job it resumes), ``probe.Unreachable`` (its tracking server does not answer and
+        it does not defer). The experiment is resolved last, so that a refusal makes none.
+        """
+        submission, program, defaults = request.submission, request.program, request.defaults
+        placed = self.place(
+            submission,
+            nproc_per_node=defaults.nproc_per_node,
+            oversubscribe=defaults.oversubscribe,
+            override=defaults.override,
+            settings=defaults.settings,
+        )
+        spec = self._resuming(placed.spec(program))
+        kernel_host = placed.kernel_host if program.kind is JobKind.SESSION else None
+        destination = request.destination
+        # A session's own run is made in the kernel as it starts: deferred is for its cells.
+        deferrable = program.kind is not JobKind.SESSION
+        down = tracking_down(destination.tracking_uri, submission, deferrable)
+        target: RunTarget | ExperimentRef
+        if isinstance(destination, ExperimentRef):
+            target = destination
+        else:
+            target = destination.resolve() if down is None else destination.unanswered()
+        submitted = self.submit(
+            spec,
+            target,
+            grants=submission.grants if request.grants is None else request.grants,
+            payload=program.payload,
+            source=program.source if isinstance(target, RunTarget) else None,
+            notebook=request.notebook,
+            user=request.user,
+            extra_tags=request.tags,
+            watch_pid=request.watch_pid,
+        )
+        return Started(
+            submitted.job, submitted.run_id, submitted.run_name, target, down, kernel_host
+        )
+
     def place(self, submission: Submission, **options: Any) -> Placed:
-        """``place`` as this service's caller."""
+        """``place`` as this service's caller (``start`` does it; a dry run stops here)."""
         return place(submission, self.caller.name, **options)
 
     def submit(

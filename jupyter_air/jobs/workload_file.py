@@ -9,7 +9,6 @@ options are checked by it too (``kernel.launch.Options``), named as their flags.
 from __future__ import annotations
 
 import enum
-import functools
 import re
 import shlex
 import warnings
@@ -32,7 +31,7 @@ from ..notify import settings as notify_settings
 from ..notify.targets import BadTarget, Channel, Target, parse_all
 from . import backends
 from .backends.base import Backend
-from .backends.slurm.settings import SlurmSettings
+from .backends.settings import aliases, checked
 from .permissions import BadGrant, Grant, merged, parse_grant
 from .store import JOB_ID
 
@@ -43,8 +42,10 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FILE_NAMES = {
     "compute.nnodes": "compute.nnodes",
     "compute.oversubscribe": "compute.oversubscribe",
-    "ray_address": "ray_address",
-    "slurm": "slurm",
+    #: A backend's setting, in the generic form and in an alias (``Backend.aliases``).
+    "backend setting": "backend.{key}",
+    "alias": "{field}",
+    "alias setting": "{field}.{key}",
     "backend": "backend",
     "tracking": "tracking",
     "notify": "notify",
@@ -85,11 +86,10 @@ class Submission(BaseModel):
     )
     max_retries: int = Field(0, ge=0)
     env: dict[str, str] = Field(default_factory=dict)
-    backend: str = Field("local", description="the engine: local, ray, slurm (see jobs/backends)")
-    ray_address: str | None = Field(None, min_length=1, description="default: $RAY_ADDRESS")
-    slurm: SlurmSettings | None = Field(
-        None, description="Slurm's settings: partition, time, account, gpus_per_node, args..."
-    )
+    backend: str = Field("local", description="the engine (see jobs/backends)")
+    #: The backend's own settings, checked by its ``settings_model``; written as
+    #: ``backend: {name: slurm, partition: gpu}`` or an alias (``slurm: {...}``).
+    backend_settings: dict[str, Any] = Field(default_factory=dict)
     permissions: list[str] = Field(
         default_factory=list,
         description="grants at submission: NAME:LEVEL or group:NAME:LEVEL",
@@ -113,6 +113,48 @@ class Submission(BaseModel):
         None,
         description="a job whose latest complete checkpoint the first attempt starts from",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spellings(cls, data: Any, info: ValidationInfo) -> Any:
+        """``backend:`` as a section (its ``name`` and its settings) and each backend's
+        older spellings (``ray_address``, ``slurm:``) as ``backend`` and its checked
+        ``backend_settings``, each setting named as the submitter wrote it."""
+        if not isinstance(data, dict):
+            return data
+        names: Mapping[str, str] = (info.context or {}).get("names", FILE_NAMES)
+        data = dict(data)
+        given: dict[str, Any] = {}
+        spelled: dict[str, str] = {}  # setting -> how the submitter named it
+        if isinstance(section := data.get("backend"), dict):
+            given = {k: v for k, v in section.items() if k != "name"}
+            data["backend"] = section.get("name", "local")
+        more = data.pop("backend_settings", None) or {}
+        if not isinstance(more, dict):
+            raise ValueError(f"{names['backend']}: the backend's settings must be a mapping")
+        given.update(more)
+        spelled = {key: names["backend setting"].format(key=key) for key in given}
+        chosen = data.get("backend", "local")
+        for owner, alias in aliases():
+            value = data.pop(alias.field, None)
+            if value is None:
+                continue
+            said = names["alias"].format(field=alias.field, flag=alias.flag)
+            if owner.name != chosen:
+                raise ValueError(f"{said} is for {names['backend named'].format(owner.name)}")
+            if alias.setting is not None:
+                given[alias.setting], spelled[alias.setting] = value, said
+            elif isinstance(value, dict):
+                given.update(value)
+                for key in value:
+                    form = names["alias setting"]
+                    spelled[key] = form.format(field=alias.field, flag=alias.flag, key=key)
+            else:
+                raise ValueError(f"{said}: expected a mapping of settings")
+        data["backend_settings"] = given
+        if isinstance(chosen, str) and chosen in backends.names():
+            data["backend_settings"] = _checked(backends.get(chosen), given, spelled, names)
+        return data
 
     @field_validator("backend")
     @classmethod
@@ -179,10 +221,6 @@ class Submission(BaseModel):
                 f"{choose(lambda b: b.multi_node)} (the {chosen.name} backend runs on this "
                 "machine only)"
             )
-        for option in OWNED_OPTIONS:
-            if getattr(self, option) is not None and option not in chosen.options:
-                owns = functools.partial(_owns, option)
-                raise ValueError(f"{names[option]} is for {choose(owns)}")
         if self.compute.oversubscribe and chosen.multi_node:
             raise ValueError(
                 f"{names['compute.oversubscribe']} is for "
@@ -194,13 +232,23 @@ class Submission(BaseModel):
     def grants(self) -> tuple[Grant, ...]:
         return merged(parse_grant(text) for text in self.permissions)
 
-    @property
-    def backend_settings(self) -> dict[str, Any]:
-        """The settings the submission gives its backend (those it leaves out, the
-        backend or the caller resolves)."""
-        if self.slurm is not None:
-            return self.slurm.model_dump(exclude_defaults=True)
-        return {"address": self.ray_address} if self.ray_address is not None else {}
+
+def _checked(
+    backend: Backend, given: dict[str, Any], spelled: dict[str, str], names: Mapping[str, str]
+) -> dict[str, Any]:
+    """The backend's settings checked by its model, each error named by ``spelled``."""
+    try:
+        return checked(backend, given)
+    except ValidationError as err:
+
+        def where(loc: tuple[Any, ...]) -> str:
+            key = str(loc[0])
+            rest = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
+            return spelled.get(key, names["backend setting"].format(key=key)) + rest
+
+        raise ValueError(describe(err, where)) from None
+    except ValueError as err:
+        raise ValueError(f"{names['backend']}: {err}") from None
 
 
 def default_targets() -> tuple[Target, ...]:
@@ -228,10 +276,6 @@ def check_targets(
                 "jupyter_air_config.py, or $AIR_SMTP_HOST"
             )
     return targets
-
-
-#: The submission's fields that belong to one backend (``Backend.options``).
-OWNED_OPTIONS = ("ray_address", "slurm")
 
 
 class WorkloadFile(Submission):
@@ -340,7 +384,3 @@ def _line(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
         else:
             break
     return line
-
-
-def _owns(option: str, backend: Backend) -> bool:
-    return option in backend.options

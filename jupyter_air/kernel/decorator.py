@@ -9,11 +9,15 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from ..jobs.backends.settings import owner
 from .capture import Payload
 from .launch import Options, run
 
 P = ParamSpec("P")
 R = TypeVar("R")
+#: ``Options``' fields that are no keyword of the decorator: ``out`` (return it instead)
+#: and ``aliased``, the older spellings given by their own names (``slurm={...}``).
+INTERNAL = frozenset({"out", "aliased"})
 
 
 class DistributedFunction(Generic[P, R]):
@@ -63,21 +67,23 @@ def distributed(
 def distributed(fn: Callable[P, R] | None = None, **options: Any) -> Any:
     """``@distributed(nproc_per_node=2, experiment=..., max_retries=1, ...)``: the options
     of ``%%air_distributed`` as keyword arguments (``env`` is a dict, ``share`` a list of
-    grants such as ``["bob:CAN_VIEW"]``, ``out`` is not needed: return what you want back).
+    grants such as ``["bob:CAN_VIEW"]``, ``backend_settings`` a dict of the backend's
+    settings, as ``--backend-opt``'s; ``out`` is not needed: return what you want back).
     ``@distributed(session=True)`` runs on the session's ranks and takes only
     ``output_ranks``: the rest belongs to ``%air_session start``."""
     session = options.pop("session", False)
     if not isinstance(session, bool):
         raise TypeError(f"distributed(session=...) must be True or False, got {session!r}")
-    unknown = set(options) - {f for f in Options.__dataclass_fields__ if f != "out"}
+    aliased = {k: options.pop(k) for k in list(options) if owner(k) is not None}
+    unknown = set(options) - {f for f in Options.__dataclass_fields__ if f not in INTERNAL}
     if unknown:
         raise TypeError(f"distributed() got unknown option(s): {', '.join(sorted(unknown))}")
-    if session and (whole_job := sorted(set(options) - {"output_ranks"})):
+    if session and (whole_job := sorted({*options, *aliased} - {"output_ranks"})):
         raise TypeError(
             f"{', '.join(whole_job)} does not apply to distributed(session=True) "
             "(give it to %air_session start)"
         )
-    settings = Options(**options)
+    settings = Options(**options, aliased=aliased)
 
     def wrap(f: Callable[P, R]) -> DistributedFunction[P, R]:
         return DistributedFunction(f, settings, session)

@@ -13,7 +13,9 @@ from typing import Any, TypeVar
 
 from IPython.core.magic_arguments import argument
 
-from ..jobs.backends.slurm.settings import parse_pairs
+from ..jobs.backends import get, names
+from ..jobs.backends.base import Alias, Backend
+from ..jobs.backends.settings import FLAG, BadPair, aliases, from_pairs
 from .launch import OptionError, Options, parse_env
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -32,33 +34,42 @@ WHOLE_JOB: dict[str, Callable[[Any], Any]] = {
         ),
     ),
     "nnodes": argument(
-        "--nnodes", type=int, default=1, help="Machines (more than 1 needs --backend ray or slurm)."
+        "--nnodes",
+        type=int,
+        default=1,
+        help="Machines (more than 1 needs --backend "
+        + " or ".join(name for name in names() if get(name).multi_node)
+        + ").",
     ),
     "backend": argument(
         "--backend",
         default="local",
-        help=(
-            "local: ranks on this machine; ray: one node agent per node of a Ray cluster; "
-            "slurm: one per node of a Slurm allocation (its own, or the one this kernel "
-            "runs in)."
-        ),
+        help="; ".join(f"{name}: {get(name).summary}" for name in names()) + ".",
     ),
-    "ray_address": argument(
-        "--ray-address",
-        default=None,
-        help="Ray cluster for --backend ray (default: c.AirMagics.ray_address, $RAY_ADDRESS).",
-    ),
-    "slurm": argument(
-        "--slurm",
+    "backend_opt": argument(
+        FLAG,
         action="append",
-        default=None,
+        default=[],
         metavar="KEY=VALUE",
-        help=(
-            "A Slurm setting for --backend slurm (repeatable): partition, time, account, "
-            "qos, gpus_per_node, cpus_per_task (per rank), mem (per node), constraint, "
-            "args (more srun options, e.g. args='--exclusive'), new_allocation=true."
-        ),
+        help="A setting of the --backend (repeatable): "
+        + "; ".join(
+            f"{name}: {', '.join(model.model_fields)}"
+            for name in names()
+            if (model := get(name).settings_model) is not None
+        )
+        + " (docs/backends.md says what each means).",
     ),
+    **{
+        alias.field: argument(
+            alias.flag,
+            dest=alias.field,
+            action="store" if alias.setting is not None else "append",
+            default=None,
+            metavar=None if alias.setting is not None else "KEY=VALUE",
+            help=alias.help,
+        )
+        for _, alias in aliases()
+    },
     "experiment": argument(
         "--experiment", help="MLflow experiment name (wins over mlflow.set_experiment())."
     ),
@@ -133,10 +144,14 @@ WHOLE_JOB: dict[str, Callable[[Any], Any]] = {
 }
 
 
-def whole_job_options(*names: str) -> Callable[[F], F]:
+def whole_job_options(*chosen_names: str) -> Callable[[F], F]:
     """The named whole-job options (every one when none is named) on a magic, as if each
-    ``@argument`` were written where this decorator is."""
-    chosen = [WHOLE_JOB[name] for name in names or WHOLE_JOB]
+    ``@argument`` were written where this decorator is; ``backend_opt`` brings the
+    backends' older spellings with it."""
+    wanted = set(chosen_names or WHOLE_JOB)
+    if "backend_opt" in wanted:
+        wanted |= {alias.field for _, alias in aliases()}
+    chosen = [option for name, option in WHOLE_JOB.items() if name in wanted]
 
     def add(magic: F) -> F:
         for option in reversed(chosen):  # decorators apply from the bottom up
@@ -153,9 +168,22 @@ def options_from(args: argparse.Namespace) -> Options:
     given = {name: value for name, value in vars(args).items() if name in fields}
     if "env" in given:
         given["env"] = parse_env(given["env"])
-    if given.get("slurm") is not None:
-        try:
-            given["slurm"] = parse_pairs(given["slurm"])
-        except ValueError as err:
-            raise OptionError(str(err)) from None
+    model = get(args.backend).settings_model if args.backend in names() else None
+    try:
+        given["backend_settings"] = from_pairs(FLAG, getattr(args, "backend_opt", []), model)
+        given["aliased"] = {
+            alias.field: _alias_value(alias, value, owner)
+            for owner, alias in aliases()
+            if (value := getattr(args, alias.field, None)) is not None
+        }
+    except BadPair as err:
+        raise OptionError(str(err)) from None
     return Options(**given)
+
+
+def _alias_value(alias: Alias, value: Any, owner: Backend) -> Any:
+    """An alias flag's value as the submission takes it: a section's ``KEY=VALUE``
+    flags as its settings."""
+    if alias.setting is not None:
+        return value
+    return from_pairs(alias.flag, value, owner.settings_model)

@@ -25,14 +25,15 @@ from ..job_dir import AttemptDir
 from ..jobs import cancel
 from ..jobs.follow import LogFollower
 from ..jobs.permissions import Grant
-from ..jobs.service import JobService, Placed, Refused, check_grants
+from ..jobs.request import Defaults, JobRequest, Program
+from ..jobs.service import JobService, Refused, check_grants
 from ..jobs.spec import JobKind
 from ..jobs.store import Job, JobStore
 from ..jobs.workload_file import Submission, TrackingMode, describe
 from ..logs.query import LogFilter
 from ..redact import redact
 from ..status import JobStatus, Outcome
-from ..tracking import journal, probe
+from ..tracking import journal
 from ..tracking.backlog import describe as describe_error
 from ..tracking.targets import ExperimentRef, RunTarget, current_tracking_uri
 from .capture import Payload
@@ -47,8 +48,9 @@ FLAGS = {
     "backend": "--backend",
     "backend named": "--backend {}",
     "a backend": "the {} backend",
-    "ray_address": "--ray-address",
-    "slurm": "--slurm",
+    "backend setting": "--backend-opt {key}",
+    "alias": "{flag}",
+    "alias setting": "{flag} {key}",
     "tracking": "--tracking",
     "max_retries": "--max-retries",
     "env": "--env",
@@ -83,9 +85,11 @@ class Options:
     nproc_per_node: int | None = None
     nnodes: int = 1
     backend: str = "local"
-    ray_address: str | None = None
-    #: Slurm's settings for ``backend="slurm"`` (``jobs.backends.slurm.settings``).
-    slurm: Mapping[str, Any] | None = None
+    #: The backend's own settings (``Backend.settings_model``): ``--backend-opt``'s.
+    backend_settings: Mapping[str, Any] = field(default_factory=dict)
+    #: Older spellings of the backend's settings, by field (``Backend.aliases``):
+    #: ``slurm={...}``, ``--ray-address``.
+    aliased: Mapping[str, Any] = field(default_factory=dict)
     experiment: str | None = None
     run_name: str | None = None
     max_retries: int = 0
@@ -127,19 +131,15 @@ class Options:
             raise option_error(err) from None
         return submission
 
-    def placed(self, service: JobService, submission: Submission) -> Placed:
-        """The submission checked against its backend as ``service``'s caller, with this
-        kernel's defaults (one rank per GPU here, ``c.AirMagics.ray_address``)."""
-        try:
-            return service.place(
-                submission,
-                nproc_per_node=self.nproc_per_node,
-                oversubscribe=self.oversubscribe,
-                override="--oversubscribe (oversubscribe=True for @distributed)",
-                settings=kernel_settings(submission.backend),
-            )
-        except Refused as err:
-            raise option_error(err) from None
+    def defaults(self) -> Defaults:
+        """This kernel's defaults for the job: one rank per GPU here, the backend's
+        settings from ``c.AirMagics`` (the Ray address)."""
+        return Defaults(
+            nproc_per_node=self.nproc_per_node,
+            oversubscribe=self.oversubscribe,
+            override="--oversubscribe (oversubscribe=True for @distributed)",
+            settings=kernel_settings(self.backend),
+        )
 
     def _submission(self) -> Submission:
         fields = {
@@ -149,8 +149,8 @@ class Options:
                 "oversubscribe": self.oversubscribe,
             },
             "backend": self.backend,
-            "ray_address": self.ray_address,
-            "slurm": None if self.slurm is None else dict(self.slurm),
+            "backend_settings": dict(self.backend_settings),
+            **self.aliased,
             "max_retries": self.max_retries,
             "env": self.env,
             "permissions": list(self.share),
@@ -166,8 +166,6 @@ class Options:
 
 
 def _flag(loc: tuple[Any, ...]) -> str:
-    if loc[0] == "slurm" and len(loc) > 1:  # --slurm KEY=VALUE: named by its key
-        return f"--slurm {loc[1]}"
     dotted = ".".join(str(part) for part in loc[:2])
     return FLAGS.get(dotted) or FLAGS.get(str(loc[0])) or dotted
 
@@ -219,6 +217,26 @@ def kernel_service() -> JobService:
     return JobService(JobStore(), Identity(server_owner()))
 
 
+@dataclass(frozen=True)
+class KernelDestination:
+    """Where a kernel's call sends its runs (``request.Destination``): resolved here, where
+    the notebook's active run, ``MLFLOW_RUN_ID`` and ``mlflow.set_experiment()`` are."""
+
+    experiment: str | None
+    user: str
+    notebook: str | None
+    tracking_uri: str = field(default_factory=current_tracking_uri)
+
+    def resolve(self) -> RunTarget:
+        from ..tracking import runs
+
+        with runs.quiet_store_setup():
+            return runs.resolve_target(self.experiment, self.user, self.notebook)
+
+    def unanswered(self) -> ExperimentRef:
+        return deferred_target(self.experiment, self.user, self.notebook, self.tracking_uri)
+
+
 def run(
     payload: Payload,
     options: Options,
@@ -229,50 +247,38 @@ def run(
     """Run a payload as a job and return rank 0's value (None for a background job);
     ``submission`` is what ``options.validate()`` made of the options."""
     grants = submission.grants
-    payload_bytes = payload.dumps()  # refuses unpicklable names before anything exists
-    service = kernel_service()
-    placed = options.placed(service, submission)
-
-    down = unanswered(current_tracking_uri(), submission)  # said in seconds
-    from mlflow import MlflowClient
-
-    from ..tracking import runs
-
     user, notebook = mlflow_user(), notebook_path()
-    target: RunTarget | ExperimentRef
-    if down is None:
-        with runs.quiet_store_setup():
-            target = runs.resolve_target(options.experiment, user, notebook)
-    else:
-        target = deferred_target(options.experiment, user, notebook, current_tracking_uri())
-    try:
-        spec = placed.spec(
+    request = JobRequest(
+        submission,
+        Program(
             JobKind.PYTHON,
+            payload=payload.dumps(),  # refuses unpicklable names before anything exists
+            source=source,
             working_dir=os.getcwd(),
             output_ranks=options.output_ranks,
             outputs=options.out,
             timeout=options.timeout,
             background=options.background,
             run_name=options.run_name,
-        )
-    except Refused as err:  # a --checkpoint-dir the user cannot write
-        raise option_error(err) from None
-    store = service.store
+        ),
+        KernelDestination(options.experiment, user, notebook),
+        user,
+        defaults=options.defaults(),
+        notebook=notebook,
+        tags={"air.cell_id": cell} if (cell := cell_id()) else {},
+        watch_pid=None if options.background else os.getpid(),
+    )
+    service = kernel_service()
     try:
-        submitted = service.submit(
-            spec,
-            target,
-            grants=grants,
-            payload=payload_bytes,
-            source=source if down is None else None,  # kept with a run made here only
-            notebook=notebook,
-            user=user,
-            extra_tags={"air.cell_id": cell} if (cell := cell_id()) else None,
-            watch_pid=None if options.background else os.getpid(),
-        )
-    except Refused as err:  # --resume: a job without a checkpoint, or not the caller's
+        started = service.start(request)  # a server that is down: said in seconds
+    except Refused as err:
         raise option_error(err) from None
-    job, run_id, run_name = submitted.job, submitted.run_id, submitted.run_name
+    from mlflow import MlflowClient
+
+    from ..tracking import runs
+
+    job, run_id, run_name, target = started.job, started.run_id, started.run_name, started.target
+    store = service.store
     mlflow_client = MlflowClient(target.tracking_uri)
 
     view = JobView(
@@ -288,7 +294,7 @@ def run(
     else:  # deferred: its supervisor makes the run, and gives the grants, once it can
         view.header(None, {"run": None, "logs": job_links_logs(job.id)})
         print(
-            f"{down}: the job runs now; its run is made and filled once the server "
+            f"{started.down}: the job runs now; its run is made and filled once the server "
             f"answers (air get {job.id})",
             file=sys.stderr,
         )
@@ -345,19 +351,6 @@ def end_in_time(finish: Callable[[], None], tracking_uri: str, job_id: str) -> N
     )
 
 
-def unanswered(tracking_uri: str, submission: Submission) -> probe.Unreachable | None:
-    """Why the tracking server does not answer, when the call runs anyway (``--tracking
-    deferred``); None when it answers. Raises ``probe.Unreachable`` (one line, nothing
-    started) otherwise."""
-    try:
-        probe.check(tracking_uri)
-    except probe.Unreachable as err:
-        if submission.tracking is TrackingMode.DEFERRED:
-            return err
-        raise
-    return None
-
-
 def deferred_target(
     option_experiment: str | None, user: str, notebook: str | None, tracking_uri: str
 ) -> ExperimentRef:
@@ -409,17 +402,22 @@ def option_error(err: Refused) -> OptionError:
     return OptionError(str(err))
 
 
-def kernel_settings(backend: str) -> dict[str, str]:
-    """The backend's settings this kernel's IPython configuration gives:
-    ``c.AirMagics.ray_address``, the Ray cluster when the call names none."""
-    if backend != "ray":
-        return {}
+def kernel_settings(backend: str) -> dict[str, Any]:
+    """The backend's settings this kernel's IPython configuration gives, for a call that
+    names none: ``c.AirMagics.<alias>`` of the backend's one-setting aliases (the Ray
+    cluster's ``c.AirMagics.ray_address``)."""
     from IPython import get_ipython
+
+    from ..jobs.backends.settings import aliases
 
     shell = get_ipython()
     magics = shell.magics_manager.registry.get("AirMagics") if shell is not None else None
-    address = getattr(magics, "ray_address", None)
-    return {"address": address} if address else {}
+    found: dict[str, Any] = {}
+    for owner, alias in aliases():
+        value = getattr(magics, alias.field, None)
+        if owner.name == backend and alias.setting is not None and value:
+            found[alias.setting] = value
+    return found
 
 
 def job_links(

@@ -9,16 +9,18 @@ supervisor makes it and the run, so the scheduler never imports MLflow.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ..identity import Identity
 from ..jobs.permissions import merged
+from ..jobs.request import Defaults, JobRequest, Program
 from ..jobs.service import JobService
-from ..jobs.spec import JobKind, JobSpec
+from ..jobs.spec import JobKind
 from ..jobs.store import JobStore
-from ..jobs.workload_file import Submission, TrackingMode, WorkloadFile
+from ..jobs.workload_file import Submission, WorkloadFile
 from ..redact import redact
 from ..tracking import probe
 from ..tracking.targets import ExperimentRef, current_tracking_uri
@@ -50,66 +52,63 @@ class Launcher:
             "air.task_key": task.task_key,
             "air.scheduled_time": datetime.fromtimestamp(run.scheduled_time, UTC).isoformat(),
         }
-        service = JobService(self.jobs, Identity(schedule.owner))
+        tracking_uri = spec.tracking_uri or current_tracking_uri()
         if task.notebook is not None:
-            job_spec = notebook_spec(service, schedule, task, experiment)
-            grants = spec.grants
+            request = notebook_request(schedule, task, experiment, tracking_uri)
         else:
             submission = WorkloadFile.model_validate({**fields, "experiment_name": experiment})
-            placed = service.place(submission, nproc_per_node=submission.compute.nproc_per_node)
-            job_spec = placed.spec(
-                JobKind.COMMAND,
-                command=submission.argv,
-                background=True,  # nobody's kernel: the job outlives the scheduler
-                working_dir=submission.working_dir,
-                run_name=submission.mlflow_run_name or f"{spec.name}.{task.task_key}",
-            )
             tags["air.command"] = redact(submission.command)
-            grants = merged([*spec.grants, *submission.grants])
-        tracking_uri = spec.tracking_uri or current_tracking_uri()
-        if fields.get("tracking") != TrackingMode.DEFERRED or task.notebook is not None:
-            _answers(tracking_uri)
-        target = ExperimentRef(tracking_uri, experiment, fields.get("mlflow_artifact_location"))
-        submitted = service.submit(
-            job_spec,
-            target,
-            grants=grants,
-            notebook=task.notebook_path,
-            user=schedule.owner,
-            extra_tags=tags,
-        )
-        return submitted.job.id
+            request = JobRequest(
+                submission,
+                Program(
+                    JobKind.COMMAND,
+                    command=submission.argv,
+                    background=True,  # nobody's kernel: the job outlives the scheduler
+                    working_dir=submission.working_dir,
+                    run_name=submission.mlflow_run_name or f"{spec.name}.{task.task_key}",
+                ),
+                ExperimentRef(tracking_uri, experiment, submission.mlflow_artifact_location),
+                schedule.owner,
+                defaults=Defaults(nproc_per_node=submission.compute.nproc_per_node),
+                grants=merged([*spec.grants, *submission.grants]),
+            )
+        request = dataclasses.replace(request, notebook=task.notebook_path, tags=tags)
+        try:
+            started = JobService(self.jobs, Identity(schedule.owner)).start(request)
+        except probe.Unreachable as err:
+            # A server that does not answer fails the task at once, in one line, with
+            # nothing started (as ``air run`` refuses), rather than a job failing a minute
+            # later on MLflow's retries.
+            raise probe.Unreachable(
+                f"{err}; the task's job was not started (a task with 'tracking: deferred' "
+                "runs anyway, and gets its run once the server answers)"
+            ) from None
+        return started.job.id
 
 
-def _answers(tracking_uri: str) -> None:
-    """A tracking server that does not answer fails the task at once, in one line, with
-    nothing started (as ``air run`` refuses), rather than a job failing a minute later
-    on MLflow's retries; a task with ``tracking: deferred`` runs anyway."""
-    try:
-        probe.check(tracking_uri)
-    except probe.Unreachable as err:
-        raise probe.Unreachable(
-            f"{err}; the task's job was not started (a task with 'tracking: deferred' runs "
-            "anyway, and gets its run once the server answers)"
-        ) from None
-
-
-def notebook_spec(
-    service: JobService, schedule: Schedule, task: TaskSpec, experiment: str
-) -> JobSpec:
-    """One rank running ``notebook_task`` on the snapshot, beside the original notebook."""
+def notebook_request(
+    schedule: Schedule, task: TaskSpec, experiment: str, tracking_uri: str
+) -> JobRequest:
+    """One rank running ``notebook_task`` on the snapshot, beside the original notebook,
+    with the schedule's grants."""
     where = Path(task.notebook_path or ".").parent
-    submission = Submission.model_validate({"env": {NOTEBOOK_ENV: experiment}})
-    return service.place(submission, nproc_per_node=1).spec(
-        JobKind.COMMAND,
-        command=[
-            sys.executable,
-            "-m",
-            "jupyter_air.schedules.notebook_task",
-            schedule.id,
-            task.task_key,
-        ],
-        background=True,
-        working_dir=str(where) if where.is_dir() else None,
-        run_name=f"{schedule.spec.name}.{task.task_key}",
+    return JobRequest(
+        Submission.model_validate({"env": {NOTEBOOK_ENV: experiment}}),
+        Program(
+            JobKind.COMMAND,
+            command=[
+                sys.executable,
+                "-m",
+                "jupyter_air.schedules.notebook_task",
+                schedule.id,
+                task.task_key,
+            ],
+            background=True,
+            working_dir=str(where) if where.is_dir() else None,
+            run_name=f"{schedule.spec.name}.{task.task_key}",
+        ),
+        ExperimentRef(tracking_uri, experiment),
+        schedule.owner,
+        defaults=Defaults(nproc_per_node=1),
+        grants=schedule.spec.grants,
     )

@@ -103,6 +103,7 @@ def test_session_start_takes_the_whole_job_options_of_a_cell_by_one_definition()
     shared = sorted(set(cell_options) & set(session_options) - {"help"})
     assert shared == [
         "backend",
+        "backend_opt",
         "env",
         "experiment",
         "nnodes",

@@ -21,6 +21,13 @@ def _registered() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=GROUP)}
 
 
+def forget() -> None:
+    """Look the entry points up again at the next call: a distribution was installed or
+    removed while this process runs (the tests' own backend)."""
+    _registered.cache_clear()
+    get.cache_clear()
+
+
 def names() -> list[str]:
     """The installed backends' names, sorted."""
     return sorted(_registered())

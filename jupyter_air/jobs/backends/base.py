@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from pydantic import BaseModel
+
 from ...job_dir import JobDir
 from ...tracking.sampling import Sample
 from ..spec import JobSpec
@@ -40,7 +42,7 @@ class Placement:
 
     nproc_per_node: int
     nnodes: int
-    #: The backend's own settings as the submitter gave them (``Backend.options``).
+    #: The backend's own settings as the submitter gave them (``Backend.settings_model``).
     settings: Mapping[str, Any]
     #: Start more ranks than the machine holds (the local backend's limit lifted).
     oversubscribe: bool = False
@@ -89,15 +91,37 @@ class Nodes(Protocol):
         """Release what the attempt held; nothing of it is left after."""
 
 
+@dataclass(frozen=True)
+class Alias:
+    """An older spelling of a backend's settings, kept working beside the generic one
+    (``backend: {name: ..., KEY: VALUE}``, ``--backend-opt KEY=VALUE``)."""
+
+    #: The workload file's field and ``@distributed``'s keyword: ``ray_address``.
+    field: str
+    #: The magics' flag: ``--ray-address``.
+    flag: str
+    help: str
+    #: The one setting it gives (``ray_address`` is ``address``); None: a section of
+    #: settings (``slurm: {partition: gpu}``, ``--slurm partition=gpu``).
+    setting: str | None = None
+
+
 class Backend(abc.ABC):
     """One engine, registered under the ``jupyter_air.backends`` entry points."""
 
     #: Its name in ``--backend``, ``backend:`` and the job's spec.
     name: ClassVar[str]
+    #: What it runs on, in a few words (``--backend``'s help).
+    summary: ClassVar[str]
     #: Whether a job may span several nodes (the local backend has one: this machine).
     multi_node: ClassVar[bool]
-    #: The workload-file fields this backend owns (``ray_address``): refused elsewhere.
-    options: ClassVar[frozenset[str]] = frozenset()
+    #: Its own settings (None: it takes none): a pydantic model whose fields, with their
+    #: ``description``, are the workload file's ``backend:`` section, the magics' and
+    #: ``air run``'s ``--backend-opt KEY=VALUE`` and the docs' table. Unknown keys are
+    #: refused (``extra="forbid"``).
+    settings_model: ClassVar[type[BaseModel] | None] = None
+    #: Older spellings of those settings, still taken.
+    aliases: ClassVar[tuple[Alias, ...]] = ()
     #: Whether its nodes report their last system sample themselves as they close; a
     #: local attempt's last sample is left to its run's tail when none was taken.
     samples_at_close: ClassVar[bool] = False

@@ -378,6 +378,7 @@ class LocalBackend(Backend):
     """This machine: one node, its ranks subprocesses of the supervisor (``LocalNode``)."""
 
     name = "local"
+    summary = "ranks on this machine"
     multi_node = False
 
     def default_nproc(self) -> int:

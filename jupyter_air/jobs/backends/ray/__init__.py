@@ -8,12 +8,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..base import AttemptContext, Backend, BackendRefused, Nodes, Placement
+from .settings import ALIASES, RaySettings
 
 
 class RayBackend(Backend):
     name = "ray"
+    summary = "one node agent per node of a Ray cluster"
     multi_node = True
-    options = frozenset({"ray_address"})
+    settings_model = RaySettings
+    aliases = ALIASES
     samples_at_close = True
 
     def prepare(self, placement: Placement) -> dict[str, Any]:

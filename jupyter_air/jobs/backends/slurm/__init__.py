@@ -12,12 +12,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..base import AttemptContext, Backend, BackendRefused, Nodes, Placement
+from .settings import ALIASES, SlurmSettings
 
 
 class SlurmBackend(Backend):
     name = "slurm"
+    summary = (
+        "one node agent per node of a Slurm allocation (its own, or the one this kernel runs in)"
+    )
     multi_node = True
-    options = frozenset({"slurm"})
+    settings_model = SlurmSettings
+    aliases = ALIASES
     samples_at_close = True
 
     def prepare(self, placement: Placement) -> dict[str, Any]:
@@ -25,7 +30,6 @@ class SlurmBackend(Backend):
         allocation, or against the allocation the notebook runs in; and where the nodes
         reach this machine."""
         from . import commands
-        from .settings import SlurmSettings
 
         try:
             settings = SlurmSettings.model_validate(dict(placement.settings))

@@ -1,6 +1,8 @@
-"""A Slurm job's own settings, as ``slurm:`` in a workload or schedule file, ``--slurm
-KEY=VALUE`` on the magics and ``slurm={...}`` on ``@distributed``: Slurm's words for
-what a job asks of the cluster, turned into the options of the ``srun`` that runs it."""
+"""A Slurm job's own settings, as ``backend: {name: slurm, ...}`` (or ``slurm:``) in a
+workload or schedule file, ``--backend-opt KEY=VALUE`` (or ``--slurm KEY=VALUE``) on
+the magics and ``air run``, and ``backend_settings={...}`` (or ``slurm={...}``) on
+``@distributed``: Slurm's words for what a job asks of the cluster, turned into the
+options of the ``srun`` that runs it."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import shlex
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..base import Alias
 
 #: What a value may hold: Slurm's own syntax for each field is checked by Slurm itself
 #: (``srun --test-only``); here, nothing that could end an option early.
@@ -26,22 +30,40 @@ class SlurmSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    partition: str | None = Field(None, pattern=_PLAIN.pattern, description="-p, --partition")
-    time: str | None = Field(None, pattern=_PLAIN.pattern, description="-t: 30, 2:00:00, 1-0")
-    account: str | None = Field(None, pattern=_PLAIN.pattern, description="-A, --account")
-    qos: str | None = Field(None, pattern=_PLAIN.pattern, description="-q, --qos")
+    partition: str | None = Field(
+        None, pattern=_PLAIN.pattern, description="the partition (srun -p)"
+    )
+    time: str | None = Field(
+        None, pattern=_PLAIN.pattern, description="the time limit (srun -t): 30, 2:00:00, 1-0"
+    )
+    account: str | None = Field(
+        None, pattern=_PLAIN.pattern, description="the account charged (srun -A)"
+    )
+    qos: str | None = Field(
+        None, pattern=_PLAIN.pattern, description="the quality of service (srun -q)"
+    )
     gpus_per_node: str | None = Field(
-        None, pattern=_PLAIN.pattern, description="--gpus-per-node: 4, or a100:4"
+        None,
+        pattern=_PLAIN.pattern,
+        description="GPUs on each node (srun --gpus-per-node): 4, or a100:4",
     )
     cpus_per_task: int | None = Field(
         None, ge=1, description="CPUs for each rank (the node's task gets this times -n)"
     )
-    mem: str | None = Field(None, pattern=_PLAIN.pattern, description="--mem per node: 64G")
-    constraint: str | None = Field(None, min_length=1, description="-C, --constraint")
-    args: list[str] = Field(default_factory=list, description="more srun/sbatch options")
-    #: In an allocation already (``salloc``, a batchspawner server): ask for a new one
-    #: rather than run in it.
-    new_allocation: bool = False
+    mem: str | None = Field(
+        None, pattern=_PLAIN.pattern, description="memory on each node (srun --mem): 64G"
+    )
+    constraint: str | None = Field(
+        None, min_length=1, description="node features (srun -C): a100&ib"
+    )
+    args: list[str] = Field(
+        default_factory=list, description="more srun options, one string or a list: --exclusive"
+    )
+    new_allocation: bool = Field(
+        False,
+        description="in an allocation already (salloc, batchspawner): ask for a new one "
+        "rather than run in it",
+    )
 
     @field_validator("time", "mem", "gpus_per_node", mode="before")
     @classmethod
@@ -81,20 +103,12 @@ class SlurmSettings(BaseModel):
         return [*args, *self.args]
 
 
-def parse_pairs(pairs: list[str]) -> dict[str, Any]:
-    """``--slurm KEY=VALUE`` flags as settings (``args`` may be given more than once)."""
-    found: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--slurm {pair!r}: expected KEY=VALUE (partition=gpu)")
-        key = key.replace("-", "_")
-        if key == "args":
-            found.setdefault("args", []).extend(shlex.split(value))
-        elif key == "cpus_per_task":
-            found[key] = int(value) if value.isdigit() else value
-        elif key == "new_allocation":
-            found[key] = value.lower() in ("1", "true", "yes")
-        else:
-            found[key] = value
-    return found
+ALIASES = (
+    Alias(
+        "slurm",
+        "--slurm",
+        "A Slurm setting for --backend slurm (repeatable): partition, time, account, "
+        "qos, gpus_per_node, cpus_per_task (per rank), mem (per node), constraint, "
+        "args (more srun options, e.g. args='--exclusive'), new_allocation=true.",
+    ),
+)
