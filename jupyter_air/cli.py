@@ -674,7 +674,7 @@ def _logs(args: argparse.Namespace) -> int:
     if args.follow:  # just submitted: its supervisor is starting it
         _first_attempt(store, job.id)
     try:
-        attempt, directory = service.log_attempt(job, args.attempt)
+        logs = service.log_attempt(job, args.attempt)
     except NoLogs as err:
         raise CliError(str(err)) from None
     since = _when(args.since, "--since")
@@ -700,14 +700,14 @@ def _logs(args: argparse.Namespace) -> int:
         except (NotASession, NoCell) as err:
             raise CliError(str(err)) from None
     if args.download_to is not None:
-        return _download(directory, flt, args.download_to, attempt)
-    if args.follow:
-        _follow(store, job.id, flt, args.lines, attempt)
+        return _download(logs.directory, flt, args.download_to, logs.attempt)
+    if args.follow:  # the attempt asked for, else the latest and the retries after it
+        _follow(store, job.id, flt, args.lines, args.attempt)
         return 0
     if args.lines:
-        _print(read_tail(directory, flt, args.lines).lines)
+        _print(read_tail(logs.directory, flt, args.lines).lines)
         return 0
-    for page in read_all_text(directory, flt):
+    for page in read_all_text(logs.directory, flt):
         sys.stdout.write(page.text)
     sys.stdout.flush()
     return 0

@@ -162,7 +162,7 @@ async def test_an_earlier_attempt_is_not_running_while_a_retry_is(
         ({}, "'node' is required"),
         ({"node": "one"}, "'node' must be an integer, got 'one'"),
         ({"node": "-1"}, "'node' must be between 0 and"),
-        ({"node": "0", "attempt": "2"}, "'attempt' must be between 1 and 1, got 2"),
+        ({"node": "0", "attempt": "2"}, "attempt 2 of job"),
         ({"node": "0", "since": "soon"}, "'since' must be a number, got 'soon'"),
         ({"node": "0", "inventory": "../x"}, "'inventory' must be an id from a previous answer"),
     ],

@@ -110,13 +110,24 @@ def test_logs_are_of_an_attempt_that_exists_until_they_expire(store: JobStore) -
         alice.log_attempt(alice.get(job_id))
     store.start_attempt(job_id, 1, None)
     store.start_attempt(job_id, 2, None)
-    assert alice.log_attempt(alice.get(job_id)) == (2, store.attempt_dir(job_id, 2))
-    assert alice.log_attempt(alice.get(job_id), 1)[0] == 1
+    latest = alice.log_attempt(alice.get(job_id))
+    assert dataclasses.astuple(latest) == (2, 2, store.attempt_dir(job_id, 2))
+    assert alice.log_attempt(alice.get(job_id), 1).attempt == 1
     with pytest.raises(NoLogs, match=r"attempt 3 of job .*: it has 1 to 2"):
         alice.log_attempt(alice.get(job_id), 3)
     store.job_dir(job_id).rmdir()
     with pytest.raises(NoLogs, match="have expired"):
         alice.log_attempt(alice.get(job_id))
+    assert alice.log_attempt(alice.get(job_id), empty=True).attempt == 2  # a view reads nothing
+
+
+def test_a_view_reads_a_job_without_attempts_as_its_first_attempt_empty(store: JobStore) -> None:
+    job_id = alices_job(store)
+    alice = JobService(store, ALICE)
+    place = alice.log_attempt(alice.get(job_id), empty=True)
+    assert (place.attempt, place.attempts, place.directory.exists()) == (1, 0, False)
+    with pytest.raises(NoLogs, match=r"attempt 2 of job .*: it has 1 to 1"):
+        alice.log_attempt(alice.get(job_id), 2, empty=True)
 
 
 class Recording(Backend):

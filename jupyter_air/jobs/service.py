@@ -180,6 +180,16 @@ def tracking_down(
 
 
 @dataclass(frozen=True)
+class AttemptPlace:
+    """Which attempt, and where its files (logs, GPU samples) are."""
+
+    attempt: int
+    #: How many attempts the job has (0 before its first).
+    attempts: int
+    directory: Path
+
+
+@dataclass(frozen=True)
 class Started:
     """A job ``start`` started, and where its runs go."""
 
@@ -337,17 +347,25 @@ class JobService:
     def documents(self, jobs: list[Job]) -> list[dict[str, Any]]:
         return job_documents(self.store, jobs, self.caller, self.run_link)
 
-    def log_attempt(self, job: Job, attempt: int | None = None) -> tuple[int, Path]:
-        """Which attempt's logs to read (the latest by default) and their directory."""
+    def visible(self, job_ids: set[str]) -> set[str]:
+        """Which of these jobs the caller may view (unknown ids are not)."""
+        return self.store.visible_ids(self.caller, job_ids)
+
+    def log_attempt(
+        self, job: Job, attempt: int | None = None, *, empty: bool = False
+    ) -> AttemptPlace:
+        """Which attempt's logs to read (the latest by default) and where. ``empty``: a
+        job with no attempt yet, or whose logs expired, reads as an empty place (a view
+        that polls shows nothing yet, or nothing more) rather than ``NoLogs``."""
         attempts = len(self.store.attempts(job.id))
-        if not attempts:
+        if not attempts and not empty:
             raise NoLogs(f"job {job.id} has no attempt yet")
-        number = attempt or attempts
-        if not 1 <= number <= attempts:
-            raise NoLogs(f"attempt {number} of job {job.id}: it has 1 to {attempts}")
-        if not self.store.job_dir(job.id).exists():
+        number = attempt or max(attempts, 1)
+        if not 1 <= number <= max(attempts, 1):
+            raise NoLogs(f"attempt {number} of job {job.id}: it has 1 to {max(attempts, 1)}")
+        if attempts and not empty and not self.store.job_dir(job.id).exists():
             raise NoLogs(f"the logs of job {job.id} have expired")
-        return number, self.store.attempt_dir(job.id, number)
+        return AttemptPlace(number, attempts, self.store.attempt_dir(job.id, number))
 
     # -- changing ----------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from tornado import web
 from ..gpu.owners import job_of, owner_of
 from ..gpu.sampler import GpuSampler
 from ..job_dir import AttemptDir
+from ..jobs.service import JobService
 from ..jobs.sessions.activity import activity_of
 from ..jobs.store import JobStore, UnknownJob
 from ..jobs.supervision.hints import read_hints
@@ -101,13 +102,12 @@ class JobGpuHandler(JobsBase):
         since = self.float_argument("since", minimum=0)
         inventory = _inventory_argument(self)
         job = await self.job(job_id)
-        attempt, attempts = await self.attempt_of(job)
-        stored = await in_store_thread(
-            AttemptDir(self.store.attempt_dir(job.id, attempt)).read_gpu, node
-        )
+        place = await self.attempt_of(job)
+        attempt = place.attempt
+        stored = await in_store_thread(AttemptDir(place.directory).read_gpu, node)
         if stored is None:
             raise web.HTTPError(404, f"no GPU samples of node {node} in attempt {attempt}")
-        running = job.status is JobStatus.RUNNING and attempt == attempts
+        running = job.status is JobStatus.RUNNING and attempt == place.attempts
         doc = _cut(stored, since, inventory)
         if running:  # its jobs' hints and sessions as they are now, as for this server
             processes = [p for state in doc["state"] for p in state.get("processes") or []]
@@ -147,7 +147,7 @@ async def hide_others(handler: AirHandler, store: JobStore, doc: dict[str, Any])
         for p in state["processes"]
         if isinstance(p.get("owner"), dict) and p["owner"].get("kind") == "job"
     } | {node["job"] for node in doc.get("nodes", [])}
-    visible = await in_store_thread(store.visible_ids, handler.caller(), ids)
+    visible = await in_store_thread(JobService(store, handler.caller()).visible, ids)
     for state in states:
         state["processes"] = [
             p

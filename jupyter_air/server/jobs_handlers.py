@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import sqlite3
 from collections.abc import Callable
@@ -39,7 +40,7 @@ from ..jobs.permissions import (
     merged,
     principal_from_json,
 )
-from ..jobs.service import JobService, Refused
+from ..jobs.service import AttemptPlace, JobService, NoLogs, Refused
 from ..jobs.sessions import cells as session_cells
 from ..jobs.sessions.cells import NoCell, NotASession, cell_filter
 from ..jobs.spec import JobKind
@@ -126,11 +127,15 @@ class JobsBase(AirHandler):
         except NoCell as err:
             raise web.HTTPError(404, str(err)) from None
 
-    async def attempt_of(self, job: Job) -> tuple[int, int]:
-        attempts = len(await in_store_thread(self.store.attempts, job.id))
-        attempt = self.int_argument("attempt", max(attempts, 1), 1, max(attempts, 1))
-        assert attempt is not None
-        return attempt, attempts
+    async def attempt_of(self, job: Job) -> AttemptPlace:
+        """``attempt=N`` (the latest by default; a job with none yet, or whose files
+        expired, reads as an empty place)."""
+        asked = self.int_argument("attempt", None, 1, 1 << 31)
+        where = functools.partial(self.service.log_attempt, empty=True)
+        try:
+            return await in_store_thread(where, job, asked)
+        except NoLogs as err:
+            raise web.HTTPError(400, str(err)) from None
 
 
 class JobsHandler(JobsBase):
@@ -160,11 +165,11 @@ class JobLogsHandler(JobsBase):
     async def get(self, job_id: str) -> None:
         job = await self.job(job_id)
         flt = await self.of_cell(job, self.log_filter())
-        attempt, attempts = await self.attempt_of(job)
+        logs = await self.attempt_of(job)
         limit = self.int_argument("limit", 1000, 1, 10_000) or 1000
         tail = self.int_argument("tail", None, 1, 10_000)
         cursor = self.get_query_argument("cursor", None)
-        directory = self.store.attempt_dir(job.id, attempt)
+        directory = logs.directory
         loop = asyncio.get_running_loop()
         try:
             if tail is not None and not cursor:
@@ -179,8 +184,8 @@ class JobLogsHandler(JobsBase):
             await in_store_thread(self._with_cells, job, lines)
         answer = LogsPage(
             job=job.id,
-            attempt=attempt,
-            attempts=attempts,
+            attempt=logs.attempt,
+            attempts=logs.attempts,
             status=job.status,
             lines=lines,
             next=page.cursor,
@@ -221,11 +226,11 @@ class JobLogsDownloadHandler(JobsBase):
     async def get(self, job_id: str) -> None:
         job = await self.job(job_id)
         flt = await self.of_cell(job, self.log_filter())
-        attempt, _ = await self.attempt_of(job)
-        name = f"{job.id}-attempt-{attempt}.log"
+        logs = await self.attempt_of(job)
+        name = f"{job.id}-attempt-{logs.attempt}.log"
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.set_header("Content-Disposition", f'attachment; filename="{name}"')
-        pages = read_all_text(self.store.attempt_dir(job.id, attempt), flt)
+        pages = read_all_text(logs.directory, flt)
 
         def next_chunk() -> str | None:  # reading and formatting stay off the event loop
             page = next(pages, None)

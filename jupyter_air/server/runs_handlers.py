@@ -25,6 +25,7 @@ from tornado import web
 
 from ..identity import Identity, server_owner
 from ..jobs.documents import tracking_line
+from ..jobs.service import JobService
 from ..redact import without_userinfo
 from ..tracking import experiment_runs as er
 from ..tracking.stores import KEY, lookup_store, registered_stores, store_key
@@ -87,7 +88,7 @@ class RunsBase(JobsBase):
         """The experiments of ``uri`` that jobs ``who`` may view ran in (store thread)."""
         return {
             str(job.experiment_id)
-            for job in self.store.jobs(visible_to=who)
+            for job in JobService(self.store, who).jobs()
             if job.spec.tracking.tracking_uri == uri and job.experiment_id
         }
 
@@ -106,7 +107,7 @@ class RunsBase(JobsBase):
 
         def keep(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             ids = {row["job_id"] for row in rows if row["job_id"]}
-            allowed = self.store.visible_ids(who, ids)
+            allowed = JobService(self.store, who).visible(ids)
             return [row for row in rows if (row["job_id"] in allowed if row["job_id"] else owner)]
 
         return keep
@@ -136,7 +137,7 @@ class NotebookRunsHandler(RunsBase):
         who = self.caller()
 
         def from_jobs() -> tuple[str, str] | None:
-            for job in self.store.jobs(visible_to=who):  # newest first
+            for job in JobService(self.store, who).jobs():  # newest first
                 tracking = job.spec.tracking
                 if tracking.tags.get("air.notebook") in names and tracking.tracking_uri:
                     return tracking.tracking_uri, str(job.experiment_id)
@@ -182,7 +183,7 @@ class StoresHandler(RunsBase):
         def used() -> list[str]:
             registered = set(registered_stores().values())
             uris = [current] if current else []
-            for job in self.store.jobs(visible_to=who):  # newest first
+            for job in JobService(self.store, who).jobs():  # newest first
                 uri = job.spec.tracking.tracking_uri
                 if uri in registered and uri not in uris:
                     uris.append(uri)
@@ -240,7 +241,7 @@ class RunsHandler(RunsBase):
         runs wait for their server (``jobs.documents.tracking_line``)."""
         jobs = [
             job
-            for job in self.store.jobs(visible_to=who, limit=TRACKING_JOBS)
+            for job in JobService(self.store, who).jobs(limit=TRACKING_JOBS)
             if job.spec.tracking.tracking_uri == uri and str(job.experiment_id) == experiment_id
         ]
         attempts = self.store.attempts_of(jobs)

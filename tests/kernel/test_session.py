@@ -113,6 +113,7 @@ def test_session_start_takes_the_whole_job_options_of_a_cell_by_one_definition()
         "run_name",
         "share",
         "slurm",
+        "tracking",
     ]
     for dest in shared:
         ours, theirs = session_options[dest], cell_options[dest]
