@@ -198,3 +198,20 @@ def test_the_node_slurm_took_away_is_named_with_slurm_s_reason_not_its_peer(
     assert f"Slurm node {taken}" in shown, shown
     assert "Ray node" not in shown, shown
     assert re.search(r"exit codes \[(SIGTERM|1), (SIGTERM|1)\]", shown), shown
+
+
+def test_a_job_slurm_cancels_says_so_naming_no_node(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """``scancel`` of the Slurm job (its owner's, an administrator's): no node was taken,
+    and Slurm said why it ended the step."""
+    service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), tmp_path, TRAINING)
+    training(service, job)
+    (slurm_job,) = [q.split("|")[0] for q in cluster.queue() if f"|air-{job.id}-1|" in q]
+    cluster.run("scancel", slurm_job)
+
+    job = ended(service, job)
+    assert job.status is JobStatus.FAILED, job.message
+    assert job.message == f"Slurm ended Slurm job {slurm_job}: CANCELLED"
+    (attempt,) = service.store.attempts(job.id)
+    assert attempt.exit_codes is not None
+    assert None not in attempt.exit_codes, "each rank's end is known: Slurm's SIGTERM, relayed"
+    until(lambda: job_processes(job.id) + agents_of(job) == [], "the job gone from both nodes", 60)

@@ -588,8 +588,12 @@ def test_a_node_that_dies_fails_the_attempt_naming_the_node(
     assert execution.error["ename"] == "JobFailed"
     message = execution.error["evalue"]
     assert f"node {lost} (" in message, message
-    assert "died" in message or "stopped answering" in message, message
+    assert "was lost: Ray says its node was shut down (received SIGTERM)" in message, message
+    assert f"; node {1 - lost} (Ray node " in message, "its peer, ended with it"
     assert store.get(job_id).status == "FAILED"
+    (attempt,) = store.attempts(job_id)
+    assert attempt.exit_codes is not None
+    assert attempt.exit_codes[lost] is None, "the lost node's rank: its exit never seen"
     assert job_processes(job_id) == []
 
 

@@ -131,10 +131,19 @@ def alive_nodes() -> list[dict[str, Any]]:
     return [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
 
 
+#: Why a node died, by Ray's ``DeathReason`` (its ``NodeDeathInfo.Reason``).
+DEATHS = {
+    1: "its node was shut down",
+    2: "its node died unexpectedly",
+    3: "its node was preempted",
+    4: "its node was removed as idle",
+}
+
+
 def dead_nodes(node_ids: list[str], timeout: float) -> dict[str, str]:
     """Which of these nodes Ray's node table says are dead, and why in its words
-    (``DeathReasonMessage``, empty when it gives none); ``TimeoutError`` past
-    ``timeout`` (the table is the GCS's: a cluster losing its head may not answer)."""
+    (``its node was shut down (received SIGTERM)``); ``TimeoutError`` past ``timeout``
+    (the table is the GCS's: a cluster losing its head may not answer)."""
     import ray
 
     table: list[list[dict[str, Any]]] = []
@@ -147,12 +156,13 @@ def dead_nodes(node_ids: list[str], timeout: float) -> dict[str, str]:
     reader.join(timeout)
     if not table:
         raise TimeoutError(f"Ray's node table did not answer in {timeout:g} s")
-    wanted = set(node_ids)
-    return {
-        n["NodeID"]: str(n.get("DeathReasonMessage") or "")
-        for n in table[0]
-        if n.get("NodeID") in wanted and not n.get("Alive")
-    }
+    dead = {}
+    for node in table[0]:
+        if node.get("NodeID") in node_ids and not node.get("Alive"):
+            said = DEATHS.get(node.get("DeathReason", 0), "its node died")
+            message = node.get("DeathReasonMessage")
+            dead[node["NodeID"]] = f"{said} ({message})" if message else said
+    return dead
 
 
 def check_capacity(

@@ -97,18 +97,15 @@ class RayNodes(AgentNodes):
         return f"Ray node {info['node_id']}"
 
     def _cluster_word(self) -> ClusterWord | None:
-        """This attempt's nodes that Ray says died, with its reason."""
+        """This attempt's nodes that Ray says died, and why."""
         dead = dead_nodes([str(n["node_id"]) for n in self._nodes], ASK_TIMEOUT)
         lost = [n for n, info in enumerate(self._nodes) if info["node_id"] in dead]
         if not lost:
             return None
-        said = []
-        for node in lost:
-            why = dead[self._nodes[node]["node_id"]]
-            said.append(
-                f"{self._describe(node)} was lost: Ray says its node died"
-                + (f" ({why})" if why else "")
-            )
+        said = [
+            f"{self._describe(n)} was lost: Ray says {dead[self._nodes[n]['node_id']]}"
+            for n in lost
+        ]
         return ClusterWord(lost, "; ".join(said))
 
     def _release(self) -> None:

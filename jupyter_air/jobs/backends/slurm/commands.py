@@ -209,6 +209,23 @@ def ended_job(job_id: str, env: Mapping[str, str], timeout: float) -> str | None
     return f"{name} ({reason})" if reason else name
 
 
+#: What slurmstepd writes to a step's output as it ends it: ``*** STEP 42.0 ON gpu-1
+#: CANCELLED AT 2026-12-06T00:56:14 DUE TO PREEMPTION ***`` (no DUE TO for ``scancel``).
+_STEP_CANCELLED = re.compile(
+    r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z][A-Z ]*[A-Z]))?"
+)
+
+
+def step_cancelled(output: str) -> str | None:
+    """Why Slurm cancelled the step, as its slurmstepd said in the step's output
+    (``CANCELLED due to preemption``); None if it did not say."""
+    said = list(_STEP_CANCELLED.finditer(output))
+    if not said:
+        return None
+    why = said[-1].group("why")
+    return f"CANCELLED due to {why.lower()}" if why else "CANCELLED"
+
+
 def cancel(target: str, env: Mapping[str, str]) -> None:
     """``scancel`` a job or a step (``4242.1``); one already gone is no error."""
     try:

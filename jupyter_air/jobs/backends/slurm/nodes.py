@@ -342,18 +342,21 @@ class SlurmNodes(AgentNodes):
             if chosen:
                 said = [f"{self._describe(n)} {verb} ({seen[n].words()})" for n in chosen]
                 return ClusterWord(chosen, "; ".join(said))
+        ended = self._job_ended(env, deadline) or commands.step_cancelled(self._launcher_output())
+        if ended is None:
+            return None
+        return ClusterWord([], f"Slurm ended Slurm job {self._slurm_job or '?'}: {ended}")
+
+    def _job_ended(self, env: dict[str, str], deadline: float) -> str | None:
+        """How Slurm ended the job, as ``scontrol`` says while it has it."""
         if self._slurm_job is None:
             return None
         try:
-            left = max(0.1, deadline - time.monotonic())
-            ended = commands.ended_job(self._slurm_job, env, left)
+            return commands.ended_job(self._slurm_job, env, max(0.1, deadline - time.monotonic()))
         except commands.SlurmError as err:
-            if "invalid job id" in str(err).lower():  # gone already: nothing more to say
+            if "invalid job id" in str(err).lower():  # gone already: its step's output says
                 return None
             raise
-        if ended is None:
-            return None
-        return ClusterWord([], f"Slurm ended Slurm job {self._slurm_job}: {ended}")
 
     # -- releasing -----------------------------------------------------------------
 
