@@ -84,9 +84,11 @@ DRAIN = 2.0
 STATUS_EVERY = 0.5
 #: What every message that ends a session offers.
 RESTART = "%air_session restart starts it again with the same options"
-#: Seconds a cell waits for its run made ahead before it asks the server itself: the
-#: answer, a refusal or the deferred path, comes within ``probe.TIMEOUT`` of the cell.
+#: Seconds a cell waits for its run made ahead before it asks the server itself, and
+#: the seconds the server then gets to answer: a refusal, or the deferred path, comes
+#: within ``probe.TIMEOUT`` of the cell, whatever the server does.
 AHEAD_WAIT = 1.0
+ASK_WAIT = 3.0
 
 
 class CellRefused(probe.Unreachable):
@@ -376,7 +378,7 @@ class WarmSession:
             self._next_run = None
         uri = self.target.tracking_uri
         try:
-            probe.check(uri, timeout=probe.TIMEOUT - AHEAD_WAIT, deferrable=False)
+            probe.check(uri, timeout=ASK_WAIT, deferrable=False)
             return self._new_run()
         except probe.Unreachable as err:
             why = str(err)

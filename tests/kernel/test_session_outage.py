@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Run
@@ -27,7 +26,8 @@ from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Execution, Kernel
 from tests.kernel.test_session import start
 from tests.test_mlflow_permissions import Server, start_server, stop_server, wait_ready
-from tests.waits import supervised_until_its_end, until
+from tests.tracking_proxy import Mode, TrackingProxy
+from tests.waits import until
 
 #: A real ``mlflow server`` started three times, a kernel and two sessions: minutes.
 pytestmark = pytest.mark.slow
@@ -71,24 +71,12 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamServer]:
         stop_server(team.server)
 
 
-def tail_processes(air_home: Path) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        line = " ".join(proc.info["cmdline"] or [])
-        if "jupyter_air.tracking.run_tails" in line and str(air_home) in line:
-            found.append(proc)
-    return found
-
-
-@pytest.fixture(scope="module", autouse=True)
-def tails_gone(air_home: Path) -> Iterator[None]:
-    """The user's tail process, kept busy by the outages, gone once idle (it leaves
-    ``run_tails.IDLE_EXIT`` seconds after its last tail), once the kernel and the
-    supervisors, which start it, are."""
-    yield
-    for job in JobStore(air_home).jobs():
-        supervised_until_its_end(job, 120)
-    until(lambda: not tail_processes(air_home), "the tail process gone once idle", 120)
+@pytest.fixture(scope="module")
+def proxy(team: TeamServer) -> Iterator[TrackingProxy]:
+    """The team's server behind a proxy that can stop answering (its port stays)."""
+    proxy = TrackingProxy(team.uri)
+    yield proxy
+    proxy.close()
 
 
 @pytest.fixture(scope="module")
@@ -271,6 +259,56 @@ def deferred_session_through_an_outage(
     recorded = {c.cell: c.run_id for c in session_cells.cells(JobDir(store.job_dir(job)))}
     assert recorded[3] == run.info.run_id  # air get and the logs' cell picker name it
     until(
+        lambda: not list((air_home / "tails" / "pending").glob("*.json")),
+        "nothing left pending",
+        timeout=120,
+    )
+
+
+def test_a_cell_while_the_server_says_nothing_is_refused_in_seconds_and_nothing_late_is_used(
+    kernel: Kernel, team: TeamServer, proxy: TrackingProxy, air_home: Path
+) -> None:
+    """The run asked ahead for the next cell hangs: the cell waits a second for it, asks
+    the server, and is refused; the run that request makes once the server answers
+    again is deleted, never a cell's, and the next cell makes its own."""
+    team.up()
+    uri = kernel.run(f"import os\nos.environ['MLFLOW_TRACKING_URI'] = {proxy.uri!r}")
+    assert uri.error is None, uri.traceback
+    job = start(kernel)
+    client = MlflowClient(team.uri)
+    try:
+        assert session_cell(kernel, "y = 1\ny").value() == "1"
+        until(lambda: made_ahead(client, job), "the next cell's run made ahead", timeout=60)
+        proxy.switch(Mode.SILENT)
+        assert session_cell(kernel, "y += 1\ny").value() == "2"  # made ahead: it runs
+        refused = session_cell(kernel, "y += 100\ny")  # its run's request hangs
+        assert refused.error is not None
+        assert refused.error["traceback"][0].startswith(
+            f"\x1b[31mTrackingUnreachable\x1b[0m: tracking: {proxy.uri} does not answer "
+            "(no answer in time); the cell did not run"
+        ), refused.error["traceback"]
+        assert len(refused.error["traceback"]) == 1
+        assert refused.seconds < 5, refused.seconds
+
+        proxy.switch(Mode.FORWARD)
+        assert session_cell(kernel, "y += 1\ny").value() == "3"
+    finally:
+        proxy.switch(Mode.FORWARD)
+        stopped = kernel.run("%air_session stop")
+        kernel.run(f"os.environ['MLFLOW_TRACKING_URI'] = {team.uri!r}")
+    assert stopped.error is None, stopped.traceback
+
+    def settled() -> list[str] | None:
+        runs = client.search_runs(
+            [e.experiment_id for e in client.search_experiments()],
+            f"tags.`air.job_id` = '{job}' and attributes.status != 'RUNNING'",
+        )
+        names = sorted(r.info.run_name for r in runs if "air.session_cell" in r.data.tags)
+        return names if names == ["cell 1", "cell 2", "cell 3"] else None
+
+    # the run made late for the refused cell, and the last one made ahead, are deleted
+    until(settled, "the cells' runs ended, and no other cell run left", timeout=180)
+    until(  # the end of the cell that ran while the server said nothing, sent since
         lambda: not list((air_home / "tails" / "pending").glob("*.json")),
         "nothing left pending",
         timeout=120,

@@ -13,7 +13,6 @@ from tests.kernel.conftest import Kernel
 from tests.kernel.test_session_outage import (
     TeamServer,
     deferred_session_through_an_outage,
-    tails_gone,  # noqa: F401
     team,  # noqa: F401
 )
 from tests.kernel.test_slurm_backend import cluster  # noqa: F401
