@@ -36,6 +36,7 @@ from .jobs.request import Defaults, JobRequest, Program
 from .jobs.service import Conflict, JobService, NoLogs
 from .jobs.spec import JobKind
 from .jobs.store import Job, JobStore, StoreError, UnknownJob
+from .jobs.supervision.outcome import shown_exit_codes
 from .jobs.workload_file import TrackingMode, WorkloadFile
 from .logs.query import BadFilter, LogFilter, LogLine, read_all_text, read_tail
 from .logs.text import format_line
@@ -528,7 +529,8 @@ def _get(args: argparse.Namespace) -> int:
     for a in doc["attempts"]:
         failed = f", failed rank {a['failed_rank']}" if a["failed_rank"] is not None else ""
         print(
-            f"  attempt {a['attempt']}: {a['status']}, exit codes {a['exit_codes']}{failed}"
+            f"  attempt {a['attempt']}: {a['status']}, "
+            f"exit codes {shown_exit_codes(a['exit_codes'])}{failed}"
             + (f": {a['message']}" if a["message"] else "")
         )
         print(f"    run: {a['run_url'] or a['run_id'] or 'made once its tracking server answers'}")
@@ -536,7 +538,7 @@ def _get(args: argparse.Namespace) -> int:
             step = f", step {a['resumed_step']}" if a["resumed_step"] is not None else ""
             print(f"    resumed from {a['resumed_from']}{step}")
         for n in a["nodes"]:
-            print(f"    node {n['node']}: {n['hostname']} {n['ip']}, Ray node {n['node_id']}")
+            print(f"    node {n['node']}: {n['hostname']} {n['ip']}, {n['label'] or n['node_id']}")
     if doc["kind"] == JobKind.SESSION:
         _print_cells(service.store, doc["id"])
     _print_waiting(doc, service.store)

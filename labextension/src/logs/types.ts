@@ -4,12 +4,14 @@
  * checks these against.
  */
 
-/** A node of an attempt on a cluster (Ray), once the job's nodes are placed. */
+/** A node of an attempt on a cluster (Ray, Slurm), once the job's nodes are placed. */
 export interface IAttemptNode {
   node: number;
   node_id: string;
   ip: string;
   hostname: string;
+  /** The node in its cluster's words (`Slurm node gpu-b`); null before labels. */
+  label?: string | null;
 }
 
 /** One try of a job. */
