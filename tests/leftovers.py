@@ -298,7 +298,7 @@ class Guard:
 
     def _tell(self) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is None:
+        if reporter is None or not (self.ended_with_test or self.left):
             return
         reporter.line("")  # xdist's progress leaves the line open
         if self.ended_with_test:

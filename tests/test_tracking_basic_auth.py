@@ -20,6 +20,7 @@ from mlflow import MlflowClient
 
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.tracking import run_tails
+from tests.leftovers import end_processes_in
 from tests.test_mlflow_permissions import Server, start_server, stop_server, wait_ready
 from tests.test_tracking_outage import TRAIN, Team, landed
 from tests.tracking_proxy import TrackingProxy
@@ -93,6 +94,7 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthTeam]:
     made.proxy.close()
     if made.server.process.poll() is None:
         stop_server(made.server)
+    end_processes_in(home)  # the home's tail process (the guard found it at the end)
 
 
 def run_job(team: AuthTeam, tmp_path: Path, env: dict[str, str], steps: int) -> tuple[str, Path]:

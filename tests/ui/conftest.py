@@ -103,7 +103,7 @@ def start_lab(
     """Start labs on demand; every lab started is stopped when the module ends, and
     what it left (a job's supervisor, the tail process, a courier) is ended with it."""
     labs: list[Lab] = []
-    folders: list[Path] = []  # each lab's own and its AIR_HOME, where a test made it
+    folders: list[Path] = []  # each lab's own, and those of the tests its env names
 
     def start(
         scenario: Scenario,
@@ -114,10 +114,9 @@ def start_lab(
     ) -> Lab:
         """``app``: the server to start, ``jupyterlab`` or ``notebook`` (Notebook 7)."""
         work = tmp_path_factory.mktemp("lab")
-        folders.append(work)
-        home = Path((env or {}).get("AIR_HOME", work))
-        if tmp_path_factory.getbasetemp() in home.parents:  # never the developer's own
-            folders.append(home)
+        basetemp = tmp_path_factory.getbasetemp()
+        named = (Path(value) for value in (env or {}).values())  # an AIR_HOME, a HOME
+        folders.extend([work, *(path for path in named if basetemp in path.parents)])
         root = work / "root"
         root.mkdir()
         scenario_path = scenario.write(work / "nvml-scenario.txt")
