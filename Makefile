@@ -23,7 +23,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 help:
 	@echo "make demo   set everything up and start JupyterLab with jupyter_air"
 	@echo "make test   set everything up and run lint, type checks and every test"
-	@echo "make check  the fast loop: lint, types, jest, and pytest without browser, Ray and slow tests"
+	@echo "make check  the fast loop: lint, types, jest, and pytest without browser, Ray, Slurm, slow and heavy tests"
 	@echo "make bench  run the benchmarks (results: docs/benchmarks.md)"
 	@echo "make hub-day  five users on one JupyterHub for 10 minutes (a test)"
 
@@ -84,7 +84,8 @@ lab: demo
 
 test: setup lint typecheck jstest pytest
 
-# The fast loop while developing: what `make test` runs, less the browser, Ray and slow tests.
+# The fast loop while developing: what `make test` runs, less the browser, Ray, Slurm,
+# slow and heavy tests (those that start kernels, servers or jobs).
 check: setup lint typecheck jstest pytest-fast
 
 lint:
@@ -110,7 +111,7 @@ pytest:
 	$(PYTEST)
 
 pytest-fast:
-	$(PYTEST) -m "not browser and not ray and not slurm and not slow"
+	$(PYTEST) -m "not browser and not ray and not slurm and not slow and not heavy"
 
 # Five users on one JupyterHub for 10 minutes (make test runs the same for 1 minute).
 hub-day: setup

@@ -134,6 +134,7 @@ def test_a_cancel_stops_a_launch_in_progress(tmp_path: Path) -> None:
     assert job_processes(f"launch-{os.getpid()}") == []
 
 
+@pytest.mark.heavy
 def test_sigterm_to_the_supervisor_stops_a_launch_in_progress(workdir: Path) -> None:
     """What ``air cancel`` does, while an oversubscribed workload's ranks start."""
     (workdir / "w.yaml").write_text(WORKLOAD.format(n=400))

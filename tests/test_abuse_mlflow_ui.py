@@ -237,12 +237,14 @@ def child(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Child]:
     ui.stop()
 
 
+@pytest.mark.heavy
 def test_the_ui_listens_on_no_tcp_port(child: Child) -> None:
     assert len(child.processes) >= 2, "mlflow server and its uvicorn"
     for p in child.processes:
         assert p.net_connections(kind="inet") == [], p.cmdline()
 
 
+@pytest.mark.heavy
 def test_the_socket_lies_in_a_new_directory_only_this_user_can_enter(child: Child) -> None:
     """So no other user can connect to it, nor put a socket of theirs where the child's
     will be (the directory is created by mkdtemp, which fails on an existing name)."""
@@ -255,6 +257,7 @@ def test_the_socket_lies_in_a_new_directory_only_this_user_can_enter(child: Chil
 @pytest.mark.skipif(
     os.geteuid() != 0 or SYSTEM_PYTHON is None, reason="needs root to act as another user"
 )
+@pytest.mark.heavy
 def test_another_user_cannot_connect_to_the_ui(child: Child) -> None:
     assert SYSTEM_PYTHON is not None
     attempt = subprocess.run(
@@ -267,6 +270,7 @@ def test_another_user_cannot_connect_to_the_ui(child: Child) -> None:
     assert attempt.stdout.strip() == "refused", attempt.stderr
 
 
+@pytest.mark.heavy
 def test_the_ui_environment_holds_none_of_the_server_secrets(child: Child) -> None:
     for p in child.processes:
         environ = Path(f"/proc/{p.pid}/environ").read_bytes()
@@ -311,6 +315,7 @@ class _UnixHTTPServer(HTTPServer):
         self.socket.bind(self.server_address)
 
 
+@pytest.mark.heavy
 def test_a_live_servers_ui_is_not_taken_for_a_leftover(child: Child) -> None:
     MlflowUi(home=child.home).clean_leftovers()
 
@@ -320,6 +325,7 @@ def test_a_live_servers_ui_is_not_taken_for_a_leftover(child: Child) -> None:
 # --- item 11: a failed start tells the browser nothing private ---------------------------
 
 
+@pytest.mark.heavy
 async def test_a_failed_start_answers_503_with_the_details_in_the_server_log_only(
     jp_fetch: Any, jp_serverapp: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

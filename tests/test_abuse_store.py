@@ -339,6 +339,7 @@ with open("seen.json", "w") as out:
 """
 
 
+@pytest.mark.heavy
 def test_air_run_tags_its_run_without_secrets_and_the_ranks_get_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -68,6 +68,7 @@ def submitted_id(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout.split()[1]
 
 
+@pytest.mark.heavy
 def test_a_retried_workload_is_one_job_with_two_attempts_and_two_runs(workdir: Path) -> None:
     watched = air("run", "-f", "w.yaml", "--watch")
     job_id = submitted_id(watched)
@@ -167,6 +168,7 @@ def test_bad_workload_files_name_the_field_and_line(
     assert air("list", "--all-status").stdout.strip() == "no jobs"
 
 
+@pytest.mark.heavy
 def test_follow_streams_a_running_job_and_cancel_leaves_no_process(workdir: Path) -> None:
     long = WORKLOAD.format(python=sys.executable).replace("max_retries: 1", "max_retries: 0")
     (workdir / "long.yaml").write_text(long.replace('STEPS: "3"', 'STEPS: "1000"\n  PAUSE: "0.2"'))
@@ -208,6 +210,7 @@ def test_unknown_ids_and_bad_filters_fail_with_one_line(workdir: Path) -> None:
         assert result.stderr.startswith(f"air: {message}")
 
 
+@pytest.mark.heavy
 def test_a_command_that_cannot_start_fails_the_job_saying_why(workdir: Path) -> None:
     (workdir / "missing.yaml").write_text(
         "experiment_name: cli-test\ncommand: ./not-here.sh\ncompute:\n  nproc_per_node: 2\n"
@@ -234,6 +237,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.heavy
 def test_run_submits_without_mlflow_and_the_supervisor_makes_experiment_and_run(
     workdir: Path,
 ) -> None:
@@ -303,6 +307,7 @@ def rank_says(watched: subprocess.CompletedProcess[str], name: str) -> str:
     return line.split(f" INFO {name}=", 1)[1]
 
 
+@pytest.mark.heavy
 def test_a_workload_s_python_is_the_one_air_runs_under_unless_its_env_sets_path(
     workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -319,6 +324,7 @@ def test_a_workload_s_python_is_the_one_air_runs_under_unless_its_env_sets_path(
     assert "interpreter air runs under" in " ".join(air("run", "--help").stdout.split())
 
 
+@pytest.mark.heavy
 def test_run_output_json_prints_the_job_s_document_and_nothing_else(workdir: Path) -> None:
     submitted = json.loads(air("run", "-f", "w.yaml", "--output", "json").stdout)
     assert submitted["status"] in ("PENDING", "RUNNING")

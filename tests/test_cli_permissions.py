@@ -45,6 +45,7 @@ def jobs(store: JobStore) -> dict[str, str]:
     }
 
 
+@pytest.mark.heavy
 def test_the_list_shows_only_the_jobs_the_os_user_may_view(jobs: dict[str, str]) -> None:
     result = air("list", "--all-status", "--output", "json")
     assert result.returncode == 0, result.stderr

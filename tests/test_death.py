@@ -78,6 +78,7 @@ def run(workdir: Path, command: str, ranks: int = 1) -> str:
     return job.message
 
 
+@pytest.mark.heavy
 def test_a_segfault_names_the_signal_and_the_python_frame_it_happened_in(workdir: Path) -> None:
     message = run(workdir, f"{sys.executable} segfault.py", ranks=2)
     assert re.fullmatch(
@@ -87,6 +88,7 @@ def test_a_segfault_names_the_signal_and_the_python_frame_it_happened_in(workdir
     ), message
 
 
+@pytest.mark.heavy
 def test_an_allocation_past_ulimit_v_is_said_to_be_out_of_memory(workdir: Path) -> None:
     message = run(
         workdir, f"sh -c 'ulimit -v 400000; exec {sys.executable} -c \"bytearray(1 << 30)\"'"
@@ -114,6 +116,7 @@ def limited_cgroup() -> Iterator[Path]:
         where.rmdir()
 
 
+@pytest.mark.heavy
 def test_the_oom_killer_of_a_memory_cgroup_is_named_with_the_limit(
     workdir: Path, limited_cgroup: Path
 ) -> None:

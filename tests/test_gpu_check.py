@@ -117,6 +117,7 @@ def outcome(kit: dict[str, Any], name: str) -> str:
     return str(found[name]["outcome"])
 
 
+@pytest.mark.heavy
 def test_the_kit_passes_on_the_fake_driver_and_says_it_was_the_fake(kit: dict[str, Any]) -> None:
     failed = [c for c in kit["report"]["checks"] if c["outcome"] == "failed"]
     assert failed == [], kit["proc"].stdout + kit["proc"].stderr
@@ -130,6 +131,7 @@ def test_the_kit_passes_on_the_fake_driver_and_says_it_was_the_fake(kit: dict[st
     assert machine["rank_backend"] == "gloo"
 
 
+@pytest.mark.heavy
 def test_every_value_compared_is_what_the_scenario_says_on_both_sides(
     kit: dict[str, Any],
 ) -> None:
@@ -164,10 +166,12 @@ def test_every_value_compared_is_what_the_scenario_says_on_both_sides(
         "sampler_timing",
     ],
 )  # fmt: skip
+@pytest.mark.heavy
 def test_each_claim_is_a_passed_check(kit: dict[str, Any], name: str) -> None:
     assert outcome(kit, name) == "passed", checks(kit)[name]
 
 
+@pytest.mark.heavy
 def test_what_needs_cuda_or_a_real_driver_is_skipped_by_name_with_the_reason(
     kit: dict[str, Any],
 ) -> None:
@@ -182,6 +186,7 @@ def test_what_needs_cuda_or_a_real_driver_is_skipped_by_name_with_the_reason(
         assert "no real NVIDIA driver" in check["detail"], check
 
 
+@pytest.mark.heavy
 def test_the_report_has_the_figures_and_a_markdown_twin(kit: dict[str, Any]) -> None:
     timings = kit["report"]["timings"]
     assert timings["sampler_us_per_sample"] > 0

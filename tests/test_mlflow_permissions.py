@@ -189,6 +189,7 @@ def mirror_as_alice(
         return mirror_grants(servers.auth, experiment_id, grants)
 
 
+@pytest.mark.heavy
 def test_a_grant_lets_the_grantee_read_the_experiment(servers: Servers, experiment: str) -> None:
     assert not can_read(servers, "bob", experiment)
 
@@ -203,6 +204,7 @@ def test_a_grant_lets_the_grantee_read_the_experiment(servers: Servers, experime
     assert can_read(servers, "bob", experiment)
 
 
+@pytest.mark.heavy
 def test_a_level_change_updates_and_a_revoke_deletes(servers: Servers, experiment: str) -> None:
     mirror_as_alice(servers, experiment, PermissionChange("bob", "CAN_VIEW"))
 
@@ -222,6 +224,7 @@ def test_a_level_change_updates_and_a_revoke_deletes(servers: Servers, experimen
     assert [(o.action, o.error) for o in again.outcomes] == [("absent", None)]
 
 
+@pytest.mark.heavy
 def test_at_least_sets_a_missing_permission_and_never_changes_one(
     servers: Servers, experiment: str
 ) -> None:
@@ -240,6 +243,7 @@ def test_at_least_sets_a_missing_permission_and_never_changes_one(
     assert permission_of(servers, "bob", experiment) == "EDIT"
 
 
+@pytest.mark.heavy
 def test_the_granting_user_keeps_their_own_permission(servers: Servers, experiment: str) -> None:
     """A grant naming the MLflow user who makes it would replace their MANAGE: left alone."""
     report = mirror_as_alice(
@@ -251,6 +255,7 @@ def test_the_granting_user_keeps_their_own_permission(servers: Servers, experime
     assert permission_of(servers, "alice", experiment) == "MANAGE"
 
 
+@pytest.mark.heavy
 def test_an_unknown_grantee_is_reported_and_not_created(servers: Servers, experiment: str) -> None:
     from mlflow.exceptions import MlflowException
     from mlflow.server.auth.client import AuthServiceClient
@@ -272,6 +277,7 @@ def test_an_unknown_grantee_is_reported_and_not_created(servers: Servers, experi
         AuthServiceClient(servers.auth).get_user("nobody")
 
 
+@pytest.mark.heavy
 def test_group_grants_are_reported_as_not_mirrored(servers: Servers, experiment: str) -> None:
     report = mirror_as_alice(
         servers,
@@ -291,6 +297,7 @@ def test_group_grants_are_reported_as_not_mirrored(servers: Servers, experiment:
     assert only_groups.status == "unasked"
 
 
+@pytest.mark.heavy
 def test_a_reader_cannot_change_who_has_the_experiment(servers: Servers, experiment: str) -> None:
     """READ does not let bob use grants to take alice's MANAGE away or to raise his own."""
     mirror_as_alice(servers, experiment, PermissionChange("bob", "CAN_VIEW"))
@@ -306,6 +313,7 @@ def test_a_reader_cannot_change_who_has_the_experiment(servers: Servers, experim
     assert permission_of(servers, "bob", experiment) == "READ"
 
 
+@pytest.mark.heavy
 def test_refused_credentials_are_reported_without_them(servers: Servers, experiment: str) -> None:
     wrong = "Wrong-" + secrets.token_urlsafe(8)
     with as_user("alice", wrong):
@@ -317,6 +325,7 @@ def test_refused_credentials_are_reported_without_them(servers: Servers, experim
     assert permission_of(servers, "bob", experiment) == "NO_PERMISSIONS"
 
 
+@pytest.mark.heavy
 def test_a_server_without_the_app_is_named_once(servers: Servers) -> None:
     with as_user("alice"):
         first = mirror_grants(servers.plain, "0", [PermissionChange("bob", "CAN_VIEW")])
@@ -331,6 +340,7 @@ def test_a_server_without_the_app_is_named_once(servers: Servers) -> None:
     assert second.lines() == []
 
 
+@pytest.mark.heavy
 def test_a_server_that_is_down_is_reported_without_credentials(servers: Servers) -> None:
     port = free_port()
     uri = f"http://alice:{PASSWORDS['alice']}@127.0.0.1:{port}"
@@ -367,6 +377,7 @@ def test_a_server_that_never_answers_costs_one_timeout() -> None:
     ] * 2
 
 
+@pytest.mark.heavy
 def test_a_spent_budget_tries_nothing(servers: Servers, experiment: str) -> None:
     with as_user("alice"):
         report = mirror_grants(

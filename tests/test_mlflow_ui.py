@@ -83,6 +83,7 @@ def served_ui(served: Served) -> str:
     return f"jupyter-air/mlflow/{served.key}/"
 
 
+@pytest.mark.heavy
 async def test_the_ui_of_a_local_store_is_served_by_the_jupyter_server(
     jp_fetch: Any,
     jp_serverapp: Any,

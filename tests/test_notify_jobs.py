@@ -23,6 +23,9 @@ from tests.air_cli import air
 from tests.notify_servers import SmtpServer, WebhookReceiver, self_signed
 from tests.waits import until, wait_settled
 
+#: Every test runs jobs (a supervisor and ranks each): left to make test.
+pytestmark = pytest.mark.heavy
+
 TRAIN = """
 import os, sys, time
 rank, attempt = os.environ["RANK"], os.environ["AIR_ATTEMPT"]

@@ -20,6 +20,9 @@ from jupyter_air.jobs.store import JobStore
 from tests.air_cli import air
 from tests.waits import wait_settled
 
+#: Every test runs jobs (a supervisor and ranks each): left to make test.
+pytestmark = pytest.mark.heavy
+
 #: The plain helper, 2 ranks: rank 1 dies by SIGKILL right after step 6 was saved.
 PLAIN = """\
 import os, signal

@@ -140,6 +140,7 @@ def new_run(uri: str, attempt: int = 1, experiment_id: str | None = None) -> New
     )
 
 
+@pytest.mark.heavy
 def test_a_new_run_is_made_with_its_experiment_and_tags(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -359,6 +359,7 @@ def race(home: str, start: float, out: str) -> None:
     Path(out).write_text(json.dumps(launch.launched))
 
 
+@pytest.mark.heavy
 def test_two_processes_ticking_one_store_never_fire_a_time_or_a_task_twice(
     schedules: Schedules, tmp_path: Path
 ) -> None:

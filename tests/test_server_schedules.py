@@ -521,6 +521,7 @@ async def test_a_schedule_id_that_is_not_one_is_a_404(jp_fetch: Any) -> None:
     assert status == 404
 
 
+@pytest.mark.heavy
 def test_the_server_restarts_a_killed_scheduler_and_stopping_it_leaves_the_scheduler(
     store: JobStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -17,6 +17,9 @@ from tests.air_cli import air
 from tests.fake_nvml import FakeGpu, Scenario, env_for
 from tests.waits import until, wait_settled
 
+#: Every test runs jobs (a supervisor and ranks each): left to make test.
+pytestmark = pytest.mark.heavy
+
 HUNG = """\
 import os, time
 import torch

@@ -328,6 +328,7 @@ def test_the_tail_process_makes_the_run_and_mlflow_is_not_loaded_here(
     assert "run-from-tails" in log.read_text(), "the ranks were given that run"
 
 
+@pytest.mark.heavy
 def test_without_an_answer_from_the_tail_process_the_supervisor_makes_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tails: list[Tail]
 ) -> None:

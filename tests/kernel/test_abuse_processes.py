@@ -39,6 +39,9 @@ from tests.kernel.test_distributed_magic import (
 )
 from tests.waits import assert_gone_within, job_processes, supervised_until_its_end, wait_done
 
+#: Every test drives a real kernel: left to make test.
+pytestmark = pytest.mark.heavy
+
 #: What the issue asks: nothing of the job left this many seconds after a kill.
 GONE_WITHIN = 10.0
 

@@ -11,6 +11,9 @@ import pytest
 
 from tests.kernel.conftest import Kernel
 
+#: Every test drives a real kernel: left to make test.
+pytestmark = pytest.mark.heavy
+
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
 

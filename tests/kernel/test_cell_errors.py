@@ -7,9 +7,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Kernel, running_job
 from tests.waits import job_processes
+
+#: Every test drives a real kernel: left to make test.
+pytestmark = pytest.mark.heavy
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

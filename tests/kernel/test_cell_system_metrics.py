@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from mlflow import MlflowClient
 
 from jupyter_air.job_dir import JobDir
@@ -17,6 +18,9 @@ from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Kernel
 from tests.kernel.test_session import session_run_sampled, start
 from tests.waits import supervised_until_its_end, wait_done
+
+#: Every test drives a real kernel: left to make test.
+pytestmark = pytest.mark.heavy
 
 CPU = "system/cpu_utilization_percentage"
 

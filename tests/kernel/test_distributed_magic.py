@@ -15,6 +15,9 @@ from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Execution, Kernel, running_job
 from tests.waits import job_processes, supervised_until_its_end, wait_done, wait_settled
 
+#: Every test drives a real kernel: left to make test.
+pytestmark = pytest.mark.heavy
+
 JOB_ID = re.compile(r"Job (\d{8}-\d{6}-[0-9a-f]{6})")
 
 TRAINING = """

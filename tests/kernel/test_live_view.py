@@ -16,6 +16,9 @@ from jupyter_air.jobs.supervision.hints import read_hints
 from tests.fake_nvml import FakeGpu, Scenario, write_scenario_text
 from tests.kernel.conftest import Kernel, execute_notebook
 
+#: Every test drives a real kernel: left to make test.
+pytestmark = pytest.mark.heavy
+
 PLOTLY = "application/vnd.plotly.v1+json"
 
 CELL = """%%air_distributed -n 2 --run-name live

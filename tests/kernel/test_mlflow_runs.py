@@ -11,8 +11,13 @@ import getpass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.kernel.conftest import Kernel
 from tests.kernel.test_distributed_magic import job_id_of, mlflow_client, runs_of_job
+
+#: Every test drives a real kernel: left to make test.
+pytestmark = pytest.mark.heavy
 
 TRIVIAL = "%%air_distributed -n 1 {options}\n1 + 1"
 

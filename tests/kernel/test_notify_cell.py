@@ -14,6 +14,9 @@ from tests.kernel.conftest import Kernel
 from tests.notify_servers import WebhookReceiver
 from tests.waits import until
 
+#: Every test drives a real kernel: left to make test.
+pytestmark = pytest.mark.heavy
+
 JOB_ID = re.compile(r"Job (\d{8}-\d{6}-[0-9a-f]{6})")
 
 

@@ -20,6 +20,9 @@ from jupyter_air.schedules.scheduler import stop
 from tests.kernel.conftest import Kernel
 from tests.waits import until
 
+#: Every test drives a real kernel: left to make test.
+pytestmark = pytest.mark.heavy
+
 CELL = """\
 %%air_distributed -n 1 --run-name from-the-notebook
 import mlflow

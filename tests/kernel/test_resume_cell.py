@@ -7,9 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Kernel
 from tests.kernel.test_distributed_magic import job_id_of
+
+#: Every test drives a real kernel: left to make test.
+pytestmark = pytest.mark.heavy
 
 PLOTLY = "application/vnd.plotly.v1+json"
 

@@ -17,6 +17,9 @@ from jupyter_air.schedules import scheduler
 from jupyter_air.schedules.service import Schedules
 from tests.kernel.conftest import Execution, Kernel
 
+#: Every test drives a real kernel: left to make test.
+pytestmark = pytest.mark.heavy
+
 
 def notebook(text: str) -> str:
     cell = {"id": "c1", "cell_type": "code", "source": text, "metadata": {}, "outputs": []}

@@ -12,6 +12,9 @@ from jupyter_air.jobs.permissions import Grant, Level, Principal
 from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Kernel
 
+#: Every test drives a real kernel: left to make test.
+pytestmark = pytest.mark.heavy
+
 JOB_ID = re.compile(r"Job (\d{8}-\d{6}-[0-9a-f]{6})")
 
 
