@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from typing import Any
+
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.ui.conftest import Lab
 
@@ -192,3 +195,57 @@ def run_cell(page: Any, index: int, tries: int = 6) -> None:
         except Exception:  # playwright's TimeoutError: not run, try again
             continue
     raise AssertionError(f"cell {index} did not run after {tries} tries")
+
+
+def choose_from_menu(page: Any, *path: str, timeout: float = 120_000) -> None:
+    """Choose ``path`` from the menu bar (``"View", "Right Sidebar", "Show GPU resources"``)
+    as a user does: open the menu, wait until it is open and still, choose in it, and so
+    down the path. While the page's plugins still add to a menu (Notebook 7 adds a "Show
+    ..." item to "Right Sidebar" for each panel put there), Lumino closes it if it is
+    open, and the item under the pointer leaves the page: the user opens it again."""
+    top, *items = path
+    deadline = time.monotonic() + timeout / 1000
+    while True:
+        try:
+            page.locator(f'.lm-MenuBar-itemLabel:text-is("{top}")').click(timeout=10_000)
+            for label in items:
+                _menu_still(page, label)
+                page.locator(f'.lm-Menu .lm-Menu-itemLabel:text-is("{label}")').click(timeout=5_000)
+            return
+        except PlaywrightTimeoutError:
+            if time.monotonic() > deadline:
+                raise
+            _close_menus(page)
+
+
+#: Milliseconds an open menu keeps the same items before it is taken as still.
+MENU_QUIET = 500
+
+
+def _menu_still(page: Any, label: str) -> None:
+    """Wait until the open menu that lists ``label`` has stayed open with the same items
+    for ``MENU_QUIET`` ms (a menu closed or changed starts the count again)."""
+    page.wait_for_function(
+        """([label, quiet]) => {
+            const menu = [...document.querySelectorAll('.lm-Menu')].find(m =>
+                [...m.querySelectorAll('.lm-Menu-itemLabel')].some(n => n.textContent === label));
+            const items = menu ? menu.textContent : null;
+            const seen = window.__airMenuSeen;
+            if (!menu || !seen || seen.menu !== menu || seen.items !== items) {
+                window.__airMenuSeen = menu ? {menu, items, since: performance.now()} : null;
+                return false;
+            }
+            return performance.now() - seen.since >= quiet;
+        }""",
+        arg=[label, MENU_QUIET],
+        polling=100,
+        timeout=10_000,
+    )
+
+
+def _close_menus(page: Any) -> None:
+    """Close every open menu (Escape closes the innermost)."""
+    for _ in range(4):
+        if page.locator(".lm-Menu").count() == 0:
+            return
+        page.keyboard.press("Escape")

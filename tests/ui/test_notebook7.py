@@ -16,7 +16,7 @@ from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.submit import start_job
 from tests.factories import job_spec
 from tests.ui.conftest import Lab
-from tests.ui.notebook_pages import open_notebook, put_notebook
+from tests.ui.notebook_pages import choose_from_menu, open_notebook, put_notebook
 from tests.ui.test_gpu_panel import card, two_gpus, value
 from tests.ui.test_job_logs import new_experiment
 
@@ -74,10 +74,8 @@ def test_the_page_is_notebook_7_not_jupyterlab(page: Any) -> None:
 def test_view_menu_opens_the_gpu_panel_in_the_right_sidebar_with_the_drivers_gpus(
     page: Any, artifacts: Path
 ) -> None:
-    page.click('.lm-MenuBar-itemLabel:text-is("View")')
-    page.click('.lm-Menu-itemLabel:text-is("Right Sidebar")')
-    page.click('.lm-Menu-itemLabel:text-is("Show GPU resources")')
-    page.wait_for_selector(f"{PANEL} {card(1)}", timeout=30_000)
+    choose_from_menu(page, "View", "Right Sidebar", "Show GPU resources")
+    page.locator(f"{PANEL} {card(1)}").wait_for(timeout=60_000)  # the panel drawn
     names = page.eval_on_selector_all(
         f"{PANEL} .jp-air-GpuCard-name", "nodes => nodes.map(n => n.textContent)"
     )
