@@ -137,6 +137,7 @@ bench: setup
 	$(PY) bench/bench_long_runs.py
 	$(PY) bench/bench_slurm.py
 	$(PY) bench/bench_hub_team.py
+	$(PY) bench/bench_overhead.py
 
 clean:
 	rm -rf lib jupyter_air/labextension tsconfig.tsbuildinfo tests/fake_nvml/.build test-artifacts
