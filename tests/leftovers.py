@@ -109,6 +109,8 @@ def _pattern(roots: Sequence[Path]) -> re.Pattern[str]:
 def scan(roots: Sequence[Path]) -> list[Leftover]:
     """This user's processes whose environment or command line names a path under one
     of ``roots`` (this process and its ancestors left out)."""
+    if not all(root.is_absolute() for root in roots):  # "" would be the working directory
+        raise ValueError(f"not absolute: {[str(root) for root in roots]}")
     pattern = _pattern(roots)
     spare = _ancestors()
     uid = os.getuid()
