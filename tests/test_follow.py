@@ -6,12 +6,14 @@ from __future__ import annotations
 import itertools
 import random
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from jupyter_air.jobs import follow
 from jupyter_air.jobs.follow import LogFollower, outcome
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs import query
@@ -246,3 +248,53 @@ def test_an_attempt_cut_by_a_crash_mid_record_does_not_keep_its_follower_busy(
     got = list(LogFollower(store, job_id).follow(stop=lambda: next(looks) > 100, interval=0))
     assert [(attempt, line.text) for attempt, lines in got for line in lines] == [(1, "try 1")]
     assert next(looks) < 10, "it ended by itself"
+
+
+def test_a_quiet_job_s_store_is_asked_when_it_changed_or_once_a_second(
+    store: JobStore, job_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job that writes nothing costs its follower no look at the store per poll: one
+    when something was committed (here the outcome, seen at the next poll), and one a
+    second besides (a supervisor killed outright commits nothing)."""
+    monkeypatch.setattr(follow, "LOOK_EVERY", 0.5)
+    store.start_attempt(job_id, 1, None)
+    asked: list[float] = []
+    real = store.attempts
+    monkeypatch.setattr(store, "attempts", lambda *a: asked.append(time.monotonic()) or real(*a))
+    polls = itertools.count()
+    started = time.monotonic()
+
+    def end_later() -> bool:
+        """After 1.2 s of polls every 10 ms, the job succeeds."""
+        next(polls)
+        if asked and asked[-1] - started >= 1.2 and store.get(job_id).status == "RUNNING":
+            store.end_attempt(job_id, 1, "SUCCEEDED", [0])
+            store.update(job_id, status="SUCCEEDED")
+        return time.monotonic() - started > 30
+
+    assert list(LogFollower(store, job_id).follow(stop=end_later, interval=0.01)) == []
+    assert next(polls) > 60, "it polled every 10 ms"
+    assert 3 <= len(asked) <= 5, asked  # at 0, 0.5, 1.0(, 1.5) s, then the outcome's commit
+    assert time.monotonic() - started < 5, "the outcome ended following at once"
+
+
+def test_polls_of_a_quiet_attempt_ask_for_a_later_one_only_when_the_store_changed(
+    store: JobStore, job_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel polls its cell's job ten times a second: read out, the attempt asks the
+    store for a later attempt once, then again only after a commit (or a second)."""
+    rank_log(store, job_id, 1, 0).write_bytes(record(1, "try 1"))
+    store.start_attempt(job_id, 1, None)
+    asked: list[str] = []
+    real = store.attempts
+    monkeypatch.setattr(store, "attempts", lambda *a: asked.append("attempts") or real(*a))
+    follower = LogFollower(store, job_id)
+    assert [line.text for line in follower.poll()] == ["try 1"]
+    for _ in range(20):
+        assert follower.poll() == []
+    assert len(asked) == 1, asked
+    rank_log(store, job_id, 2, 0).write_bytes(record(2, "try 2"))
+    store.start_attempt(job_id, 2, None)
+    assert follower.poll() == []  # this poll sees the later attempt: the next reads it
+    assert [line.text for line in follower.poll()] == ["try 2"]
+    assert len(asked) == 2, asked
