@@ -125,6 +125,22 @@ def test_a_request_that_goes_unanswered_is_said_before_mlflow_gives_it_up(
     assert waiting.parts == {Part.METRICS}
 
 
+def test_a_request_unanswered_after_the_servers_answer_leaves_that_answer_said(
+    files: AttemptDir,
+) -> None:
+    """The next try waits out MLflow's back-off: its stall says no more than the 503."""
+    points(files, 1)
+    backlog.failing(files, URI, RuntimeError("too many 503 error responses"), {Part.METRICS})
+    backlog.failing(files, URI, backlog.NoAnswerYet("no answer in 5 s"), {Part.END})
+    waiting = backlog.read(files)
+    assert waiting is not None
+    assert (waiting.error, waiting.parts) == ("HTTP 503", {Part.METRICS, Part.END})
+    gone = MlflowException("Run 'abc' not found", error_code=RESOURCE_DOES_NOT_EXIST)
+    backlog.failing(files, URI, gone, set())
+    backlog.failing(files, URI, backlog.NoAnswerYet("no answer in 5 s"), set())
+    assert backlog.refused_for_good(files), "a stall is no answer: the refusal stands"
+
+
 @pytest.mark.parametrize(
     ("error", "passing"),
     [

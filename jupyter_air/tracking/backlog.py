@@ -77,17 +77,21 @@ class Backlog:
 
 
 def failing(files: AttemptDir, tracking_uri: str, err: BaseException, parts: set[Part]) -> None:
-    """The server did not take ``parts`` (and what was waiting before still waits)."""
+    """The server did not take ``parts`` (and what was waiting before still waits). A
+    request still unanswered (``NoAnswerYet``) tells no more than the server's last
+    answer in this outage: that answer stays said (a retry under way, waiting out its
+    back-off, would otherwise turn "HTTP 503" into "no answer in 5 s" for a while)."""
     state = _state(files)
     since = state.get("since") if isinstance(state.get("since"), (int, float)) else None
     waiting = set(_parts(state)) | parts
+    answered = isinstance(err, NoAnswerYet) and bool(state.get("error"))
     replace_json(
         files.tracking_backlog,
         {
             "tracking_uri": redact(tracking_uri),  # only ever shown
             "since": since or time.time(),
-            "error": describe(err),
-            "permanent": is_permanent(err),
+            "error": state["error"] if answered else describe(err),
+            "permanent": bool(state.get("permanent")) if answered else is_permanent(err),
             "parts": sorted(waiting),
         },
     )
