@@ -336,7 +336,7 @@ class TailProcess:
                     newer.add(pending[0].name)
                 idle_since = time.monotonic()
                 continue
-            if newer & {p.name for p in self._pending()} and not self._busy():
+            if newer and newer & {p.name for p in self._pending()} and not self._busy():
                 # Done with its own: the lock goes to a process of the newer version,
                 # which the sender of those requests starts (it looks every second).
                 fcntl.flock(lock_fd, fcntl.LOCK_UN)
