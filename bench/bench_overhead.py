@@ -25,7 +25,10 @@ ranks. Two parts:
    torch.distributed.run --nproc-per-node 2 -m accelerate.test_utils.scripts
    .test_script``), ``air run -f --watch`` of a workload with that command, and a
    ``%%air_distributed -n 2`` cell running that module (``runpy``) in a fresh kernel
-   (its start included, and the extension's load).
+   (its start included, and the extension's load). Beside them: whether the user's
+   tail process was up when ``air run`` submitted (it makes the run the ranks wait for,
+   importing MLflow first if it had left), submission to ranks started, and the
+   kernel's start with the extension loaded.
 
 Every run has its own ``AIR_HOME`` and MLflow store (sqlite), so the tail process is
 this bench's own. Default system-metrics interval (10 s), as a user gets.
@@ -53,6 +56,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from jupyter_air.jobs.store import JobStore  # noqa: E402
+from jupyter_air.tracking.run_tails import serving  # noqa: E402
 from tests.fake_nvml import FakeGpu, Scenario, build_library, env_for  # noqa: E402
 from tests.kernel.conftest import Kernel  # noqa: E402
 from tests.waits import job_processes  # noqa: E402
@@ -245,7 +250,7 @@ def overhead_cell(base: Path, nvml: Path, seconds: float) -> dict[str, float]:
     return result
 
 
-def torchrun(home: Home) -> float:
+def torchrun(home: Home) -> dict[str, float]:
     argv = [
         sys.executable,
         "-m",
@@ -257,22 +262,34 @@ def torchrun(home: Home) -> float:
     ]
     start = time.perf_counter()
     subprocess.run(argv, env=home.env, cwd=home.dir, check=True, capture_output=True)
-    return time.perf_counter() - start
+    return {"torchrun": time.perf_counter() - start}
 
 
-def accelerate_air_run(home: Home) -> float:
+def accelerate_air_run(home: Home) -> dict[str, float]:
+    """Its time, and beside it: whether the user's tail process was up (it makes the
+    run the ranks wait for; it leaves 20 s after its last request) and the job store's
+    submission to ranks started."""
+    warm = serving(Path(home.env["AIR_HOME"]))
     start = time.perf_counter()
     watcher = air_run(home, f"python -m {ACCELERATE}")
     _, err = watcher.communicate()
     seconds = time.perf_counter() - start
     assert watcher.returncode == 0, err.decode()
     wait_ours_gone(home)  # untimed: the next arm does not pay for this one's MLflow tail
-    return seconds
+    store = JobStore(Path(home.env["AIR_HOME"]))
+    job = max(store.jobs(), key=lambda j: j.created)
+    first = store.attempts(job.id)[0]
+    return {
+        "air run": seconds,
+        "air run: tail process up": float(warm),
+        "air run: to ranks": first.started - job.created,
+    }
 
 
-def accelerate_cell(home: Home) -> float:
+def accelerate_cell(home: Home) -> dict[str, float]:
     start = time.perf_counter()
     kernel = start_kernel(home)
+    loaded = time.perf_counter() - start
     try:
         execution = kernel.run(f"%%air_distributed -n 2\n{RUN_ACCELERATE}")
         seconds = time.perf_counter() - start
@@ -281,7 +298,7 @@ def accelerate_cell(home: Home) -> float:
     finally:
         kernel.shutdown()
     wait_ours_gone(home)
-    return seconds
+    return {"cell": seconds, "cell: kernel up, extension loaded": loaded}
 
 
 def machine() -> str:
@@ -311,23 +328,31 @@ def overhead(base: Path, nvml: Path, seconds: float) -> None:
 def accelerate(base: Path, nvml: Path, rounds: int) -> None:
     home = Home(base, "accelerate", nvml)
     torchrun(home)  # untimed: warm caches
-    arms: list[tuple[str, Callable[[Home], float]]] = [
+    arms: list[tuple[str, Callable[[Home], dict[str, float]]]] = [
         ("torchrun", torchrun),
         ("air run", accelerate_air_run),
         ("cell", accelerate_cell),
     ]
-    times: dict[str, list[float]] = {name: [] for name, _ in arms}
+    rows: list[dict[str, float]] = []
     print(f"accelerate: {ACCELERATE} on 2 CPU ranks; {machine()}", flush=True)
     for number in range(rounds):
-        for name, arm in arms[number % 3 :] + arms[: number % 3]:
-            times[name].append(arm(home))
-        print(json.dumps({k: round(v[-1], 2) for k, v in times.items()}), flush=True)
-    m = {name: statistics.median(v) for name, v in times.items()}
+        row: dict[str, float] = {}
+        for _, arm in arms[number % 3 :] + arms[: number % 3]:
+            row.update(arm(home))
+        print(json.dumps({k: round(v, 2) for k, v in row.items()}), flush=True)
+        rows.append(row)
+    m = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+    up = sum(int(r["air run: tail process up"]) for r in rows)
     print(f"\n{rounds} rounds, medians ({machine()}):")
     print(
         f"- torchrun {m['torchrun']:.2f} s, air run {m['air run']:.2f} s "
         f"({m['air run'] / m['torchrun']:.2f}x), cell {m['cell']:.2f} s "
         f"({m['cell'] / m['torchrun']:.2f}x, kernel start included)"
+    )
+    print(
+        f"  air run: submission to ranks {m['air run: to ranks']:.2f} s; the tail process "
+        f"was up for {up} of {rounds}; cell: kernel up and extension loaded "
+        f"{m['cell: kernel up, extension loaded']:.2f} s"
     )
     end_tail(home)
 
