@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -101,7 +102,7 @@ def submit(engine: Engine, home: Path, code: str, **options: Any) -> tuple[JobSe
         "backend": engine.backend,
         "compute": {"nproc_per_node": engine.nproc_per_node, "nnodes": engine.nnodes},
         "max_retries": options.pop("max_retries", 0),
-        "env": {"PYTHONUNBUFFERED": "1"},
+        "env": {"PYTHONUNBUFFERED": "1", **options.pop("env", {})},
     }
     request = JobRequest(
         Submission.model_validate(fields),
@@ -243,3 +244,98 @@ def test_every_node_s_system_samples_reach_the_attempt_s_run(
     # the last samples may come after the job's end: at a node's close, or from the
     # run's tail (a job shorter than its first sample)
     until(lambda: logged() == wanted, f"{sorted(wanted)} in run {attempt.run_id}")
+
+
+def test_every_rank_runs_in_the_job_s_working_directory_with_its_environment(
+    engine: Engine, tmp_path: Path
+) -> None:
+    code = "import json, os; print(json.dumps([os.getcwd(), os.environ.get('AIR_CONTRACT')]))"
+    service, job = submit(engine, tmp_path, code, env={"AIR_CONTRACT": "kept"})
+    job = ended(service, job)
+    assert job.status is JobStatus.SUCCEEDED, job.message
+    for rank in range(engine.world_size):
+        printed = rank_lines(service, job, 1, rank // engine.nproc_per_node, rank)
+        where, value = json.loads(next(line for line in printed if line.startswith("[")))
+        assert (Path(where).resolve(), value) == (tmp_path.resolve(), "kept")
+    nothing_left(job.id)
+
+
+def test_each_rank_s_output_is_kept_whole_and_in_order(engine: Engine, tmp_path: Path) -> None:
+    code = "import os\nfor n in range(300):\n    print(f\"{os.environ['RANK']} line {n}\")\n"
+    service, job = submit(engine, tmp_path, code)
+    job = ended(service, job)
+    assert job.status is JobStatus.SUCCEEDED, job.message
+    for rank in range(engine.world_size):
+        printed = rank_lines(service, job, 1, rank // engine.nproc_per_node, rank)
+        assert [line for line in printed if " line " in line] == [
+            f"{rank} line {n}" for n in range(300)
+        ]
+    nothing_left(job.id)
+
+
+def test_a_terminated_supervisor_ends_every_rank_and_records_the_job_cancelled(
+    engine: Engine, tmp_path: Path
+) -> None:
+    service, job = submit(engine, tmp_path, "import time; time.sleep(600)")
+    started(service, job, engine.world_size)
+    supervisor = until(lambda: service.store.get(job.id).supervisor_pid, "the supervisor's pid")
+    os.kill(supervisor, signal.SIGTERM)  # as a system shutting down would
+    job = ended(service, job)
+    assert job.status is JobStatus.CANCELLED, job.message
+    assert service.store.attempts(job.id)[-1].status is AttemptStatus.CANCELLED
+    nothing_left(job.id)
+
+
+def test_the_stacks_of_a_running_job_s_ranks_are_taken_on_their_nodes(
+    engine: Engine, tmp_path: Path
+) -> None:
+    code = "import time\ndef waiting_in_the_contract():\n    time.sleep(600)\n"
+    code += "waiting_in_the_contract()\n"
+    service, job = submit(engine, tmp_path, code)
+    started(service, job, engine.world_size)
+
+    def every_rank_in_its_loop() -> list[Any] | None:
+        taken = service.take_stacks(job.id).stacks
+        inside = [s for s in taken if "waiting_in_the_contract" in (s.text or "")]
+        return taken if len(inside) == engine.world_size else None
+
+    taken = until(every_rank_in_its_loop, "every rank's stack in its loop", JOB_END, step=1.0)
+    assert sorted((s.node, s.rank) for s in taken) == [
+        (rank // engine.nproc_per_node, rank) for rank in range(engine.world_size)
+    ]
+    service.cancel(job.id)
+    ended(service, job)
+    nothing_left(job.id)
+
+
+RESUMES = """
+import os, pathlib
+place = os.environ["AIR_CHECKPOINT_DIR"]
+print("place", place, "resume from", os.environ.get("AIR_RESUME_FROM"))
+if os.environ["AIR_ATTEMPT"] == "1" and os.environ["RANK"] == "0":
+    step = pathlib.Path(place) / "step-7"  # a torch.distributed.checkpoint folder, complete
+    step.mkdir(parents=True)
+    (step / ".metadata").write_bytes(b"contract")
+    raise SystemExit(1)
+if os.environ["AIR_ATTEMPT"] == "1":
+    import time
+    time.sleep(600)  # stopped with rank 0's failure
+"""
+
+
+def test_a_retry_resumes_from_the_job_s_checkpoint_place(engine: Engine, tmp_path: Path) -> None:
+    service, job = submit(engine, tmp_path, RESUMES, max_retries=1)
+    job = ended(service, job)
+    assert job.status is JobStatus.SUCCEEDED, job.message
+
+    def said(attempt: int, rank: int) -> str:
+        lines = rank_lines(service, job, attempt, rank // engine.nproc_per_node, rank)
+        return next(line for line in lines if line.startswith("place "))
+
+    first = said(1, 0)  # the others may be stopped before they print
+    place = first.split()[1]
+    assert first == f"place {place} resume from None"
+    assert [said(2, rank) for rank in range(engine.world_size)] == [
+        f"place {place} resume from {Path(place) / 'step-7'}"
+    ] * engine.world_size, "every rank of the retry has the same place and resumes from it"
+    nothing_left(job.id)

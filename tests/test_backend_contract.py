@@ -13,9 +13,14 @@ from tests.backend_contract import (  # noqa: F401  (the contract's tests, run h
     sandbox_installed,
     test_a_failing_rank_stops_the_others_and_fails_the_attempt,
     test_a_retry_is_a_new_attempt_with_its_own_run,
+    test_a_retry_resumes_from_the_job_s_checkpoint_place,
+    test_a_terminated_supervisor_ends_every_rank_and_records_the_job_cancelled,
     test_cancel_stops_every_rank,
+    test_each_rank_s_output_is_kept_whole_and_in_order,
     test_every_node_s_system_samples_reach_the_attempt_s_run,
     test_every_rank_gets_the_torchrun_environment_and_its_own_log,
+    test_every_rank_runs_in_the_job_s_working_directory_with_its_environment,
+    test_the_stacks_of_a_running_job_s_ranks_are_taken_on_their_nodes,
     test_the_timeout_stops_every_rank_and_fails_the_job,
 )
 

@@ -31,9 +31,14 @@ from tests.backend_contract import (  # the contract's tests, run on this module
     Engine,
     test_a_failing_rank_stops_the_others_and_fails_the_attempt,  # noqa: F401
     test_a_retry_is_a_new_attempt_with_its_own_run,  # noqa: F401
+    test_a_retry_resumes_from_the_job_s_checkpoint_place,  # noqa: F401
+    test_a_terminated_supervisor_ends_every_rank_and_records_the_job_cancelled,  # noqa: F401
     test_cancel_stops_every_rank,  # noqa: F401
+    test_each_rank_s_output_is_kept_whole_and_in_order,  # noqa: F401
     test_every_node_s_system_samples_reach_the_attempt_s_run,  # noqa: F401
     test_every_rank_gets_the_torchrun_environment_and_its_own_log,  # noqa: F401
+    test_every_rank_runs_in_the_job_s_working_directory_with_its_environment,  # noqa: F401
+    test_the_stacks_of_a_running_job_s_ranks_are_taken_on_their_nodes,  # noqa: F401
     test_the_timeout_stops_every_rank_and_fails_the_job,  # noqa: F401
 )
 from tests.fake_nvml import FakeGpu, Scenario, env_for
