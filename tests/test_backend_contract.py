@@ -24,6 +24,9 @@ from tests.backend_contract import (  # noqa: F401  (the contract's tests, run h
     test_the_timeout_stops_every_rank_and_fails_the_job,
 )
 
+#: Every contract test runs jobs with their supervisor and ranks.
+pytestmark = pytest.mark.heavy
+
 #: Where each registered backend runs the contract: here, or the module named. The
 #: sandbox is the tests' own backend, installed only while its tests run.
 ENGINES: dict[str, Engine | str] = {

@@ -162,6 +162,7 @@ def test_air_run_takes_another_backend_and_its_settings_over_the_workload_s(
     assert "--backend-opt adress: Extra inputs are not permitted" in refused.stderr
 
 
+@pytest.mark.heavy
 def test_a_backend_from_a_distribution_of_its_own_runs_a_workload_with_its_settings(
     workdir: Path,
 ) -> None:
