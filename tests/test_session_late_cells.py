@@ -18,6 +18,9 @@ from jupyter_air.tracking import backlog, run_tails
 from jupyter_air.tracking.journal import ATTEMPT_RUN, Writer
 from jupyter_air.tracking.run_tails import Answer, TailProcess
 
+#: Each test drives a kernel, a session or a job with its supervisor and ranks.
+pytestmark = pytest.mark.heavy
+
 
 @pytest.fixture
 def session(tmp_path: Path) -> SessionRun:

@@ -6,6 +6,7 @@ names that cannot be pickled) is refused before a job, a run or a process exists
 
 from __future__ import annotations
 
+import contextlib
 import keyword
 import os
 import sys
@@ -33,7 +34,7 @@ from ..jobs.workload_file import Submission, TrackingMode, describe
 from ..logs.query import LogFilter
 from ..redact import redact
 from ..status import JobStatus, Outcome
-from ..tracking import journal
+from ..tracking import backlog, journal
 from ..tracking.backlog import describe as describe_error
 from ..tracking.targets import ExperimentRef, RunTarget, current_tracking_uri
 from .capture import Payload
@@ -314,7 +315,12 @@ def run(
             journal.ship(mlflow_client, files, run)
             runs.end_run(mlflow_client, run, status)
 
-        end_in_time(finish, target.tracking_uri, job.id)
+        def unsent(err: BaseException) -> None:
+            """Recorded before the cell's last status is drawn, which reads it: the
+            points wait (what else waits, the tail process records as it tries)."""
+            backlog.failing(files, target.tracking_uri, err, {backlog.Part.METRICS})
+
+        end_in_time(finish, target.tracking_uri, job.id, unsent)
 
     return _follow(store, job.id, view, max_attempts, user_ns, end_run)
 
@@ -324,9 +330,15 @@ def run(
 END_WAIT = 5.0
 
 
-def end_in_time(finish: Callable[[], None], tracking_uri: str, job_id: str) -> None:
+def end_in_time(
+    finish: Callable[[], None],
+    tracking_uri: str,
+    job_id: str,
+    unsent: Callable[[BaseException], None] | None = None,
+) -> None:
     """``finish()`` (MLflow calls at a cell's end), waited for ``END_WAIT`` seconds at
-    most: a server that is down never holds the cell; what did not land is said."""
+    most: a server that is down never holds the cell; what did not land is said, and
+    given to ``unsent`` (the attempt's backlog, which the cell's last status reads)."""
     outcome: Future[None] = Future()
 
     def work() -> None:
@@ -341,9 +353,13 @@ def end_in_time(finish: Callable[[], None], tracking_uri: str, job_id: str) -> N
         outcome.result(END_WAIT)
         return
     except FutureTimeout:
-        why = f"no answer in {END_WAIT:g} s"
+        failure: BaseException = backlog.NoAnswerYet(f"no answer in {END_WAIT:g} s")
     except Exception as err:
-        why = describe_error(err)
+        failure = err
+    why = describe_error(failure)
+    if unsent is not None:
+        with contextlib.suppress(OSError):  # the cell's end is said all the same
+            unsent(failure)
     print(
         f"tracking: {redact(tracking_uri)} did not take the run's end ({why}): it and its "
         f"points wait, and land when the server answers (air get {job_id})",

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 from jupyter_client.blocking import BlockingKernelClient
 from mlflow import MlflowClient
 
@@ -31,6 +32,9 @@ from tests.kernel.test_distributed_magic import (
     mlflow_client,
 )
 from tests.waits import assert_gone_within, job_processes, supervised_until_its_end, wait_done
+
+#: Each test drives a kernel, a session or a job with its supervisor and ranks.
+pytestmark = pytest.mark.heavy
 
 SESSION_JOB = re.compile(r"Session job (\d{8}-\d{6}-[0-9a-f]{6})")
 

@@ -8,9 +8,14 @@ import re
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.kernel.conftest import Kernel
 from tests.kernel.test_live_view import PLOTLY, collect, output_order, sent_points
 from tests.kernel.test_session import SESSION_JOB, cell, session_run_sampled, start
+
+#: Each test drives a kernel, a session or a job with its supervisor and ranks.
+pytestmark = pytest.mark.heavy
 
 LOSS_CELL = """%%air_distributed --session
 import time
