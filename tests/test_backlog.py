@@ -141,6 +141,14 @@ def test_a_request_unanswered_after_the_servers_answer_leaves_that_answer_said(
     assert backlog.refused_for_good(files), "a stall is no answer: the refusal stands"
 
 
+#: What MLflow says when the connection breaks in the middle of the server's answer.
+DROPPED_MID_ANSWER = (
+    "API request to http://127.0.0.1:45885/api/2.0/mlflow/runs/get failed with exception "
+    "('Connection broken: IncompleteRead(0 bytes read, 1074 more expected)', "
+    "IncompleteRead(0 bytes read, 1074 more expected))"
+)
+
+
 @pytest.mark.parametrize(
     ("error", "passing"),
     [
@@ -148,6 +156,8 @@ def test_a_request_unanswered_after_the_servers_answer_leaves_that_answer_said(
         (MlflowException(REFUSED), True),  # MLflow's own wrapping of a refused connection
         (MlflowException("API request to x failed: too many 503 error responses"), True),
         (backlog.NoAnswerYet("no answer in 5 s"), True),
+        # a server (or its proxy) that dropped the connection in the middle of its answer
+        (MlflowException(DROPPED_MID_ANSWER), True),
         (MlflowException("Run not found", error_code=RESOURCE_DOES_NOT_EXIST), False),
         (MlflowException("API request to x failed with error code 403 != 200"), False),
         (NotADirectoryError("[Errno 20] Not a directory: '/art/logs'"), False),

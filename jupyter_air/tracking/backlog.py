@@ -191,7 +191,11 @@ _SHORT = [
     (re.compile(r"Connection refused"), "connection refused", True),
     (re.compile(r"timed out|Timeout", re.IGNORECASE), "no answer in time", True),
     (re.compile(r"Name or service not known|nodename nor servname"), "unknown host", True),
-    (re.compile(r"Connection (?:reset|aborted)|RemoteDisconnected"), "connection dropped", True),
+    (
+        re.compile(r"Connection (?:reset|aborted|broken)|RemoteDisconnected|IncompleteRead"),
+        "connection dropped",
+        True,
+    ),
     (re.compile(r"(?:status code|response code|error code) (5\d\d)"), "HTTP {0}", True),
     (re.compile(r"too many (5\d\d) error responses"), "HTTP {0}", True),
     (re.compile(r"(?:status code|response code|error code) (\d{3})"), "HTTP {0}", False),
