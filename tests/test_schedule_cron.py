@@ -172,6 +172,31 @@ def test_describe_says_the_cron_in_words_with_its_zone() -> None:
 
 
 @pytest.mark.parametrize(
+    ("expression", "dialect", "words"),
+    [
+        ("* * * * *", Dialect.UNIX, "Every minute"),
+        ("*/5 * * * *", Dialect.UNIX, "Every 5 minutes"),
+        ("0 * * * *", Dialect.UNIX, "Every hour"),
+        ("0 */2 * * *", Dialect.UNIX, "Every 2 hours"),
+        ("0 2 * * *", Dialect.UNIX, "At 02:00, every day"),
+        ("0 0,12 * * *", Dialect.UNIX, "At 00:00 and 12:00, every day"),
+        ("*/5 2 * * *", Dialect.UNIX, "Every 5 minutes, between 02:00 and 02:59, every day"),
+        ("0 2 * * 1-5", Dialect.UNIX, "At 02:00, Monday through Friday"),
+        ("15 3 1 * *", Dialect.UNIX, "At 03:15, on day 1 of the month"),
+        ("*/2 * * * * ?", Dialect.QUARTZ, "Every 2 seconds"),
+        ("0 0 9 ? * MON-FRI", Dialect.QUARTZ, "At 09:00, Monday through Friday"),
+        ("0 0 12 LW * ?", Dialect.QUARTZ, "At 12:00, on the last weekday of the month"),
+    ],
+)
+def test_common_crons_read_as_a_person_would_say_them(
+    expression: str, dialect: Dialect, words: str
+) -> None:
+    """Each unrestricted field is not spelled out ("every minute, every hour, every
+    day"); a time of day on every day says so."""
+    assert parse(expression, dialect).describe() == f"{words} (UTC)"
+
+
+@pytest.mark.parametrize(
     ("expression", "dialect", "said"),
     [
         ("0 61 10 * * ?", Dialect.QUARTZ, "the minutes field '61'"),

@@ -104,18 +104,30 @@ class Cron:
         return kept, dropped
 
     def describe(self) -> str:
-        """In words, with the time zone: "At 02:30, every day (Europe/Paris)"."""
+        """In words, with the time zone: "At 02:30, every day (Europe/Paris)", "Every
+        minute (UTC)". cron_descriptor's verbose mode says every unrestricted field
+        ("Every minute, every hour, every day"); its terse one drops the days even after
+        a time of day ("At 02:30"), so "every day" is added back there alone."""
         from cron_descriptor import ExpressionDescriptor, Options
 
         options = Options()
         options.use_24hour_time_format = True
-        options.verbose = True
+        options.verbose = False
         options.day_of_week_start_index_zero = self.dialect is Dialect.UNIX
         try:
             words = ExpressionDescriptor(self.expression, options).get_description()
         except Exception:
-            words = self.expression
+            return f"{self.expression} ({self.timezone})"
+        if self._at_hours_every_day():
+            words += ", every day"
         return f"{words} ({self.timezone})"
+
+    def _at_hours_every_day(self) -> bool:
+        """Fires at given hours (not every hour or every n hours) on every day."""
+        _, _, hours, dom, month, dow, year = self._fields
+        every = ("*", "?")
+        days_free = dom in every and month in every and dow in every and year in every
+        return days_free and self._special_dom is None and hours not in every and "/" not in hours
 
     # -- croniter ------------------------------------------------------------------------
 
