@@ -50,8 +50,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from jupyter_air.jobs.backends import local  # noqa: E402
-from jupyter_air.jobs.backends.local import LocalRanks, RankSpec  # noqa: E402
+from jupyter_air.jobs.node import ranks as node_ranks  # noqa: E402
+from jupyter_air.jobs.node.launch import RankSpec  # noqa: E402
+from jupyter_air.jobs.node.ranks import LocalRanks  # noqa: E402
 from jupyter_air.jobs.spec import JobKind, job_spec  # noqa: E402
 from jupyter_air.jobs.store import JobStore  # noqa: E402
 from jupyter_air.logs.capture import RankLog, StreamSplitter  # noqa: E402
@@ -224,7 +225,7 @@ class BatchedSplitter(StreamSplitter):
 @contextmanager
 def batched_capture() -> Iterator[None]:
     """LocalRanks with the prototype's RankLog and StreamSplitter."""
-    names = vars(local)  # the names LocalRanks._start looks up
+    names = vars(node_ranks)  # the names LocalRanks._start looks up
     saved = names["RankLog"], names["StreamSplitter"]
     names["RankLog"], names["StreamSplitter"] = BatchedLog, BatchedSplitter
     try:

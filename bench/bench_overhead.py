@@ -79,7 +79,7 @@ ACCELERATE_ENV = {"ACCELERATE_USE_CPU": "1", "CUDA_VISIBLE_DEVICES": ""}
 #: A process's role, from a fragment of its command line.
 ROLES = {
     "jupyter_air.jobs.supervision.supervisor": "supervisor",
-    "jupyter_air.jobs.supervision.reaper": "reaper",
+    "jupyter_air.jobs.node.reaper": "reaper",
     "jupyter_air.tracking.run_tails": "tail process",
     "jupyter_air.notify.courier": "courier",
     "jupyter_air.cli": "air run --watch",

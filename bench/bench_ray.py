@@ -186,7 +186,7 @@ def label(proc: psutil.Process) -> str:
     if "-m" in cmd:
         module = cmd[cmd.index("-m") + 1]
         return {
-            "jupyter_air.jobs.supervision.rank_main": "rank",
+            "jupyter_air.jobs.node.rank_main": "rank",
             "jupyter_air.jobs.supervision.supervisor": "supervisor",
         }.get(module, module)
     for arg in cmd[1:]:

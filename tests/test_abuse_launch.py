@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_air.jobs.backends.local import LocalRanks, RankSpec
 from jupyter_air.jobs.capacity import CPU_RANKS_PER_CORE, TooManyRanks, check, usable_cores
+from jupyter_air.jobs.node.launch import RankSpec
+from jupyter_air.jobs.node.ranks import LocalRanks
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.kernel.decorator import distributed
 from jupyter_air.kernel.launch import OptionError

@@ -19,8 +19,8 @@ from jupyter_air import cli, paths
 from jupyter_air.identity import os_identity
 from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs import submit
+from jupyter_air.jobs.node import rank_main
 from jupyter_air.jobs.store import JobStore, StoreError
-from jupyter_air.jobs.supervision import rank_main
 from jupyter_air.logs.capture import RankLog
 from jupyter_air.paths import UnsafeHome, filesystem_type
 from jupyter_air.redact import redact, redact_argv

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_air.jobs.supervision.death import CGROUP_ROOT, MemoryWatch, crash_frame, explain
+from jupyter_air.jobs.node.death import CGROUP_ROOT, MemoryWatch, crash_frame, explain
 from tests.waits import wait_settled
 
 SEGFAULT = """\

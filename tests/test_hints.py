@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jupyter_air.jobs.store import JobStore
-from jupyter_air.jobs.supervision.hints import (
+from jupyter_air.jobs.node.hints import (
     GpuSample,
     Hint,
     HintRecorder,
@@ -21,6 +20,7 @@ from jupyter_air.jobs.supervision.hints import (
     read_hints,
     write_hints,
 )
+from jupyter_air.jobs.store import JobStore
 from tests.conftest import WriteScenario
 from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -9,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from jupyter_air.jobs.backends.ray.nodes import RayNodes
-from jupyter_air.jobs.supervision import node_agent
-from jupyter_air.jobs.supervision.hints import GpuSample, HintRecorder, read_hints
-from jupyter_air.jobs.supervision.node_agent import NodeAgent
+from jupyter_air.jobs.node import agent as node_agent
+from jupyter_air.jobs.node.agent import NodeAgent
+from jupyter_air.jobs.node.hints import GpuSample, HintRecorder, read_hints
+from jupyter_air.jobs.node.launch import in_this_python
 from jupyter_air.jobs.supervision.system_feed import SystemMetricsFeed
 from jupyter_air.tracking.guard import RunGuard
 from jupyter_air.tracking.sampling import Sample, SampleLoop
@@ -160,3 +162,13 @@ def test_a_node_asked_for_a_sample_sends_one_with_its_next_poll(scenario: WriteS
     [sample] = sent
     assert sample.step == 0
     assert "gpu_0_utilization_percentage" in sample.metrics
+
+
+def test_a_command_of_ours_runs_in_the_node_s_python_and_a_user_s_as_given() -> None:
+    """A warm session's ranks were named by the kernel's interpreter, which a cluster's
+    node may not have; the node runs this package's modules in its own."""
+    ours = ["/kernel/venv/bin/python", "-u", "-m", "jupyter_air.jobs.sessions.rank"]
+    assert in_this_python(ours) == [sys.executable, *ours[1:]]
+    theirs = ["/kernel/venv/bin/python", "-u", "-m", "train", "--lr", "0.1"]
+    assert in_this_python(theirs) == theirs
+    assert in_this_python(["python", "train.py"]) == ["python", "train.py"]

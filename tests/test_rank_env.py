@@ -82,7 +82,7 @@ def run_rank(tmp_path: Path, source: str, env: dict[str, str]) -> Any:
         [
             sys.executable,
             "-m",
-            "jupyter_air.jobs.supervision.rank_main",
+            "jupyter_air.jobs.node.rank_main",
             str(payload),
             str(tmp_path),
         ],

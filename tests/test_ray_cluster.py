@@ -14,7 +14,7 @@ from jupyter_air.jobs.backends.ray.cluster import (
     node_shape,
     resolve_address,
 )
-from jupyter_air.jobs.supervision.outcome import AttemptEnd, first_failure
+from jupyter_air.jobs.node.outcome import AttemptEnd, first_failure
 from jupyter_air.status import Outcome
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
+from jupyter_air.jobs.node import stacks
 from jupyter_air.jobs.store import JobStore
-from jupyter_air.jobs.supervision import stacks
 from jupyter_air.logs.capture import RankLog
 from jupyter_air.logs.query import LogFilter, read_all
 from jupyter_air.logs.text import format_line

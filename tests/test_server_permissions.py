@@ -24,9 +24,9 @@ from tornado.httpclient import HTTPClientError
 from jupyter_air.gpu.sampler import GpuSampler
 from jupyter_air.identity import Identity, os_identity
 from jupyter_air.job_dir import AttemptDir
+from jupyter_air.jobs.node.hints import Hint, write_hints
 from jupyter_air.jobs.permissions import Level, parse_grant
 from jupyter_air.jobs.store import JobStore
-from jupyter_air.jobs.supervision.hints import Hint, write_hints
 from tests.conftest import WriteScenario
 from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_air.jobs.node import stacks
 from jupyter_air.jobs.store import JobStore
-from jupyter_air.jobs.supervision import stacks
 from tests.air_cli import air
 from tests.fake_nvml import FakeGpu, Scenario, env_for
 from tests.waits import until, wait_settled

@@ -20,13 +20,13 @@ import psutil
 import pytest
 
 from jupyter_air.jobs import submit
-from jupyter_air.jobs.backends import local
-from jupyter_air.jobs.backends.local import LocalRanks
+from jupyter_air.jobs.node import ranks
+from jupyter_air.jobs.node.hints import HintRecorder
+from jupyter_air.jobs.node.launch import RankSpec
+from jupyter_air.jobs.node.outcome import AttemptEnd, Stop, StopRule
+from jupyter_air.jobs.node.ranks import LocalRanks
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.supervision import supervisor
-from jupyter_air.jobs.supervision.hints import HintRecorder
-from jupyter_air.jobs.supervision.node_launch import RankSpec
-from jupyter_air.jobs.supervision.outcome import AttemptEnd, Stop, StopRule
 from jupyter_air.status import Outcome
 from jupyter_air.tracking.run_tails import Answer, MadeRun, NewRun, NoAnswer, RunNotMade, Tail
 from tests.factories import job_spec
@@ -152,8 +152,8 @@ class SeenLate(subprocess.Popen[bytes]):
 def test_local_ranks_a_rank_dying_between_two_looks_still_fails_the_attempt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(local.subprocess, "Popen", SeenLate)
-    monkeypatch.setattr(local, "MEMORY_LOOK", float("inf"))  # no other look takes the miss
+    monkeypatch.setattr(ranks.subprocess, "Popen", SeenLate)
+    monkeypatch.setattr(ranks, "MEMORY_LOOK", float("inf"))  # no other look takes the miss
     killed = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
     end = LocalRanks(specs(tmp_path, killed)).run()
     assert (end.status, end.failed_rank, end.exit_codes) == (Outcome.FAILED, 0, [-9])

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..identity import Identity
 from ..jobs.api_models import change_document
+from ..jobs.node.outcome import shown_exit_codes
 from ..jobs.permissions import (
     BadGrant,
     Forbidden,
@@ -21,7 +22,6 @@ from ..jobs.permissions import (
 from ..jobs.service import Conflict
 from ..jobs.spec import JobKind
 from ..jobs.store import JobStore, UnknownJob
-from ..jobs.supervision.outcome import shown_exit_codes
 from ..redact import redact
 from ..status import JobStatus, Outcome
 from .common import CliError, _job, _output, _service, _time

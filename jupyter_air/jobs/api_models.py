@@ -24,9 +24,9 @@ from ..logs.query import LogLine, Stream
 from ..status import AttemptStatus, JobStatus
 from ..tracking.permissions import Action, MirrorReport
 from ..tracking.permissions import Status as MirrorStatus
+from .node.stacks import StackSet
 from .permissions import JobAccess
 from .spec import JobKind
-from .supervision.stacks import StackSet
 
 #: ``permissions.Level``'s names: how a document spells a permission level.
 PermissionLevel = Literal["CAN_VIEW", "CAN_MANAGE_RUN", "CAN_MANAGE"]
@@ -122,7 +122,7 @@ class RankStacksDocument(Document):
 
 
 class StackSetDocument(Document):
-    """One set of stacks of an attempt's ranks (``jobs.supervision.stacks``)."""
+    """One set of stacks of an attempt's ranks (``jobs.node.stacks``)."""
 
     attempt: int
     name: str

@@ -17,8 +17,8 @@ from ..procs import alive
 from ..redact import redact, without_userinfo
 from ..status import JobStatus
 from .api_models import AttemptDocument, AttemptNode, JobDocument
+from .node.outcome import is_final
 from .store import Attempt, Job, JobStore
-from .supervision.outcome import is_final
 
 #: (tracking URI, experiment id, run id) -> the run's page in an MLflow UI, or None.
 RunLink = Callable[[str, str, str], str | None]

@@ -24,6 +24,8 @@ from .backends.base import Backend, BackendRefused, Placement
 from .checkpoint_settings import checkpoint_root
 from .documents import RunLink, job_document, job_documents
 from .env import submitting_job
+from .node import stacks
+from .node.stacks import StackSet
 from .permissions import (
     BadGrant,
     Forbidden,
@@ -38,8 +40,6 @@ from .sharing import mirror
 from .spec import JobKind, JobSpec, job_spec
 from .store import JOB_ID, Job, JobEnded, JobStore, UnknownJob
 from .submit import Submitted, submit
-from .supervision import stacks
-from .supervision.stacks import StackSet
 from .workload_file import Submission, TrackingMode, check_targets
 
 if TYPE_CHECKING:

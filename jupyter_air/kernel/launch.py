@@ -537,7 +537,7 @@ def _hints(store: JobStore, job_id: str, attempts: list[Any]) -> dict[str, Any]:
     """The last attempt's hints and GPUs, as its supervisor last wrote them, and the line
     on what waits for the tracking server, if anything does."""
     from ..jobs.documents import tracking_line
-    from ..jobs.supervision.hints import read_hints
+    from ..jobs.node.hints import read_hints
 
     hints = read_hints(store.attempt_dir(job_id, attempts[-1].attempt if attempts else 1))
     if waiting := tracking_line(store, store.get(job_id), attempts):

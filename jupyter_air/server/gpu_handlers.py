@@ -13,10 +13,10 @@ from tornado import web
 from ..gpu.owners import job_of, owner_of
 from ..gpu.sampler import GpuSampler
 from ..job_dir import AttemptDir
+from ..jobs.node.hints import read_hints
 from ..jobs.service import JobService
 from ..jobs.sessions.activity import activity_of
 from ..jobs.store import JobStore, UnknownJob
-from ..jobs.supervision.hints import read_hints
 from ..status import JobStatus
 from .base import AirHandler
 from .jobs_handlers import JobsBase, in_store_thread

@@ -739,7 +739,7 @@ def attach_logs(client: Any, run_id: str, attempt_dir: Path) -> None:
             client.log_artifacts(run_id, tmp, artifact_path=files.logs.name)
     if files.checkpoints.is_file():  # the checkpoints it saved: path, step, layout
         client.log_artifact(run_id, str(files.checkpoints))
-    # The ranks' stacks taken during the attempt (``jobs.supervision.stacks``), each set
+    # The ranks' stacks taken during the attempt (``jobs.node.stacks``), each set
     # with its ``stacks.json``, as ``stacks/<set>/rank_R.txt``.
     for taken in sorted((attempt_dir / STACKS).glob(f"*/{STACKS_INDEX}")):
         where = f"{STACKS}/{taken.parent.name}"

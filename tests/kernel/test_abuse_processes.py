@@ -58,10 +58,7 @@ PROCESSES = 2 * 5
 def rank_pid(job_id: str, rank: int) -> int:
     for proc in job_processes(job_id):
         env = proc.environ()
-        if (
-            env.get("RANK") == str(rank)
-            and "jupyter_air.jobs.supervision.rank_main" in proc.cmdline()
-        ):
+        if env.get("RANK") == str(rank) and "jupyter_air.jobs.node.rank_main" in proc.cmdline():
             return proc.pid
     raise AssertionError(f"rank {rank} of job {job_id} not found")
 

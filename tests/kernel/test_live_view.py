@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 from jupyter_air.jobs.store import JobStore
-from jupyter_air.jobs.supervision.hints import read_hints
+from jupyter_air.jobs.node.hints import read_hints
 from tests.fake_nvml import FakeGpu, Scenario, write_scenario_text
 from tests.kernel.conftest import Kernel, execute_notebook
 

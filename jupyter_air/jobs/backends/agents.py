@@ -1,6 +1,6 @@
 """One attempt's nodes driven through their node agents, whatever carries the calls.
 
-The supervisor places one node agent (``supervision.node_agent``) per node, tells each
+The supervisor places one node agent (``node.agent``) per node, tells each
 the job's shape (node 0's address and port are MASTER_ADDR/MASTER_PORT for every rank),
 then polls them: their records go to ``logs/node_N/rank_R.log``, their GPU samples to
 the panel's node files, their system metrics to the supervisor's feed, their GPU
@@ -34,12 +34,12 @@ from ...job_dir import AttemptDir, JobDir
 from ...paths import private_opener, write_private
 from ...status import Outcome
 from ...tracking.sampling import Sample
+from ..node.hints import HintRecorder
+from ..node.launch import NodeLaunch
+from ..node.outcome import AttemptEnd, StopRule
+from ..node.stacks import RankStacks
 from ..sessions.wire import TICKET_ENV
 from ..spec import JobKind, JobSpec
-from ..supervision.hints import HintRecorder
-from ..supervision.node_launch import NodeLaunch
-from ..supervision.outcome import AttemptEnd, StopRule
-from ..supervision.stacks import RankStacks
 from .base import AttemptContext
 
 log = logging.getLogger("jupyter_air.nodes")

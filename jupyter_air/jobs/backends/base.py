@@ -20,11 +20,11 @@ from pydantic import BaseModel
 
 from ...job_dir import JobDir
 from ...tracking.sampling import Sample
+from ..node.hints import HintRecorder
+from ..node.outcome import AttemptEnd
+from ..node.reaper import Reaper
+from ..node.stacks import RankStacks
 from ..spec import JobSpec
-from ..supervision.hints import HintRecorder
-from ..supervision.outcome import AttemptEnd
-from ..supervision.reaper import Reaper
-from ..supervision.stacks import RankStacks
 
 
 class BackendRefused(ValueError):

@@ -34,8 +34,8 @@ import cloudpickle
 from ...job_dir import JobDir
 from ...paths import air_home
 from ...tracking.journal import JOURNAL_ENV
-from ..supervision import rank_main
-from ..supervision.rank_main import exit_now, keep_run_in_environment, run_cell
+from ..node import rank_main
+from ..node.rank_main import exit_now, keep_run_in_environment, run_cell
 from . import wire
 
 #: A rank's arguments to its interpreter (on a Ray node, the node's own interpreter).

@@ -51,14 +51,14 @@ from ...tracking.run_tails import (
 from ...tracking.targets import bound_requests, quiet_retries
 from .. import backends, checkpoints
 from ..backends.base import AttemptContext, Nodes
+from ..node import stacks
+from ..node.hints import HintRecorder
+from ..node.outcome import AttemptEnd
+from ..node.reaper import Reaper
 from ..sharing import as_changes, mirror
 from ..spec import JobKind, JobSpec
 from ..store import JobStore
-from . import stacks
-from .hints import HintRecorder
 from .notifier import JobNotifier
-from .outcome import AttemptEnd
-from .reaper import Reaper
 from .system_feed import SystemMetricsFeed
 
 log = logging.getLogger("jupyter_air.supervisor")

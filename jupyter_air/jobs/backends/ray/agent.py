@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...supervision.node_agent import NodeAgent
+from ...node.agent import NodeAgent
 
 
 class RayNodeAgent(NodeAgent):

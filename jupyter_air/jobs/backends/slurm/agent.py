@@ -25,10 +25,10 @@ from dataclasses import asdict
 from typing import Any
 
 from ....status import Outcome
+from ...node.agent import NodeAgent
+from ...node.launch import NodeLaunch
+from ...node.outcome import AttemptEnd
 from ...sessions.wire import Channel, Refused, Ticket, connect
-from ...supervision.node_agent import NodeAgent
-from ...supervision.node_launch import NodeLaunch
-from ...supervision.outcome import AttemptEnd
 from .commands import rank_env
 
 #: The variable that gives an agent its ticket; removed from its environment at once.

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from ....paths import private_opener
+from ...node.ranks import terminate_with_parent
 from ...sessions.wire import Channel, Refused, Ticket, accept, listen_tcp
 from ..agents import (
     AGENT_START_TIMEOUT,
@@ -42,7 +43,6 @@ from ..agents import (
     ClusterError,
     ClusterWord,
 )
-from ..local import terminate_with_parent
 from . import commands
 from .agent import MAIN, TICKET_ENV, AgentOp
 from .settings import SlurmSettings

@@ -1,5 +1,5 @@
 """What one node of an attempt runs, and the ranks it makes of it: one place for every
-backend (the local backend's in-process node agent and each Ray node agent)."""
+backend (the local backend's in-process node and each cluster node's agent)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from ...job_dir import JobDir
 from ..env import RankPlace, gpu_count, inherited_env, rank_env, visible_gpus
 
-RANK_MAIN = "jupyter_air.jobs.supervision.rank_main"
+RANK_MAIN = "jupyter_air.jobs.node.rank_main"
 
 
 @dataclass
@@ -54,6 +54,16 @@ def rank_argv(launch: NodeLaunch, files: JobDir) -> list[str]:
         return list(launch.command)
     attempt = files.attempt(launch.attempt).path
     return [sys.executable, "-u", "-m", RANK_MAIN, str(files.payload), str(attempt)]
+
+
+def in_this_python(command: list[str]) -> list[str]:
+    """A command that runs one of this package's modules (``python -u -m jupyter_air.…``:
+    a warm session's rank), in this node's interpreter: the submitter's may not exist
+    here, and this node has the same version of the package (its agent said so)."""
+    module = command[3] if command[1:3] == ["-u", "-m"] and len(command) > 3 else ""
+    if module.split(".")[0] != "jupyter_air":
+        return command
+    return [sys.executable, *command[1:]]
 
 
 def node_specs(

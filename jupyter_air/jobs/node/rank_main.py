@@ -1,6 +1,6 @@
 """The entry point of one rank: run a notebook cell or a function shipped by the kernel.
 
-``python -m jupyter_air.jobs.supervision.rank_main PAYLOAD ATTEMPT_DIR``. The payload holds the
+``python -m jupyter_air.jobs.node.rank_main PAYLOAD ATTEMPT_DIR``. The payload holds the
 cell source (or the function and its arguments) and the notebook names it uses,
 pickled with cloudpickle. Rank 0 writes the cell's result for the kernel to pick up;
 a rank that fails writes its traceback beside it.

@@ -11,7 +11,8 @@ local node's; each Ray node agent's, sent with its polls) and the ranks' last ou
 times; it writes the current hints to the attempt's hints file (private, replaced
 whole), where the kernel's live view and the server's GPU panel read them, and tags the
 run with each hint raised (``air.hint.<kind>``). Thresholds come from the environment
-the supervisor inherits (see ``Thresholds.from_env``).
+the supervisor inherits (see ``Thresholds.from_env``). The recorder sits on the node
+side, below the backends and the supervisor, since every backend's nodes feed it.
 """
 
 from __future__ import annotations

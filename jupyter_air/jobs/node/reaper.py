@@ -7,7 +7,7 @@ the pipe closes, because the owner ended normally, was cancelled or was killed o
 the watchdog kills the process groups it was told of, then every process of this user
 whose environment names the job, and removes the files it was asked to remove.
 
-``python -m jupyter_air.jobs.supervision.reaper KEY=VALUE ...`` (the environment to match); on its
+``python -m jupyter_air.jobs.node.reaper KEY=VALUE ...`` (the environment to match); on its
 stdin, lines ``group PGID``, ``ungroup PGID``, ``remove PATH``.
 
 A process that both leaves its rank's group and clears its environment escapes; nothing
@@ -75,7 +75,7 @@ class Reaper:
         args = [f"{k}={v}" for k, v in match.items()]
         # Its own session: a signal to the owner's process group does not reach it.
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_air.jobs.supervision.reaper", *args],
+            [sys.executable, "-m", "jupyter_air.jobs.node.reaper", *args],
             stdin=subprocess.PIPE,
             start_new_session=True,
             env=env,

@@ -1,6 +1,6 @@
 """The node agent: one per node of a multi-node attempt (a Ray actor, a Slurm task).
 
-It starts its node's ranks with the local backend (``LocalRanks``: same sessions, same
+It starts its node's ranks as the local backend does (``LocalRanks``: same sessions, same
 signals, same log records) and answers the supervisor's polls with what the ranks wrote
 since the last poll, whole records tagged by rank: an output channel of our own, so
 Ray's log forwarding and deduplication never see rank output. It also samples the
@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import sys
 import tempfile
 import threading
 import time
@@ -30,12 +29,11 @@ from ...job_dir import AttemptDir, JobDir
 from ...paths import write_private
 from ...status import Outcome
 from ...tracking.sampling import Sample, SampleLoop
-from ..backends.local import LocalRanks
 from ..env import free_port
-from ..sessions import rank as session_rank
 from .hints import GpuSample, gpu_samples, rank_gpus
-from .node_launch import NodeLaunch, node_specs
+from .launch import NodeLaunch, in_this_python, node_specs
 from .outcome import AttemptEnd
+from .ranks import LocalRanks
 from .stacks import dump_ranks
 
 #: Bytes of one rank's log sent in one poll at most.
@@ -77,8 +75,7 @@ class NodeAgent:
         return time.time()
 
     def start(self, launch: NodeLaunch) -> None:
-        if launch.command[1:] == session_rank.ARGS:  # a warm session's: in this node's Python
-            launch = replace(launch, command=[sys.executable, *session_rank.ARGS])
+        launch = replace(launch, command=in_this_python(launch.command))
         files = JobDir(self._dir)
         self._attempt = files.attempt(launch.attempt).make()
         if launch.payload is not None:
