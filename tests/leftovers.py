@@ -236,6 +236,8 @@ class Guard:
         self.ended_with_test: Counter[str] = Counter()
         #: "test: kind, kind" for each test whose end ended something (shown with -v).
         self.ended_by_test: list[str] = []
+        #: Seconds the tests' teardowns spent ending what they left (it adds to the run).
+        self.ending_seconds = 0.0
         self.left: list[dict[str, Any]] = []
 
     @pytest.hookimpl(wrapper=True)
@@ -262,7 +264,9 @@ class Guard:
                 self.made_by.setdefault(name, item.nodeid)
             tmp_path = item.stash.get(_tmp_path_key, None)
             if tmp_path is not None:
+                began = time.monotonic()
                 ended = end_processes_in(tmp_path)
+                self.ending_seconds += time.monotonic() - began if ended else 0.0
                 self.ended_with_test.update(_kind(p.command) for p in ended)
                 if ended:
                     kinds = ", ".join(_kind(p.command) for p in ended)
@@ -284,6 +288,7 @@ class Guard:
             workeroutput["air_leftovers"] = self.left
             workeroutput["air_ended_with_test"] = dict(self.ended_with_test)
             workeroutput["air_ended_by_test"] = self.ended_by_test
+            workeroutput["air_ending_seconds"] = self.ending_seconds
             return
         passing = (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
         if self.left and session.exitstatus in passing:
@@ -297,6 +302,7 @@ class Guard:
         self.left += output.get("air_leftovers", [])
         self.ended_with_test.update(output.get("air_ended_with_test", {}))
         self.ended_by_test += output.get("air_ended_by_test", [])
+        self.ending_seconds += output.get("air_ending_seconds", 0.0)
 
     def _tell(self) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -305,7 +311,9 @@ class Guard:
         reporter.line("")  # xdist's progress leaves the line open
         if self.ended_with_test:
             kinds = ", ".join(f"{kind} {n}" for kind, n in self.ended_with_test.most_common())
-            reporter.write_line(f"processes ended at their test's end: {kinds}")
+            reporter.write_line(
+                f"processes ended at their test's end ({self.ending_seconds:.0f} s): {kinds}"
+            )
             for line in self.ended_by_test if self.config.option.verbose > 0 else []:
                 reporter.write_line(f"    {line}")
         if not self.left:

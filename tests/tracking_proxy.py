@@ -1,6 +1,7 @@
 """A team's tracking server as its users meet it on a bad day: a TCP proxy in front of a
-real ``mlflow server`` that, on demand, forwards, accepts and never answers, or answers
-every request with a 503 (a load balancer whose backend is gone).
+real ``mlflow server`` that, on demand, forwards, accepts and never answers, answers
+every request with a 503 (a load balancer whose backend is gone), or forwards requests
+and cuts the connection as the answer comes (the server did the work; nobody hears it).
 
 Switching the mode cuts the connections under way, so MLflow's pooled connections meet
 the new mode at their next request, as they would a server that just went wrong.
@@ -19,6 +20,7 @@ class Mode(enum.StrEnum):
     FORWARD = "forward"
     SILENT = "silent"  # reads the request, never replies
     UNAVAILABLE = "503"
+    ANSWER_LOST = "answer-lost"  # forwards the request, closes as its answer comes
 
 
 class TrackingProxy:
@@ -60,12 +62,17 @@ class TrackingProxy:
 
     def _serve(self, client: socket.socket, mode: Mode) -> None:
         try:
-            if mode is Mode.FORWARD:
+            if mode in (Mode.FORWARD, Mode.ANSWER_LOST):
                 upstream = socket.create_connection(self._upstream, timeout=30)
                 with self._lock:
                     self._open.add(upstream)
-                threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
-                _pump(client, upstream)
+                if mode is Mode.FORWARD:
+                    threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
+                    _pump(client, upstream)
+                else:
+                    threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
+                    upstream.recv(1)  # the server answers: what was asked is done
+                    upstream.close()
             elif mode is Mode.UNAVAILABLE:
                 while _request(client):
                     client.sendall(

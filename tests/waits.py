@@ -16,11 +16,20 @@ from jupyter_air.procs import alive
 T = TypeVar("T")
 
 
-def until(check: Callable[[], T], what: str, timeout: float = 120.0, step: float = 0.2) -> T:
-    """``check()``'s first truthy value; fails naming ``what`` after ``timeout`` seconds."""
+def until(
+    check: Callable[[], T],
+    what: str,
+    timeout: float = 120.0,
+    step: float = 0.2,
+    seen: Callable[[], object] | None = None,
+) -> T:
+    """``check()``'s first truthy value; fails naming ``what`` after ``timeout`` seconds,
+    with what ``seen()`` says was there instead, where given."""
     deadline = time.monotonic() + timeout
     while not (found := check()):
-        assert time.monotonic() < deadline, f"{what}: not after {timeout:g} s"
+        if time.monotonic() >= deadline:
+            there = f"; instead: {seen()!r}" if seen is not None else ""
+            raise AssertionError(f"{what}: not after {timeout:g} s{there}")
         time.sleep(step)
     return found
 

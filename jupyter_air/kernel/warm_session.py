@@ -32,7 +32,7 @@ import dataclasses
 import os
 import sys
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, ClassVar
 
@@ -184,6 +184,10 @@ class WarmSession:
         # waits for that run only, never behind the last cell's MLflow ending.
         self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-session-next")
         self._next_run: Future[str] | None = None
+        #: Every request for a run made ahead, answered or not.
+        self._asked: list[Future[str]] = []
+        #: The runs given to cells: of the runs tagged as made ahead, the only ones kept.
+        self._cell_runs: set[str] = set()
         self._last_ended: float | None = None  # when the session's last cell ended
         self.session = Session(
             self.store,
@@ -203,7 +207,7 @@ class WarmSession:
             self.session.stop("interrupted while starting")
             raise
         announce_grants(self.store, started.job, submission.grants)
-        self._next_run = self._ahead.submit(self._new_run)
+        self._ask_ahead()
 
     def restarted(self) -> WarmSession:
         """A new session with this one's options, once this one is stopped (if it still
@@ -232,6 +236,8 @@ class WarmSession:
         if (cell := cell_id()) is not None:
             tags["air.cell_id"] = cell
         run_id = self._cell_run(name)  # "": made once the server answers (deferred)
+        if run_id:
+            self._cell_runs.add(run_id)
         # a cell without its run journals apart, and has no live chart (none to read)
         attempt = AttemptDir(self.store.attempt_dir(self.job_id, 1))
         late = None if run_id else attempt.late_cell(number).make()
@@ -312,7 +318,7 @@ class WarmSession:
             view.finish(chart, hints["gpus"])
             record = CellRecord(number, run_id, notebook_cell, started, finished, status)
             if self.session.ended is None:  # first: the next cell may come at once
-                self._next_run = self._ahead.submit(self._new_run)
+                self._ask_ahead()
             if late is None:
                 self._tail.submit(self._end_cell, record, source, tags)  # named as it ends
             else:
@@ -393,6 +399,10 @@ class WarmSession:
         )
         return ""
 
+    def _ask_ahead(self) -> None:
+        self._next_run = self._ahead.submit(self._new_run)
+        self._asked.append(self._next_run)
+
     def _drop_run(self, ahead: Future[str]) -> None:
         """A run made ahead that came after its cell stopped waiting: deleted, never used."""
         if not ahead.cancelled() and ahead.exception() is None:
@@ -464,14 +474,22 @@ class WarmSession:
         session_cells.record(self.session.files, record)
 
     def _parent_ended(self, status: str) -> None:
+        self._tail.submit(self._discard_runs_ahead)  # first: never seen ended, only gone
         self._tail.submit(self._runs.end_run, self.client, self.run_id, status)
-        self._tail.submit(self._discard_next_run)
 
-    def _discard_next_run(self) -> None:
-        """The run made for a cell that never came."""
-        if (made := self._next_run) is not None:
-            with contextlib.suppress(Exception):
-                self.client.delete_run(made.result())
+    def _discard_runs_ahead(self) -> None:
+        """The runs made for a cell that never came, deleted: the one waiting for the next
+        cell, and any whose request failed on its way back though the server had made it
+        (a proxy that cut the answer, a timeout after the write), which no answer names.
+        Found by their tag once every request made ahead is over; a run a cell used is
+        kept (its name may wait, with its end, for the server)."""
+        wait(self._asked)
+        ahead = f"tags.mlflow.parentRunId = '{self.run_id}' and tags.`air.session_cell` = 'next'"
+        with contextlib.suppress(Exception):  # the server is gone: its runs stay for it
+            experiment = [self.target.experiment_id]
+            for run in self.client.search_runs(experiment, ahead, max_results=1000):
+                if run.info.run_id not in self._cell_runs:
+                    self.client.delete_run(run.info.run_id)
 
     def stop(self, reason: str = "stopped by %air_session stop") -> None:
         self.session.stop(reason)

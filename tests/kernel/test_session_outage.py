@@ -110,6 +110,28 @@ def cell_runs(client: MlflowClient, job_id: str) -> dict[str, Run]:
     return {run.info.run_name: run for run in found if "air.session_cell" in run.data.tags}
 
 
+def cell_run_states(client: MlflowClient, job_id: str) -> list[tuple[str, str, str]]:
+    """Name, ``air.session_cell`` tag and status of each run of the session's cells, the
+    runs made ahead ("next") included; a deleted run is not there."""
+    found = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()],
+        f"tags.`air.job_id` = '{job_id}'",
+    )
+    return sorted(
+        (run.info.run_name, run.data.tags["air.session_cell"], run.info.status)
+        for run in found
+        if "air.session_cell" in run.data.tags
+    )
+
+
+def only_cells_ended(client: MlflowClient, job_id: str, cells: int) -> bool:
+    """Whether the runs of cells 1 to ``cells`` have ended and no other cell run is left."""
+    found = cell_run_states(client, job_id)
+    return [name for name, _, _ in found] == [f"cell {n}" for n in range(1, cells + 1)] and all(
+        status != "RUNNING" for _, _, status in found
+    )
+
+
 def ended_by_kernel(client: MlflowClient, air_home: Path, job_id: str, cell: int) -> bool:
     """Whether the kernel has ended cell ``cell``'s run: its source is there (set just
     before the end) and nothing of its end is kept pending any more."""
@@ -298,18 +320,54 @@ def test_a_cell_while_the_server_says_nothing_is_refused_in_seconds_and_nothing_
         kernel.run(f"os.environ['MLFLOW_TRACKING_URI'] = {team.uri!r}")
     assert stopped.error is None, stopped.traceback
 
-    def settled() -> list[str] | None:
-        runs = client.search_runs(
-            [e.experiment_id for e in client.search_experiments()],
-            f"tags.`air.job_id` = '{job}' and attributes.status != 'RUNNING'",
-        )
-        names = sorted(r.info.run_name for r in runs if "air.session_cell" in r.data.tags)
-        return names if names == ["cell 1", "cell 2", "cell 3"] else None
-
     # the run made late for the refused cell, and the last one made ahead, are deleted
-    until(settled, "the cells' runs ended, and no other cell run left", timeout=180)
+    until(
+        lambda: only_cells_ended(client, job, 3),
+        "the cells' runs ended, and no other cell run left",
+        timeout=180,
+        seen=lambda: cell_run_states(client, job),
+    )
     until(  # the end of the cell that ran while the server said nothing, sent since
         lambda: not list((air_home / "tails" / "pending").glob("*.json")),
         "nothing left pending",
         timeout=120,
+    )
+
+
+def test_runs_made_ahead_whose_answers_were_lost_are_deleted_when_the_session_ends(
+    kernel: Kernel, team: TeamServer, proxy: TrackingProxy, air_home: Path
+) -> None:
+    """The server makes the next cell's run, but its answer never comes back (a proxy cut
+    it): as far as the kernel knows the request failed, and no answer names the run. The
+    next cell makes its own; once the session ends, only the cells' runs are left."""
+    team.up()
+    uri = kernel.run(f"import os\nos.environ['MLFLOW_TRACKING_URI'] = {proxy.uri!r}")
+    assert uri.error is None, uri.traceback
+    job = start(kernel)
+    client = MlflowClient(team.uri)
+    try:
+        assert session_cell(kernel, "z = 1\nz").value() == "1"
+        until(lambda: made_ahead(client, job), "the next cell's run made ahead", timeout=60)
+        proxy.switch(Mode.ANSWER_LOST)
+        assert session_cell(kernel, "z += 1\nz").value() == "2"  # made ahead: it runs
+        until(  # cell 2's run named; one made for cell 3, its answer lost on its way
+            lambda: (
+                {("cell 2", "2"), ("next cell", "next")}
+                <= {(name, tag) for name, tag, _ in cell_run_states(client, job)}
+            ),
+            "cell 2's run named, and a run made ahead for cell 3 whose answer was lost",
+            timeout=60,
+        )
+        proxy.switch(Mode.FORWARD)
+        assert session_cell(kernel, "z += 1\nz").value() == "3"
+    finally:
+        proxy.switch(Mode.FORWARD)
+        stopped = kernel.run("%air_session stop")
+        kernel.run(f"os.environ['MLFLOW_TRACKING_URI'] = {team.uri!r}")
+    assert stopped.error is None, stopped.traceback
+    until(
+        lambda: only_cells_ended(client, job, 3),
+        "the cells' runs ended, and no run made ahead left",
+        timeout=180,
+        seen=lambda: cell_run_states(client, job),
     )
