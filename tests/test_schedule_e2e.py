@@ -47,6 +47,14 @@ NOTEBOOK = {
     "cells": [
         {
             "cell_type": "code",
+            "id": "c0",
+            "metadata": {},
+            "source": "%load_ext jupyter_air",
+            "outputs": [],
+            "execution_count": None,
+        },
+        {
+            "cell_type": "code",
             "id": "c1",
             "metadata": {},
             "source": "print('lr is', lr)",
@@ -96,14 +104,19 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def air(*args: str) -> Any:
     """``air ARGS --output json``, which must succeed; its document."""
+    return json.loads(air_text(*args, "--output", "json"))
+
+
+def air_text(*args: str) -> str:
+    """What ``air ARGS`` prints, which must succeed."""
     result = subprocess.run(
-        [sys.executable, "-m", "jupyter_air.cli", *args, "--output", "json"],
+        [sys.executable, "-m", "jupyter_air.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return result.stdout
 
 
 def until(what: Callable[[], Any], timeout: float = 240, step: float = 0.5) -> Any:
@@ -223,10 +236,19 @@ def test_a_notebook_task_keeps_its_executed_notebook_and_its_cell_is_its_child_j
 
     path = client.download_artifacts(task["run_id"], "notebook/report.ipynb", str(workdir))
     executed = nbformat.read(path, as_version=4)
-    assert "lr = 0.001" in executed.cells[0].source
+    assert executed.cells[0].source == "lr = 0.001", "the notebook loads jupyter_air itself"
     outputs = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []))
     assert "lr is 0.001" in outputs
     assert "rank says hello" in outputs
+    assert "already loaded" not in outputs
+    # ... and the same copy in the task's job's own folder, where JupyterLab opens it
+    kept = Path(task["executed_notebook"])
+    assert kept == JobStore(workdir / "air").attempt_dir(task["job_id"], 1) / "notebook" / (
+        "report.ipynb"
+    )
+    assert nbformat.read(kept, as_version=4) == executed
+    runs_text = air_text("schedule", "runs", "report")
+    assert f"      executed notebook: {kept}\n" in runs_text
     jobs = JobStore(workdir / "air")
     cell_jobs = [j for j in jobs.jobs() if j.id != task["job_id"]]
     assert len(cell_jobs) == 1  # the distributed cell: a job of its own
@@ -248,26 +270,15 @@ def test_a_notebook_task_keeps_its_executed_notebook_and_its_cell_is_its_child_j
     assert cell_experiment == "reports"
     assert cell_run.data.tags["mlflow.parentRunId"] == task["run_id"]
     assert cell_run.data.tags["air.parent_job_id"] == task["job_id"]
-    text = subprocess.run(
-        [sys.executable, "-m", "jupyter_air.cli", "get", task["job_id"]],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
+    text = air_text("get", task["job_id"])
     assert f"jobs it started: 1\n    {cell_job.id}  SUCCEEDED" in text
 
     # ... and the task's logs read as the notebook: its outputs, not the kernel's chatter
-    logs = subprocess.run(
-        [sys.executable, "-m", "jupyter_air.cli", "logs", task["job_id"]],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
+    logs = air_text("logs", task["job_id"])
     assert "lr is 0.001" in logs
     assert "rank says hello" in logs
     assert "without encryption" not in logs
+    assert "already loaded" not in logs
     assert "WARNING" not in logs
 
 

@@ -497,6 +497,7 @@ async def test_only_the_servers_owner_makes_or_rewrites_what_runs_as_them(
         ("POST", "schedules/abc/run-now"),
         ("GET", "schedules/abc/runs"),
         ("POST", "schedule-runs/1/repair"),
+        ("GET", "jobs/20261202-023000-a1b2c3/notebook"),
     ],
 )
 async def test_every_route_refuses_requests_without_a_token(
@@ -561,3 +562,48 @@ def test_the_server_restarts_a_killed_scheduler_and_stopping_it_leaves_the_sched
     finally:
         stop.set()
         scheduler.stop(store.home)
+
+
+async def test_a_notebook_tasks_executed_notebook_is_served_to_its_jobs_viewers_alone(
+    jp_fetch: Any, store: JobStore
+) -> None:
+    """The executed copy lies in alice's private job folder, outside the server's root:
+    the route is the only way in, with the job's own check (CAN_VIEW, as its logs)."""
+    from jupyter_air.jobs.permissions import parse_grant
+    from jupyter_air.schedules import executed
+    from tests.factories import job_spec
+
+    task = store.create(
+        job_spec("command", command=["true"]),
+        owner="alice",
+        grants=(parse_grant("bob:CAN_VIEW"),),
+    )
+    store.start_attempt(task.id, 1, None)
+    cell = {**NOTEBOOK["cells"][0], "source": "token = 's3cret'"}  # type: ignore[index]
+    secret = {**NOTEBOOK, "cells": [cell]}
+    kept = executed.keep(store, task.id, 1, "report.ipynb", json.dumps(secret))
+    assert kept.stat().st_mode & 0o077 == 0, "the owner's alone on disk"
+
+    for who in ("alice", "bob"):
+        doc = await call(jp_fetch, who, "GET", "jobs", task.id, "notebook")
+        assert (doc["job_id"], doc["attempt"], doc["name"]) == (task.id, 1, "report.ipynb")
+        assert doc["path"] == str(kept)
+        assert doc["notebook"]["cells"][0]["source"] == "token = 's3cret'"
+
+    # the attack: mallory, on alice's shared server, with no grant on the task's job
+    with pytest.raises(HTTPClientError) as err:
+        await call(jp_fetch, "mallory", "GET", "jobs", task.id, "notebook")
+    assert err.value.code == 403
+    assert err.value.response is not None
+    assert b"s3cret" not in err.value.response.body
+    assert b"report.ipynb" not in err.value.response.body
+
+    # a job with no executed notebook, and one that is not a job, are 404s
+    other = store.create(job_spec("command", command=["true"]), owner="alice")
+    status, message = await refusal(jp_fetch, "alice", "GET", "jobs", other.id, "notebook")
+    assert status == 404
+    assert "kept no executed notebook" in message
+    status, _ = await refusal(
+        jp_fetch, "alice", "GET", "jobs", "20990101-000000-abcdef", "notebook"
+    )
+    assert status == 404

@@ -20,6 +20,7 @@ from ..identity import os_identity
 from ..jobs.permissions import BadGrant, Forbidden, Level
 from ..jobs.store import JobStore, StoreError
 from ..paths import UnsafeHome
+from . import executed
 from .cron import CronError
 from .model import Schedule, ScheduleRun
 from .schedule_file import ScheduleFileError
@@ -299,6 +300,9 @@ def _show_runs(s: Schedules, runs: list[ScheduleRun], args: Args, said: str | No
         for t in r.tasks:
             note = f" ({t.message})" if t.message else ""
             print(f"    {t.task_key:20} {t.status.value:10} {t.job_id or '-'}{note}")
+            kept = executed.latest(s.jobs, t.job_id) if t.job_id else None
+            if kept is not None:
+                print(f"      executed notebook: {kept.path}")
             for child in children.get(t.job_id or "", []):
                 print(f"      started job {child} ({s.jobs.get(child).status.value})")
     return 0

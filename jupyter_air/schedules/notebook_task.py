@@ -2,14 +2,15 @@
 ``python -m jupyter_air.schedules.notebook_task SCHEDULE_ID TASK_KEY``.
 
 The notebook's snapshot (taken when the schedule was created or updated) runs top to
-bottom in a fresh kernel, as papermill does: a first cell loads jupyter_air and sets the
-task's parameters, so its ``%%air_distributed`` cells become jobs of their own, in the
-task's experiment. The executed notebook, outputs and all, becomes an artifact of the
-task's MLflow run (``notebook/<name>``), whether it succeeded or not; a failing cell
-fails the task (exit status 1). The kernel sees the job's environment less what makes a
-process a rank (RANK, MASTER_ADDR, the attempt's MLFLOW_RUN_ID, ...), so that the
-notebook's own distributed cells start ranks of their own, as jobs that are children of
-the task's job.
+bottom in a fresh kernel, as papermill does: a first cell sets the task's parameters
+(and loads jupyter_air, unless the notebook does so itself), so its ``%%air_distributed``
+cells become jobs of their own, in the task's experiment. The executed notebook, outputs
+and all, is kept in the attempt's directory (``executed``: what JupyterLab opens from the
+schedule's run) and as an artifact of the task's MLflow run (``notebook/<name>``),
+whether it succeeded or not; a failing cell fails the task (exit status 1). The kernel
+sees the job's environment less what makes a process a rank (RANK, MASTER_ADDR, the
+attempt's MLFLOW_RUN_ID, ...), so that the notebook's own distributed cells start ranks
+of their own, as jobs that are children of the task's job.
 
 What the notebook prints is printed here as it comes, so the task's logs read as the
 notebook does. The kernel talks to this process over Unix sockets in a private
@@ -53,11 +54,22 @@ RANK_ONLY = (
 PARAMETERS_TAG = "injected-parameters"
 
 
-def parameters_cell(parameters: dict[str, Any]) -> str:
-    """The first cell: jupyter_air loaded, each parameter a variable (its JSON value)."""
-    lines = ["%load_ext jupyter_air"]
+#: A line of a cell that loads jupyter_air (``%load_ext jupyter_air``, among others too).
+LOADS_AIR = re.compile(r"^\s*%load_ext\s+(?:\S+\s+)*jupyter_air(?:\s|$)", re.MULTILINE)
+
+
+def parameters_cell(parameters: dict[str, Any], load_air: bool = True) -> str:
+    """The first cell: each parameter a variable (its JSON value), and jupyter_air
+    loaded when ``load_air`` (a notebook that loads it itself would then be told, in
+    its output and the task's log, that it "is already loaded")."""
+    lines = ["%load_ext jupyter_air"] if load_air else []
     lines += [f"{name} = {json.loads(json.dumps(value))!r}" for name, value in parameters.items()]
     return "\n".join(lines)
+
+
+def loads_air(nb: Any) -> bool:
+    """Whether one of the notebook's code cells loads jupyter_air itself."""
+    return any(c.cell_type == "code" and LOADS_AIR.search(c.source) for c in nb.cells)
 
 
 def kernel_env(env: dict[str, str]) -> dict[str, str]:
@@ -119,7 +131,7 @@ def main(argv: list[str]) -> int:
         print(f"task {task_key} is not a notebook task", file=sys.stderr)
         return 1
     nb = nbformat.reads(task.notebook, as_version=4)
-    cell = nbformat.v4.new_code_cell(parameters_cell(task.parameters))
+    cell = nbformat.v4.new_code_cell(parameters_cell(task.parameters, not loads_air(nb)))
     cell.metadata["tags"] = [PARAMETERS_TAG]
     nb.cells.insert(0, cell)
     kernel = nb.metadata.get("kernelspec", {}).get("name") or "python3"
@@ -136,7 +148,8 @@ def main(argv: list[str]) -> int:
     try:
         client.execute(env=kernel_env(dict(os.environ)))
     except CellExecutionError as err:
-        failed = str(err).strip().splitlines()[-1] if str(err).strip() else "a cell failed"
+        said = ANSI.sub("", str(err)).strip()
+        failed = said.splitlines()[-1] if said else "a cell failed"
     finally:
         if km.has_kernel:  # a kernel manager given to nbclient is the giver's to stop
             km.shutdown_kernel()
@@ -149,16 +162,25 @@ def main(argv: list[str]) -> int:
 
 
 def _keep(nb: Any, name: str) -> None:
-    """The executed notebook as an artifact of this attempt's run (when there is one)."""
+    """The executed notebook in this attempt's directory, and as an artifact of its run
+    (when there is one)."""
     import nbformat
 
+    from ..jobs.store import JobStore
+    from . import executed
+
+    text = nbformat.writes(nb)
+    job_id, attempt = os.environ.get("AIR_JOB_ID"), os.environ.get("AIR_ATTEMPT")
+    if job_id and attempt:
+        path = executed.keep(JobStore(), job_id, int(attempt), name, text)
+        print(f"executed notebook: {path}", flush=True)
     run_id, uri = os.environ.get("MLFLOW_RUN_ID"), os.environ.get("MLFLOW_TRACKING_URI")
     if not run_id or not uri:
         print("no MLflow run to keep the executed notebook in", file=sys.stderr)
         return
     from mlflow import MlflowClient
 
-    MlflowClient(uri).log_text(run_id, nbformat.writes(nb), f"notebook/{name}")
+    MlflowClient(uri).log_text(run_id, text, f"notebook/{name}")
 
 
 if __name__ == "__main__":

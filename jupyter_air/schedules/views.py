@@ -3,7 +3,7 @@ routes, ``%air_schedule`` and ``air schedule ... --output json``.
 
 A document is what a caller sees of a schedule: its cron in words, its next fire times,
 its task graph, its last runs with each task's job (and the jobs it started: a notebook
-task's cells), and the caller's own level. Fire
+task's cells, and where it kept its executed notebook), and the caller's own level. Fire
 times are ISO 8601 in the schedule's time zone, with their offset.
 """
 
@@ -17,6 +17,7 @@ from ..identity import Identity
 from ..jobs.documents import RunLink
 from ..jobs.store import JobStore, UnknownJob
 from ..redact import redact, without_userinfo
+from . import executed
 from .model import Schedule, ScheduleRun
 from .service import Schedules
 
@@ -103,6 +104,7 @@ def run_document(
                 "previous_job_ids": list(t.previous_job_ids),
                 "message": _shown(t.message),
                 **_mlflow(jobs, t.job_id, run_link),
+                "executed_notebook": _executed(jobs, t.job_id),
                 "children": [
                     _child(jobs, child, run_link) for child in children.get(t.job_id or "", [])
                 ],
@@ -143,6 +145,12 @@ def _mlflow(jobs: JobStore, job_id: str | None, run_link: RunLink | None) -> dic
         run_id=run_id, experiment_id=experiment_id, run_url=without_userinfo(url) if url else None
     )
     return found
+
+
+def _executed(jobs: JobStore, job_id: str | None) -> str | None:
+    """Where a notebook task's job kept its executed notebook (its newest attempt's)."""
+    found = executed.latest(jobs, job_id) if job_id else None
+    return str(found.path) if found else None
 
 
 def _shown(text: str | None) -> str | None:

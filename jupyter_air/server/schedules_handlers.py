@@ -24,6 +24,7 @@ from tornado import web
 
 from ..identity import Identity, server_owner
 from ..jobs.store import JobStore
+from ..schedules import executed
 from ..schedules.cron import CronError
 from ..schedules.model import Schedule, ScheduleRun, ScheduleSpec
 from ..schedules.notebook_schedule import notebook_spec
@@ -31,7 +32,7 @@ from ..schedules.schedule_file import ScheduleFileError
 from ..schedules.scheduler import ensure_scheduler, running
 from ..schedules.service import NameTaken, Schedules, UnknownSchedule, preview
 from ..schedules.views import run_document, schedule_document
-from .jobs_handlers import JobsBase, in_store_thread
+from .jobs_handlers import JOB, JobsBase, in_store_thread
 
 T = TypeVar("T")
 
@@ -40,6 +41,9 @@ RUN = r"(?P<run_id>[0-9]{1,18})"
 
 #: The largest body a schedule route reads (a schedule file with inline workloads).
 MAX_BODY = 1 << 20
+
+#: The largest executed notebook the server reads into memory to send.
+MAX_NOTEBOOK = 256 << 20
 
 #: The form's fields (``POST schedules`` without ``yaml``) and their types.
 FORM_FIELDS: dict[str, type] = {
@@ -343,6 +347,46 @@ class SchedulePreviewHandler(SchedulesBase):
         )
 
 
+class ExecutedNotebookHandler(SchedulesBase):
+    """``GET jobs/<id>/notebook``: the executed notebook a notebook task's job kept (its
+    newest attempt's), for JupyterLab to show read-only. It lives in the job's private
+    folder, outside the server's root, so it is read only through this route, with the
+    job's own check: CAN_VIEW, as for its logs (a Hub user the job is not granted to
+    gets a 403 and nothing of it)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        job = await self.job(job_id)
+        found = await self.call(executed.latest, self.store, job.id)
+        if found is None:
+            raise web.HTTPError(
+                404,
+                f"job {job.id} kept no executed notebook: it is not a notebook task, its "
+                "notebook is still running, or its files have expired",
+            )
+        stat = found.path.stat()
+        if stat.st_size > MAX_NOTEBOOK:
+            raise web.HTTPError(
+                413, f"{found.path} is over {MAX_NOTEBOOK >> 20} MiB: open it from a terminal"
+            )
+        text = await self.call(found.path.read_text, "utf-8")
+        try:
+            notebook = json.loads(text)
+        except ValueError:
+            raise web.HTTPError(500, f"{found.path} is not a notebook") from None
+        self.write_json(
+            {
+                "job_id": job.id,
+                "attempt": found.attempt,
+                "name": found.name,
+                "path": str(found.path),
+                "modified": stat.st_mtime,
+                "notebook": notebook,
+            }
+        )
+
+
 def schedules_handlers(store: JobStore) -> list[tuple[str, type, dict[str, Any]]]:
     kwargs = {"store": store}
     return [
@@ -356,6 +400,7 @@ def schedules_handlers(store: JobStore) -> list[tuple[str, type, dict[str, Any]]
         ),
         (rf"/jupyter-air/schedules/{SCHEDULE}/runs", ScheduleRunsHandler, kwargs),
         (rf"/jupyter-air/schedule-runs/{RUN}/repair", ScheduleRunRepairHandler, kwargs),
+        (rf"/jupyter-air/jobs/{JOB}/notebook", ExecutedNotebookHandler, kwargs),
     ]
 
 

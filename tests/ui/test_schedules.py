@@ -3,12 +3,15 @@ Jupyter Notebook 7: "Schedule this notebook" in the notebook's toolbar opens the
 the right sidebar, the form previews the cron's next fire times, the saved schedule fires
 (a Quartz cron with a seconds field, every 4 s) through the real per-user scheduler, its
 run's task succeeds, and the task's logs open in the logs view: the notebook's outputs,
-its distributed cell's job listed under the task and one click away. The schedule is paused
+its distributed cell's job listed under the task and one click away; in JupyterLab
+the task's executed notebook opens read-only from its run. The schedule is paused
 once it has fired, so that the run looked at stays among the last shown. In JupyterLab the
 form also makes a task graph (a command the notebook waits for)."""
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -134,6 +137,39 @@ def schedule_a_task_graph(page: Any, artifacts: Path, shot: str) -> None:
     page.screenshot(path=str(artifacts / f"{shot}-graph-panel.png"))
 
 
+def open_the_executed_notebook(page: Any, lab: Lab, name: str, artifacts: Path, shot: str) -> None:
+    """The task's "output" opens the notebook as the run left it, in the notebook editor:
+    its outputs there, read-only, with no kernel started for it."""
+    done = f'{card(name)} .jp-air-Schedules-taskRun[data-status="SUCCEEDED"]'
+    page.wait_for_selector(f"{done} .jp-air-Schedules-output", timeout=60_000)
+    page.click(f"{done} .jp-air-Schedules-output")
+    tab = "#jp-main-dock-panel .lm-TabBar-tab.jp-mod-current"
+    page.wait_for_function(
+        "s => /^nightly\\.ipynb · run \\d+$/.test(document.querySelector(s)?.textContent ?? '')",
+        arg=tab,
+        timeout=60_000,
+    )
+    view = "#jp-main-dock-panel .jp-NotebookPanel:not(.lm-mod-hidden)"
+    page.wait_for_function(
+        "s => /rank hello/.test(document.querySelector(s)?.textContent ?? '')",
+        arg=f"{view} .jp-OutputArea",
+        timeout=60_000,
+    )
+    page.screenshot(path=str(artifacts / f"{shot}-executed.png"))
+    outputs = page.text_content(f"{view} .jp-Notebook") or ""
+    assert "scheduled hello" in outputs
+    assert "already loaded" not in outputs
+    editors = page.eval_on_selector_all(
+        f"{view} .jp-Cell .cm-content", "ns => ns.map(n => n.contentEditable)"
+    )
+    assert len(editors) == 3  # the parameters cell and the notebook's two
+    assert set(editors) == {"false"}, "every cell read-only"
+    sessions = json.loads(
+        urllib.request.urlopen(f"{lab.url}api/sessions?token={lab.token}", timeout=30).read()
+    )
+    assert not [s for s in sessions if s["path"].startswith("AirExecuted:")], sessions
+
+
 def open_the_tasks_logs(page: Any, name: str, job_id: str, view: str) -> None:
     done = f'{card(name)} .jp-air-Schedules-taskRun[data-status="SUCCEEDED"]'
     page.click(f'{done} .jp-air-Schedules-logs[data-job-id="{job_id}"]')
@@ -181,8 +217,9 @@ def page(
 ) -> Iterator[Any]:
     """The notebook's page in each frontend (a fixture, so a failure keeps a screenshot)."""
     app = request.param
-    page = open_notebook(browser, start(start_lab, air_home, app), "nightly.ipynb", app)
-    page.app = app
+    lab = start(start_lab, air_home, app)
+    page = open_notebook(browser, lab, "nightly.ipynb", app)
+    page.app, page.lab = app, lab
     yield page
     page.close()
 
@@ -196,6 +233,7 @@ def test_schedule_the_notebook_from_its_toolbar_see_it_fire_and_open_its_tasks_l
     assert page.query_selector(f"#jp-right-stack {PANEL}") is not None  # the right sidebar
     job_id = see_it_fire(page, name, artifacts, shot)
     if page.app == "jupyterlab":  # the same form in both: once is enough
+        open_the_executed_notebook(page, page.lab, name, artifacts, shot)
         schedule_a_task_graph(page, artifacts, shot)
     open_the_tasks_logs(page, name, job_id, logs_area)
     page.screenshot(path=str(artifacts / f"{shot}-logs.png"))

@@ -15,6 +15,8 @@ import type { IChildJob, ISchedule, IScheduleRun, ITaskRun } from './types';
 /** What a card's links and buttons need of the shell; the plugin gives them. */
 export interface IScheduleActions {
   openLogs(jobId: string): void;
+  /** Open a notebook task's executed notebook (read-only), of schedule run `runId`. */
+  openExecuted(jobId: string, path: string, runId: number): void;
   /** Ask the user before a schedule is deleted. */
   confirmDelete(name: string): Promise<boolean>;
 }
@@ -62,9 +64,10 @@ function TaskGraph(props: { schedule: ISchedule }): JSX.Element {
 
 function TaskRun(props: {
   task: ITaskRun;
+  runId: number;
   actions: IScheduleActions;
 }): JSX.Element {
-  const { task, actions } = props;
+  const { task, runId, actions } = props;
   return (
     <li
       className="jp-air-Schedules-taskRun"
@@ -87,6 +90,18 @@ function TaskRun(props: {
           onClick={() => actions.openLogs(task.job_id!)}
         >
           logs
+        </button>
+      )}
+      {task.job_id && task.executed_notebook && (
+        <button
+          type="button"
+          className="jp-air-Schedules-link jp-air-Schedules-output"
+          title={`Open the executed notebook, outputs and all (read-only): ${task.executed_notebook}`}
+          onClick={() =>
+            actions.openExecuted(task.job_id!, task.executed_notebook!, runId)
+          }
+        >
+          output
         </button>
       )}
       {task.run_url && (
@@ -198,7 +213,12 @@ function Run(props: {
       {run.tasks.length > 0 && (
         <ul className="jp-air-Schedules-taskRuns">
           {run.tasks.map(task => (
-            <TaskRun key={task.task_key} task={task} actions={actions} />
+            <TaskRun
+              key={task.task_key}
+              task={task}
+              runId={run.id}
+              actions={actions}
+            />
           ))}
         </ul>
       )}

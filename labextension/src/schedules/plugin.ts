@@ -13,13 +13,19 @@ import type {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { Dialog, ICommandPalette, showDialog } from '@jupyterlab/apputils';
+import {
+  Dialog,
+  ICommandPalette,
+  showDialog,
+  showErrorMessage
+} from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import type { Widget } from '@lumino/widgets';
 
 import { SIDEBAR_PANEL_CLASS } from '../common/chrome';
 import { followSettings, numberSetting } from '../common/settings';
 import { requester } from '../request';
+import { ExecutedNotebooksDrive, executedPath } from './executed';
 import { ScheduleForm } from './form';
 import { scheduleIcon } from './icon';
 import type { IScheduleActions } from './list';
@@ -51,6 +57,49 @@ function asNotebook(widget: Widget | null): INotebookLike | null {
     : null;
 }
 
+/** The widget the document manager opens: what this plugin changes of it. */
+interface IOpenedDocument extends Widget {
+  context?: {
+    sessionContext?: { kernelPreference: Record<string, unknown> };
+  };
+}
+
+/**
+ * Open a job's executed notebook from the read-only drive, in the notebook
+ * editor, titled by its schedule run; with no kernel: it shows what ran.
+ */
+async function openExecuted(
+  app: JupyterFrontEnd,
+  jobId: string,
+  name: string,
+  runId: number
+): Promise<void> {
+  let widget: IOpenedDocument | undefined;
+  try {
+    widget = await app.commands.execute('docmanager:open', {
+      path: executedPath(jobId, name),
+      factory: 'Notebook'
+    });
+  } catch (error) {
+    void showErrorMessage('Cannot open the executed notebook', error as Error);
+    return;
+  }
+  // Asked before the document has loaded (the drive is still fetching it),
+  // so its session never starts a kernel.
+  const session = widget?.context?.sessionContext;
+  if (session) {
+    session.kernelPreference = {
+      ...session.kernelPreference,
+      shouldStart: false,
+      canStart: false,
+      autoStartDefault: false
+    };
+  }
+  if (widget) {
+    widget.title.label = `${name} · run ${runId}`;
+  }
+}
+
 const schedulesPlugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description:
@@ -64,9 +113,14 @@ const schedulesPlugin: JupyterFrontEndPlugin<void> = {
   ): void => {
     const request = requester(app.serviceManager.serverSettings);
     const model = new SchedulesModel({ request });
+    app.serviceManager.contents.addDrive(
+      new ExecutedNotebooksDrive(request, app.serviceManager.serverSettings)
+    );
     const actions: IScheduleActions = {
       openLogs: jobId =>
         void app.commands.execute('jupyter-air:open-job-logs', { jobId }),
+      openExecuted: (jobId, path, runId) =>
+        void openExecuted(app, jobId, path.split('/').pop()!, runId),
       confirmDelete: async name => {
         const result = await showDialog({
           title: 'Delete schedule',

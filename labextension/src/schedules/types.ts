@@ -49,6 +49,12 @@ export interface ITaskRun {
   previous_job_ids: string[];
   /** The jobs the task's job started (a notebook task's cells), oldest first. */
   children: IChildJob[];
+  /**
+   * Where a notebook task's job kept its executed notebook (its newest
+   * attempt's), on the server's machine; null for a workload task, or before
+   * the notebook has run.
+   */
+  executed_notebook: string | null;
 }
 
 /** A job a task's job started, with its MLflow run. */
