@@ -42,6 +42,7 @@ from ..identity import mlflow_user
 from ..job_dir import AttemptDir
 from ..jobs import backends
 from ..jobs.follow import LogFollower
+from ..jobs.node.hints import read_hints
 from ..jobs.request import JobRequest, Program
 from ..jobs.service import Refused
 from ..jobs.sessions import cells as session_cells
@@ -51,7 +52,6 @@ from ..jobs.sessions.activity import IDLE_TIMEOUT_TAG
 from ..jobs.sessions.cells import CellRecord, LatestCell, SessionRun
 from ..jobs.sessions.host import Session, SessionEnded
 from ..jobs.spec import JobKind
-from ..jobs.supervision.hints import read_hints
 from ..logs.query import LogFilter
 from ..redact import redact
 from ..status import AttemptStatus
