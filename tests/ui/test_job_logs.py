@@ -7,6 +7,8 @@ until the test lets it finish, so following can be watched.
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
 import textwrap
 import time
@@ -18,9 +20,11 @@ import pytest
 
 from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs import cancel
+from jupyter_air.jobs.node import stacks
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.submit import start_job
 from jupyter_air.logs.capture import RankLog
+from jupyter_air.status import AttemptStatus
 from jupyter_air.tracking import backlog
 from jupyter_air.tracking.backlog import Part
 from tests.factories import job_spec
@@ -222,8 +226,13 @@ def test_the_url_opens_the_view_of_the_running_job(
 ) -> None:
     page.wait_for_selector(f'{VIEW}[data-job-id="{job}"]', timeout=60_000)
     page.wait_for_selector(ROWS)
-    tab = page.text_content(".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current")
-    assert f"Job logs — {job}" in tab
+    # The tab is named by the job's run and the end of its id; the tooltip has them whole.
+    tab = ".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current"
+    page.wait_for_function(
+        "([s, label]) => document.querySelector(s).textContent === label",
+        arg=[f"{tab} .lm-TabBar-tabLabel", f"logs-ui · {job.rsplit('-', 1)[1]}"],
+    )
+    assert page.get_attribute(tab, "title") == f"Job logs — logs-ui ({job})"
     assert page.text_content(".jp-air-JobLogs-status") == "RUNNING"
     assert "air-job" not in page.url, "the route is taken out of the address bar"
     assert page.input_value(".jp-air-JobLogs-attempt select") == "1"
@@ -565,7 +574,7 @@ def test_a_large_log_loads_its_end_and_renders_only_the_rows_in_view(
         for i in range(rank, total, 2):
             log.write("OI", f"line {i:06d} of rank {rank} " + "x" * 40, ts=1_764_400_000 + i / 1000)
         log.close()
-    store.end_attempt(job.id, 1, "SUCCEEDED", [0, 0], None, None)
+    store.end_attempt(job.id, 1, AttemptStatus.SUCCEEDED, [0, 0], None, None)
     store.update(job.id, status="SUCCEEDED", ended=1_764_400_000 + total / 1000)
 
     page = open_fresh_page(browser, logs_lab)
@@ -591,4 +600,94 @@ def test_a_large_log_loads_its_end_and_renders_only_the_rows_in_view(
         page.click(".jp-air-JobLogs-download")
     with open(info.value.path()) as f:
         assert sum(1 for _ in f) == total
+    page.context.close()
+
+
+#: A rank stuck in a sleep whose code's file is named like markup: py-spy prints the file
+#: name between its colour escapes.
+STUCK_SCRIPT = (
+    "exec(compile('import time\\nprint(\"ready\", flush=True)\\ntime.sleep(120)',"
+    " '<img src=x onerror=alert(1)>', 'exec'))"
+)
+
+
+def stuck_job(air_home: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An ended job with a set of stacks taken by py-spy in its colours (forced by
+    ``CLICOLOR_FORCE``, as a terminal's or a CI's environment has them)."""
+    store = JobStore(air_home)
+    job = store.create(job_spec("command", nproc_per_node=1, run_name="stuck-ui"))
+    store.start_attempt(job.id, 1, None)
+    rank = subprocess.Popen([sys.executable, "-c", STUCK_SCRIPT], stdout=subprocess.PIPE, text=True)
+    try:
+        assert rank.stdout is not None
+        assert rank.stdout.readline() == "ready\n"
+        monkeypatch.setenv("CLICOLOR_FORCE", "1")
+        taken = stacks.dump_ranks({0: rank.pid})
+    finally:
+        rank.kill()
+        rank.wait()
+    assert "\x1b[32m<module>\x1b[0m" in (taken[0].text or ""), taken  # py-spy's colours
+    stacks.save(store.attempt_dir(job.id, 1), stacks.new_name(), "asked for", taken)
+    store.end_attempt(job.id, 1, AttemptStatus.CANCELLED, [-9])
+    store.update(job.id, status="CANCELLED", ended=time.time())
+    return job.id
+
+
+def test_stacks_show_py_spys_colours_not_its_escapes_and_copy_plain_text(
+    browser: Any,
+    logs_lab: Lab,
+    air_home: Path,
+    job: str,
+    artifacts: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two logs tabs are told apart by their runs' names; the stacks of the second show
+    py-spy's colours as JupyterLab's ANSI classes, its text (markup included) as text."""
+    stuck = stuck_job(air_home, monkeypatch)
+    page = open_fresh_page(browser, logs_lab)
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: dialogs.append(dialog.message))
+    click_link(page, f"/lab?air-job={job}")
+    page.wait_for_selector(f'{VIEW}[data-job-id="{job}"] .jp-air-JobLogs-line', timeout=60_000)
+    click_link(page, f"/lab?air-job={stuck}")
+    view = f'{VIEW}[data-job-id="{stuck}"]'
+    page.wait_for_selector(f"{view} .jp-air-JobLogs-status:has-text('CANCELLED')")
+
+    tabs = "tabs => tabs.map(t => [t.querySelector('.lm-TabBar-tabLabel').textContent, t.title])"
+    page.wait_for_function(
+        f"() => [...document.querySelectorAll('{LOGS_TAB}')]"
+        ".every(t => !t.textContent.startsWith('Job logs'))"
+    )
+    assert page.eval_on_selector_all(LOGS_TAB, tabs) == [
+        [f"logs-ui · {job.rsplit('-', 1)[1]}", f"Job logs — logs-ui ({job})"],
+        [f"stuck-ui · {stuck.rsplit('-', 1)[1]}", f"Job logs — stuck-ui ({stuck})"],
+    ]
+
+    page.click(f"{view} .jp-air-JobLogs-stacks")
+    panel = f"{view} .jp-air-JobLogs-stacksPanel"
+    page.wait_for_selector(f"{panel} .jp-air-JobLogs-rankStacks", timeout=60_000)
+    dump = page.text_content(f"{panel} pre") or ""
+    assert "\x1b" not in dump, dump
+    assert not re.search(r"\[\d+(;\d+)*m", dump), dump
+    assert "<module> (<img src=x onerror=alert(1)>:3)" in dump, dump
+    assert page.query_selector(f"{panel} img") is None
+    spans = page.eval_on_selector_all(
+        f"{panel} pre span",
+        "spans => spans.map(s => [s.className, s.textContent, getComputedStyle(s).color,"
+        " getComputedStyle(s.parentElement).color])",
+    )
+    coloured = {(cls, text) for cls, text, colour, plain in spans if colour != plain}
+    assert ("ansi-green-fg", "<module>") in coloured, spans
+    assert ("ansi-cyan-fg", "<img src=x onerror=alert(1)>") in coloured, spans
+    page.locator(panel).scroll_into_view_if_needed()
+    page.screenshot(path=str(artifacts / "job-logs-stacks-colours.png"))
+
+    page.click(f"{panel} .jp-air-JobLogs-stacksCopy")
+    page.wait_for_selector(f"{view} .jp-air-JobLogs-message:has-text('Copied the stacks')")
+    copied = page.evaluate("() => navigator.clipboard.readText()")
+    assert copied.startswith("Stacks of attempt 1, "), copied
+    assert "\n=== node 0 rank 0 (pid " in copied, copied
+    assert "    <module> (<img src=x onerror=alert(1)>:3)\n" in copied, copied
+    assert "\x1b" not in copied, copied
+    assert dialogs == []
     page.context.close()

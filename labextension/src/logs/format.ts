@@ -124,3 +124,24 @@ export function jobLabel(job: IJob): string {
     job.status === 'PENDING' && job.message ? job.message : job.status;
   return [job.id, status, kind, job.run_name].filter(Boolean).join(' · ');
 }
+
+/** A job id's random end, which tells apart jobs of one second: "a1b2c3". */
+export function shortJobId(jobId: string): string {
+  return jobId.slice(jobId.lastIndexOf('-') + 1);
+}
+
+/**
+ * A logs tab's title: "ddp-train · a1b2c3" (the run name and the id's end, so
+ * that two tabs are told apart however narrow), "Job logs · a1b2c3" before
+ * the job is read or when its runs have no name; the caption has all of it.
+ */
+export function logsTabTitle(
+  jobId: string,
+  job: IJob | null
+): { label: string; caption: string } {
+  const name = job?.run_name;
+  return {
+    label: `${name || 'Job logs'} · ${shortJobId(jobId)}`,
+    caption: name ? `Job logs — ${name} (${jobId})` : `Job logs — ${jobId}`
+  };
+}

@@ -20,12 +20,14 @@ import {
 } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
+import { ansiSegments } from './ansi';
 import { attemptNotes } from './attempt';
 import { cellLabel } from './cells';
 import { isLevelKey, isRangeKey, LEVELS, RANGES } from './filters';
 import { formatClock } from '../common/time';
 import { plural } from './format';
 import type { JobLogsModel } from './model';
+import { rankStacksText, rankStacksTitle, stackSetTitle } from './stacks';
 import { infoOf } from './status';
 import type { IJob, IStackSet } from './types';
 
@@ -219,6 +221,23 @@ function CellSelect(props: { model: JobLogsModel }): JSX.Element {
   );
 }
 
+/** A Copy button; the model says how the copy went. */
+function CopyButton(props: {
+  className: string;
+  tooltip: string;
+  copy: () => Promise<boolean>;
+}): JSX.Element {
+  return (
+    <ToolbarButtonComponent
+      className={props.className}
+      label="Copy"
+      icon={copyIcon}
+      tooltip={props.tooltip}
+      onClick={() => void props.copy()}
+    />
+  );
+}
+
 /** Cell, node, rank, level and range pickers, and Follow, Copy and Download. */
 function Toolbar(props: {
   model: JobLogsModel;
@@ -283,12 +302,10 @@ function Toolbar(props: {
         disabledTooltip="Taking the stacks…"
         onClick={() => void model.showStacks()}
       />
-      <ToolbarButtonComponent
+      <CopyButton
         className="jp-air-JobLogs-copy"
-        label="Copy"
-        icon={copyIcon}
         tooltip="Copy the loaded lines as text"
-        onClick={() => void model.copy()}
+        copy={() => model.copy()}
       />
       {/* A link, so that the browser downloads it under `download`'s name. */}
       <a
@@ -367,6 +384,12 @@ function StacksRow(props: { model: JobLogsModel }): JSX.Element | null {
     <div className="jp-air-JobLogs-stacksPanel" aria-label="Stacks">
       <div className="jp-air-JobLogs-stacksTitle">
         <span>Stacks of the ranks</span>
+        <span className="jp-air-JobLogs-spacer" />
+        <CopyButton
+          className="jp-air-JobLogs-stacksCopy"
+          tooltip="Copy the stacks as plain text"
+          copy={() => model.copyStacks()}
+        />
         <ToolbarButtonComponent
           className="jp-air-JobLogs-stacksClose"
           icon={closeIcon}
@@ -381,22 +404,40 @@ function StacksRow(props: { model: JobLogsModel }): JSX.Element | null {
   );
 }
 
+/**
+ * py-spy's dump in its terminal colours, with JupyterLab's ANSI classes (a
+ * notebook's output has the same): React adds each run as text, never as HTML.
+ */
+function StackDump(props: { text: string }): JSX.Element {
+  return (
+    <div className="jp-RenderedText jp-air-JobLogs-stackDump">
+      <pre>
+        {ansiSegments(props.text).map((segment, i) =>
+          segment.classes.length ? (
+            <span key={i} className={segment.classes.join(' ')}>
+              {segment.text}
+            </span>
+          ) : (
+            segment.text
+          )
+        )}
+      </pre>
+    </div>
+  );
+}
+
 function StackSetView(props: { set: IStackSet }): JSX.Element {
   const { set } = props;
   return (
     <section className="jp-air-JobLogs-stackSet">
-      <h3>
-        Attempt {set.attempt}, {formatClock(set.time * 1000)}: {set.reason}
-      </h3>
+      <h3>{stackSetTitle(set)}</h3>
       {set.ranks.map(rank => (
         <div
           key={`${rank.node}-${rank.rank}`}
           className="jp-air-JobLogs-rankStacks"
         >
-          <h4>
-            node {rank.node} rank {rank.rank} (pid {rank.pid})
-          </h4>
-          <pre>{rank.text ?? `not read: ${rank.error ?? 'no answer'}`}</pre>
+          <h4>{rankStacksTitle(rank)}</h4>
+          <StackDump text={rankStacksText(rank)} />
         </div>
       ))}
     </section>

@@ -11,10 +11,11 @@ import { describeError, PollingModel } from '../common/model';
 import { accessDenied } from './access';
 import { LineBuffer, MAX_LINES } from './buffer';
 import { SessionCells } from './cells';
-import { copyLines } from './clipboard';
+import { copyLines, copyText } from './clipboard';
 import { filterQuery, ILogFilters, narrows, NO_FILTERS } from './filters';
 import { Flash } from './flash';
 import { Origins } from './origins';
+import { stacksAsText } from './stacks';
 import type {
   IAccessDenied,
   ICellsResponse,
@@ -292,6 +293,15 @@ export class JobLogsModel extends PollingModel {
   hideStacks(): void {
     this._stacks = null;
     this.emitChanged();
+  }
+
+  /** Copy the stacks shown as plain text; resolves to whether they were copied. */
+  async copyStacks(): Promise<boolean> {
+    const copied = await copyText(stacksAsText(this._stacks ?? []));
+    this._flash.show(
+      copied ? 'Copied the stacks' : 'Could not copy to the clipboard'
+    );
+    return copied;
   }
 
   /** Copy the loaded lines as text; resolves to whether they were copied. */

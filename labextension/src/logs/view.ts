@@ -10,7 +10,7 @@ import { activateWhileShown } from '../common/activation';
 import { el } from '../dom';
 import { apiUrl } from '../request';
 import { renderAccessDenied } from './access';
-import { matcher } from './format';
+import { logsTabTitle, matcher } from './format';
 import { LogsHeader } from './header';
 import { LogList } from './list';
 import { ILinesChange, JobLogsModel } from './model';
@@ -33,8 +33,6 @@ export class JobLogsView extends Widget {
     this.jobId = model.jobId;
     this.addClass('jp-air-JobLogs');
     this.node.dataset.jobId = model.jobId;
-    this.title.label = `Job logs — ${model.jobId}`;
-    this.title.caption = `Logs of job ${model.jobId}`;
 
     this._list = new LogList(model.lines);
     this._list.scrolled.connect(this._onListScroll, this);
@@ -154,6 +152,9 @@ export class JobLogsView extends Widget {
   /** The denial notice, the empty state, and following's scroll. */
   private _render(): void {
     const model = this.model;
+    const { label, caption } = logsTabTitle(model.jobId, model.job);
+    this.title.label = label;
+    this.title.caption = caption;
     if (this._deniedShown !== model.denied) {
       this._deniedShown = model.denied;
       this._deniedNode?.remove();
