@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..identity import Identity
 from ..notify.targets import BadTarget, Target
 from ..tracking.targets import ExperimentRef, RunTarget
-from . import backends, cancel, checkpoints
+from . import backends, cancel, checkpoints, running
 from .backends.base import Backend, BackendRefused, Placement
 from .checkpoint_settings import checkpoint_root
 from .documents import RunLink, job_document, job_documents
@@ -350,6 +350,15 @@ class JobService:
     def visible(self, job_ids: set[str]) -> set[str]:
         """Which of these jobs the caller may view (unknown ids are not)."""
         return self.store.visible_ids(self.caller, job_ids)
+
+    def running_nodes(self) -> list[dict[str, Any]]:
+        """The nodes of the running multi-node jobs the caller may view."""
+        return running.job_nodes(self.store, self.jobs(active_only=True))
+
+    def running_details(self, job_ids: set[str]) -> dict[str, dict[str, Any]]:
+        """Hints and a session's activity of each of these running jobs the caller may
+        view (``running.job_details``); nothing of the others."""
+        return running.job_details(self.store, sorted(self.visible(job_ids)))
 
     def log_attempt(
         self, job: Job, attempt: int | None = None, *, empty: bool = False

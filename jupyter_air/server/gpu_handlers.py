@@ -13,10 +13,8 @@ from tornado import web
 from ..gpu.owners import job_of, owner_of
 from ..gpu.sampler import GpuSampler
 from ..job_dir import AttemptDir
-from ..jobs.node.hints import read_hints
 from ..jobs.service import JobService
-from ..jobs.sessions.activity import activity_of
-from ..jobs.store import JobStore, UnknownJob
+from ..jobs.store import JobStore
 from ..status import JobStatus
 from .base import AirHandler
 from .jobs_handlers import JobsBase, in_store_thread
@@ -41,6 +39,11 @@ class GpuHandler(AirHandler):
         self.sampler = sampler
         self.store = store
 
+    @property
+    def service(self) -> JobService:
+        """The jobs service as this request's caller."""
+        return JobService(self.store, self.caller())
+
     @web.authenticated
     @authorized
     async def get(self) -> None:
@@ -51,9 +54,9 @@ class GpuHandler(AirHandler):
         inventory = _inventory_argument(self)
         loop = asyncio.get_running_loop()
         doc = await loop.run_in_executor(None, self.sampler.snapshot, since, inventory)
-        doc["nodes"] = await in_store_thread(running_nodes, self.store)
+        doc["nodes"] = await in_store_thread(self.service.running_nodes)
         await self._add_owners(doc)
-        await hide_others(self, self.store, doc)
+        await hide_others(self.service, doc)
         self.write_json(doc)
 
     async def _add_owners(self, doc: dict[str, Any]) -> None:
@@ -76,7 +79,7 @@ class GpuHandler(AirHandler):
                 proc["owner"] = {"kind": "job", "id": job_id, "name": None}
             else:
                 proc["owner"] = owner_of(proc["pid"], owners)
-        await add_job_details(self.store, processes)
+        await add_job_details(self.service, processes)
 
 
 class GpuSampleHandler(GpuHandler):
@@ -111,14 +114,14 @@ class JobGpuHandler(JobsBase):
         doc = _cut(stored, since, inventory)
         if running:  # its jobs' hints and sessions as they are now, as for this server
             processes = [p for state in doc["state"] for p in state.get("processes") or []]
-            await add_job_details(self.store, processes)
-        await hide_others(self, self.store, doc)
+            await add_job_details(self.service, processes)
+        await hide_others(self.service, doc)
         self.write_json(
             {**doc, "job": job.id, "attempt": attempt, "node": node, "running": running}
         )
 
 
-async def add_job_details(store: JobStore, processes: list[dict[str, Any]]) -> None:
+async def add_job_details(service: JobService, processes: list[dict[str, Any]]) -> None:
     """What is known of each running job beside its processes: its efficiency hints
     (``owner.hints``: texts, present only when there are some) and, for a warm session,
     whether it runs a cell or holds its GPUs idle (``owner.session``)."""
@@ -131,23 +134,24 @@ async def add_job_details(store: JobStore, processes: list[dict[str, Any]]) -> N
     ]
     if not owners:
         return
-    details = await in_store_thread(running_job_details, store, {o["id"] for o in owners})
+    details = await in_store_thread(service.running_details, {o["id"] for o in owners})
     for owner in owners:
         owner.update(details.get(owner["id"], {}))
 
 
-async def hide_others(handler: AirHandler, store: JobStore, doc: dict[str, Any]) -> None:
+async def hide_others(service: JobService, doc: dict[str, Any]) -> None:
     """What the caller may not view leaves ``doc``: a process of such a job becomes
     "another user's job" with its memory only (no pid, name, job id or anything added
-    to it); the nodes of such jobs are not listed. Done last, on the server."""
+    to it). Done last, on the server (the service lists only the nodes of the jobs the
+    caller may view)."""
     states = [s for s in doc.get("state", []) if isinstance(s.get("processes"), list)]
     ids = {
         p["owner"]["id"]
         for state in states
         for p in state["processes"]
         if isinstance(p.get("owner"), dict) and p["owner"].get("kind") == "job"
-    } | {node["job"] for node in doc.get("nodes", [])}
-    visible = await in_store_thread(JobService(store, handler.caller()).visible, ids)
+    }
+    visible = await in_store_thread(service.visible, ids)
     for state in states:
         state["processes"] = [
             p
@@ -161,53 +165,6 @@ async def hide_others(handler: AirHandler, store: JobStore, doc: dict[str, Any])
             }
             for p in state["processes"]
         ]
-    if "nodes" in doc:
-        doc["nodes"] = [node for node in doc["nodes"] if node["job"] in visible]
-
-
-def running_job_details(store: JobStore, job_ids: set[str]) -> dict[str, dict[str, Any]]:
-    """For each running job: the hints of its last attempt, as its supervisor last wrote
-    them (``hints``, when there are some), and a session's activity (``session``)."""
-    found: dict[str, dict[str, Any]] = {}
-    for job_id in job_ids:
-        try:
-            job = store.get(job_id)
-        except UnknownJob:
-            continue
-        attempts = store.attempts(job_id) if job.status is JobStatus.RUNNING else []
-        details: dict[str, Any] = {}
-        if attempts:
-            doc = read_hints(store.attempt_dir(job_id, attempts[-1].attempt))
-            if doc["hints"]:
-                details["hints"] = [hint["text"] for hint in doc["hints"]]
-        if (activity := activity_of(store, job)) is not None:
-            details["session"] = activity.to_json()
-        if details:
-            found[job_id] = details
-    return found
-
-
-def running_nodes(store: JobStore) -> list[dict[str, Any]]:
-    """The nodes of the latest attempt of every running job that lists its nodes (the
-    multi-node ones): one query, then one query and one small file per running job."""
-    nodes = []
-    for job in store.jobs(active_only=True):
-        attempts = store.attempts(job.id) if job.status is JobStatus.RUNNING else []
-        if not attempts:
-            continue  # pending, or between the job's start and its first attempt
-        attempt = attempts[-1].attempt
-        for node in AttemptDir(store.attempt_dir(job.id, attempt)).read_nodes():
-            nodes.append(
-                {
-                    "job": job.id,
-                    "attempt": attempt,
-                    "node": node.get("node"),
-                    "node_id": node.get("node_id"),
-                    "ip": node.get("ip"),
-                    "hostname": node.get("hostname"),
-                }
-            )
-    return nodes
 
 
 def _cut(stored: dict[str, Any], since: float | None, inventory: str | None) -> dict[str, Any]:
