@@ -18,6 +18,7 @@ from traitlets.config.loader import PyFileConfigLoader
 
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.status import JobStatus
+from jupyter_air.tracking.runs import default_experiment_name
 from jupyter_air.tracking.stores import lookup_store, store_key
 from jupyter_air.tracking.ui_links import logs_url
 from scripts import demo
@@ -50,7 +51,8 @@ def test_the_console_links_the_run_page_and_the_logs_view_and_says_air_logs(
 
     key = store_key(uri)
     assert lines == [
-        f"Job {job}: succeeded, MLflow run quickstart",
+        f"Job {job}: succeeded, MLflow run quickstart in experiment 'quickstart' (the check's "
+        "own: the quickstart's experiment holds your runs only)",
         f"  run:  http://127.0.0.1:8888/jupyter-air/mlflow/{key}/#/experiments/{experiment}"
         f"/runs/{run}?workflowType=machine_learning",
         f"  logs: http://127.0.0.1:8888/lab?air-job={job}  (in a terminal: air logs {job})",
@@ -72,6 +74,23 @@ def test_the_logs_link_is_the_one_a_cell_shows_once_the_demo_lab_runs(
         printed = demo.job_logs_url(demo.lab_root(url), "20261204-132627-2c2a8f")
         assert printed == logs_url("20261204-132627-2c2a8f", absolute=True, environ={})
         assert printed == f"{root}lab?air-job=20261204-132627-2c2a8f"
+
+
+def test_the_printed_url_opens_the_quickstart_notebook_with_the_token() -> None:
+    """JupyterLab's /lab/tree/<path> opens a notebook; /lab alone opens the Launcher.
+    tests/ui/test_demo_terminal.py opens it in a browser."""
+    assert demo.notebook_url(LAB_URL) == "http://127.0.0.1:8888/lab/tree/quickstart.ipynb?token=x"
+    assert (
+        demo.notebook_url("http://127.0.0.1:8888/user/ada/lab?token=x", "my notes.ipynb")
+        == "http://127.0.0.1:8888/user/ada/lab/tree/my%20notes.ipynb?token=x"
+    )
+
+
+def test_the_headless_checks_runs_go_to_an_experiment_of_their_own() -> None:
+    """So that the quickstart's experiment, which the runs panel shows beside the
+    notebook, holds only the runs the user makes."""
+    assert demo.check_experiment("ada") == "/Users/ada/make demo check"
+    assert demo.check_experiment("ada") != default_experiment_name("ada", demo.QUICKSTART)
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")

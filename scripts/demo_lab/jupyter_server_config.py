@@ -1,5 +1,6 @@
 """The Jupyter server settings of ``make demo``'s JupyterLab, and of the browser test
-that starts a lab as it does (tests/ui/test_demo_terminal.py): a terminal finds ``air``.
+that starts a lab as it does (tests/ui/test_demo_terminal.py): a terminal finds ``air``,
+and kernels use Unix sockets.
 
 ``make demo`` adds this folder to ``JUPYTER_CONFIG_PATH``, so these settings come on top
 of the user's own, which win where both set something (``--config`` would drop the
@@ -20,6 +21,11 @@ import sysconfig
 from pathlib import Path
 
 c = get_config()  # noqa: F821
+
+# Kernels talk to the server over Unix sockets beside their connection files (in
+# Jupyter's runtime folder, private to the user), not over loopback TCP, where any
+# local user could connect (unencrypted: ipykernel warns of it at each kernel's start).
+c.KernelManager.transport = "ipc"
 
 shell = os.environ.get("SHELL") or shutil.which("bash") or ""
 if Path(shell).name == "bash":

@@ -1,4 +1,6 @@
-"""A terminal of the lab ``make demo`` starts runs ``air``, as a new user types it there.
+"""The lab ``make demo`` starts, as a new user meets it: the URL it prints opens the
+quickstart notebook, whose kernel starts (over Unix sockets, with no warning of
+unencrypted TCP), and a terminal runs ``air`` as the user types it there.
 
 Jupyter starts a terminal as a login shell when the server's output is not a terminal
 (here, as under a service manager), and a login shell's ``/etc/profile`` (Debian's)
@@ -63,7 +65,8 @@ def page(browser: Any, demo_lab: Lab) -> Iterator[Any]:
     page.console_lines = []
     page.on("console", lambda m: page.console_lines.append(f"{m.type}: {m.text}"))
     page.on("requestfailed", lambda r: page.console_lines.append(f"request failed: {r.url}"))
-    page.goto(f"{demo_lab.url}lab?token={demo_lab.token}")
+    # ?reset: the launcher, whatever another test left open in the lab's workspace
+    page.goto(f"{demo_lab.url}lab?reset&token={demo_lab.token}")
     yield page
     page.close()
 
@@ -72,6 +75,33 @@ def terminal_text(page: Any) -> str:
     """What the terminal shows, line by line (xterm's screen-reader rows)."""
     lines: list[str] = page.eval_on_selector_all(ROWS, "rows => rows.map(r => r.textContent)")
     return "\n".join(line.rstrip() for line in lines)
+
+
+def test_the_url_make_demo_prints_opens_the_quickstart_notebook(
+    browser: Any, demo_lab: Lab, artifacts: Path
+) -> None:
+    demo.prepare(demo_lab.scenario_path.parent / "root")  # the lab's root, as make demo fills it
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        page.goto(demo.notebook_url(f"{demo_lab.url}lab?token={demo_lab.token}"))
+        tab = "#jp-main-dock-panel .lm-TabBar-tab.jp-mod-current .lm-TabBar-tabLabel"
+        page.wait_for_function(
+            "s => document.querySelector(s)?.textContent === 'quickstart.ipynb'",
+            arg=tab,
+            timeout=60_000,
+        )
+        panel = "#jp-main-dock-panel .jp-NotebookPanel:not(.lm-mod-hidden)"
+        page.wait_for_selector(f"{panel} .jp-MarkdownCell h1", timeout=60_000)
+        assert "quickstart" in (page.text_content(f"{panel} .jp-MarkdownCell h1") or "")
+        page.wait_for_selector(
+            f'{panel} .jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=120_000
+        )
+        page.screenshot(path=str(artifacts / "demo-quickstart.png"))
+    finally:
+        page.close()
+    (kernel,) = demo_lab.api("api/kernels")
+    assert kernel["execution_state"] == "idle"
+    assert "without encryption" not in demo_lab.log_path.read_text()
 
 
 def test_air_help_in_a_new_terminal_shows_the_usage_of_the_venvs_air(

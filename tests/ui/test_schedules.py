@@ -10,8 +10,6 @@ form also makes a task graph (a command the notebook waits for)."""
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -164,9 +162,7 @@ def open_the_executed_notebook(page: Any, lab: Lab, name: str, artifacts: Path, 
     )
     assert len(editors) == 3  # the parameters cell and the notebook's two
     assert set(editors) == {"false"}, "every cell read-only"
-    sessions = json.loads(
-        urllib.request.urlopen(f"{lab.url}api/sessions?token={lab.token}", timeout=30).read()
-    )
+    sessions = lab.api("api/sessions")
     assert not [s for s in sessions if s["path"].startswith("AirExecuted:")], sessions
 
 
