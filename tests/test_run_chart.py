@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import time
 
-from jupyter_air.kernel.live_view import MIN_SPAN_MS, RunChart, min_max_buckets
+import pytest
+
+from jupyter_air.kernel.live_view import (
+    FEW_SAMPLES_HEIGHT,
+    MIN_SPAN_MS,
+    SYSTEM_HEIGHT,
+    RunChart,
+    local_ms,
+    min_max_buckets,
+)
 from jupyter_air.tracking.metric_feed import Point
 
 NOW = int(time.time() * 1000)
@@ -38,7 +47,7 @@ def test_without_system_metrics_no_empty_row_is_drawn() -> None:
     assert metrics_only["height"] < with_system["height"]
 
 
-def test_a_single_system_sample_gets_a_minute_wide_24_hour_axis_and_a_marker() -> None:
+def test_a_single_system_sample_gets_a_24_hour_axis_a_second_wide_and_a_marker() -> None:
     chart = chart_of([Point("system/gpu_0_utilization_percentage", 0, 40.0, NOW)], gpus=[0])
     figure = chart.figure()
     (trace,) = figure["data"]
@@ -47,7 +56,51 @@ def test_a_single_system_sample_gets_a_minute_wide_24_hour_axis_and_a_marker() -
     axis = figure["layout"]["xaxis"]
     assert axis["tickformat"] == "%H:%M:%S"
     start, end = axis["range"]
-    assert end - start == MIN_SPAN_MS
+    assert end == pytest.approx(local_ms(NOW), abs=MIN_SPAN_MS * 0.05), "not past the sample"
+    assert end - start == pytest.approx(MIN_SPAN_MS, rel=0.05)
+
+
+CPU = "system/cpu_utilization_percentage"
+
+
+def test_a_half_second_jobs_cpu_runs_from_its_start_to_its_end_sample() -> None:
+    """psutil's meaningless first 0 % is not drawn; the end sample's value (the CPU's mean
+    since the start) is drawn from the job's start; the axis spans the job, labelled to
+    the millisecond, and its row is low for so few points."""
+    start = NOW - 500
+    chart = RunChart(started=local_ms(start))
+    chart.add(1, [Point(CPU, 0, 0.0, start + 10), Point(CPU, 1, 37.5, NOW)], None)
+    (trace,) = chart.traces
+    assert trace.x == [local_ms(start), local_ms(NOW)]
+    assert trace.y == [37.5, 37.5]
+    chart.ended = True
+    layout = chart.layout()
+    low, high = layout["xaxis3"]["range"]
+    assert low == pytest.approx(local_ms(start) - 10), "from the job's start (2 % margin)"
+    assert high == pytest.approx(local_ms(NOW) + 10), "to its end"
+    stops = {s["value"]: s["dtickrange"] for s in layout["xaxis3"]["tickformatstops"]}
+    assert stops["%H:%M:%S.%L"] == [None, 1000.0], "ticks under a second apart: to the ms"
+    assert chart.summary() == "CPU %: mean 38 %, peak 38 %"
+    (row,) = chart.live_layout()["rows"]
+    assert row["height"] == FEW_SAMPLES_HEIGHT
+
+
+def test_a_live_time_axis_starts_at_the_job_and_ends_at_its_last_sample() -> None:
+    start = NOW - 120_000
+    chart = RunChart(started=local_ms(start))
+    samples = [Point(CPU, s, 50.0, start + 10_000 * (s + 1)) for s in range(6)]
+    chart.add(1, samples, None)
+    (row,) = chart.live_layout()["rows"]
+    (panel,) = row["panels"]
+    low, high = panel["x"]
+    last = local_ms(samples[-1].timestamp)
+    assert low < local_ms(start), "a marker at an end is drawn whole"
+    assert high > last
+    assert high - last < 0.05 * (last - local_ms(start)), "never a minute into the future"
+    assert row["height"] == SYSTEM_HEIGHT, "full height for a real series"
+    # A retry's first sample is its own: not drawn from the job's start.
+    chart.add(2, [Point(CPU, 0, 20.0, NOW)], None)
+    assert chart.traces[-1].x == [local_ms(NOW)]
 
 
 def test_three_steps_get_an_axis_of_three_steps_a_tick_each_and_fifty_plotlys_own() -> None:

@@ -183,13 +183,15 @@ function drawLegend(legend, chart, redraw) {
 
 // The time of day of a time panel's x, 24-hour: the kernel sends the local time as
 // milliseconds of a UTC clock (as plotly's date axis shows them), so it is read as UTC.
-function timeOfDay(ms, seconds = true) {
-  return new Date(ms).toISOString().slice(11, seconds ? 19 : 16);
+// To the millisecond where ticks are less than a second apart (a sub-second job), to the
+// minute where they are a minute or more apart.
+function timeOfDay(ms, step = 1000) {
+  return new Date(ms).toISOString().slice(11, step < 1000 ? 23 : step < 60_000 ? 19 : 16);
 }
 
-const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400].map(
-  (s) => s * 1000,
-);
+const TIME_STEPS = [
+  0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+].map((s) => s * 1000);
 const STEPS = Array.from({ length: 10 }, (_, e) => [1, 2, 5].map((m) => m * 10 ** e)).flat();
 
 // Tick labels with the decimals of the step between ticks, so that 0.0005 and 0.001
@@ -206,9 +208,10 @@ function axes(spec) {
   const x = spec.time
     ? {
         ...common,
-        space: 70,
+        // wider apart for labels to the millisecond (a span of seconds)
+        space: (u, axis, min, max) => (max - min < 5000 ? 90 : 70),
         incrs: TIME_STEPS,
-        values: (u, splits, axis, space, incr) => splits.map((v) => timeOfDay(v, incr < 60_000)),
+        values: (u, splits, axis, space, incr) => splits.map((v) => timeOfDay(v, incr)),
       }
     : { ...common, space: 50, incrs: STEPS, values: numbers };
   return [

@@ -125,20 +125,27 @@ PALETTE = (
 #: the next panel's title, a legend line.
 METRIC_HEIGHT = 170
 SYSTEM_HEIGHT = 150
+#: The system panels' height while their traces have ``FEW_SAMPLES`` samples at most (a
+#: short job): two points are not worth half the chart.
+FEW_SAMPLES_HEIGHT = 70
+FEW_SAMPLES = 3
 TITLE_HEIGHT = 50
 LEGEND_LINE = 22
 LEGEND_PER_LINE = 6
 MARGIN = {"l": 55, "r": 20, "t": 50, "b": 40}  # t: plotly's toolbar above the titles
 #: Metric panels side by side at most.
 COLUMNS = 3
-#: The shortest span a system panel's x axis shows while its job runs (a single sample
-#: otherwise gets an axis of milliseconds).
-MIN_SPAN_MS = 60_000.0
-#: Once its job ended, a system panel's x axis ends at the last sample: it spans the
-#: samples, at least this long (seconds, not milliseconds, for a single sample), with a
-#: margin of this share of that span each side, so that a marker at an end is drawn whole.
-ENDED_MIN_SPAN_MS = 10_000.0
-ENDED_MARGIN = 0.02
+#: A system panel's x axis runs from the job's start to its last sample, never into the
+#: future, with a margin of this share of the span each side, so that a marker at an end
+#: is drawn whole; a single sample with no start known gets the second before it.
+END_MARGIN = 0.02
+MIN_SPAN_MS = 1_000.0
+#: Its tick labels: to the millisecond where ticks are less than a second apart (a
+#: sub-second job), else to the second.
+TIME_TICKS = [
+    {"dtickrange": [None, MIN_SPAN_MS], "value": "%H:%M:%S.%L"},
+    {"dtickrange": [MIN_SPAN_MS, None], "value": "%H:%M:%S"},
+]
 #: Below this span of steps, a metric panel shows just its steps, a tick each (plotly's
 #: own ticks would be fractional steps).
 FEW_STEPS = 10.0
@@ -162,6 +169,7 @@ SYSTEM_PANELS = {
     "memory_usage": Panel(2, "GPU memory %"),
     "cpu": Panel(3, "host CPU %"),
 }
+CPU_AXIS = SYSTEM_PANELS["cpu"].axis
 
 
 #: The restart marks' color: neither a trace's nor the axes'.
@@ -178,6 +186,9 @@ class Trace:
     color: str
     x: list[float] = field(default_factory=list)
     y: list[float] = field(default_factory=list)
+    #: Points at the front that are no sample: the job's start, drawn at the first CPU
+    #: sample's value (see ``RunChart.add``).
+    lead: int = 0
 
     @property
     def metric(self) -> bool:
@@ -217,8 +228,11 @@ class RunChart:
     metric of rank 0 (against its step), then the job's GPUs' utilization and memory and
     the host's CPU (against the time of day)."""
 
-    def __init__(self) -> None:
+    def __init__(self, started: float | None = None) -> None:
         self.traces: list[Trace] = []
+        #: When the job (a session's cell) started, in the time axes' milliseconds
+        #: (``local_ms``): where they begin.
+        self.started = started
         #: The job is over: its time axes end at its last sample.
         self.ended = False
         self._index: dict[tuple[int, str], int] = {}
@@ -236,7 +250,13 @@ class RunChart:
 
     def add(self, attempt: int, points: Iterable[Point], gpus: Sequence[int] | None) -> Update:
         """Take new points of an attempt's run; ``gpus`` are the NVML indices of the job's
-        GPUs on a single machine (None: every GPU the run recorded, as on Ray's nodes)."""
+        GPUs on a single machine (None: every GPU the run recorded, as on Ray's nodes).
+
+        A host's CPU % is its mean since the sample before (psutil's ``cpu_percent``), so
+        the first attempt's first CPU sample is drawn from the job's start on, at its
+        value: a short job's chart has a point at its start and at its end. A first
+        sample of exactly 0 % is psutil's first call on a thread, which has nothing to
+        compare with: not drawn."""
         update = Update()
         for point in points:
             if math.isnan(point.value):
@@ -244,14 +264,22 @@ class RunChart:
             key = (attempt, point.key)
             index = self._index.get(key)
             if index is None:
+                if point.step == 0 and point.value == 0.0 and _host_cpu(point.key):
+                    continue
                 trace = self._trace(attempt, point.key, gpus)
                 if trace is None:
                     continue
                 index = self._index[key] = len(self.traces)
                 self.traces.append(trace)
                 update.added.append(trace)
+                at = local_ms(point.timestamp)
+                if trace.panel.axis == CPU_AXIS and attempt == 1 and self._before(at):
+                    assert self.started is not None
+                    trace.x.append(self.started)
+                    trace.y.append(point.value)
+                    trace.lead = 1
             trace = self.traces[index]
-            x = float(point.step) if trace.metric else _local_ms(point.timestamp)
+            x = float(point.step) if trace.metric else local_ms(point.timestamp)
             trace.x.append(x)
             trace.y.append(point.value)
             if trace not in update.added:
@@ -259,6 +287,10 @@ class RunChart:
                 xs.append(x)
                 ys.append(point.value)
         return update
+
+    def _before(self, at: float) -> bool:
+        """Whether the job started before ``at`` (a time axis' milliseconds)."""
+        return self.started is not None and self.started < at
 
     def _trace(self, attempt: int, key: str, gpus: Sequence[int] | None) -> Trace | None:
         drawn = _drawn(key, gpus)
@@ -287,7 +319,9 @@ class RunChart:
             for i in range(0, len(metric_panels), COLUMNS)
         ]
         if system_panels:
-            rows.append((SYSTEM_HEIGHT, system_panels))
+            samples = max(len(t.x) - t.lead for t in self.traces if t.panel.system)
+            height = FEW_SAMPLES_HEIGHT if samples <= FEW_SAMPLES else SYSTEM_HEIGHT
+            rows.append((height, system_panels))
         return rows
 
     def layout(self) -> dict[str, Any]:
@@ -363,7 +397,12 @@ class RunChart:
         if y_range is not None:
             yaxis["range"] = y_range
         if panel.system:
-            xaxis.update(type="date", tickformat="%H:%M:%S", hoverformat="%H:%M:%S")
+            xaxis.update(
+                type="date",
+                tickformat="%H:%M:%S",
+                tickformatstops=TIME_TICKS,
+                hoverformat="%H:%M:%S.%L",
+            )
         else:
             xaxis.update(tickformat="d", hoverformat="d")
             if x_range is not None:  # a tick per step
@@ -372,18 +411,18 @@ class RunChart:
 
     def _ranges(self, panel: Panel) -> tuple[list[float] | None, list[float] | None]:
         """A panel's fixed x and y ranges (None: the data's): a system panel shows 0 to
-        105 %, and at least a minute while the job runs, its samples' span once it ended;
-        a metric panel of a few steps just its steps, half a step either side (plotly's
-        own ticks would be fractional steps)."""
+        105 % from the job's start to its last sample; a metric panel of a few steps just
+        its steps, half a step either side (plotly's own ticks would be fractional steps)."""
         xs = [v for t in self.traces if t.panel == panel for v in (t.x[0], t.x[-1]) if t.x]
         if panel.system:
-            if xs and self.ended:
-                span = max(max(xs) - min(xs), ENDED_MIN_SPAN_MS)
-                margin = span * ENDED_MARGIN
-                return [max(xs) - span - margin, max(xs) + margin], [0, 105]
-            if xs and max(xs) - min(xs) < MIN_SPAN_MS:
-                return [min(xs), min(xs) + MIN_SPAN_MS], [0, 105]
-            return None, [0, 105]
+            if not xs:
+                return None, [0, 105]
+            start = min(xs) if self.started is None else min(self.started, *xs)
+            end = max(xs)
+            if end == start:  # a single sample, no start known: the second before it
+                start = end - MIN_SPAN_MS
+            margin = (end - start) * END_MARGIN
+            return [start - margin, end + margin], [0, 105]
         if xs and max(xs) - min(xs) < FEW_STEPS:
             return [min(xs) - 0.5, max(xs) + 0.5], None
         return None, None
@@ -426,8 +465,9 @@ class RunChart:
                     f"{len(trace.y):,} steps"
                 )
             else:
-                mean = sum(trace.y) / len(trace.y)
-                lines.append(f"{trace.name}: mean {mean:.0f} %, peak {max(trace.y):.0f} %")
+                samples = trace.y[trace.lead :]
+                mean = sum(samples) / len(samples)
+                lines.append(f"{trace.name}: mean {mean:.0f} %, peak {max(samples):.0f} %")
         return "\n".join(lines)
 
 
@@ -457,10 +497,15 @@ def min_max_buckets(
     return [xs[i] for i in keep], [ys[i] for i in keep]
 
 
-def _local_ms(timestamp_ms: int) -> float:
+def local_ms(timestamp_ms: float) -> float:
     """An MLflow timestamp as the kernel's local time of day on plotly's date axis (which
     shows its numbers as UTC)."""
     return float(timestamp_ms + 1000 * time.localtime(timestamp_ms / 1000).tm_gmtoff)
+
+
+def _host_cpu(key: str) -> bool:
+    match = SYSTEM.fullmatch(key)
+    return match is not None and bool(match["cpu"])
 
 
 def _drawn(key: str, gpus: Sequence[int] | None) -> tuple[str, str, str | None] | None:
@@ -650,6 +695,8 @@ class Live:
     def __init__(self, tracking_uri: str, job: JobDir) -> None:
         config = live_view_config()
         self.feed = RunFeed(tracking_uri, config.interval, job)
+        # made as its job (or session cell) starts: where the chart's time axes begin
+        self.feed.chart.started = local_ms(time.time() * 1000)
         self.widgets = widgets_available(config)
         self.handle: DisplayHandle | None = None
         self._final: DisplayHandle | None = None

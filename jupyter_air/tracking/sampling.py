@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import psutil
+
 if TYPE_CHECKING:
     from ..gpu.nvml import GpuInfo, GpuReading
 
@@ -75,6 +77,10 @@ class SampleLoop:
         self._thread.start()
 
     def _loop(self) -> None:
+        # psutil measures the CPU % of each thread's call since that thread's last one:
+        # without this, the first sample's is 0.0, with nothing to compare to. With it,
+        # it is the host's CPU since the loop (the job) started.
+        psutil.cpu_percent()
         failing = False
         while not self._stop.is_set():
             self._wake.wait(self._interval)

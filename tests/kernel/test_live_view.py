@@ -11,8 +11,8 @@ from typing import Any, NamedTuple
 import nbformat
 import pytest
 
-from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.node.hints import read_hints
+from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import FakeGpu, Scenario, write_scenario_text
 from tests.kernel.conftest import Kernel, execute_notebook
 
@@ -77,8 +77,10 @@ def test_nbclient_gets_links_final_status_and_the_runs_chart_with_a_summary(
     assert "CPU %" in traces, "the host's CPU from the run's system metrics"
     assert "GPU 0 util %" not in traces, "the fake GPU is not the job's (no CUDA devices)"
     start, end = figure["layout"]["xaxis3"]["range"]  # the host CPU's time axis
-    last = traces["CPU %"]["x"][-1]
+    first, last = traces["CPU %"]["x"][0], traces["CPU %"]["x"][-1]
+    assert first - 0.03 * (end - start) <= start <= first, "it starts at the job's start"
     assert last <= end <= last + 0.03 * (end - start), "it ends at the job's last sample"
+    assert traces["CPU %"]["y"][0] > 0, "not psutil's meaningless first 0 %"
     summary = chart["text/plain"]
     assert "train_loss: last 0.0333333 (step 29), min 0.0333333 (step 29), 30 steps" in summary
     assert "lr: last 0.1 (step 29)" in summary

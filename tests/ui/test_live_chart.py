@@ -159,3 +159,30 @@ def test_a_zoom_is_kept_through_updates_until_a_double_click(page: Any) -> None:
     page.dblclick(".jp-air-LiveChart-panel .u-over")
     page.wait_for_timeout(50)
     assert drawn(page)["loss"]["scale"] == [0, 1000], "the whole history again"
+
+
+def test_a_half_second_jobs_host_cpu_is_a_low_row_from_its_start_to_its_end(
+    page: Any, tmp_path: Path
+) -> None:
+    """psutil's first 0 % is not drawn; the end sample is drawn from the job's start; the
+    axis neither starts before the job nor runs into the future; two points get a low row."""
+    chart = RunChart(started=float(NOON))
+    key = "system/cpu_utilization_percentage"
+    chart.add(1, [Point(key, 0, 0.0, NOON + 5), Point(key, 1, 42.0, NOON + 500)], None)
+    for trace in chart.traces:  # as ``local_ms`` made them, in the kernel's time of day
+        trace.x = [float(NOON), float(NOON + 500)]
+    show(page, chart)
+    panel = drawn(page)["host CPU %"]
+    assert panel["x"] == [NOON, NOON + 500]
+    assert panel["traces"]["CPU %"]["y"] == [42.0, 42.0]
+    low, high = panel["scale"]
+    assert NOON - 20 < low < NOON, "from the job's start (and half its first marker)"
+    assert NOON + 500 < high < NOON + 520, "to its last sample: not a minute into the future"
+    height = page.evaluate(
+        "() => document.querySelector('.jp-air-LiveChart-panel').uplot.bbox.height"
+        " / devicePixelRatio"
+    )
+    assert height < 100, f"a low row for two points: {height} px"
+    ticks = panel["ticks"]
+    assert "12:00:00.200" in ticks, f"ticks to the millisecond: {ticks}"
+    page.screenshot(path=str(tmp_path / "half-second-job.png"))
