@@ -84,6 +84,10 @@ def names_read(source: str) -> set[str]:
 
 
 def cell_payload(source: str, user_ns: Mapping[str, Any], outputs: list[str]) -> Payload:
+    """The body of a ``%%air_distributed`` cell, shipped after a blank line in place of
+    the magic's line: the ranks number its lines as the editor does, from the magic's, so
+    a traceback (or a syntax error here) names the line the user sees."""
+    source = "\n" + source
     payload = Payload(kind="cell", source=source, outputs=outputs)
     for name in sorted(names_read(source)):
         if name not in user_ns or IPYTHON_NAMES.fullmatch(name):

@@ -51,7 +51,7 @@ def test_a_bad_option_is_refused_in_one_line_pointing_to_the_help(kernel: Kernel
 def test_a_failing_rank_shows_its_traceback_once_from_the_users_cell(
     kernel: Kernel, air_home: Path
 ) -> None:
-    execution = kernel.run(
+    cell = (
         "%%air_distributed -n 2\n"
         "import os\n"
         "def check(rank):\n"
@@ -59,17 +59,35 @@ def test_a_failing_rank_shows_its_traceback_once_from_the_users_cell(
         "        raise ValueError('boom on rank 1')\n"
         "check(os.environ['RANK'])\n"
     )
+    execution = kernel.run(cell)
     assert execution.error is not None
     assert execution.error["ename"] == "JobFailed"
     everything = plain(execution.text + "\n" + execution.traceback)
     assert everything.count("ValueError: boom on rank 1") == 1, everything
     assert everything.count("Traceback (most recent call last)") == 1, everything
     frames = re.findall(r'File "([^"]+)", line (\d+)', everything)
-    assert frames[0] == ("<air_distributed cell>", "5"), frames
-    assert frames[1] == ("<air_distributed cell>", "4"), frames
+    # The lines as the editor numbers them: the magic's line is line 1.
+    assert frames[:2] == [
+        ("<air_distributed cell>", str(editor_line(cell, "check(os.environ['RANK'])"))),
+        ("<air_distributed cell>", str(editor_line(cell, "raise ValueError"))),
+    ], frames
     assert "jupyter_air" not in everything.split("Traceback (most recent call last)")[1]
     # The red line under the cell says which rank failed and points at its traceback.
     assert "rank 1" in plain(execution.traceback)
+
+
+def test_a_syntax_error_names_the_editors_line_and_starts_nothing(kernel: Kernel) -> None:
+    cell = "%%air_distributed -n 2\nx = 1\nprint(x\nprint('never runs')\n"
+    execution = kernel.run(cell)
+    shown = plain(execution.stderr + execution.traceback)
+    assert shown.startswith("UsageError: "), shown
+    assert f"line {editor_line(cell, 'print(x')}" in shown, shown
+    assert "never runs" not in execution.stdout
+
+
+def editor_line(cell: str, text: str) -> int:
+    """The number the editor gives the first line of ``cell`` holding ``text``."""
+    return next(n for n, line in enumerate(cell.splitlines(), 1) if text in line)
 
 
 def test_an_interrupted_cell_ends_in_one_line_and_stops_every_rank(
