@@ -54,7 +54,8 @@ class DistributedFunction(Generic[P, R]):
                 payload.dumps(), source, self._options.output_ranks, None, title
             )
             return value
-        result: R | None = run(payload, self._options, self._submission, source, None)
+        name = getattr(self._fn, "__name__", "function")  # its run's name: "train"
+        result: R | None = run(payload, self._options, self._submission, source, None, name)
         return result
 
 

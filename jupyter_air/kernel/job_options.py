@@ -73,7 +73,11 @@ WHOLE_JOB: dict[str, Callable[[Any], Any]] = {
     "experiment": argument(
         "--experiment", help="MLflow experiment name (wins over mlflow.set_experiment())."
     ),
-    "run_name": argument("--run-name", help="MLflow run name (default: MLflow's generated name)."),
+    "run_name": argument(
+        "--run-name",
+        help="MLflow run name (a cell's default: its notebook and execution count, "
+        "e.g. 'quickstart cell 3').",
+    ),
     "max_retries": argument(
         "--max-retries", type=int, default=0, help="Attempts after a failed one (default 0)."
     ),

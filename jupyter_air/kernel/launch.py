@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import cloudpickle
@@ -238,15 +239,30 @@ class KernelDestination:
         return deferred_target(self.experiment, self.user, self.notebook, self.tracking_uri)
 
 
+def cell_run_name() -> str:
+    """A cell's run, named after its notebook and its cell: ``quickstart cell 3``. The
+    notebook's stem, as its experiment is named (``/Users/<user>/quickstart``); the cell
+    by its execution count, the ``[3]`` the editor shows beside it (the kernel is not told
+    the cell's place in the notebook), which also tells two runs of one cell apart."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    cell = f"cell {shell.execution_count}" if shell is not None else "cell"
+    notebook = notebook_path()
+    return f"{Path(notebook).stem} {cell}" if notebook else cell
+
+
 def run(
     payload: Payload,
     options: Options,
     submission: Submission,
     source: str,
     user_ns: dict[str, Any] | None,
+    name: str,
 ) -> Any:
     """Run a payload as a job and return rank 0's value (None for a background job);
-    ``submission`` is what ``options.validate()`` made of the options."""
+    ``submission`` is what ``options.validate()`` made of the options; ``name``: its
+    run's name unless the options give one (MLflow's random names say nothing)."""
     grants = submission.grants
     user, notebook = mlflow_user(), notebook_path()
     request = JobRequest(
@@ -260,7 +276,7 @@ def run(
             outputs=options.out,
             timeout=options.timeout,
             background=options.background,
-            run_name=options.run_name,
+            run_name=options.run_name or name,
         ),
         KernelDestination(options.experiment, user, notebook),
         user,

@@ -17,7 +17,7 @@ from traitlets import Unicode
 
 from .capture import UnpicklableName, cell_payload
 from .job_options import options_from, whole_job_options
-from .launch import OptionError, run
+from .launch import OptionError, cell_run_name, run
 
 #: Where a refused option points the user.
 SEE_HELP = "see %%air_distributed? for the options"
@@ -100,7 +100,7 @@ class AirMagics(Magics):
             assert self.shell is not None
             user_ns = self.shell.user_ns
             payload = cell_payload(cell, user_ns, options.out)
-            return run(payload, options, submission, cell, user_ns)
+            return run(payload, options, submission, cell, user_ns, cell_run_name())
         except (OptionError, UnpicklableName, SyntaxError) as err:
             raise UsageError(f"{err}; {SEE_HELP}") from None
 

@@ -8,6 +8,9 @@ in the kernel resumes that run. The tests run in order in one kernel.
 from __future__ import annotations
 
 import getpass
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +85,35 @@ def test_mlflow_run_id_in_the_kernel_resumes_that_run(kernel: Kernel, air_home: 
     assert run.info.status == "FINISHED"
     assert kernel.run("os.environ.get('MLFLOW_RUN_ID')").result is None, "used once"
     assert call(kernel, air_home).info.run_id != run_id
+
+
+def test_a_run_is_named_after_its_notebook_and_cell_or_its_function(
+    kernel: Kernel, air_home: Path
+) -> None:
+    run = call(kernel, air_home)
+    following = int(kernel.run("get_ipython().execution_count").value())  # the next cell's
+    assert run.info.run_name == f"train cell {following - 1}"  # the [N] beside the cell
+    assert call(kernel, air_home, "--run-name baseline").info.run_name == "baseline"
+
+    kernel.run(
+        "from jupyter_air import distributed\n"
+        "@distributed(nproc_per_node=1)\n"
+        "def fit():\n"
+        "    return 2\n"
+    )
+    execution = kernel.run("fit.distributed()")
+    assert execution.value() == "2"
+    job_id = job_id_of(execution)
+    (run,) = runs_of_job(air_home, job_id)
+    assert run.info.run_name == "fit"
+    # `air list` shows the same name in its RUN column.
+    listing = subprocess.run(
+        [sys.executable, "-m", "jupyter_air.cli", "list", "--all-status"],
+        env={**os.environ, "AIR_HOME": str(air_home)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    (row,) = [line for line in listing.splitlines() if line.startswith(job_id)]
+    assert row.endswith(" fit")
