@@ -13,6 +13,7 @@ import pytest
 from jupyter_air.job_dir import JobDir
 from jupyter_air.jobs.sessions.cells import CellRecord, record
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.status import AttemptStatus
 from tests.factories import job_spec
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
 from tests.waits import job_processes, wait_settled
@@ -352,6 +353,42 @@ def test_list_without_an_active_job_says_how_many_ended_ones_all_status_shows(
         store.update(store.create(job_spec("command", command=["true"])).id, status="SUCCEEDED")
     assert air("list").stdout == "no active jobs; 2 ended: air list --all-status shows them\n"
     assert len(air("list", "--all-status").stdout.splitlines()) == 3  # a header and 2 jobs
+
+
+def test_list_says_how_many_ended_jobs_it_hides_beside_the_active_ones(workdir: Path) -> None:
+    store = JobStore(workdir / "air")
+    running = store.create(job_spec("command", command=["true"], run_name="train"))
+    store.update(running.id, status="RUNNING")  # no supervisor pid: it stays running
+    (header, row) = air("list").stdout.splitlines()
+    assert row.split()[:2] == [running.id, "RUNNING"]
+    assert row.endswith(" train")
+    for _ in range(2):
+        store.update(store.create(job_spec("command", command=["true"])).id, status="FAILED")
+    assert air("list").stdout.splitlines() == [
+        header,
+        row,
+        "2 ended: air list --all-status shows them",
+    ]
+    assert "ended:" not in air("list", "--all-status").stdout
+    # --limit lists fewer active jobs than there are: those it leaves out are not "ended"
+    other = store.create(job_spec("command", command=["true"]))
+    store.update(other.id, status="RUNNING")
+    assert air("list", "--limit", "1").stdout.splitlines()[-1] == (
+        "2 ended: air list --all-status shows them"
+    )
+
+
+def test_get_gives_a_running_attempt_no_exit_codes_and_an_ended_one_its_codes(
+    workdir: Path,
+) -> None:
+    store = JobStore(workdir / "air")
+    job = store.create(job_spec("command", command=["true"], nproc_per_node=2))
+    store.update(job.id, status="RUNNING")
+    store.start_attempt(job.id, 1, None)
+    assert "  attempt 1: RUNNING\n" in air("get", job.id).stdout
+    store.end_attempt(job.id, 1, AttemptStatus.FAILED, [0, -15], failed_rank=1, message="boom")
+    shown = air("get", job.id).stdout
+    assert "  attempt 1: FAILED, exit codes [0, SIGTERM], failed rank 1: boom\n" in shown
 
 
 def test_get_lists_a_sessions_cells_and_a_jobs_parent_and_children(workdir: Path) -> None:

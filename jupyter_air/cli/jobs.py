@@ -19,9 +19,9 @@ from ..jobs.permissions import (
     parse_grant,
     parse_principal,
 )
-from ..jobs.service import Conflict
+from ..jobs.service import Conflict, JobService
 from ..jobs.spec import JobKind
-from ..jobs.store import JobStore, UnknownJob
+from ..jobs.store import Job, JobStore, UnknownJob
 from ..redact import redact
 from ..status import JobStatus, Outcome
 from .common import CliError, _job, _output, _service, _time
@@ -117,10 +117,9 @@ def _list(args: argparse.Namespace) -> int:
     if not jobs and args.all_status:
         print("no jobs")
         return 0
+    hidden = "" if args.all_status else _ended_hidden(service, jobs, args.limit)
     if not jobs:
-        ended = service.count()
-        shown = f"; {ended} ended: air list --all-status shows them" if ended else ""
-        print(f"no active jobs{shown}")
+        print(f"no active jobs; {hidden}" if hidden else "no active jobs")
         return 0
     print(f"{'JOB':24} {'STATUS':10} {'CREATED':19} {'RANKS':>5} RUN")
     for job in jobs:
@@ -128,7 +127,18 @@ def _list(args: argparse.Namespace) -> int:
             f"{job.id:24} {job.status:10} {_time(job.created):19} "
             f"{job.spec.compute.world_size:>5} {job.spec.tracking.run_name or ''}"
         )
+    if hidden:
+        print(hidden)
     return 0
+
+
+def _ended_hidden(service: JobService, active: list[Job], limit: int) -> str:
+    """What ``--all-status`` would add, said after the active jobs (or after "no active
+    jobs"): nothing when no ended job is hidden. ``active``: those listed, at most
+    ``limit`` (all of them when fewer)."""
+    shown = len(active) if len(active) < limit else len(service.jobs(active_only=True))
+    ended = service.count() - shown
+    return f"{ended} ended: air list --all-status shows them" if ended > 0 else ""
 
 
 def _get(args: argparse.Namespace) -> int:
@@ -156,9 +166,11 @@ def _get(args: argparse.Namespace) -> int:
         print("  logs:     expired (removed by retention)")
     for a in doc["attempts"]:
         failed = f", failed rank {a['failed_rank']}" if a["failed_rank"] is not None else ""
+        # a running attempt has no exit codes yet: its status says so
+        codes = a["exit_codes"]
+        exits = f", exit codes {shown_exit_codes(codes)}" if codes is not None else ""
         print(
-            f"  attempt {a['attempt']}: {a['status']}, "
-            f"exit codes {shown_exit_codes(a['exit_codes'])}{failed}"
+            f"  attempt {a['attempt']}: {a['status']}{exits}{failed}"
             + (f": {a['message']}" if a["message"] else "")
         )
         print(f"    run: {a['run_url'] or a['run_id'] or 'made once its tracking server answers'}")
