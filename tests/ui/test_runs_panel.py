@@ -125,12 +125,32 @@ PANEL_LAYOUT = """panel => {
     };
     return {
         edge,
+        width: panel.getBoundingClientRect().width,
         heads: [...panel.querySelectorAll('.jp-air-RunsPanel-table th')]
             .filter(th => th.getBoundingClientRect().right <= edge + 0.5)
-            .map(th => th.textContent),
+            .map(th => getComputedStyle(th, '::before').content.replace(/^"(.*)"$/, '$1')
+                       .replace(/^none$/, '') || th.textContent),
         search: box(panel.querySelector('.jp-air-RunsPanel-search')),
         others: [...panel.querySelectorAll(
             '.jp-air-RunsPanel-statusFilter, .jp-air-RunsPanel-refresh')].map(box),
+    };
+}"""
+
+
+#: The cells a narrow sidebar must show, row by row (status, name, duration, attempt and
+#: primary metric), and those cut by the panel's edges.
+CELLS_IN_VIEW = """panel => {
+    const edges = panel.parentElement.getBoundingClientRect();
+    const inside = c => {
+        const r = c.getBoundingClientRect();
+        return r.width > 0 && r.left >= edges.left - 0.5 && r.right <= edges.right + 0.5;
+    };
+    const names = ['runStatus', 'label', 'duration', 'attempt', 'primary'];
+    const cells = [...panel.querySelectorAll('.jp-air-RunsPanel-run')]
+        .map(r => names.map(n => r.querySelector('.jp-air-RunsPanel-' + n)));
+    return {
+        rows: cells.map(row => row.map(c => c.textContent)),
+        cut: cells.flat().filter(c => !inside(c)).map(c => c.className),
     };
 }"""
 
@@ -179,29 +199,50 @@ def test_the_three_calls_appear_with_their_statuses_jobs_and_cells(
     # Every time is 24-hour, whatever the browser's locale: a run of today shows its time
     # (its day too, past midnight), its whole date and time is the tooltip.
     starts = page.eval_on_selector_all(
-        ROWS, "rows => rows.map(r => [r.cells[3].textContent, r.cells[3].title])"
+        f"{ROWS} .jp-air-RunsPanel-start", "cells => cells.map(c => [c.textContent, c.title])"
     )
     for shown, whole in starts:
         assert re.fullmatch(r"(\d\d-\d\d \d\d:\d\d|\d\d:\d\d:\d\d)", shown), starts
         assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", whole), starts
-    # The Start column is not cut by the sidebar's edge (a status is a dot there).
-    cut = page.eval_on_selector(
-        PANEL,
-        "panel => [...panel.querySelectorAll('.jp-air-RunsPanel-start')]"
-        ".filter(c => c.getBoundingClientRect().right"
-        " > panel.parentElement.getBoundingClientRect().right).length",
-    )
-    assert cut == 0, "Start is cut off in the sidebar"
-    # At the sidebar's default width the run's status, name, start and duration are in
-    # view; the table scrolls sideways for the rest. The search box has a line of its
-    # own, clear of the status filter and Refresh.
+    # At the sidebar's default width (250 px) each run's status, name, duration, attempt
+    # and primary metric (the user's loss) are in view, a resumed retry's too (`2 ↻`, the
+    # step it resumed at is its tooltip); the table scrolls sideways for the rest. The
+    # search box has a line of its own, clear of the status filter and Refresh.
     layout = page.eval_on_selector(PANEL, PANEL_LAYOUT)
-    assert layout["heads"][:5] == ["", "Status", "Run", "Start", "Duration"], layout
+    assert layout["width"] <= 260, layout
+    assert layout["heads"][:6] == ["", "Status", "Run", "Dur.", "Att.", "loss"], layout
+    shown = page.eval_on_selector(PANEL, CELLS_IN_VIEW)
+    assert shown["cut"] == [], shown
+    assert [row[:2] + row[3:] for row in shown["rows"]] == [
+        ["failed", "lr-bad", "1", "0.125"],
+        ["finished", "lr-big", "1", "0.05"],
+        ["finished", "lr-small", "1", "0.025"],
+    ], shown
+    assert all(re.fullmatch(r"[\d.]+(ms|s|min)", row[2]) for row in shown["rows"]), shown
+    resumed = page.eval_on_selector(
+        PANEL,
+        """panel => {
+            const span = (cls, text) => Object.assign(
+                document.createElement('span'), {className: cls, textContent: text});
+            const cell = panel.querySelector('.jp-air-RunsPanel-attempt');
+            const before = [...cell.childNodes];
+            const mark = span('jp-air-RunsPanel-resumed', ' ↻');
+            mark.append(span('jp-air-RunsPanel-resumedStep', ' 400'));
+            cell.replaceChildren('2', mark);
+            const edge = panel.parentElement.getBoundingClientRect().right;
+            const right = panel.querySelector('.jp-air-RunsPanel-primary')
+                .getBoundingClientRect().right;
+            cell.replaceChildren(...before);
+            return right <= edge + 0.5;
+        }""",
+    )
+    assert resumed, "a resumed retry's attempt pushes the metric out of view"
     search = layout["search"]
     assert search["width"] >= 120, layout
     assert search["right"] <= layout["edge"], layout
     assert not any(overlap(search, other) for other in layout["others"]), layout
     page.screenshot(path=str(artifacts / "runs-panel.png"))
+    page.locator(PANEL).screenshot(path=str(artifacts / "runs-panel-sidebar.png"))
     # Scrolled to its last column, the table keeps the runs' names in view.
     wrap = f"{PANEL} .jp-air-RunsPanel-tableWrap"
     page.eval_on_selector(wrap, "w => { w.scrollLeft = w.scrollWidth; }")

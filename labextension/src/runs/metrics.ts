@@ -38,3 +38,19 @@ export function defaultMetric(keys: readonly string[]): string | null {
   const { user, system } = splitMetrics(keys);
   return user.find(key => /loss/i.test(key)) ?? user[0] ?? system[0] ?? null;
 }
+
+/**
+ * The table's primary metric, the column beside the run's duration and attempt
+ * that a narrow sidebar still shows: the metric picked for comparison when the
+ * page has it, else the user's first loss, else the user's first metric; null
+ * when the runs logged only system metrics.
+ */
+export function primaryMetric(
+  keys: readonly string[],
+  picked: string | null
+): string | null {
+  if (picked !== null && keys.includes(picked)) {
+    return picked;
+  }
+  return defaultMetric(splitMetrics(keys).user);
+}

@@ -8,7 +8,7 @@
 import type { Requester } from '../common/api';
 import { FetchKind, PollingModel, pollFrequency } from '../common/model';
 import { XAxis } from './curves';
-import { defaultMetric, splitMetrics } from './metrics';
+import { defaultMetric, primaryMetric, splitMetrics } from './metrics';
 import type {
   ICompare,
   IExperiment,
@@ -134,6 +134,10 @@ export class RunsModel extends PollingModel {
   get tableMetrics(): readonly string[] {
     const { user, system } = splitMetrics(this._page?.metrics ?? []);
     return this._showSystem ? [...user, ...system] : user;
+  }
+  /** The metric column shown first, beside the run's attempt (see `primaryMetric`). */
+  get primaryMetric(): string | null {
+    return primaryMetric(this._page?.metrics ?? [], this._metric);
   }
   /** How many system metrics the page has (shown or not). */
   get systemMetricCount(): number {

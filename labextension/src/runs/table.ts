@@ -20,13 +20,20 @@ export interface IRunActions {
   openCell(cellId: string): void;
 }
 
-const FIXED = ['', 'Status', 'Run', 'Start', 'Duration', 'Attempt', 'Job'];
+/**
+ * The columns a narrow sidebar shows, then the primary metric (`primaryMetric`),
+ * then `LATER`, the params and the other metrics, which a wider one shows (the
+ * table scrolls sideways meanwhile, the run's name staying in view).
+ */
+const FIRST = ['', 'Status', 'Run', 'Duration', 'Attempt'];
+const LATER = ['Start', 'Job'];
 
 /** The fixed columns' heads that runs.css styles (narrow sidebar, sticky name). */
 const HEAD_CLASSES: Record<string, string> = {
   Status: 'jp-air-RunsPanel-statusHead',
   Run: 'jp-air-RunsPanel-nameHead',
-  Duration: 'jp-air-RunsPanel-durationHead'
+  Duration: 'jp-air-RunsPanel-durationHead',
+  Attempt: 'jp-air-RunsPanel-attemptHead'
 };
 
 export class RunsTable extends Widget {
@@ -48,16 +55,19 @@ export class RunsTable extends Widget {
     const page = this.model.page;
     const selected = this.model.selected;
     const system = this.model.showSystemMetrics;
+    const primary = this.model.primaryMetric;
     if (
       page === this._page &&
       selected === this._selected &&
-      system === this._system
+      system === this._system &&
+      primary === this._primary
     ) {
       return;
     }
     this._page = page;
     this._selected = selected;
     this._system = system;
+    this._primary = primary;
     this.node.replaceChildren();
     if (page && page.runs.length > 0) {
       if (this.model.systemMetricCount > 0) {
@@ -73,14 +83,23 @@ export class RunsTable extends Widget {
     const table = document.createElement('table');
     table.className = 'jp-air-RunsPanel-table';
     const head = table.createTHead().insertRow();
-    const metrics = this.model.tableMetrics;
-    const titles = [...FIXED, ...page.params.map(p => `param ${p}`)];
-    for (const title of titles) {
+    const primary = this._primary;
+    const metrics = this.model.tableMetrics.filter(key => key !== primary);
+    const heading = (title: string) => {
       const th = head.appendChild(el('th', HEAD_CLASSES[title] ?? '', title));
-      if (title === 'Duration') {
+      if (title === 'Duration' || title === 'Attempt') {
         th.title = title; // shortened in a narrow sidebar
       }
+    };
+    FIRST.forEach(heading);
+    if (primary !== null) {
+      // A long metric name is cut in a narrow sidebar: the tooltip has it whole.
+      const th = head.appendChild(
+        el('th', 'jp-air-RunsPanel-primaryHead', primary)
+      );
+      th.title = `${primary} (the metric compared)`;
     }
+    [...LATER, ...page.params.map(p => `param ${p}`)].forEach(heading);
     for (const key of metrics) {
       const system = isSystemMetric(key);
       head.appendChild(
@@ -89,7 +108,7 @@ export class RunsTable extends Widget {
     }
     const body = table.createTBody();
     for (const run of page.runs) {
-      body.appendChild(this._row(run, page, metrics));
+      body.appendChild(this._row(run, page, primary, metrics));
     }
     return table;
   }
@@ -115,6 +134,7 @@ export class RunsTable extends Widget {
   private _row(
     run: IRun,
     page: IRunsPage,
+    primary: string | null,
     metrics: readonly string[]
   ): HTMLTableRowElement {
     const tr = document.createElement('tr');
@@ -171,20 +191,33 @@ export class RunsTable extends Widget {
       name.append(' ', cell);
     }
 
-    const start = tr.insertCell();
-    start.className = 'jp-air-RunsPanel-start';
-    start.textContent = formatStart(run.start_time);
-    start.title = run.start_time === null ? '' : formatDateTime(run.start_time);
-    tr.insertCell().textContent = formatRunDuration(run.duration_ms);
+    const duration = tr.insertCell();
+    duration.className = 'jp-air-RunsPanel-duration';
+    duration.textContent = formatRunDuration(run.duration_ms);
     const attempt = tr.insertCell();
+    attempt.className = 'jp-air-RunsPanel-attempt';
     attempt.textContent = run.attempt === null ? '' : String(run.attempt);
     if (run.resumed_from) {
-      const step = run.resumed_step === null ? '' : ` ${run.resumed_step}`;
-      attempt.append(el('span', 'jp-air-RunsPanel-resumed', ` ↻${step}`));
+      const mark = el('span', 'jp-air-RunsPanel-resumed', ' ↻');
+      if (run.resumed_step !== null) {
+        // Left out in a narrow sidebar (runs.css): the tooltip has it.
+        const step = ` ${run.resumed_step}`;
+        mark.append(el('span', 'jp-air-RunsPanel-resumedStep', step));
+      }
+      attempt.append(mark);
       attempt.title = `Resumed from ${run.resumed_from}${
         run.resumed_step === null ? '' : `, step ${run.resumed_step}`
       }`;
     }
+    if (primary !== null) {
+      const cell = tr.insertCell();
+      cell.className = 'jp-air-RunsPanel-metric jp-air-RunsPanel-primary';
+      cell.textContent = formatMetric(run.metrics[primary]);
+    }
+    const start = tr.insertCell();
+    start.className = 'jp-air-RunsPanel-start';
+    start.textContent = formatStart(run.start_time);
+    start.title = run.start_time === null ? '' : formatDateTime(run.start_time);
     const job = tr.insertCell();
     if (run.job_id) {
       const logs = this._button(run.job_id, "Open the job's logs");
@@ -215,4 +248,5 @@ export class RunsTable extends Widget {
   private _page: IRunsPage | null = null;
   private _selected: readonly string[] = [];
   private _system = false;
+  private _primary: string | null = null;
 }

@@ -1,4 +1,9 @@
-import { defaultMetric, splitMetrics, userFirst } from '../../src/runs/metrics';
+import {
+  defaultMetric,
+  primaryMetric,
+  splitMetrics,
+  userFirst
+} from '../../src/runs/metrics';
 
 /** What MLflow gives, sorted: its system metrics land among the user's. */
 const KEYS = [
@@ -33,5 +38,22 @@ describe("the user's metrics and the system ones", () => {
       'system/memory_usage_megabytes'
     );
     expect(defaultMetric([])).toBeNull();
+  });
+});
+
+describe("the table's primary metric", () => {
+  it("is the user's first loss, else the user's first metric", () => {
+    expect(primaryMetric(KEYS, null)).toBe('train_loss');
+    expect(primaryMetric(['accuracy', 'mae'], null)).toBe('accuracy');
+  });
+
+  it('is the metric picked for comparison, when the page has it', () => {
+    expect(primaryMetric(KEYS, 'accuracy')).toBe('accuracy');
+    expect(primaryMetric(KEYS, 'bleu')).toBe('train_loss');
+  });
+
+  it('is none when the runs logged only system metrics', () => {
+    expect(primaryMetric(['system/memory_usage_megabytes'], null)).toBeNull();
+    expect(primaryMetric([], null)).toBeNull();
   });
 });

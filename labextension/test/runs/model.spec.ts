@@ -238,6 +238,8 @@ describe('RunsModel', () => {
     expect(model.compareMetric).toBe('train_loss');
     model.setCompareMetric('acc');
     expect(model.compareMetric).toBe('acc');
+    // The table's primary metric is the pick only when the page has that metric.
+    expect(model.primaryMetric).toBe('loss');
     model.toggleSelected('a');
     expect(model.comparison).toBeNull();
   });
@@ -253,6 +255,9 @@ describe('RunsModel', () => {
       'loss',
       'system/cpu_utilization_percentage'
     ]);
+    expect(model.primaryMetric).toBe('loss');
+    model.setCompareMetric('system/cpu_utilization_percentage');
+    expect(model.primaryMetric).toBe('system/cpu_utilization_percentage');
   });
 
   it("lists the stores the user's jobs used; another store shows its experiment of the same name", async () => {

@@ -42,6 +42,7 @@ class FakeModel {
   selected: readonly string[] = [];
   showSystemMetrics = false;
   systemMetricCount = 0;
+  primaryMetric: string | null = 'loss';
   get tableMetrics(): readonly string[] {
     return this.page?.metrics ?? [];
   }
@@ -86,7 +87,7 @@ describe('RunsTable', () => {
     expect(labels[1].title).toBe('plain');
   });
 
-  it('marks the heads that the sidebar styles: status, sticky name, duration', () => {
+  it('marks the heads that the sidebar styles: status, sticky name, short heads, metric', () => {
     const heads = [...table.node.querySelectorAll('th')];
     const marked = heads
       .filter(th => th.className)
@@ -94,11 +95,55 @@ describe('RunsTable', () => {
     expect(marked).toEqual([
       ['Status', 'jp-air-RunsPanel-statusHead', ''],
       ['Run', 'jp-air-RunsPanel-nameHead', ''],
-      ['Duration', 'jp-air-RunsPanel-durationHead', 'Duration']
+      ['Duration', 'jp-air-RunsPanel-durationHead', 'Duration'],
+      ['Attempt', 'jp-air-RunsPanel-attemptHead', 'Attempt'],
+      ['loss', 'jp-air-RunsPanel-primaryHead', 'loss (the metric compared)']
     ]);
   });
 
-  it("says where a retry resumed, its checkpoint in the cell's tooltip", () => {
+  it('puts what tells runs apart first: status, name, duration, attempt, primary metric', () => {
+    model.page = {
+      ...model.page!,
+      params: ['lr'],
+      metrics: ['acc', 'loss'],
+      runs: [{ ...run('a', 'a', null), metrics: { acc: 0.9, loss: 0.25 } }]
+    };
+    model.stateChanged.emit();
+    const heads = () =>
+      [...table.node.querySelectorAll('th')].map(th => th.textContent);
+    const cells = () =>
+      [...table.node.querySelectorAll('td')].map(td => td.textContent);
+    const first = ['', 'Status', 'Run', 'Duration', 'Attempt'];
+    expect(heads()).toEqual([
+      ...first,
+      'loss',
+      'Start',
+      'Job',
+      'param lr',
+      'acc'
+    ]);
+    expect(cells().slice(1, 6)).toEqual(['finished', 'a', '1.0s', '1', '0.25']);
+    expect(cells()[9]).toBe('0.9');
+
+    // Another metric picked for comparison takes the primary place.
+    model.primaryMetric = 'acc';
+    model.stateChanged.emit();
+    expect(heads().slice(5)).toEqual([
+      'acc',
+      'Start',
+      'Job',
+      'param lr',
+      'loss'
+    ]);
+
+    // Runs with no metric of the user's have no metric column.
+    model.primaryMetric = null;
+    model.page = { ...model.page!, params: [], metrics: [] };
+    model.stateChanged.emit();
+    expect(heads()).toEqual([...first, 'Start', 'Job']);
+  });
+
+  it("says where a retry resumed, its checkpoint and step in the cell's tooltip", () => {
     const retry = {
       ...run('c', 'retry', null),
       attempt: 2,
@@ -111,6 +156,9 @@ describe('RunsTable', () => {
     expect(marks).toHaveLength(1); // the first attempt has none
     const cell = marks[0].parentElement as HTMLTableCellElement;
     expect(cell.textContent).toBe('2 ↻ 400');
+    // The step is its own part, which a narrow sidebar leaves to the tooltip.
+    const step = cell.querySelector('.jp-air-RunsPanel-resumedStep');
+    expect(step?.textContent).toBe(' 400');
     expect(cell.title).toBe('Resumed from /ckpt/checkpoint-400, step 400');
   });
 });
