@@ -33,6 +33,8 @@ from tests.waits import children_running
 
 BASE_URL = "/a%40b/"  # pytest-jupyter's default: a JupyterHub-like escaped base URL
 UI_CHILD = "jupyter_air.tracking.ui_child"
+#: Seconds a request may wait for the UI child's start (MlflowUi.start_timeout's default).
+START_WAIT = 60.0
 
 
 @dataclass
@@ -106,7 +108,9 @@ async def test_the_ui_of_a_local_store_is_served_by_the_jupyter_server(
 
 
 async def _the_ui_and_its_api_answer(jp_fetch: Any, served: Served, served_ui: str) -> None:
-    pages = await asyncio.gather(*(jp_fetch(served_ui) for _ in range(3)))
+    # The first requests wait for the child's start: tens of seconds on a loaded machine.
+    first = [jp_fetch(served_ui, request_timeout=START_WAIT) for _ in range(3)]
+    pages = await asyncio.gather(*first)
     assert [p.code for p in pages] == [200, 200, 200]
     assert pages[0].headers["Content-Type"].startswith("text/html")
     assert b"static-files/static/js/main" in pages[0].body
@@ -125,6 +129,12 @@ async def _the_ui_and_its_api_answer(jp_fetch: Any, served: Served, served_ui: s
         "timestamp": run["data"]["metrics"][0]["timestamp"],
         "step": 0,
     }
+
+    # Every page asks which MLflow account is signed in: none (Jupyter's login is the
+    # one), said in the answer the UI takes for it, not a 404 logged at every page.
+    account = await jp_fetch(served_ui + "ajax-api/2.0/mlflow/users/current")
+    assert account.headers["Content-Type"].startswith("application/json")
+    assert json.loads(account.body) == {}
 
     artifact = await jp_fetch(
         served_ui + "get-artifact", params={"path": "notes.txt", "run_uuid": served.run_id}

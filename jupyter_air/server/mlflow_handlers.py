@@ -59,6 +59,11 @@ CONNECT_TIMEOUT = 10.0
 REQUEST_TIMEOUT = 3600.0
 # The child's URLs as the client here asks for them (MLflow accepts Host: localhost).
 CHILD_ORIGIN = "http://localhost"
+# Where the UI asks, on every page, which MLflow account is signed in: MLflow's auth app
+# answers it, and our child runs without one (Jupyter signs the user in), so its 404
+# was logged at every page. Answered here with no account: the UI then shows no account
+# menu and asks nothing more of the auth app, as it does after that 404.
+CURRENT_USER = "/ajax-api/2.0/mlflow/users/current"
 
 
 class _SocketResolver(Resolver):
@@ -162,11 +167,14 @@ class MlflowUiHandler(AirHandler):
             self.redirect(f"{self.request.path}/" + (f"?{query}" if query else ""))
             return
         try:
-            path = await self.mlflow_ui.socket_path(key)
+            child = await self.mlflow_ui.socket_path(key)  # an unknown store's key: 404
         except UnknownStore as e:
             raise web.HTTPError(404, str(e)) from None
         except UiUnavailable as e:
             raise web.HTTPError(503, str(e)) from None
+        if path == CURRENT_USER and self.request.method == "GET":
+            self.finish({})  # no MLflow account: Jupyter's login is the one
+            return
         # The child serves the same path (--static-prefix): the URI passes unchanged.
         request = HTTPRequest(
             CHILD_ORIGIN + (self.request.uri or ""),
@@ -181,7 +189,7 @@ class MlflowUiHandler(AirHandler):
             header_callback=self._on_header_line,
             streaming_callback=self._on_chunk,
         )
-        client = SimpleAsyncHTTPClient(force_instance=True, resolver=_SocketResolver(path=path))
+        client = SimpleAsyncHTTPClient(force_instance=True, resolver=_SocketResolver(path=child))
         try:
             await client.fetch(request, raise_error=False)
         except (OSError, HTTPClientError, iostream.StreamClosedError) as e:
