@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from jupyter_air.jobs.store import JobStore  # noqa: E402
-from tests.test_mlflow_permissions import (  # noqa: E402
+from tests.tracking.test_mlflow_permissions import (  # noqa: E402
     Server,
     start_server,
     stop_server,

@@ -40,7 +40,7 @@ from jupyter_air.jobs.spec import JobKind
 from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import FakeGpu, Scenario
 from tests.hub import Hub, Team, running_hub
-from tests.test_mlflow_permissions import start_server, stop_server, wait_ready
+from tests.tracking.test_mlflow_permissions import start_server, stop_server, wait_ready
 
 #: The team: five users, each with their own server.
 USERS = ("ada", "bea", "cem", "dov", "eli")

@@ -3,7 +3,7 @@ and the runs panel's stores, as pydantic models: a job with its attempts and the
 nodes, a page of logs, a session's cells, the tracking stores, and a job's permissions.
 
 The server and ``air --output json`` build a model and send ``model_dump(mode="json")``
-(states as their words, ``"RUNNING"``). tests/test_api_types.py checks the front end's
+(states as their words, ``"RUNNING"``). tests/jobs/test_api_types.py checks the front end's
 interfaces (labextension/src/logs/types.ts) and docs/api.md's examples against these
 fields, so the three cannot drift: a field added here fails that test until both say it.
 

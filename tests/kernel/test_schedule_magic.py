@@ -1,7 +1,7 @@
 """``%air_schedule`` in a real kernel: it schedules a snapshot of the kernel's notebook
 (``JPY_SESSION_NAME``), lists, pauses, resumes and deletes schedules, and refuses bad
 input in one line. The crons here are far from now: nothing fires (the end-to-end firing
-is tests/test_schedules_e2e.py's); the scheduler process the magic starts is stopped at
+is tests/schedules/test_schedule_e2e.py's); the scheduler process the magic starts is stopped at
 the end."""
 
 from __future__ import annotations

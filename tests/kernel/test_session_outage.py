@@ -25,7 +25,7 @@ from jupyter_air.jobs.sessions import cells as session_cells
 from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Execution, Kernel
 from tests.kernel.test_session import start
-from tests.test_mlflow_permissions import Server, start_server, stop_server, wait_ready
+from tests.tracking.test_mlflow_permissions import Server, start_server, stop_server, wait_ready
 from tests.tracking_proxy import Mode, TrackingProxy
 from tests.waits import until
 

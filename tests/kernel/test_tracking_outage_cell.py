@@ -18,7 +18,7 @@ from mlflow import MlflowClient
 
 from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Kernel
-from tests.test_mlflow_permissions import start_server, stop_server, wait_ready
+from tests.tracking.test_mlflow_permissions import start_server, stop_server, wait_ready
 from tests.tracking_proxy import Mode, TrackingProxy
 from tests.waits import until
 

@@ -6,7 +6,7 @@ partition), and starts an attempt's nodes for the supervisor. Those ``Nodes`` fo
 one contract, whatever runs them: every rank gets the torchrun environment, its output
 lands in ``logs/node_N/rank_R.log``, a failing rank stops the others (``StopRule``),
 cancel and timeout stop them all, system samples come per node, nothing outlives
-``close``. ``tests/test_backend_contract.py`` holds every registered backend to it.
+``close``. ``tests/jobs/test_backend_contract.py`` holds every registered backend to it.
 """
 
 from __future__ import annotations

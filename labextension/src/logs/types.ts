@@ -1,6 +1,6 @@
 /**
  * The answers of the jobs and logs routes (docs/api.md, "Jobs and logs"): the
- * server's models in jupyter_air/jobs/api_models.py, which tests/test_api_types.py
+ * server's models in jupyter_air/jobs/api_models.py, which tests/jobs/test_api_types.py
  * checks these against.
  */
 

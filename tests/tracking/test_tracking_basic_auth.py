@@ -21,8 +21,8 @@ from mlflow import MlflowClient
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.tracking import run_tails
 from tests.leftovers import end_processes_in
-from tests.test_mlflow_permissions import Server, start_server, stop_server, wait_ready
-from tests.test_tracking_outage import TRAIN, Team, landed
+from tests.tracking.test_mlflow_permissions import Server, start_server, stop_server, wait_ready
+from tests.tracking.test_tracking_outage import TRAIN, Team, landed
 from tests.tracking_proxy import TrackingProxy
 from tests.waits import until
 

@@ -23,7 +23,7 @@ from jupyter_air.notify.message import Link, Message
 from jupyter_air.notify.outbox import Notice
 from jupyter_air.notify.targets import Channel, Event, Target, Trigger
 from jupyter_air.server.notifications_handlers import MAX_WAITING, NotificationsHandler, Watch
-from tests.test_server_permissions import jp_server_config  # noqa: F401 - header identities
+from tests.server.test_server_permissions import jp_server_config  # noqa: F401 - header identities
 
 T = TypeVar("T")
 
@@ -216,7 +216,7 @@ async def test_a_long_poll_answers_as_soon_as_a_supervisor_posts_one(
         f"""
         from pathlib import Path
         from jupyter_air.jobs.store import JobStore
-        from tests.test_server_notifications import post
+        from tests.server.test_server_notifications import post
         post(JobStore(Path({str(store.home)!r})), "alice", "20261204-100000-aaaaaa")
         """
     )

@@ -25,7 +25,7 @@ from jupyter_air.tracking.backlog import Part
 from jupyter_air.tracking.stores import register_store
 from jupyter_air.tracking.targets import default_tracking_uri
 from tests.factories import job_spec
-from tests.test_server_permissions import HeaderIdentityProvider
+from tests.server.test_server_permissions import HeaderIdentityProvider
 
 NOTEBOOK = "work/train.ipynb"
 #: job id -> (run name, MLflow status, lr, grants)

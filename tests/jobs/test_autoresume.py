@@ -1,7 +1,7 @@
 """How the HF Trainer's and Lightning's entry points are wrapped on a retry (issue 26):
 the first training call left unset gets the checkpoint, a value the caller gives is
 kept (``False`` too), the Tuner's own ``fit`` is not the training, and a failure of
-ours never stops the training. The real libraries resume in tests/test_resume.py."""
+ours never stops the training. The real libraries resume in tests/jobs/test_resume.py."""
 
 from __future__ import annotations
 

@@ -11,12 +11,12 @@ import pytest
 from jupyter_air.jobs.permissions import Level
 from jupyter_air.jobs.store import JobStore
 from tests.factories import job_spec
-from tests.test_server_permissions import (  # the server of that file: callers by header
+from tests.jobs.test_session_cells import make_session
+from tests.server.test_server_permissions import (  # the server of that file: callers by header
     call,
     jp_server_config,  # noqa: F401
     refusal,
 )
-from tests.test_session_cells import make_session
 
 
 @pytest.fixture

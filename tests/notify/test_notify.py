@@ -466,7 +466,7 @@ def test_a_schedule_tells_of_a_skipped_time_and_of_a_run_that_succeeded_once_eac
     from jupyter_air.schedules.notices import post_runs
     from jupyter_air.schedules.service import Schedules
     from jupyter_air.schedules.tick import tick
-    from tests.test_schedule_tick import Clock, FakeLaunch
+    from tests.schedules.test_schedule_tick import Clock, FakeLaunch
 
     receiver = WebhookReceiver().start()
     try:

@@ -20,7 +20,7 @@ from jupyter_air.tracking.sampling import Sample, SampleLoop
 from tests.conftest import WriteScenario
 from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
-from tests.test_system_feed import Client
+from tests.jobs.test_system_feed import Client
 
 
 def watching(

@@ -1,6 +1,6 @@
 """Our background processes leave once nothing is left for them (docs/processes.md): here
-the scheduler, whose store was deleted. The courier's case is in tests/test_notify.py,
-the tail process's in tests/test_run_tails.py."""
+the scheduler, whose store was deleted. The courier's case is in tests/notify/test_notify.py,
+the tail process's in tests/tracking/test_run_tails.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from jupyter_air.jobs.store import JobStore
 from jupyter_air.procs import alive
 from jupyter_air.schedules.scheduler import ensure_scheduler
 from jupyter_air.schedules.service import Schedules
-from tests.test_schedule_tick import Clock
+from tests.schedules.test_schedule_tick import Clock
 from tests.waits import until
 
 

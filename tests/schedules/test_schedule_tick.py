@@ -372,13 +372,13 @@ def test_two_processes_ticking_one_store_never_fire_a_time_or_a_task_twice(
             [
                 sys.executable,
                 "-c",
-                "import sys; from tests.test_schedule_tick import race; "
+                "import sys; from tests.schedules.test_schedule_tick import race; "
                 "race(sys.argv[1], float(sys.argv[2]), sys.argv[3])",
                 str(schedules.jobs.home),
                 repr(s.next_due),
                 str(tmp_path / f"racer{i}.json"),
             ],
-            cwd=Path(__file__).parent.parent,
+            cwd=Path(__file__).parents[2],
         )
         for i in range(2)
     ]

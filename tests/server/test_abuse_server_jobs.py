@@ -17,7 +17,7 @@ from tornado.httpclient import HTTPClientError
 
 from jupyter_air.jobs.store import JobStore
 from tests.factories import job_spec
-from tests.test_job_store import orphan, recorded_status
+from tests.jobs.test_job_store import orphan, recorded_status
 
 HOLD = 10.0  # seconds another process holds the lock at most (the test releases it sooner)
 

@@ -1,10 +1,10 @@
 """The schedules routes, on a real Jupyter server, with several identities.
 
-As in tests/test_server_permissions.py, the token authenticates and ``X-Test-User`` says
+As in tests/server/test_server_permissions.py, the token authenticates and ``X-Test-User`` says
 who calls (as JupyterHub's provider says who visits a shared server). alice's server:
 she owns the schedules and may create them; the others hold what her grants give.
 The scheduler process is not started here (its start is recorded instead): these tests
-are about what the routes answer; tests/test_schedules_* fire schedules for real.
+are about what the routes answer; tests/schedules/test_schedule_e2e.py fires schedules for real.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from jupyter_air.jobs.store import JobStore
 from jupyter_air.schedules import schedule_file, scheduler
 from jupyter_air.schedules.service import Schedules
 from jupyter_air.server import schedules_handlers
-from tests.test_server_permissions import jp_server_config  # noqa: F401 (several identities)
+from tests.server.test_server_permissions import jp_server_config  # noqa: F401 (several identities)
 
 NOTEBOOK = {
     "cells": [

@@ -20,7 +20,7 @@ from scripts.gpu_check.tolerances import GPU_FIELDS, PROCESS_MEMORY
 from tests.fake_nvml import FakeGpu, Scenario, default_uuid, env_for
 from tests.leftovers import end_processes_in
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: The kit starts a kernel, a job, a Jupyter server and pytest: on a loaded shared
 #: machine that takes minutes (about 50 s on an idle one).
 pytestmark = pytest.mark.timeout(600)

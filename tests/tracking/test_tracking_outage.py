@@ -30,7 +30,7 @@ from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.tracking import journal
 from tests.leftovers import end_processes_in
-from tests.test_mlflow_permissions import Server, start_server, stop_server, wait_ready
+from tests.tracking.test_mlflow_permissions import Server, start_server, stop_server, wait_ready
 from tests.tracking_proxy import Mode, TrackingProxy
 from tests.waits import assert_gone_within, until
 

@@ -26,7 +26,7 @@ from jupyter_air.paths import UnsafeHome, filesystem_type
 from jupyter_air.redact import redact, redact_argv
 from tests.factories import job_spec
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
-from tests.test_job_store import orphan, recorded_status
+from tests.jobs.test_job_store import orphan, recorded_status
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory away needs root")
 

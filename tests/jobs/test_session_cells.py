@@ -17,7 +17,7 @@ from jupyter_air.jobs.sessions.cells import CellRecord, LatestCell
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.capture import RankLog
 from tests.factories import job_spec
-from tests.test_server_permissions import (  # the server of that file: callers by header
+from tests.server.test_server_permissions import (  # the server of that file: callers by header
     CALLERS,
     call,
     jp_server_config,  # noqa: F401

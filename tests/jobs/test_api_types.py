@@ -40,7 +40,7 @@ from jupyter_air.jobs.permissions import KINDS, Level
 from jupyter_air.logs.levels import NAMES, LevelName
 from jupyter_air.logs.query import LogLine
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TYPES = ROOT / "labextension" / "src"
 API = ROOT / "docs" / "api.md"
 

@@ -1,5 +1,5 @@
 """What a notebook task runs before the notebook's own cells, and where it keeps the
-executed notebook (tests/test_schedule_e2e.py runs a notebook task for real)."""
+executed notebook (tests/schedules/test_schedule_e2e.py runs a notebook task for real)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from tests.air_cli import air
 from tests.backend_contract import sandbox_installed
 from tests.waits import job_processes, until, wait_settled
 
-DOCS = Path(__file__).parents[1] / "docs" / "backends.md"
+DOCS = Path(__file__).parents[2] / "docs" / "backends.md"
 SLURM_GPU = {"partition": "gpu", "time": "30"}
 
 
