@@ -171,6 +171,8 @@ def test_a_session_keeps_names_process_group_and_takes_kernel_names(
     assert failed.error is not None
     assert "failed on rank 1" in failed.traceback
     assert "boom on one rank" in failed.text
+    lines = re.findall(r'File "<air_session cell \d+>", line (\d+)', failed.text + failed.traceback)
+    assert lines[-1] == "3", f"the editor's line (the magic's is line 1): {lines}"
     assert cell(kernel, "seen") == "3"  # the session and its names stay
 
     # MLflow: the session's run, and a child per cell carrying its metrics
