@@ -18,10 +18,10 @@ from jupyter_air.jobs.node.ranks import LocalRanks
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.kernel.decorator import distributed
 from jupyter_air.kernel.launch import OptionError
+from tests.cli.test_cli import air, submitted_id
 from tests.conftest import WriteScenario
 from tests.fake_nvml import Scenario
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
-from tests.test_cli import air, submitted_id
 from tests.waits import job_processes
 
 OVERRIDE = "--oversubscribe"
