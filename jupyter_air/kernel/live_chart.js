@@ -237,8 +237,10 @@ function makePanel(uPlot, spec, traces, hidden, width, height) {
   head.append(title, readout);
   el.append(head);
   const state = { spec, zoomed: false, ours: false };
+  // The panel's fixed range where it has one (a time panel: the job's start to its last
+  // sample), except for a zoom: the user's own span (no `fill` of ours under way).
   const range = (u, min, max) => {
-    if (state.spec.x) return state.spec.x;
+    if (state.spec.x && state.ours && !state.zoomed) return state.spec.x;
     return min === max ? [min - 1, max + 1] : [min, max];
   };
   const yRange = (u, min, max) => state.spec.y ?? uPlot.rangeNum(min ?? 0, max ?? 1, 0.1, true);

@@ -186,3 +186,27 @@ def test_a_half_second_jobs_host_cpu_is_a_low_row_from_its_start_to_its_end(
     ticks = panel["ticks"]
     assert "12:00:00.200" in ticks, f"ticks to the millisecond: {ticks}"
     page.screenshot(path=str(tmp_path / "half-second-job.png"))
+
+
+def test_a_time_panels_zoom_is_kept_though_its_axis_is_fixed(page: Any) -> None:
+    """A time panel's axis is fixed (the job's start to its last sample): a drag still
+    zooms it, and a double click shows the whole job again."""
+    chart = RunChart(started=float(NOON))
+    key = "system/cpu_utilization_percentage"
+    times = [NOON + (i + 1) * 10_000 for i in range(120)]
+    chart.add(1, [Point(key, i, 50.0, t) for i, t in enumerate(times)], None)
+    for trace in chart.traces:  # as ``local_ms`` made them, in the kernel's time of day
+        trace.x = [float(NOON), *map(float, times)]
+    show(page, chart)
+    (whole,) = [panel["x"] for panel in chart.live_layout()["rows"][0]["panels"]]
+    assert drawn(page)["host CPU %"]["scale"] == whole
+    page.evaluate(
+        "([min, max]) => document.querySelector('.jp-air-LiveChart-panel').uplot"
+        ".setScale('x', {min, max})",
+        [NOON + 100_000, NOON + 200_000],
+    )
+    page.wait_for_timeout(50)
+    assert drawn(page)["host CPU %"]["scale"] == [NOON + 100_000, NOON + 200_000]
+    page.dblclick(".jp-air-LiveChart-panel .u-over")
+    page.wait_for_timeout(50)
+    assert drawn(page)["host CPU %"]["scale"] == whole
