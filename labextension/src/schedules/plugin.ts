@@ -25,7 +25,11 @@ import type { Widget } from '@lumino/widgets';
 import { SIDEBAR_PANEL_CLASS } from '../common/chrome';
 import { followSettings, numberSetting } from '../common/settings';
 import { requester } from '../request';
-import { ExecutedNotebooksDrive, executedPath } from './executed';
+import {
+  EXECUTED_DRIVE,
+  ExecutedNotebooksDrive,
+  executedPath
+} from './executed';
 import { ScheduleForm } from './form';
 import { scheduleIcon } from './icon';
 import type { IScheduleActions } from './list';
@@ -142,7 +146,12 @@ const schedulesPlugin: JupyterFrontEndPlugin<void> = {
     // The notebook last in focus: in Notebook 7 the sidebar never becomes current.
     let notebook: INotebookLike | null = null;
     const follow = () => {
-      notebook = asNotebook(app.shell.currentWidget) ?? notebook;
+      const current = asNotebook(app.shell.currentWidget);
+      // A run's executed notebook (read-only, not in the server's root) is no
+      // notebook to schedule.
+      notebook = current?.context.path.startsWith(`${EXECUTED_DRIVE}:`)
+        ? null
+        : (current ?? notebook);
       app.commands.notifyCommandChanged(CommandIDs.scheduleNotebook);
     };
     app.shell.currentChanged?.connect(follow);
