@@ -272,12 +272,8 @@ class RunChart:
                 index = self._index[key] = len(self.traces)
                 self.traces.append(trace)
                 update.added.append(trace)
-                at = local_ms(point.timestamp)
-                if trace.panel.axis == CPU_AXIS and attempt == 1 and self._before(at):
-                    assert self.started is not None
-                    trace.x.append(self.started)
-                    trace.y.append(point.value)
-                    trace.lead = 1
+                if trace.panel.axis == CPU_AXIS and attempt == 1:
+                    self._lead(trace, point)
             trace = self.traces[index]
             x = float(point.step) if trace.metric else local_ms(point.timestamp)
             trace.x.append(x)
@@ -288,9 +284,14 @@ class RunChart:
                 ys.append(point.value)
         return update
 
-    def _before(self, at: float) -> bool:
-        """Whether the job started before ``at`` (a time axis' milliseconds)."""
-        return self.started is not None and self.started < at
+    def _lead(self, trace: Trace, first: Point) -> None:
+        """The job's start as the first point of a CPU trace, at its first sample's value
+        (the CPU's mean since then), where the job is known to start before it."""
+        started = self.started
+        if started is not None and started < local_ms(first.timestamp):
+            trace.x.append(started)
+            trace.y.append(first.value)
+            trace.lead = 1
 
     def _trace(self, attempt: int, key: str, gpus: Sequence[int] | None) -> Trace | None:
         drawn = _drawn(key, gpus)
