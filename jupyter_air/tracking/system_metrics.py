@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 # The package first: another thread (the supervisor's) may be importing it, and a
 # submodule's import lock taken before the package's would deadlock against it.
@@ -35,6 +36,9 @@ from .journal import append_samples
 from .sampling import GpuListener, Sample, prefix
 
 log = logging.getLogger(__name__)
+
+#: MLflow's name of the host's CPU utilization (``CPUMonitor``'s).
+CPU_PERCENT = "cpu_utilization_percentage"
 
 
 class GpuMonitor(BaseMetricsMonitor):
@@ -140,4 +144,9 @@ def last_sample(files: AttemptDir, run_id: str) -> None:
         sample = sampler.sample()
     finally:
         sampler.close()
+    # No CPU %: psutil gives a process's first reading as 0.0, with nothing to compare
+    # it to, and this one starts after the job, so none of the job's CPU is to be had
+    # here; the other figures are readings of now.
+    metrics = {k: v for k, v in sample.metrics.items() if k != CPU_PERCENT}
+    sample = replace(sample, metrics=metrics)
     append_samples(files, run_id, prefix(0, 1), [sample], [sample.step])

@@ -1,10 +1,15 @@
-"""A node's sample loop (``tracking.sampling.SampleLoop``) as the charts read it."""
+"""A node's samples (``tracking.sampling.SampleLoop``, and the one a run's tail takes
+for a short job) as the charts read them."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+from jupyter_air.job_dir import AttemptDir
+from jupyter_air.tracking import journal
 from jupyter_air.tracking.sampling import Sample, SampleLoop
+from jupyter_air.tracking.system_metrics import last_sample
 from tests.conftest import WriteScenario
 from tests.fake_nvml import FakeGpu, Scenario
 from tests.waits import until
@@ -28,3 +33,17 @@ def test_the_first_sample_gives_the_cpu_since_the_loop_started_not_psutils_zero(
     finally:
         loop.finish(last=False)
     assert samples[0].metrics["cpu_utilization_percentage"] > 0.0
+
+
+def test_a_short_jobs_sample_taken_after_it_has_no_cpu_figure(
+    scenario: WriteScenario, tmp_path: Path
+) -> None:
+    """The run's tail samples a job that ended before its first sample, from a process that
+    started after it: its CPU % would be psutil's meaningless first 0.0, not the job's."""
+    scenario(Scenario(gpus=[FakeGpu(util=40)]))
+    files = AttemptDir(tmp_path).make()
+    last_sample(files, "run")
+    ((points, _),) = journal.read(files.metrics_journal, 0)
+    keys = {point.key for point in points}
+    assert "system/cpu_utilization_percentage" not in keys
+    assert {"system/system_memory_usage_percentage", "system/gpu_0_utilization_percentage"} <= keys
