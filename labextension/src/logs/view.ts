@@ -149,7 +149,7 @@ export class JobLogsView extends Widget {
     }
   }
 
-  /** The denial notice, the empty state, and following's scroll. */
+  /** The tab's title, the denial notice, the empty state, and following's scroll. */
   private _render(): void {
     const model = this.model;
     const { label, caption } = logsTabTitle(model.jobId, model.job);
