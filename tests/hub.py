@@ -27,11 +27,13 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from tests.fake_nvml import Scenario, env_for
 from tests.leftovers import end_processes_in
+from tests.waits import until
 
 ROOT = Path(__file__).resolve().parents[1]
 PROXY = ROOT / "node_modules" / ".bin" / "configurable-http-proxy"
@@ -117,12 +119,20 @@ class Hub:
         proxy routes to each."""
         for user in users:
             self.admin("POST", f"users/{user}/server")
-        deadline = time.monotonic() + START_TIMEOUT
+        started = time.monotonic()
         for user in users:
-            while not self.admin("GET", f"users/{user}")["servers"].get("", {}).get("ready"):
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    raise RuntimeError(f"{user}'s server did not start:\n{self.log_tail()}")
-                time.sleep(0.5)
+            until(
+                partial(self._ready, user),
+                f"{user}'s server ready",
+                max(0.0, started + START_TIMEOUT - time.monotonic()),
+                step=0.5,
+                seen=self.log_tail,
+            )
+
+    def _ready(self, user: str) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"jupyterhub exited:\n{self.log_tail()}")
+        return bool(self.admin("GET", f"users/{user}")["servers"].get("", {}).get("ready"))
 
     def share(self, owner: str, with_user: str) -> Any:
         """``owner`` shares their default server with ``with_user``, using the owner's token
@@ -244,16 +254,16 @@ def running_hub(work: Path, fake_nvml_dir: Path, team: Team | None = None) -> It
     )
     hub = Hub(url, work, password, service_token, process, log_path, scenario_path)
     try:
-        deadline = time.monotonic() + 120
-        while True:
+
+        def up() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"jupyterhub exited:\n{hub.log_tail()}")
             try:
-                if hub.request("GET", "hub/api/", service_token, timeout=5).status == 200:
-                    break
+                return bool(hub.request("GET", "hub/api/", service_token, timeout=5).status == 200)
             except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"jupyterhub did not start:\n{hub.log_tail()}")
-            time.sleep(0.3)
+                return False
+
+        until(up, "jupyterhub answering", 120, step=0.3, seen=hub.log_tail)
         yield hub
     finally:
         process.send_signal(signal.SIGTERM)  # the Hub stops the servers and the proxy

@@ -16,7 +16,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from pathlib import Path
 import psutil
 
 from jupyter_air.jobs.env import free_port
+from tests.waits import log_tail, until
 
 NODES = ("air-n1", "air-n2")
 #: CPUs each simulated node declares (more than this machine has: the tests ask for
@@ -210,26 +210,33 @@ def slurm_cluster(
         ]
     )  # fmt: skip
     try:
-        _until(lambda: (munge / "munge.sock").exists(), "munged's socket", timeout)
+        until(
+            lambda: (munge / "munge.sock").exists(),
+            "the test Slurm cluster's munged socket",
+            timeout,
+            step=0.1,
+            seen=lambda: log_tail(munge / "munged.log"),
+        )
         cluster._daemon(["slurmctld", "-D", "-i"])
         for node in NODES:
             cluster.start_slurmd(node)
-        _until(lambda: _idle(cluster), "both nodes idle", timeout)
+        until(
+            lambda: _idle(cluster),
+            "both nodes of the test Slurm cluster idle",
+            timeout,
+            step=0.1,
+            seen=lambda: (_states(cluster), cluster.log("slurmctld.log")[-3000:]),
+        )
         yield cluster
     finally:
         cluster.stop()
 
 
-def _idle(cluster: SlurmCluster) -> bool:
+def _states(cluster: SlurmCluster) -> dict[str, str]:
     result = cluster.run("sinfo", "-h", "-N", "-o", "%N %T", check=False)
-    states = dict(line.split() for line in result.stdout.splitlines() if line.strip())
+    return dict(line.split() for line in result.stdout.splitlines() if line.strip())
+
+
+def _idle(cluster: SlurmCluster) -> bool:
+    states = _states(cluster)
     return all(states.get(n) == "idle" for n in NODES)
-
-
-def _until(condition: object, what: str, timeout: float) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the test Slurm cluster: no {what} in {timeout:g} s")
-        time.sleep(0.1)

@@ -12,7 +12,6 @@ benchmark's (``bench/bench_hub_team.py``), not asserted here.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 
 from tests.hub import Hub
 from tests.hub_team import USERS, team_on_hub, unfinished, workday
+from tests.waits import until
 
 #: Five servers, their kernels and jobs at once for a minute: about two and a half.
 pytestmark = pytest.mark.slow
@@ -49,9 +49,12 @@ def test_five_users_work_at_once_apart_and_every_run_lands_complete(
         assert day.cells.get(kind, 0) >= len(USERS), (kind, day.cells)
     assert day.crossed == [], "another user's jobs were reached without a grant"
     assert day.refused >= 4 * len(USERS)
-    deadline = time.monotonic() + 300  # the users' tail processes ship what is left
-    while (left := unfinished(hub, list(USERS), tracking_uri)) and time.monotonic() < deadline:
-        time.sleep(2)
-    assert left == [], "jobs or runs not complete on the tracking server"
+    until(  # the users' tail processes ship what is left
+        lambda: not unfinished(hub, list(USERS), tracking_uri),
+        "every job and run complete on the tracking server",
+        300,
+        step=2,
+        seen=lambda: unfinished(hub, list(USERS), tracking_uri),
+    )
     grown = {user: mib for user, mib in day.growth().items() if mib > GROWTH_MIB}
     assert grown == {}, f"servers that grew more than {GROWTH_MIB} MiB: {grown}"

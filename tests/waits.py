@@ -3,10 +3,12 @@ enough for a loaded machine (CI shares its 2 cores with other work)."""
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import psutil
 
@@ -17,7 +19,7 @@ T = TypeVar("T")
 
 
 def until(
-    check: Callable[[], T],
+    check: Callable[[], T | Literal[False] | None],
     what: str,
     timeout: float = 120.0,
     step: float = 0.2,
@@ -28,10 +30,56 @@ def until(
     deadline = time.monotonic() + timeout
     while not (found := check()):
         if time.monotonic() >= deadline:
-            there = f"; instead: {seen()!r}" if seen is not None else ""
-            raise AssertionError(f"{what}: not after {timeout:g} s{there}")
+            raise _not_after(what, timeout, seen)
         time.sleep(step)
     return found
+
+
+async def until_async(
+    check: Callable[[], T | Literal[False] | None],
+    what: str,
+    timeout: float = 120.0,
+    step: float = 0.2,
+    seen: Callable[[], object] | None = None,
+) -> T:
+    """``until`` for a test on the server's own event loop: it polls with ``asyncio.sleep``,
+    so that the server it waits on keeps answering meanwhile."""
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        if time.monotonic() >= deadline:
+            raise _not_after(what, timeout, seen)
+        await asyncio.sleep(step)
+    return found
+
+
+def _not_after(what: str, timeout: float, seen: Callable[[], object] | None) -> AssertionError:
+    there = f"; instead: {seen()!r}" if seen is not None else ""
+    return AssertionError(f"{what}: not after {timeout:g} s{there}")
+
+
+def answers(
+    ask: Callable[[], object], process: subprocess.Popen[Any], log: Path
+) -> Callable[[], bool]:
+    """A check for ``until`` on a server being started: true once ``ask()`` raises no
+    ``OSError``; fails at once, with the end of its ``log``, if ``process`` exits first."""
+
+    def check() -> bool:
+        try:
+            ask()
+        except OSError:
+            if process.poll() is not None:
+                raise AssertionError(
+                    f"exited ({process.returncode}) before it answered:\n{log_tail(log)}"
+                ) from None
+            return False
+        return True
+
+    return check
+
+
+def log_tail(log: Path, chars: int = 3000) -> str:
+    """The end of a server's log, for a failure's message (``seen=``)."""
+    return log.read_text(errors="replace")[-chars:] if log.exists() else f"(no {log})"
 
 
 def job_processes(job_id: str) -> list[psutil.Process]:
@@ -61,10 +109,22 @@ def children_running(needle: str) -> list[psutil.Process]:
 
 def assert_gone_within(job_id: str, since: float, seconds: float = 10.0) -> None:
     """Every process of the job gone ``seconds`` after ``since`` (a monotonic time)."""
-    while (left := job_processes(job_id)) and time.monotonic() < since + seconds:
-        time.sleep(0.2)
-    described = [(p.pid, p.name()) for p in left if p.is_running()]
-    assert not left, f"{seconds:g} s after the kill, job {job_id} still has {described}"
+    until(
+        lambda: not job_processes(job_id),
+        f"every process of job {job_id} gone {seconds:g} s after the kill",
+        max(0.0, since + seconds - time.monotonic()),
+        seen=lambda: _described(job_processes(job_id)),
+    )
+
+
+def _described(processes: list[psutil.Process]) -> list[tuple[int, str]]:
+    described = []
+    for proc in processes:
+        try:
+            described.append((proc.pid, proc.name()))
+        except psutil.Error:
+            continue
+    return described
 
 
 def wait_done(air_home: Path | JobStore, job_id: str, timeout: float = 60) -> Job:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from jupyter_air.jobs.store import JobStore
 from jupyter_air.status import AttemptStatus
 from tests.factories import job_spec
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
-from tests.waits import job_processes, wait_settled
+from tests.waits import job_processes, until, wait_settled
 
 TRAIN = """
 import logging, os, sys, time
@@ -183,10 +182,7 @@ def test_follow_streams_a_running_job_and_cancel_leaves_no_process(workdir: Path
     assert follower.stdout is not None
     seen = [follower.stdout.readline() for _ in range(4)]
     assert any("rank 0 step 1" in line for line in seen), seen
-    deadline = time.monotonic() + 30
-    while len(job_processes(job_id)) < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    until(lambda: len(job_processes(job_id)) >= 2, "both ranks up", 30, step=0.1)
     cancelled = air("cancel", job_id)
     assert cancelled.stdout.strip() == f"Job {job_id} cancelled"
     assert follower.wait(timeout=30) == 0, "following ends with the job"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -17,6 +16,7 @@ from jupyter_air.gpu.nvml import Nvml
 from jupyter_air.tracking.system_metrics import GpuMonitor
 from scripts.gpu_check.compare import compare
 from scripts.gpu_check.report import Outcome, Report
+from tests.waits import until
 
 pytestmark = pytest.mark.gpu
 
@@ -63,14 +63,17 @@ def test_a_cuda_process_is_listed_with_the_memory_it_holds(nvml: Nvml) -> None:
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "ready"
-        deadline = time.monotonic() + 10
-        while True:
-            held = {p.pid: p.used_mib for r in nvml.read_all() for p in r.processes}
-            if holder.pid in held or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert holder.pid in held, f"pid {holder.pid} not among {held}"
-        assert (held[holder.pid] or 0) >= HOLD_MIB
+
+        def held() -> dict[int, int | None]:
+            return {p.pid: p.used_mib for r in nvml.read_all() for p in r.processes}
+
+        holding = until(
+            lambda: now if holder.pid in (now := held()) else {},
+            f"pid {holder.pid} among the GPU's processes",
+            10,
+            seen=held,
+        )
+        assert (holding[holder.pid] or 0) >= HOLD_MIB
     finally:
         assert holder.stdin is not None
         holder.stdin.close()

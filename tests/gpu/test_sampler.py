@@ -17,6 +17,7 @@ import pytest
 from jupyter_air.gpu.sampler import GpuSampler
 from tests.conftest import WriteScenario
 from tests.fake_nvml import FakeGpu, Scenario
+from tests.waits import until
 
 GIB_IN_MIB = 1024
 
@@ -33,14 +34,6 @@ def make_sampler() -> Iterator[Callable[..., GpuSampler]]:
     yield make
     for sampler in made:
         sampler.stop()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
 
 
 def test_values_flow_from_the_driver_to_the_snapshot(
@@ -240,7 +233,7 @@ def test_the_thread_samples_every_interval(
     scenario(two_gpus)
     sampler = make_sampler(interval=0.05, idle_timeout=60.0)
     sampler.start()
-    wait_for(lambda: sampler.samples_taken >= 5)
+    until(lambda: sampler.samples_taken >= 5, "five samples", 10, step=0.01)
     t = sampler.snapshot()["samples"]["t"]
     gaps = [b - a for a, b in pairwise(t)]
     assert min(gaps) >= 0.04
@@ -252,7 +245,7 @@ def test_idle_pause_stops_sampling_and_a_request_resumes_it_at_once(
     scenario(two_gpus)
     sampler = make_sampler(interval=0.05, idle_timeout=0.3)
     sampler.start()
-    wait_for(lambda: sampler.paused)
+    until(lambda: sampler.paused, "the idle sampler paused", 10, step=0.01)
     taken = sampler.samples_taken
     time.sleep(0.4)  # several intervals while paused
     assert sampler.samples_taken == taken
@@ -261,7 +254,7 @@ def test_idle_pause_stops_sampling_and_a_request_resumes_it_at_once(
     assert doc["paused"] is True
     assert sampler.samples_taken == taken + 1
     assert len(doc["samples"]["t"]) == 1  # the immediate sample
-    wait_for(lambda: sampler.samples_taken >= taken + 3)
+    until(lambda: sampler.samples_taken >= taken + 3, "sampling resumed", 10, step=0.01)
     assert not sampler.paused
 
 

@@ -22,7 +22,7 @@ from tests.cli.test_cli import air, submitted_id
 from tests.conftest import WriteScenario
 from tests.fake_nvml import Scenario
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
-from tests.waits import job_processes
+from tests.waits import assert_gone_within, job_processes, until
 
 OVERRIDE = "--oversubscribe"
 
@@ -122,8 +122,7 @@ def test_a_cancel_stops_a_launch_in_progress(tmp_path: Path) -> None:
     ranks = LocalRanks(rank_specs(300, tmp_path))
 
     def cancel_once_three_are_up() -> None:
-        while len(ranks.pids()) < 3:
-            time.sleep(0.01)
+        until(lambda: len(ranks.pids()) >= 3, "three ranks started", 120, step=0.01)
         ranks.cancel()
 
     threading.Thread(target=cancel_once_three_are_up, daemon=True).start()
@@ -142,10 +141,7 @@ def test_sigterm_to_the_supervisor_stops_a_launch_in_progress(workdir: Path) -> 
     job_id = submitted_id(air("run", "-f", "w.yaml", "--oversubscribe"))
     store = JobStore(workdir / "air")
     logs = store.attempt_dir(job_id, 1) / "logs" / "node_0"
-    deadline = time.monotonic() + 60
-    while len(list(logs.glob("rank_*.log"))) < 3:
-        assert time.monotonic() < deadline, "no rank started"
-        time.sleep(0.01)
+    until(lambda: len(list(logs.glob("rank_*.log"))) >= 3, "three ranks started", 60, step=0.01)
     cancelled = subprocess.run(
         [sys.executable, "-m", "jupyter_air.cli", "cancel", job_id],
         capture_output=True,
@@ -154,7 +150,4 @@ def test_sigterm_to_the_supervisor_stops_a_launch_in_progress(workdir: Path) -> 
     )
     assert cancelled.stdout.strip() == f"Job {job_id} cancelled", cancelled.stderr
     assert len(list(logs.glob("rank_*.log"))) < 400, "the launch went on after SIGTERM"
-    deadline = time.monotonic() + 10
-    while job_processes(job_id) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert job_processes(job_id) == []
+    assert_gone_within(job_id, time.monotonic())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from tests.conftest import WriteScenario
 from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
 from tests.jobs.test_system_feed import Client
+from tests.waits import until
 
 
 def watching(
@@ -153,10 +153,9 @@ def test_a_node_asked_for_a_sample_sends_one_with_its_next_poll(scenario: WriteS
         node._metrics.loop.start()  # as start() does with the ranks
         assert node.poll()["metrics"] == [], "none before the interval"
         node.sample_now()
-        deadline = time.monotonic() + 120  # the first sample loads MLflow's monitors
-        while not (sent := node.poll()["metrics"]):
-            assert time.monotonic() < deadline, "no sample after sample_now"
-            time.sleep(0.1)
+        sent = until(  # the first sample loads MLflow's monitors
+            lambda: node.poll()["metrics"], "a sample after sample_now", 120, step=0.1
+        )
     finally:
         node.finish()
     [sample] = sent

@@ -11,7 +11,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from jupyter_air.jobs.supervision import supervisor
 from jupyter_air.status import Outcome
 from jupyter_air.tracking.run_tails import Answer, MadeRun, NewRun, NoAnswer, RunNotMade, Tail
 from tests.factories import job_spec
+from tests.waits import until
 
 # -- the stop rule -------------------------------------------------------------------
 
@@ -380,7 +380,6 @@ def test_a_finished_supervisor_is_reaped_by_the_process_that_started_it(
     submit.start_job(JobStore(tmp_path), job_spec("command", command=["true"]), None)
     monkeypatch.undo()
     [pid] = started
-    deadline = time.monotonic() + 30
-    while psutil.pid_exists(pid):  # a zombie exists until its parent reaps it
-        assert psutil.Process(pid).status() != psutil.STATUS_ZOMBIE or time.monotonic() < deadline
-        time.sleep(0.05)
+    until(  # a zombie exists until its parent reaps it
+        lambda: not psutil.pid_exists(pid), f"the ended supervisor {pid} reaped", 30, step=0.05
+    )

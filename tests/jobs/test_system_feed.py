@@ -23,6 +23,7 @@ from jupyter_air.jobs.supervision.system_feed import SystemMetricsFeed
 from jupyter_air.tracking import journal
 from jupyter_air.tracking.guard import RunGuard
 from jupyter_air.tracking.sampling import Sample
+from tests.waits import until
 
 
 @dataclass
@@ -181,10 +182,9 @@ def test_a_sample_taken_while_the_kernel_takes_a_cells_end_waits_for_that_end(
     feed.flush()
     assert len(client.of("cell-1")) == 1, "held until the end is known"
     set_latest(files, replace(running, ended=now - 0.5))
-    deadline = time.monotonic() + 10
-    while len(client.of("cell-1")) < 2:  # the feed's next look at the cells file
-        assert time.monotonic() < deadline, "the held samples were never placed"
-        time.sleep(0.05)
+    until(  # the feed's next look at the cells file
+        lambda: len(client.of("cell-1")) >= 2, "the held samples placed", 10, step=0.05
+    )
     feed.finish()
     assert [(step, t) for _, _, step, t in client.of("cell-1")] == [
         (0, int(now - 2) * 1000),
@@ -227,10 +227,7 @@ def test_a_cell_shorter_than_the_interval_asks_for_a_sample_and_gets_the_next_on
     feed.add(0, [sample(now - 5, 0)])  # before the cell
     feed.flush()
     set_latest(files, LatestCell(1, "cell-1", started=now - 2, ended=now - 1))
-    deadline = time.monotonic() + 10
-    while not asked:
-        assert time.monotonic() < deadline, "no sample asked for the cell that had none"
-        time.sleep(0.05)
+    until(lambda: asked, "a sample asked for the cell that had none", 10, step=0.05)
     feed.add(0, [sample(now, 1)])  # the one asked for, after the cell's end
     feed.flush()
     feed.add(0, [sample(now + 10, 2)])  # the next: not the cell's

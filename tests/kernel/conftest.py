@@ -4,6 +4,7 @@ NVML driver, with its own job store and MLflow store."""
 from __future__ import annotations
 
 import os
+import queue
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import FakeGpu, Scenario, env_for
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
 from tests.leftovers import end_processes_in
-from tests.waits import job_processes
+from tests.waits import job_processes, until
 
 
 @dataclass
@@ -63,14 +64,19 @@ class Kernel:
     def wait_shown(self, msg_id: str, text: str, timeout: float = 120) -> None:
         """Until a display of the running cell shows ``text`` (its live status line);
         what was read is kept for ``collect``."""
-        deadline = time.monotonic() + timeout
-        while True:
-            msg = self.client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+
+        def shown() -> bool:
+            try:
+                msg = self.client.get_iopub_msg(timeout=1)
+            except queue.Empty:
+                return False
             self._read.append(msg)
             data = msg["content"].get("data") or {}
-            if msg["parent_header"].get("msg_id") == msg_id and text in data.get("text/plain", ""):
-                return
-            assert time.monotonic() < deadline, f"no display showed {text!r}"
+            return bool(
+                msg["parent_header"].get("msg_id") == msg_id and text in data.get("text/plain", "")
+            )
+
+        until(shown, f"a display showing {text!r}", timeout, step=0)
 
     def _next(self, timeout: float) -> dict[str, Any]:
         if self._read:
@@ -159,13 +165,12 @@ def kernel(kernel_env: dict[str, str], air_home: Path) -> Iterator[Kernel]:
 def running_job(air_home: Path, ranks: int, timeout: float = 120) -> str:
     """The id of the one running job, once ``ranks`` of its processes are up."""
     store = JobStore(air_home)
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def up() -> str | None:
         jobs = [j for j in store.jobs() if j.status == "RUNNING"]
-        if jobs and len(job_processes(jobs[0].id)) >= ranks:
-            return jobs[0].id
-        assert time.monotonic() < deadline, f"{ranks} ranks did not start"
-        time.sleep(0.2)
+        return jobs[0].id if jobs and len(job_processes(jobs[0].id)) >= ranks else None
+
+    return until(up, f"{ranks} ranks of a running job started", timeout)
 
 
 def execute_notebook(

@@ -37,7 +37,15 @@ from tests.kernel.test_distributed_magic import (
     mlflow_client,
     runs_of_job,
 )
-from tests.waits import assert_gone_within, job_processes, supervised_until_its_end, wait_done
+from tests.waits import (
+    answers,
+    assert_gone_within,
+    job_processes,
+    log_tail,
+    supervised_until_its_end,
+    until,
+    wait_done,
+)
 
 #: Every test drives a real kernel: left to make test.
 pytestmark = pytest.mark.heavy
@@ -95,9 +103,12 @@ def assert_no_pickles_within(
     store: JobStore, job_id: str, since: float, seconds: float = GONE_WITHIN
 ) -> None:
     """The notebook's state (payload.pkl) and rank 0's values (result.pkl) are gone."""
-    while (left := pickles(store, job_id)) and time.monotonic() < since + seconds:
-        time.sleep(0.2)
-    assert not left, f"job {job_id} left {left}"
+    until(
+        lambda: not pickles(store, job_id),
+        f"job {job_id}'s pickles gone",
+        max(0.0, since + seconds - time.monotonic()),
+        seen=lambda: pickles(store, job_id),
+    )
 
 
 def pickles(store: JobStore, job_id: str) -> list[str]:
@@ -244,15 +255,9 @@ class Server:
             ],
             env=server_env, stdout=(work / "server.log").open("wb"), stderr=subprocess.STDOUT,
         )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                self.api("api/status")
-                return
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError((work / "server.log").read_text()) from None
-                time.sleep(0.2)
+        log = work / "server.log"
+        ready = answers(lambda: self.api("api/status"), self.process, log)
+        until(ready, "the jupyter server answering", 60, seen=lambda: log_tail(log))
 
     def api(self, path: str, body: dict[str, Any] | None = None) -> Any:
         request = urllib.request.Request(
@@ -273,13 +278,17 @@ class Server:
         )
         connection.load_connection_file()
         connection.start_channels()
-        deadline = time.monotonic() + 120
-        while True:  # not wait_for_ready: its 1 s heartbeat is too short on a busy machine
+
+        def answered() -> bool:  # not wait_for_ready: its 1 s heartbeat is too short here
             msg_id = connection.kernel_info()
             with contextlib.suppress(queue.Empty):
-                if connection.get_shell_msg(timeout=5)["parent_header"]["msg_id"] == msg_id:
-                    return connection
-            assert time.monotonic() < deadline, "the kernel did not answer"
+                return bool(
+                    connection.get_shell_msg(timeout=5)["parent_header"]["msg_id"] == msg_id
+                )
+            return False
+
+        until(answered, "the kernel answering", 120, step=0)
+        return connection
 
 
 @pytest.fixture

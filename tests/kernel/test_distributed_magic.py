@@ -4,7 +4,6 @@ and gloo, 2 ranks, the fake NVML driver and a local MLflow store."""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -234,15 +233,7 @@ def test_a_kernel_that_dies_takes_its_job_with_it(
     try:
         doomed.run("%load_ext jupyter_air")
         doomed.start("%%air_distributed -n 2\nimport time\ntime.sleep(300)")
-        store = JobStore(air_home)
-        deadline = time.monotonic() + 60
-        while (
-            not (running := [j for j in store.jobs() if j.status == "RUNNING"])
-            or len(job_processes(running[0].id)) < 2
-        ):
-            assert time.monotonic() < deadline, "the ranks did not start"
-            time.sleep(0.2)
-        job_id = running[0].id
+        job_id = running_job(air_home, ranks=2, timeout=60)
         doomed.manager.provisioner.process.kill()  # type: ignore[union-attr]
         job = wait_done(air_home, job_id, timeout=30)
         assert job.status == "CANCELLED"

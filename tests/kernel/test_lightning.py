@@ -5,7 +5,6 @@ from outside (no subprocesses) and joins, or finds, the process group; its
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Kernel
 from tests.kernel.test_distributed_magic import job_id_of, mlflow_client, runs_of_job
 from tests.kernel.test_session import start
+from tests.waits import until
 
 pytest.importorskip("lightning")
 
@@ -146,10 +146,7 @@ def test_an_interrupted_fit_reads_as_an_interrupt_and_leaves_the_session_usable(
     flags = air_home / "lightning-waits"
     flags.mkdir()
     fitting = kernel.start(LONG_FIT.format(flags=str(flags)))
-    deadline = time.monotonic() + 120
-    while len(list(flags.iterdir())) < 2:
-        assert time.monotonic() < deadline, "the fit did not start"
-        time.sleep(0.1)
+    until(lambda: len(list(flags.iterdir())) >= 2, "the fit started", 120, step=0.1)
     kernel.interrupt()
     interrupted = kernel.collect(fitting)
 

@@ -4,7 +4,6 @@ links, its final status and the run's chart (a static plotly figure with a text 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -15,6 +14,7 @@ from jupyter_air.jobs.node.hints import read_hints
 from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import FakeGpu, Scenario, write_scenario_text
 from tests.kernel.conftest import Kernel, execute_notebook
+from tests.waits import until
 
 #: Every test drives a real kernel: left to make test.
 pytestmark = pytest.mark.heavy
@@ -179,11 +179,12 @@ def test_a_mostly_idle_gpu_raises_the_idle_hint_in_the_status_the_run_and_the_ch
     # The run is tagged by the supervisor's sampling thread, which may still be loading
     # MLflow when the job's outcome (what the cell waits for) is recorded.
     client = MlflowClient(job.spec.tracking.tracking_uri)
-    deadline = time.monotonic() + 60
-    while "air.hint.idle_gpu" not in (tags := client.get_run(attempt.run_id).data.tags):
-        assert time.monotonic() < deadline, f"the run has no hint tag: {tags}"
-        time.sleep(0.5)
-    assert tags["air.hint.idle_gpu"].startswith("GPU 0 averaged")
+
+    def tags() -> dict[str, str]:
+        return dict(client.get_run(attempt.run_id).data.tags)
+
+    until(lambda: "air.hint.idle_gpu" in tags(), "the run's hint tag", 60, step=0.5, seen=tags)
+    assert tags()["air.hint.idle_gpu"].startswith("GPU 0 averaged")
     chart = next(d for d in execution.displays if PLOTLY in d)
     assert "GPU 0 util %" in {t["name"] for t in chart[PLOTLY]["data"]}
 

@@ -50,7 +50,14 @@ from tests.kernel.test_distributed_magic import (
     runs_of_job,
 )
 from tests.kernel.test_session import SESSION_JOB, cell, two_node_session_keeps_its_group
-from tests.waits import job_processes, supervised_until_its_end, until, wait_done, wait_settled
+from tests.waits import (
+    assert_gone_within,
+    job_processes,
+    supervised_until_its_end,
+    until,
+    wait_done,
+    wait_settled,
+)
 
 pytestmark = pytest.mark.ray
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,11 +206,14 @@ def cluster_holdings(env: dict[str, str]) -> dict[str, Any]:
 
 
 def wait_released(env: dict[str, str], timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while (held := cluster_holdings(env)) != {"groups": 0, "cpus_in_use": 0}:
-        assert time.monotonic() < deadline, f"still held: {held}"
-        time.sleep(1)
-    return held
+    free = {"groups": 0, "cpus_in_use": 0}
+    return until(
+        lambda: held if (held := cluster_holdings(env)) == free else None,
+        "nothing held on the cluster",
+        timeout,
+        step=1,
+        seen=lambda: cluster_holdings(env),
+    )
 
 
 def test_ddp_across_two_nodes_agrees_and_logs_per_node(kernel: Kernel, air_home: Path) -> None:
@@ -561,10 +571,7 @@ def test_a_session_on_two_ray_nodes_keeps_its_ranks_and_their_process_group(
     job = wait_done(air_home, job_id)
     assert job.status == "SUCCEEDED"
     supervised_until_its_end(job)
-    deadline = time.monotonic() + 30
-    while job_processes(job_id) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert job_processes(job_id) == []
+    assert_gone_within(job_id, time.monotonic(), 30)
     wait_released(kernel_env)  # no placement group, no CPU left held on the cluster
 
 

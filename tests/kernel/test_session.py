@@ -31,7 +31,13 @@ from tests.kernel.test_abuse_processes import Server, server  # noqa: F401
 from tests.kernel.test_distributed_magic import (
     mlflow_client,
 )
-from tests.waits import assert_gone_within, job_processes, supervised_until_its_end, wait_done
+from tests.waits import (
+    assert_gone_within,
+    job_processes,
+    supervised_until_its_end,
+    until,
+    wait_done,
+)
 
 #: Each test drives a kernel, a session or a job with its supervisor and ranks.
 pytestmark = pytest.mark.heavy
@@ -54,10 +60,11 @@ def session_run_sampled(air_home: Path, job_id: str, timeout: float = 120) -> st
     run_id = JobStore(air_home).attempts(job_id)[0].run_id
     assert run_id is not None
     client = mlflow_client(air_home)
-    deadline = time.monotonic() + timeout
-    while not client.get_metric_history(run_id, "system/cpu_utilization_percentage"):
-        assert time.monotonic() < deadline, "the session's run got no system metrics"
-        time.sleep(0.2)
+    until(
+        lambda: client.get_metric_history(run_id, "system/cpu_utilization_percentage"),
+        "system metrics in the session's run",
+        timeout,
+    )
     return run_id
 
 
@@ -233,10 +240,12 @@ def test_a_running_cells_run_is_named_within_a_second_and_a_short_cells_after_it
         assert waits.error is None, waits.traceback
     finally:
         kernel.run("%air_session stop")
-    deadline = time.monotonic() + 30
-    while cell_runs(client, parent_id)[:2] != [("1", "FINISHED"), ("2", "FINISHED")]:
-        assert time.monotonic() < deadline, cell_runs(client, parent_id)
-        time.sleep(0.2)
+    until(
+        lambda: cell_runs(client, parent_id)[:2] == [("1", "FINISHED"), ("2", "FINISHED")],
+        "both cells' runs FINISHED",
+        30,
+        seen=lambda: cell_runs(client, parent_id),
+    )
     named = client.search_runs(
         [client.get_run(parent_id).info.experiment_id],
         f"tags.mlflow.parentRunId = '{parent_id}' and tags.`air.session_cell` = '1'",
@@ -463,13 +472,14 @@ def test_a_shared_session_is_ended_by_air_cancel(kernel: Kernel, air_home: Path)
 
 def test_an_idle_session_stops_itself(kernel: Kernel) -> None:
     job_id = start(kernel, "--idle-timeout 0.05")  # 3 s
-    deadline = time.monotonic() + 60
-    while job_processes(job_id) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not job_processes(job_id)
-    while "ended:" not in (status := kernel.run("%air_session status").text):
-        assert time.monotonic() < deadline, status
-        time.sleep(0.5)
+    assert_gone_within(job_id, time.monotonic(), 60)
+    status = until(
+        lambda: text if "ended:" in (text := kernel.run("%air_session status").text) else "",
+        "the status saying the session ended",
+        60,
+        step=0.5,
+        seen=lambda: kernel.run("%air_session status").text,
+    )
     assert "without a cell (--idle-timeout)" in status
     assert "%air_session restart starts it again with the same options" in status
 
@@ -488,10 +498,12 @@ def test_a_killed_kernel_takes_its_session_down_and_ends_every_run(
         client = MlflowClient(kernel_env["MLFLOW_TRACKING_URI"])
         store = JobStore(air_home)
         parent_id = str(store.attempts(job_id)[0].run_id)
-        deadline = time.monotonic() + 30
-        while cell_runs(client, parent_id) != [("1", "FINISHED"), ("next", "RUNNING")]:
-            assert time.monotonic() < deadline, cell_runs(client, parent_id)
-            time.sleep(0.2)
+        until(
+            lambda: cell_runs(client, parent_id) == [("1", "FINISHED"), ("next", "RUNNING")],
+            "the cell's run FINISHED and the next one made",
+            30,
+            seen=lambda: cell_runs(client, parent_id),
+        )
         os.kill(doomed.manager.provisioner.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
         assert_gone_within(job_id, time.monotonic())
         job = wait_done(air_home, job_id)

@@ -5,7 +5,6 @@ for how long more)."""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from tests.kernel.conftest import Kernel
 from tests.kernel.test_live_view import PLOTLY, collect, output_order, sent_points
 from tests.kernel.test_session import SESSION_JOB, cell, session_run_sampled, start
+from tests.waits import until
 
 #: Each test drives a kernel, a session or a job with its supervisor and ranks.
 pytestmark = pytest.mark.heavy
@@ -122,12 +122,13 @@ def test_status_says_the_running_cell_or_how_long_idle_and_the_time_left(
         "in_thread.start()"
     )
     assert started.error is None, started.traceback
-    deadline = time.monotonic() + 60
-    while not re.search(
-        r"\nrunning cell 1 for \d+ s\npids: rank 0", kernel.run("%air_session status").text
-    ):
-        assert time.monotonic() < deadline, "status never said the cell runs"
-        time.sleep(0.2)
+    until(
+        lambda: re.search(
+            r"\nrunning cell 1 for \d+ s\npids: rank 0", kernel.run("%air_session status").text
+        ),
+        "the status saying the cell runs",
+        60,
+    )
     go.touch()
     assert kernel.run("in_thread.join(60)\nin_thread.is_alive()").value() == "False"
 

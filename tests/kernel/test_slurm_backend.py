@@ -95,10 +95,11 @@ def nodes_held(cluster: SlurmCluster) -> Iterator[subprocess.Popen[bytes]]:
 def nothing_left_in_the_queue(cluster: SlurmCluster) -> Iterator[None]:
     """After every test: none of our Slurm jobs is left in ``squeue`` within 10 s."""
     yield
-    deadline = time.monotonic() + 10
-    while ours := [line for line in cluster.queue() if "|air-" in line]:
-        assert time.monotonic() < deadline, f"left in squeue: {ours}"
-        time.sleep(0.2)
+
+    def ours() -> list[str]:
+        return [line for line in cluster.queue() if "|air-" in line]
+
+    until(lambda: not ours(), "none of our jobs left in squeue", 10, seen=ours)
 
 
 #: Ray's DDP cell on Slurm, each rank also saying how its launch looks to Lightning.
@@ -207,9 +208,13 @@ def test_a_queued_job_is_pending_with_slurm_s_reason_and_cancels_from_the_queue(
         cancelled_at = time.monotonic()
         service.cancel(job.id)
         assert ended(service, job).status is JobStatus.CANCELLED
-        while any("|air-" in q for q in cluster.queue()):
-            assert time.monotonic() - cancelled_at < 10, cluster.queue()
-            time.sleep(0.1)
+        until(
+            lambda: not any("|air-" in q for q in cluster.queue()),
+            "the cancelled job out of squeue",
+            max(0.0, cancelled_at + 10 - time.monotonic()),
+            step=0.1,
+            seen=cluster.queue,
+        )
 
 
 def test_a_killed_node_agent_fails_the_attempt_naming_its_node(

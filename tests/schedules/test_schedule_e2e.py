@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from jupyter_air.jobs import cancel
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.schedules.model import MISSED
 from jupyter_air.schedules.scheduler import running, stop
+from tests.waits import until
 
 #: A scheduler's chains and notebook tasks, fired for real: half a minute and more each.
 pytestmark = pytest.mark.slow
@@ -119,14 +120,6 @@ def air_text(*args: str) -> str:
     return result.stdout
 
 
-def until(what: Callable[[], Any], timeout: float = 240, step: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := what()):
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(step)
-    return found
-
-
 def ended_runs(name: str) -> list[dict[str, Any]]:
     """Runs that ran (not SKIPPED), ended, oldest first."""
     runs = air("schedule", "runs", name, "--limit", "200")
@@ -150,7 +143,7 @@ def test_a_chain_every_two_seconds_pause_resume_and_a_killed_scheduler(workdir: 
     assert running(home) is not None  # create started the scheduler
 
     # prep -> train: train starts only after prep succeeded; each run in its experiment
-    first = until(lambda: ended_runs("chain"))[0]
+    first = until(lambda: ended_runs("chain"), "a run of chain ended", 240, 0.5)[0]
     assert first["status"] == "SUCCEEDED"
     prep, train = first["tasks"]
     jobs = JobStore(home)
@@ -168,7 +161,12 @@ def test_a_chain_every_two_seconds_pause_resume_and_a_killed_scheduler(workdir: 
 
     # prep fails: train does not run at all (ALL_SUCCESS), the run FAILED
     (workdir / "fail").touch()
-    failed = until(lambda: [r for r in ended_runs("chain") if r["status"] == "FAILED"])[0]
+    failed = until(
+        lambda: [r for r in ended_runs("chain") if r["status"] == "FAILED"],
+        "a FAILED run of chain",
+        240,
+        0.5,
+    )[0]
     assert failed["tasks"][1]["status"] == "SKIPPED"
     assert failed["tasks"][1]["job_id"] is None
     assert failed["tasks"][1]["message"] == "run_if ALL_SUCCESS: prep FAILED"
@@ -180,14 +178,19 @@ def test_a_chain_every_two_seconds_pause_resume_and_a_killed_scheduler(workdir: 
     time.sleep(5)
     assert len(air("schedule", "runs", "chain", "--limit", "200")) == paused_at
     air("schedule", "resume", "chain")
-    until(lambda: len(air("schedule", "runs", "chain", "--limit", "200")) > paused_at)
+    until(
+        lambda: len(air("schedule", "runs", "chain", "--limit", "200")) > paused_at,
+        "a run of chain after the resume",
+        240,
+        0.5,
+    )
 
     # kill -9 the scheduler: times pass unfired; any air schedule command restarts it
     last_id = max(r["id"] for r in air("schedule", "runs", "chain", "--limit", "1"))
     info = running(home)
     assert info is not None
     os.kill(info.pid, signal.SIGKILL)
-    until(lambda: running(home) is None)
+    until(lambda: running(home) is None, "the killed scheduler gone", 240, 0.5)
     time.sleep(7)  # three or four times pass: the latest fires, the others are missed
     air("schedule", "list")
     restarted = running(home)
@@ -198,7 +201,7 @@ def test_a_chain_every_two_seconds_pause_resume_and_a_killed_scheduler(workdir: 
         runs = air("schedule", "runs", "chain", "--limit", "200")
         return [r for r in runs if r["id"] > last_id and r["message"] == MISSED]
 
-    until(runs_after_the_kill)
+    until(runs_after_the_kill, "the missed times recorded after the kill", 240, 0.5)
     after = [r for r in air("schedule", "runs", "chain", "--limit", "200") if r["id"] > last_id]
     missed = [r for r in after if r["message"] == MISSED]
     assert len(missed) >= 2
@@ -223,7 +226,12 @@ def test_a_notebook_task_keeps_its_executed_notebook_and_its_cell_is_its_child_j
     assert created["next_fire_times"] == []
     (workdir / "report.ipynb").write_text("edited after the snapshot")  # changes nothing
     started = air("schedule", "run-now", "report")
-    run = until(lambda: [r for r in ended_runs("report") if r["id"] == started["id"]], 400)[0]
+    run = until(
+        lambda: [r for r in ended_runs("report") if r["id"] == started["id"]],
+        "the run-now run of report ended",
+        400,
+        0.5,
+    )[0]
     assert run["status"] == "SUCCEEDED", run
     task = run["tasks"][0]
     mlrun, experiment = mlflow_run(workdir, task["run_id"])
@@ -368,7 +376,7 @@ def test_stopping_the_jupyter_server_does_not_stop_a_schedule(workdir: Path) -> 
     try:
         created = server.api("jupyter-air/schedules", {"yaml": EVERY_TWO_SECONDS})
         home = workdir / "air"
-        info = until(lambda: running(home), 60, 0.1)
+        info = until(lambda: running(home), "the scheduler running", 60, 0.1)
         # out of the server's process group and session: a group kill or a hangup misses it
         assert os.getpgid(info.pid) != os.getpgid(server.process.pid)
         assert os.getsid(info.pid) == info.pid
@@ -388,7 +396,7 @@ def test_stopping_the_jupyter_server_does_not_stop_a_schedule(workdir: Path) -> 
             and r["tasks"][0]["job_id"] is not None
         ]
 
-    run = until(fired_after_the_stop, 120)[-1]
+    run = until(fired_after_the_stop, "a run fired after the stop", 120, 0.5)[-1]
     assert run["status"] != "SKIPPED"
     job = cancel.wait(JobStore(home), run["tasks"][0]["job_id"], 120)
     assert job.status == "SUCCEEDED"

@@ -18,6 +18,7 @@ from tornado.httpclient import HTTPClientError
 from jupyter_air.jobs.store import JobStore
 from tests.factories import job_spec
 from tests.jobs.test_job_store import orphan, recorded_status
+from tests.waits import until_async
 
 HOLD = 10.0  # seconds another process holds the lock at most (the test releases it sooner)
 
@@ -110,10 +111,12 @@ async def test_the_server_records_jobs_whose_supervisor_died_on_a_thread_of_its_
     orphaned_before_start: str, jp_serverapp: Any, store: JobStore
 ) -> None:
     await jp_serverapp.extension_manager.start_all_extensions()  # what serving starts with
-    deadline = time.monotonic() + 10
-    while recorded_status(store, orphaned_before_start) != "FAILED":
-        assert time.monotonic() < deadline, "not recorded 10 s after the server started"
-        await asyncio.sleep(0.1)
+    await until_async(
+        lambda: recorded_status(store, orphaned_before_start) == "FAILED",
+        "the dead supervisor's job recorded FAILED after the server started",
+        10,
+        step=0.1,
+    )
     assert store.get(orphaned_before_start).ended is not None
 
 

@@ -24,6 +24,7 @@ from jupyter_air.notify.outbox import Notice
 from jupyter_air.notify.targets import Channel, Event, Target, Trigger
 from jupyter_air.server.notifications_handlers import MAX_WAITING, NotificationsHandler, Watch
 from tests.server.test_server_permissions import jp_server_config  # noqa: F401 - header identities
+from tests.waits import until_async
 
 T = TypeVar("T")
 
@@ -66,15 +67,6 @@ def watch_of(jp_serverapp: Any) -> Watch:
     (kwargs,) = [h[2] for h in app.handlers if h[1] is NotificationsHandler]
     watch: Watch = kwargs["watch"]
     return watch
-
-
-async def until(check: Callable[[], T], what: str, timeout: float = 30.0) -> T:
-    """``check()``'s first truthy value, polled without blocking the server's loop."""
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"{what}: not after {timeout:g} s"
-        await asyncio.sleep(0.05)
-    return found
 
 
 async def timed(call: Awaitable[T]) -> tuple[T, float]:
@@ -201,7 +193,9 @@ async def test_another_users_notifications_are_never_answered(
 
     # bob waiting when alice's next one comes: it is not his
     waiting = asyncio.ensure_future(poll(jp_fetch, "bob", after=str(bobs), wait="2"))
-    await until(lambda: watch_of(jp_serverapp).waiting["bob"] == 1, "bob's poll to wait")
+    await until_async(
+        lambda: watch_of(jp_serverapp).waiting["bob"] == 1, "bob's poll to wait", 30, step=0.05
+    )
     post(store, "alice", "20261204-100000-aaaaa2")
     assert await waiting == {"notifications": [], "last": bobs}
 
@@ -211,7 +205,9 @@ async def test_a_long_poll_answers_as_soon_as_a_supervisor_posts_one(
 ) -> None:
     last = (await poll(jp_fetch, "alice"))["last"]
     waiting = asyncio.ensure_future(timed(poll(jp_fetch, "alice", after=str(last), wait="30")))
-    await until(lambda: watch_of(jp_serverapp).waiting["alice"] == 1, "the poll to wait")
+    await until_async(
+        lambda: watch_of(jp_serverapp).waiting["alice"] == 1, "the poll to wait", 30, step=0.05
+    )
     supervisor = textwrap.dedent(
         f"""
         from pathlib import Path
@@ -246,9 +242,9 @@ async def test_a_tab_that_leaves_stops_its_wait(
     watch = watch_of(jp_serverapp)
     started = time.monotonic()
     tab = await raw_poll("alice", "after=0&wait=30")
-    await until(lambda: watch.waiting["alice"] == 1, "the poll to wait")
+    await until_async(lambda: watch.waiting["alice"] == 1, "the poll to wait", 30, step=0.05)
     tab.close()
-    await until(lambda: not watch.waiting, "the wait to end with its client")
+    await until_async(lambda: not watch.waiting, "the wait to end with its client", 30, step=0.05)
     assert time.monotonic() - started < 20  # not the 30 s asked
 
 
@@ -260,14 +256,16 @@ async def test_polls_past_a_callers_limit_answer_at_once(
 ) -> None:
     watch = watch_of(jp_serverapp)
     tabs = [await raw_poll("alice", "after=0&wait=30") for _ in range(MAX_WAITING)]
-    await until(lambda: watch.waiting["alice"] == MAX_WAITING, "alice's polls to wait")
+    await until_async(
+        lambda: watch.waiting["alice"] == MAX_WAITING, "alice's polls to wait", 30, step=0.05
+    )
 
     answer, took = await timed(poll(jp_fetch, "alice", after="0", wait="30"))
     assert answer == {"notifications": [], "last": 0}
     assert took < 10
 
     bobs_tab = await raw_poll("bob", "after=0&wait=30")  # the limit is each caller's own
-    await until(lambda: watch.waiting["bob"] == 1, "bob's poll to wait")
+    await until_async(lambda: watch.waiting["bob"] == 1, "bob's poll to wait", 30, step=0.05)
 
     alices = post(store, "alice", "20261204-100000-aaaaaa")
     for tab in tabs:
@@ -276,7 +274,7 @@ async def test_polls_past_a_callers_limit_answer_at_once(
     bobs = post(store, "bob", "20261204-100000-bbbbbb")
     status, doc = await bobs_tab.answer()
     assert (status, [n["id"] for n in doc["notifications"]]) == (200, [bobs])
-    await until(lambda: not watch.waiting, "every wait to end")
+    await until_async(lambda: not watch.waiting, "every wait to end", 30, step=0.05)
 
 
 async def test_a_poll_is_not_activity_that_keeps_an_idle_server_running(

@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from jupyter_air.schedules import schedule_file, scheduler
 from jupyter_air.schedules.service import Schedules
 from jupyter_air.server import schedules_handlers
 from tests.server.test_server_permissions import jp_server_config  # noqa: F401 (several identities)
+from tests.waits import until
 
 NOTEBOOK = {
     "cells": [
@@ -543,13 +543,11 @@ def test_the_server_restarts_a_killed_scheduler_and_stopping_it_leaves_the_sched
     try:
 
         def up(unlike: int | None = None) -> int:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
+            def new_pid() -> int | None:
                 info = scheduler.running(store.home)
-                if info is not None and info.pid != unlike:
-                    return info.pid
-                time.sleep(0.05)
-            raise AssertionError("no scheduler running")
+                return info.pid if info is not None and info.pid != unlike else None
+
+            return until(new_pid, "a scheduler running", 30, step=0.05)
 
         first = up()
         os.kill(first, signal.SIGKILL)

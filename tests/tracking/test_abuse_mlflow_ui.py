@@ -33,7 +33,7 @@ from tornado.httpclient import HTTPClientError
 
 from jupyter_air.tracking.stores import register_store
 from jupyter_air.tracking.ui_server import MlflowUi, child_answers
-from tests.waits import children_running
+from tests.waits import answers, children_running, log_tail, until
 
 SECRETS = {
     "JUPYTERHUB_API_TOKEN": "hub-token-0123",
@@ -108,15 +108,9 @@ def start_server(tmp_path: Path) -> Iterator[Any]:
         )  # fmt: skip
         server = Server(process, f"http://127.0.0.1:{port}/", token, log)
         started.append(server)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                server.get("api/status", timeout=5)
-                return server
-            except OSError as err:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"jupyter server did not start:\n{log.read_text()}") from err
-                time.sleep(0.2)
+        ready = answers(lambda: server.get("api/status", timeout=5), process, log)
+        until(ready, "the jupyter server answering", 60, seen=lambda: log_tail(log))
+        return server
 
     yield start
     for server in started:
@@ -133,20 +127,26 @@ def _kill(process: psutil.Process) -> None:
         process.kill()
 
 
-def _remaining(processes: list[psutil.Process], within: float) -> list[psutil.Process]:
-    """Those of ``processes`` still running (zombies count as gone) after ``within`` s."""
-    deadline = time.monotonic() + within
-    while True:
-        left = []
-        for p in processes:
-            try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    left.append(p)
-            except psutil.NoSuchProcess:
-                pass
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.2)
+def _running(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``processes`` still running (zombies count as gone)."""
+    left = []
+    for p in processes:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return left
+
+
+def _gone(processes: list[psutil.Process]) -> None:
+    """Every one of ``processes`` ends within ``GONE_WITHIN``."""
+    until(
+        lambda: not _running(processes),
+        "the UI's processes gone",
+        GONE_WITHIN,
+        seen=lambda: _running(processes),
+    )
 
 
 def _ui_children(server: Server) -> list[psutil.Process]:
@@ -183,7 +183,7 @@ def test_the_ui_ends_within_10_s_of_a_sigkill_of_the_jupyter_server(
 
     server.process.kill()
 
-    assert _remaining(ui, GONE_WITHIN) == []
+    _gone(ui)
 
 
 @pytest.mark.slow
@@ -199,11 +199,14 @@ def test_a_ui_left_by_a_killed_server_is_ended_when_the_next_server_starts(
         p.suspend()
     first.process.kill()
     first.process.wait()
-    assert len(_remaining(ui, 1.0)) == len(ui), "stopped children outlive their server"
+    watched_until = time.monotonic() + 1.0  # a second in which nothing may end them
+    while time.monotonic() < watched_until:
+        assert _running(ui) == ui, "stopped children outlive their server"
+        time.sleep(0.2)
 
     start_server()
 
-    assert _remaining(ui, GONE_WITHIN) == []
+    _gone(ui)
 
 
 # --- item 11: reachable only through Jupyter, no secrets --------------------------------
@@ -319,7 +322,7 @@ class _UnixHTTPServer(HTTPServer):
 def test_a_live_servers_ui_is_not_taken_for_a_leftover(child: Child) -> None:
     MlflowUi(home=child.home).clean_leftovers()
 
-    assert _remaining(child.processes, 0) == child.processes
+    assert _running(child.processes) == child.processes
 
 
 # --- item 11: a failed start tells the browser nothing private ---------------------------

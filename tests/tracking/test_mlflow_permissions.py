@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
@@ -28,6 +27,7 @@ import psutil
 import pytest
 
 from jupyter_air.tracking.permissions import MirrorReport, PermissionChange, mirror_grants
+from tests.waits import answers, log_tail, until
 
 PASSWORDS = {name: f"{name}-{secrets.token_urlsafe(12)}" for name in ("admin", "alice", "bob")}
 
@@ -68,15 +68,17 @@ def start_server(
 
 
 def wait_ready(server: Server) -> None:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        assert server.process.poll() is None, server.log.read_text()[-3000:]
-        try:
-            with urllib.request.urlopen(f"{server.uri}/health", timeout=2):
-                return
-        except OSError:
-            time.sleep(0.5)
-    pytest.fail(f"{server.uri} did not start: {server.log.read_text()[-3000:]}")
+    def health() -> None:
+        with urllib.request.urlopen(f"{server.uri}/health", timeout=2):
+            pass
+
+    until(
+        answers(health, server.process, server.log),
+        f"{server.uri} answering",
+        180,
+        step=0.5,
+        seen=lambda: log_tail(server.log),
+    )
 
 
 def stop_server(server: Server) -> None:

@@ -12,7 +12,6 @@ import secrets
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import pytest
 from tests.fake_nvml import Scenario, count_calls, env_for
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
 from tests.leftovers import end_processes_in
+from tests.waits import answers, log_tail, until
 
 CHROMIUM = Path(os.environ.get("AIR_TEST_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -144,16 +144,9 @@ def start_lab(
         )  # fmt: skip
         lab = Lab(f"http://127.0.0.1:{port}/", token, process, scenario_path, call_log, log_path)
         labs.append(lab)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                lab.api("api/status")
-                return lab
-            except OSError as err:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log = log_path.read_text()
-                    raise RuntimeError(f"jupyter lab did not start:\n{log}") from err
-                time.sleep(0.2)
+        ready = answers(lambda: lab.api("api/status"), process, log_path)
+        until(ready, "jupyter lab answering", 60, seen=lambda: log_tail(log_path))
+        return lab
 
     yield start
     for lab in labs:

@@ -113,15 +113,16 @@ def job(air_home: Path, control: Path, logs_lab: Lab) -> Iterator[str]:
         run_name="logs-ui",
     )
     job = start_job(store, workload, None)
-    deadline = time.monotonic() + 120
     logs = store.attempt_dir(job.id, 1) / "logs" / "node_0"
-    while not all(
-        (logs / f"rank_{r}.log").exists() and "hello" in (logs / f"rank_{r}.log").read_text()
-        for r in (0, 1)
-    ):
-        assert time.monotonic() < deadline, f"job {job.id} did not start"
+
+    def both_ranks_said_hello() -> bool:
         assert not store.get(job.id).done, store.get(job.id)
-        time.sleep(0.2)
+        return all(
+            (logs / f"rank_{r}.log").exists() and "hello" in (logs / f"rank_{r}.log").read_text()
+            for r in (0, 1)
+        )
+
+    until(both_ranks_said_hello, f"job {job.id} started", 120)
     yield job.id
     (control / "fail").touch()
     (control / "stop").touch()

@@ -19,7 +19,6 @@ anywidget error. ``app`` runs it in both frontends (see ``notebook_pages``); Not
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ import pytest
 from tests.fake_nvml import FakeGpu, Scenario
 from tests.ui.conftest import Lab
 from tests.ui.notebook_pages import open_notebook, run_cell, run_cells_in_one_kernel
+from tests.waits import until
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
 VIEW = ".jp-air-LiveChart"
@@ -106,26 +106,33 @@ def points(page: Any) -> dict[str, int]:
     return dict(page.eval_on_selector(PLOT, TRACES))
 
 
-def wait_for(page: Any, check: Callable[[], bool], what: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"{what}: {points(page)}"
-        page.wait_for_timeout(500)
-
-
 def test_the_chart_grows_while_the_job_runs_a_panel_per_metric_with_a_legend(
     page: Any, artifacts: Path, app: str
 ) -> None:
     page.wait_for_selector(PLOT, timeout=120_000)
-    wait_for(page, lambda: points(page).get("train_loss", 0) >= 2, "no train_loss points")
+    until(
+        lambda: points(page).get("train_loss", 0) >= 2,
+        "train_loss points",
+        90,
+        step=0.5,
+        seen=lambda: points(page),
+    )
     first = points(page)
     screenshot(page, artifacts, app, "live-view-1.png")
-    wait_for(
-        page,
+    until(
         lambda: points(page)["train_loss"] >= first["train_loss"] + 20,
-        "the chart did not grow",
+        "the chart grown",
+        90,
+        step=0.5,
+        seen=lambda: points(page),
     )
-    wait_for(page, lambda: "GPU 1 util %" in points(page), "no GPU traces")
+    until(
+        lambda: "GPU 1 util %" in points(page),
+        "GPU traces",
+        90,
+        step=0.5,
+        seen=lambda: points(page),
+    )
     second = points(page)
     screenshot(page, artifacts, app, "live-view-2.png")
     if app == "jupyterlab":

@@ -13,8 +13,8 @@ tests run in order, each building on the one before.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import pytest
 
 from tests.fake_nvml import FakeGpu, Scenario
 from tests.hub import Hub
+from tests.waits import until
 
 pytestmark = pytest.mark.browser
 
@@ -170,19 +171,26 @@ def jobs(alice: Any, alice_server: Hub, artifacts: Path) -> Iterator[dict[str, s
     alice.click(".lm-MenuBar-itemLabel:text-is('Run')")
     alice.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
     ids: dict[str, str] = {}
+
+    def cells_started() -> bool:
+        ids.clear()  # the latest, for the cancels at the end
+        ids.update({name: job["id"] for name, job in alice_jobs(hub).items()})
+        return set(ids) == {"private", "shared"} and all(
+            len(rank_pids(job)) == 2 for job in ids.values()
+        )
+
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            found = alice_jobs(hub)
-            ids = {name: job["id"] for name, job in found.items()}
-            if set(ids) == {"private", "shared"} and all(
-                len(rank_pids(job)) == 2 for job in ids.values()
-            ):
-                break
-            if time.monotonic() > deadline:
-                alice.screenshot(path=str(artifacts / "failed-hub-alice-cells.png"))
-                pytest.fail(f"the cells' jobs did not start: {found}\n{hub.log_tail()}")
-            time.sleep(0.5)
+        try:
+            until(
+                cells_started,
+                "the cells' jobs started",
+                120,
+                step=0.5,
+                seen=lambda: f"{alice_jobs(hub)}\n{hub.log_tail()}",
+            )
+        except AssertionError:
+            alice.screenshot(path=str(artifacts / "failed-hub-alice-cells.png"))
+            raise
         alice.wait_for_function(
             "ids => ids.every(id => document.querySelector('.jp-Notebook').textContent"
             ".includes(id))",
@@ -195,11 +203,13 @@ def jobs(alice: Any, alice_server: Hub, artifacts: Path) -> Iterator[dict[str, s
         stop.touch()
         for job in ids.values():
             hub.as_user("alice", "POST", f"user/alice/jupyter-air/jobs/{job}/cancel")
-        deadline = time.monotonic() + 60
-        while ids and any(rank_pids(job) for job in ids.values()):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        with suppress(AssertionError):  # best effort: a minute at most
+            until(
+                lambda: not any(rank_pids(job) for job in ids.values()),
+                "alice's ranks gone",
+                60,
+                step=0.5,
+            )
 
 
 def test_alice_server_serves_the_extension_through_the_proxy(alice_server: Hub) -> None:
