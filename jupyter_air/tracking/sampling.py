@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: MLflow's name of the host's CPU utilization (``CPUMonitor``'s).
+CPU_PERCENT = "cpu_utilization_percentage"
+
 #: Told each sample of every GPU (readings by NVML index, and the inventory).
 GpuListener = Callable[["list[GpuReading]", "dict[int, GpuInfo]"], None]
 
@@ -66,6 +69,7 @@ class SampleLoop:
         self._loading = threading.Lock()
         self._sampler: Any = None
         self._thread: threading.Thread | None = None
+        self._last = False  # whether ``finish`` asked for a last sample
 
     @property
     def loaded(self) -> bool:
@@ -82,11 +86,11 @@ class SampleLoop:
         # it is the host's CPU since the loop (the job) started.
         psutil.cpu_percent()
         failing = False
-        while not self._stop.is_set():
+        while True:
             self._wake.wait(self._interval)
             self._wake.clear()
             if self._stop.is_set():
-                return
+                break
             try:
                 self.take()
                 failing = False
@@ -94,6 +98,7 @@ class SampleLoop:
                 if not failing:
                     log.warning("system-metrics sample failed: %r", err)
                 failing = True
+        self._take_last()
 
     def sample_now(self) -> None:
         """Take the next sample at once (a session cell ended with none in its span)."""
@@ -119,17 +124,27 @@ class SampleLoop:
         self._on_sample(self._load().sample())
 
     def finish(self, last: bool = True) -> None:
-        """Stop; with ``last``, one last sample so even a short job has its figures.
-        Without, a loop still loading MLflow's monitors is not waited for."""
+        """Stop; with ``last``, one last sample so even a short job has its figures,
+        taken on the loop's thread: psutil's CPU figure is the span since that thread's
+        last reading (the last sample, or the loop's start), and another thread's would
+        compare with nothing and say 0.0. Without ``last``, a loop still loading
+        MLflow's monitors is not waited for."""
+        self._last = last
         self._stop.set()
         self._wake.set()
-        if self._thread is not None and (last or self.loaded):
-            self._thread.join(30)
         try:
-            if last:
-                self.take()
-        except Exception as err:  # the samples already taken still count
-            log.warning("last system-metrics sample failed: %s", err)
+            if self._thread is not None and (last or self.loaded):
+                self._thread.join(30)
+            elif self._thread is None:  # never started: taken here
+                self._take_last()
         finally:
             if self._sampler is not None:
                 self._sampler.close()
+
+    def _take_last(self) -> None:
+        if not self._last:
+            return
+        try:
+            self.take()
+        except Exception as err:  # the samples already taken still count
+            log.warning("last system-metrics sample failed: %s", err)

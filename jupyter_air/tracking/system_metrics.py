@@ -33,12 +33,9 @@ from mlflow.system_metrics.metrics.rocm_monitor import ROCMMonitor
 from ..gpu.nvml import MIB, GpuInfo, GpuReading, Nvml
 from ..job_dir import AttemptDir
 from .journal import append_samples
-from .sampling import GpuListener, Sample, prefix
+from .sampling import CPU_PERCENT, GpuListener, Sample, prefix
 
 log = logging.getLogger(__name__)
-
-#: MLflow's name of the host's CPU utilization (``CPUMonitor``'s).
-CPU_PERCENT = "cpu_utilization_percentage"
 
 
 class GpuMonitor(BaseMetricsMonitor):

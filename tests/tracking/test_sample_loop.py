@@ -3,12 +3,13 @@ for a short job) as the charts read them."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
 from jupyter_air.job_dir import AttemptDir
 from jupyter_air.tracking import journal
-from jupyter_air.tracking.sampling import Sample, SampleLoop
+from jupyter_air.tracking.sampling import CPU_PERCENT, Sample, SampleLoop
 from jupyter_air.tracking.system_metrics import last_sample
 from tests.conftest import WriteScenario
 from tests.fake_nvml import FakeGpu, Scenario
@@ -47,3 +48,27 @@ def test_a_short_jobs_sample_taken_after_it_has_no_cpu_figure(
     keys = {point.key for point in points}
     assert "system/cpu_utilization_percentage" not in keys
     assert {"system/system_memory_usage_percentage", "system/gpu_0_utilization_percentage"} <= keys
+
+
+def burn_cpu(seconds: float) -> None:
+    """The job's work: CPU a sample must show."""
+    until_then = time.process_time() + seconds
+    while time.process_time() < until_then:
+        pass
+
+
+def test_the_last_sample_gives_the_cpu_since_the_one_before(scenario: WriteScenario) -> None:
+    """The last sample, taken as the job ends, is read on the loop's thread: on another,
+    psutil compares with nothing and says 0.0 (the chart's end point fell to 0 %)."""
+    scenario(Scenario(gpus=[FakeGpu(util=40)]))
+    samples: list[Sample] = []
+    loop = SampleLoop(3600, samples.append)
+    loop.start()
+    loop.sample_now()
+    until(lambda: samples, "a first sample (it loads MLflow's monitors)")
+    burn_cpu(0.3)
+    ending = threading.Thread(target=loop.finish)  # as the supervisor's, which reads no CPU
+    ending.start()
+    ending.join()
+    assert [s.step for s in samples] == [0, 1]
+    assert samples[1].metrics[CPU_PERCENT] > 0.0
