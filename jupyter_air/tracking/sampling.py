@@ -14,9 +14,8 @@ import contextlib
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psutil
@@ -46,13 +45,10 @@ class Sample:
     t: float  # unix seconds
     step: int  # the node's sample number, from 0
     metrics: dict[str, float]
-    #: False for the host's CPU alone, psutil's, at the end of a job that ended before
-    #: MLflow's monitors were loaded: the run's tail still takes the other figures.
-    complete: bool = True
 
     def shifted(self, offset: float) -> Sample:
         """The same sample on a clock ``offset`` seconds behind this node's."""
-        return replace(self, t=self.t - offset)
+        return Sample(self.t - offset, self.step, self.metrics)
 
 
 class SampleLoop:
@@ -74,7 +70,6 @@ class SampleLoop:
         self._sampler: Any = None
         self._thread: threading.Thread | None = None
         self._last = False  # whether ``finish`` asked for a last sample
-        self._load_last = True  # and whether to load MLflow's monitors for it
 
     @property
     def loaded(self) -> bool:
@@ -128,17 +123,13 @@ class SampleLoop:
         """One sample, now, handed on (the first loads MLflow's monitors)."""
         self._on_sample(self._load().sample())
 
-    def finish(self, last: bool = True, load: bool = True) -> None:
-        """Stop; with ``last``, one last sample so even a short job has its figures:
-        all of them where MLflow's monitors are loaded, or ``load`` loads them; else the
-        host's CPU alone, which psutil gives without them (``Sample.complete``). Taken
-        on the loop's thread: psutil's CPU figure is the span since that thread's last
-        reading (the last sample, or the loop's start), and another thread's would
+    def finish(self, last: bool = True) -> None:
+        """Stop; with ``last``, one last sample so even a short job has its figures,
+        taken on the loop's thread: psutil's CPU figure is the span since that thread's
+        last reading (the last sample, or the loop's start), and another thread's would
         compare with nothing and say 0.0. Without ``last``, a loop still loading
-        MLflow's monitors is not waited for. Once: later calls do nothing."""
-        if self._stop.is_set():
-            return
-        self._last, self._load_last = last, load
+        MLflow's monitors is not waited for."""
+        self._last = last
         self._stop.set()
         self._wake.set()
         try:
@@ -154,10 +145,6 @@ class SampleLoop:
         if not self._last:
             return
         try:
-            if self.loaded or self._load_last:
-                self.take()
-            else:  # no sample was taken: this is the node's first
-                cpu = {CPU_PERCENT: psutil.cpu_percent()}
-                self._on_sample(Sample(time.time(), 0, cpu, complete=False))
+            self.take()
         except Exception as err:  # the samples already taken still count
             log.warning("last system-metrics sample failed: %s", err)

@@ -18,7 +18,6 @@ from typing import Any
 import psutil
 import pytest
 
-from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs import submit
 from jupyter_air.jobs.node import ranks
 from jupyter_air.jobs.node.hints import HintRecorder
@@ -28,7 +27,6 @@ from jupyter_air.jobs.node.ranks import LocalRanks
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.supervision import supervisor
 from jupyter_air.status import Outcome
-from jupyter_air.tracking import journal
 from jupyter_air.tracking.run_tails import Answer, MadeRun, NewRun, NoAnswer, RunNotMade, Tail
 from tests.factories import job_spec
 from tests.waits import until
@@ -328,32 +326,6 @@ def test_the_tail_process_makes_the_run_and_mlflow_is_not_loaded_here(
     )
     log = store.attempt_dir(job_id, 1) / "logs" / "node_0" / "rank_0.log"
     assert "run-from-tails" in log.read_text(), "the ranks were given that run"
-
-
-def test_a_job_over_before_its_first_sample_has_its_cpu_journaled_and_the_rest_to_come(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tails: list[Tail]
-) -> None:
-    """The cell draws its chart once the job's end is recorded: a job shorter than the
-    sampling interval has, by then, the host's CPU over its span in its journal (psutil,
-    no MLflow loaded for it); the run's tail, which has MLflow's monitors loaded, is
-    asked for the other figures."""
-    recorded: list[list[str]] = []
-    record_end = supervisor.Supervisor._record_attempt_end
-
-    def journal_when_recorded(self: supervisor.Supervisor, number: int, end: AttemptEnd) -> None:
-        files = AttemptDir(self.store.attempt_dir(self.job.id, number))
-        lines = journal.read(files.metrics_journal, 0)
-        recorded.append([point.key for points, _ in lines for point in points])
-        record_end(self, number, end)
-
-    monkeypatch.setattr(supervisor.Supervisor, "_record_attempt_end", journal_when_recorded)
-    _, sup = supervisor_of_named_only(
-        tmp_path, monkeypatch, lambda home, request: MadeRun("run-from-tails", "7")
-    )
-    assert sup.run() == 0
-    assert recorded == [["system/cpu_utilization_percentage"]]
-    assert [t.sample for t in tails] == [True]
-    assert isinstance(sup._tracking._ready.exception(timeout=10), supervisor.NotLoaded)
 
 
 @pytest.mark.heavy

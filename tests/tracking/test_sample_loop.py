@@ -72,17 +72,3 @@ def test_the_last_sample_gives_the_cpu_since_the_one_before(scenario: WriteScena
     ending.join()
     assert [s.step for s in samples] == [0, 1]
     assert samples[1].metrics[CPU_PERCENT] > 0.0
-
-
-def test_a_job_over_before_its_first_sample_ends_with_its_cpu_and_no_mlflow_loaded() -> None:
-    """A local job shorter than the sampling interval: its one sample, at its end, is the
-    host's CPU since it started, which psutil gives with no MLflow monitor loaded (the
-    run's tail adds the other figures)."""
-    samples: list[Sample] = []
-    loop = SampleLoop(3600, samples.append)
-    loop.start()
-    burn_cpu(0.3)
-    loop.finish(load=False)
-    assert not loop.loaded
-    assert [(s.step, set(s.metrics), s.complete) for s in samples] == [(0, {CPU_PERCENT}, False)]
-    assert samples[0].metrics[CPU_PERCENT] > 0.0

@@ -59,10 +59,7 @@ class LocalNode:
     def run(self, timeout: float | None = None) -> AttemptEnd:
         if self._metrics is not None:
             self._metrics.start()
-        try:
-            return self._ranks.run(timeout)
-        finally:  # the last sample before the job's end is recorded: a cell draws then
-            self._finish_metrics()
+        return self._ranks.run(timeout)
 
     def sample_now(self) -> None:
         if self._metrics is not None:
@@ -72,16 +69,11 @@ class LocalNode:
         return dump_ranks(self._ranks.running())
 
     def close(self) -> None:
-        """The last metrics sample, if ``run`` did not return (``run`` returned once
-        every rank had exited)."""
-        self._finish_metrics()
-
-    def _finish_metrics(self) -> None:
-        """The last sample: all of the figures where MLflow's monitors were loaded for
-        an earlier one, else the host's CPU alone (the run's tail, which has them loaded,
-        takes the rest: ``run_tails``)."""
+        """The last metrics sample, where MLflow's monitors were loaded for an earlier
+        one: a job that ended sooner leaves its sample to the run's tail, which has them
+        loaded (``run_tails``). ``run`` returned once every rank had exited."""
         if self._metrics is not None:
-            self._metrics.finish(load=False)
+            self._metrics.finish(last=self._metrics.loaded)
 
 
 class LocalBackend(Backend):

@@ -45,8 +45,6 @@ ASK_GAP = 1.0
 KEEP = 60.0
 #: Seconds the attempt's end waits for the feed's last MLflow call (a server that is down).
 FINISH_WAIT = 5.0
-#: Seconds a short job's last sample (its CPU alone, no MLflow call) waits to be journaled.
-LAST_SAMPLE_WAIT = 10.0
 
 
 class SystemMetricsFeed:
@@ -73,7 +71,7 @@ class SystemMetricsFeed:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-metrics-log")
         self._pending: list[Future[None]] = []
         self._lock = threading.Lock()
-        self.sampled = False  # a complete sample was handed over
+        self.sampled = False  # a sample was handed over
         #: Asks every node for a sample at once; set once the nodes are placed.
         self.ask_sample: Callable[[], None] = lambda: None
         self._cells: dict[int, LatestCell] = {}
@@ -89,14 +87,11 @@ class SystemMetricsFeed:
         """A node's new samples (on this machine's clock), logged in the background."""
         if not samples:
             return
-        complete = any(s.complete for s in samples)
         with self._lock:
             if self._over.is_set():  # a sample loop that outlived its attempt's end
                 return
-            self.sampled = self.sampled or complete
-            logged = self._submit(self._log, node, list(samples))
-        if not complete:  # a short job's CPU at its end: in the journal before its end
-            logged.result(LAST_SAMPLE_WAIT)
+            self.sampled = True
+            self._submit(self._log, node, list(samples))
 
     def _submit(self, work: Callable[..., None], *args: Any) -> Future[None]:
         """``work`` on the log thread (the lock held: not once the feed is finished)."""
@@ -109,8 +104,6 @@ class SystemMetricsFeed:
         append_samples(self._files, self.run_id, prefix(node, self._nnodes), samples, steps)
         if self._session is not None:
             self._log_cells([(node, sample) for sample in samples])
-        if not any(s.complete for s in samples):
-            return  # a short job's CPU at its end: the run's tail ships it (no MLflow here)
         client = self._client()  # MLflow loaded: the journal is shipped from now on
         if not self.run_id:
             return  # its run is not made yet (deferred): there is nothing to re-open
