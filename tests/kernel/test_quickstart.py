@@ -43,7 +43,7 @@ def test_the_quickstart_trains_on_two_ranks_and_the_demo_leaves_git_status_clean
     for name, value in kernel_env.items():
         monkeypatch.setenv(name, value)
     assert demo.prepare(workdir) == []
-    nb = demo.run_quickstart(workdir)
+    nb = demo.run_quickstart(workdir, demo.check_experiment("quickstart-test"))
     # What JupyterLab does with the demo's notebook: save it with outputs, checkpoint it.
     from jupyter_server.services.contents.filemanager import FileContentsManager
 

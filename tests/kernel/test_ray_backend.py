@@ -279,13 +279,25 @@ def system_metrics_of(kernel: Kernel, air_home: Path, cell: str) -> set[str]:
     return {key for key in run.data.metrics if key.startswith("system/")}
 
 
+#: A local job that waits for its run's first host-CPU sample (the supervisor loads MLflow's
+#: monitors first: seconds on a loaded machine). One that ends sooner has no CPU figure,
+#: since none was measured (its run's tail, taken after it, leaves psutil's 0.0 out);
+#: a Ray node samples as it closes.
+SAMPLED = """import os, time
+from mlflow import MlflowClient
+history, deadline = MlflowClient().get_metric_history, time.monotonic() + 120
+while not history(os.environ["MLFLOW_RUN_ID"], "system/cpu_utilization_percentage"):
+    assert time.monotonic() < deadline, "no host-CPU sample in the run"
+    time.sleep(0.5)"""
+
+
 def test_ray_nodes_record_the_system_metrics_a_local_job_does_under_the_same_names(
     kernel: Kernel, air_home: Path
 ) -> None:
     """One sampler and one path into MLflow for every backend: a one-node Ray job's run
     has a local job's metrics, and each node of two has them under its own name."""
     work = "import time\ntime.sleep(1.5)"
-    local = system_metrics_of(kernel, air_home, f"%%air_distributed -n 1\n{work}")
+    local = system_metrics_of(kernel, air_home, f"%%air_distributed -n 1\n{SAMPLED}")
     assert {"system/cpu_utilization_percentage", "system/gpu_0_utilization_percentage"} <= local
     one_node = f"%%air_distributed --backend ray --nnodes 1 -n 1\n{work}"
     assert system_metrics_of(kernel, air_home, one_node) == local

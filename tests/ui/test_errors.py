@@ -89,7 +89,7 @@ def test_a_failing_rank_shows_its_traceback_once_led_by_the_users_cell(
     assert output.count("ValueError: boom on rank 1") == 1, output
     assert output.count("Traceback (most recent call last)") == 1, output
     frames = re.findall(r'File "([^"]+)", line (\d+)', output)
-    assert frames[0] == ("<air_distributed cell>", "5"), frames
+    assert frames[0] == ("<air_distributed cell>", "6"), frames  # the editor's line
     assert "jupyter_air" not in output.split("Traceback (most recent call last)")[1]
     assert "its traceback is above" in output
 
