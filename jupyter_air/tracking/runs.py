@@ -170,7 +170,13 @@ def end_run(client: MlflowClient, run_id: str, job_status: str) -> None:
     running = f"tags.mlflow.parentRunId = '{run_id}' and attributes.status = 'RUNNING'"
     while children := client.search_runs([experiment_id], running):  # a page at a time
         for child in children:
-            _terminate(client, child.info.run_id, status)
+            try:
+                _terminate(client, child.info.run_id, status)
+            except mlflow.exceptions.MlflowException:
+                # Deleted meanwhile (a warm session's run made ahead for a cell that never
+                # came): nothing of it to end, and no reason to leave the parent running.
+                if client.get_run(child.info.run_id).info.lifecycle_stage != "deleted":
+                    raise
     _terminate(client, run_id, status)
 
 
