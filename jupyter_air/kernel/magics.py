@@ -15,6 +15,7 @@ from IPython.core.magic_arguments import (
 )
 from traitlets import Unicode
 
+from ..jobs.backends.settings import aliases
 from .capture import UnpicklableName, cell_payload
 from .job_options import options_from, whole_job_options
 from .launch import OptionError, cell_run_name, run
@@ -32,15 +33,8 @@ class CellMagicHelpFormatter(MagicHelpFormatter):
 
 
 @magics_class
-class AirMagics(Magics):
-    ray_address = Unicode(
-        None,
-        allow_none=True,
-        help=(
-            "Address of the Ray cluster for --backend ray, when --ray-address is not given "
-            "(default: $RAY_ADDRESS, else 'auto', the cluster this machine belongs to)."
-        ),
-    ).tag(config=True)
+class DistributedMagics(Magics):
+    """The cell magic; ``AirMagics`` adds the backends' settings as its configuration."""
 
     @magic_arguments()
     @kwds(formatter_class=CellMagicHelpFormatter)
@@ -103,6 +97,29 @@ class AirMagics(Magics):
             return run(payload, options, submission, cell, user_ns, cell_run_name())
         except (OptionError, UnpicklableName, SyntaxError) as err:
             raise UsageError(f"{err}; {SEE_HELP}") from None
+
+
+def backend_traits() -> dict[str, Unicode[str | None, str | bytes | None]]:
+    """``c.AirMagics.<field>`` for each backend's one-setting alias (the Ray backend's
+    ``ray_address``): the kernel's value of that setting for a call that names none.
+    Declared by the backend with its alias, so that no backend is named here."""
+    return {
+        alias.field: Unicode(
+            None,
+            allow_none=True,
+            help=f"This kernel's {alias.flag}, for a call without one: {alias.help}",
+        ).tag(config=True)
+        for _, alias in aliases()
+        if alias.setting is not None
+    }
+
+
+#: ``%%air_distributed``, configured as ``c.AirMagics`` (IPython's configuration by class name).
+AirMagics = type(
+    "AirMagics",
+    (DistributedMagics,),
+    {"__module__": __name__, "__doc__": DistributedMagics.__doc__, **backend_traits()},
+)
 
 
 def _only_session_options(line: str) -> None:

@@ -5,6 +5,7 @@ a backend from a distribution of its own plugs in with no file of ours changed."
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from jupyter_air.jobs import backends
-from jupyter_air.jobs.backends.settings import table
+from jupyter_air.jobs.backends.settings import aliases, table
 from jupyter_air.jobs.workload_file import Submission
 from jupyter_air.kernel.job_options import options_from
 from jupyter_air.kernel.launch import OptionError, Options
@@ -23,7 +24,10 @@ from tests.air_cli import air
 from tests.backend_contract import sandbox_installed
 from tests.waits import job_processes, until, wait_settled
 
+PACKAGE = Path(__file__).parents[2] / "jupyter_air"
 DOCS = Path(__file__).parents[2] / "docs" / "backends.md"
+#: Records of an earlier version, whose flat ``ray_address`` is read as it was written.
+EARLIER_RECORDS = PACKAGE / "jobs" / "spec.py"
 SLURM_GPU = {"partition": "gpu", "time": "30"}
 
 
@@ -54,6 +58,43 @@ def test_every_spelling_of_a_backend_s_settings_gives_the_same_settings() -> Non
         magic("--backend", "ray", "--backend-opt", "address=10.0.0.1:6379"),
     ]
     assert [s.backend_settings for s in ray] == [{"address": "10.0.0.1:6379"}] * len(ray)
+
+
+def test_no_module_outside_a_backend_s_package_names_the_backend_or_its_settings() -> None:
+    """Code, not prose: string constants and names (docstrings say what they like)."""
+    spelled = {name for name in backends.names() if name != "local"}
+    spelled |= {word for _, alias in aliases() for word in (alias.field, alias.flag)}
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        if (PACKAGE / "jobs" / "backends") in path.parents or path == EARLIER_RECORDS:
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        for node in ast.walk(tree):
+            word = (
+                node.value
+                if isinstance(node, ast.Constant) and id(node) not in docstrings
+                else node.id
+                if isinstance(node, ast.Name)
+                else node.attr
+                if isinstance(node, ast.Attribute)
+                else None
+            )
+            if word in spelled:
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {word!r}")
+    assert found == []
+
+
+def test_the_kernel_is_configured_by_each_one_setting_alias_its_backend_declares() -> None:
+    configurable = AirMagics.class_traits(config=True)
+    assert set(configurable) == {alias.field for _, alias in aliases() if alias.setting}
+    assert configurable["ray_address"].default() is None  # c.AirMagics.ray_address, kept
 
 
 def test_flags_give_text_that_the_backend_s_model_reads_as_its_types() -> None:
