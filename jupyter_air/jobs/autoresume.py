@@ -18,8 +18,6 @@ does. A value the caller passes, ``False`` included, is left alone.
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import inspect
 import os
 import sys
@@ -30,6 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ..import_hooks import when_imported
 from .checkpoints import (
     AUTO_RESUME_ENV,
     JOB_STARTED_ENV,
@@ -170,52 +169,8 @@ def patch(module: ModuleType, hook: Hook) -> None:
     setattr(cls, hook.method, wrap(hook, method))
 
 
-class _Patching(importlib.abc.Loader):
-    """The module's own loader, then the hook: a loader of its own, so one shared by
-    other modules (zipimport's) is left as it is."""
-
-    def __init__(self, loader: Any, hook: Hook) -> None:
-        self._loader = loader
-        self._hook = hook
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        created: ModuleType | None = self._loader.create_module(spec)
-        return created
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        patch(module, self._hook)
-
-    def __getattr__(self, name: str) -> Any:  # get_source, get_resource_reader, ...
-        return getattr(self._loader, name)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds the hooked modules as the finders after it would, and patches each once it
-    has run; anything unexpected leaves the import to them."""
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        hook = HOOKS.get(fullname)
-        if hook is None:
-            return None
-        try:
-            spec = next(
-                (
-                    found
-                    for finder in sys.meta_path
-                    if finder is not self and hasattr(finder, "find_spec")
-                    if (found := finder.find_spec(fullname, path, target)) is not None
-                ),
-                None,
-            )
-            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-                return None
-            spec.loader = _Patching(spec.loader, hook)
-            return spec
-        except Exception:
-            return None
+#: One patch per hooked module, the same object each time (``when_imported`` keeps one).
+_PATCHES = {name: functools.partial(patch, hook=hook) for name, hook in HOOKS.items()}
 
 
 def install() -> None:
@@ -229,10 +184,5 @@ def install() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join(kept)
     else:
         os.environ.pop("PYTHONPATH", None)
-    if any(isinstance(f, _Finder) for f in sys.meta_path):
-        return
-    sys.meta_path.insert(0, _Finder())
-    for name, hook in HOOKS.items():
-        module = sys.modules.get(name)
-        if module is not None:
-            patch(module, hook)
+    for name, patching in _PATCHES.items():
+        when_imported(name, patching)

@@ -210,9 +210,9 @@ def test_the_hooks_sitecustomize_runs_the_one_it_hides(tmp_path: Path) -> None:
             sys.executable,
             "-c",
             "import os, sys, builtins\n"
-            "from jupyter_air.jobs import autoresume\n"
+            "from jupyter_air import import_hooks\n"
             "print(getattr(builtins, 'MINE_RAN', False),"
-            " any(isinstance(f, autoresume._Finder) for f in sys.meta_path),"
+            " any(isinstance(f, import_hooks._Finder) for f in sys.meta_path),"
             " os.environ['PYTHONPATH'])",
         ],
         env=env,
