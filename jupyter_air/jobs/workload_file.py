@@ -3,7 +3,7 @@
 pydantic checks the fields (unknown ones refused, types strict); PyYAML's node marks
 give each field's line, so a message reads ``compute.nproc_per_node (line 4): ...``.
 ``Submission`` holds the rules every submission obeys: the magic's and the decorator's
-options are checked by it too (``kernel.launch.Options``), named as their flags.
+options are checked by it too (``kernel.options.Options``), named as their flags.
 """
 
 from __future__ import annotations

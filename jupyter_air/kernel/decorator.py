@@ -11,7 +11,8 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from ..jobs.backends.settings import owner
 from .capture import Payload
-from .launch import Options, run
+from .launch import run
+from .options import Options
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -16,7 +16,7 @@ from IPython.core.magic_arguments import argument
 from ..jobs.backends import get, names
 from ..jobs.backends.base import Alias, Backend
 from ..jobs.backends.settings import FLAG, BadPair, aliases, from_pairs
-from .launch import OptionError, Options, parse_env
+from .options import OptionError, Options, parse_env
 
 F = TypeVar("F", bound=Callable[..., Any])
 

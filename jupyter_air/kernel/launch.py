@@ -7,179 +7,43 @@ names that cannot be pickled) is refused before a job, a run or a process exists
 from __future__ import annotations
 
 import contextlib
-import keyword
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import cloudpickle
-from pydantic import ValidationError
 
 from ..identity import Identity, mlflow_user, server_owner
 from ..job_dir import AttemptDir
 from ..jobs import cancel
 from ..jobs.follow import LogFollower
 from ..jobs.permissions import Grant
-from ..jobs.request import Defaults, JobRequest, Program
-from ..jobs.service import JobService, Refused, check_grants
+from ..jobs.request import JobRequest, Program
+from ..jobs.service import JobService, Refused
 from ..jobs.spec import JobKind
 from ..jobs.store import Job, JobStore
-from ..jobs.workload_file import Submission, TrackingMode, describe
+from ..jobs.workload_file import Submission
 from ..logs.query import LogFilter
 from ..redact import redact
 from ..status import JobStatus, Outcome
 from ..tracking import backlog, journal
 from ..tracking.backlog import describe as describe_error
-from ..tracking.targets import ExperimentRef, RunTarget, current_tracking_uri
+from ..tracking.targets import RunTarget
 from .capture import Payload
+from .destination import KernelDestination
 from .display import OPEN_RUN, JobView
+from .options import Options, option_error
 from .session import cell_id, notebook_path
 
-#: The magic's flags, as the rules of ``Submission`` name what they speak of.
-FLAGS = {
-    "compute.nproc_per_node": "--nproc-per-node",
-    "compute.nnodes": "--nnodes",
-    "compute.oversubscribe": "--oversubscribe",
-    "backend": "--backend",
-    "backend named": "--backend {}",
-    "a backend": "the {} backend",
-    "backend setting": "--backend-opt {key}",
-    "alias": "{flag}",
-    "alias setting": "{flag} {key}",
-    "tracking": "--tracking",
-    "max_retries": "--max-retries",
-    "env": "--env",
-    "permissions": "--share",
-    "notify": "--notify",
-    "checkpoint_dir": "--checkpoint-dir",
-    "resume": "--resume",
-}
 #: Seconds an interrupted job gets to stop all its ranks (SIGINT, SIGTERM, SIGKILL).
 CANCEL_WAIT = 20.0
 POLL = 0.1
-
-
-def _targets(notify: Any) -> list[Any] | None:
-    """``--notify``'s strings, or ``notify=``'s target, or its list of them (``none``
-    alone: no notification)."""
-    if notify is None:
-        return None
-    if isinstance(notify, str | Mapping):
-        notify = [notify]
-    return [n for n in notify if n != "none"]
-
-
-class OptionError(ValueError):
-    """An option of a distributed call is invalid; nothing was started."""
-
-
-@dataclass
-class Options:
-    """The options of ``%%air_distributed`` and ``@distributed``."""
-
-    nproc_per_node: int | None = None
-    nnodes: int = 1
-    backend: str = "local"
-    #: The backend's own settings (``Backend.settings_model``): ``--backend-opt``'s.
-    backend_settings: Mapping[str, Any] = field(default_factory=dict)
-    #: Older spellings of the backend's settings, by field (``Backend.aliases``):
-    #: ``slurm={...}``, ``--ray-address``.
-    aliased: Mapping[str, Any] = field(default_factory=dict)
-    experiment: str | None = None
-    run_name: str | None = None
-    max_retries: int = 0
-    env: dict[str, str] = field(default_factory=dict)
-    output_ranks: str = "all"
-    timeout: float | None = None
-    background: bool = False
-    out: list[str] = field(default_factory=list)
-    #: Start more ranks than this machine holds (see ``jobs.capacity``).
-    oversubscribe: bool = False
-    #: Grants at submission: ``bob:CAN_VIEW``, ``group:ml-team:CAN_MANAGE_RUN``.
-    share: list[str] = field(default_factory=list)
-    #: ``deferred``: run even when the tracking server does not answer.
-    tracking: str = TrackingMode.REQUIRED
-    #: Whom the job tells (``notify.targets``): None for the user's defaults, [] for none.
-    notify: list[Any] | None = None
-    #: The job's checkpoint place (``jobs.checkpoints``); None: the default.
-    checkpoint_dir: str | None = None
-    #: A job whose latest complete checkpoint the first attempt starts from.
-    resume: str | None = None
-
-    def validate(self) -> Submission:
-        """Refuse what cannot run; the submission the options make. The rules a workload
-        file obeys are ``Submission``'s, named here as the flags, and the grants are
-        checked as the jobs service's ``place`` does; the rest are the kernel's own."""
-        submission = self._submission()
-        if self.timeout is not None and not self.timeout > 0:
-            raise OptionError(f"--timeout must be a number of seconds > 0, got {self.timeout}")
-        if self.output_ranks not in ("all", "0", "none"):
-            raise OptionError(f"--output-ranks must be all, 0 or none, got {self.output_ranks!r}")
-        for name in self.out:
-            if not name.isidentifier() or keyword.iskeyword(name):
-                raise OptionError(f"--out {name!r}: not a Python name")
-        if self.background and self.out:
-            raise OptionError("--out cannot bring values back from a --background job")
-        try:
-            check_grants(server_owner(), submission)
-        except Refused as err:
-            raise option_error(err) from None
-        return submission
-
-    def defaults(self) -> Defaults:
-        """This kernel's defaults for the job: one rank per GPU here, the backend's
-        settings from ``c.AirMagics`` (the Ray address)."""
-        return Defaults(
-            nproc_per_node=self.nproc_per_node,
-            oversubscribe=self.oversubscribe,
-            override="--oversubscribe (oversubscribe=True for @distributed)",
-            settings=kernel_settings(self.backend),
-        )
-
-    def _submission(self) -> Submission:
-        fields = {
-            "compute": {
-                "nproc_per_node": 1 if self.nproc_per_node is None else self.nproc_per_node,
-                "nnodes": self.nnodes,
-                "oversubscribe": self.oversubscribe,
-            },
-            "backend": self.backend,
-            "backend_settings": dict(self.backend_settings),
-            **self.aliased,
-            "max_retries": self.max_retries,
-            "env": self.env,
-            "permissions": list(self.share),
-            "tracking": self.tracking,
-            "notify": _targets(self.notify),
-            "checkpoint_dir": None if self.checkpoint_dir is None else str(self.checkpoint_dir),
-            "resume": self.resume,
-        }
-        try:
-            return Submission.model_validate(fields, context={"names": FLAGS})
-        except ValidationError as err:
-            raise OptionError(describe(err, _flag)) from None
-
-
-def _flag(loc: tuple[Any, ...]) -> str:
-    dotted = ".".join(str(part) for part in loc[:2])
-    return FLAGS.get(dotted) or FLAGS.get(str(loc[0])) or dotted
-
-
-def parse_env(pairs: list[str]) -> dict[str, str]:
-    env = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise OptionError(f"--env {pair!r}: expected KEY=VALUE")
-        env[key] = value
-    return env
 
 
 class JobFailed(RuntimeError):
@@ -217,26 +81,6 @@ class Interrupted(KeyboardInterrupt):
 def kernel_service() -> JobService:
     """The jobs service as this kernel's owner: the user whose server runs it."""
     return JobService(JobStore(), Identity(server_owner()))
-
-
-@dataclass(frozen=True)
-class KernelDestination:
-    """Where a kernel's call sends its runs (``request.Destination``): resolved here, where
-    the notebook's active run, ``MLFLOW_RUN_ID`` and ``mlflow.set_experiment()`` are."""
-
-    experiment: str | None
-    user: str
-    notebook: str | None
-    tracking_uri: str = field(default_factory=current_tracking_uri)
-
-    def resolve(self) -> RunTarget:
-        from ..tracking import runs
-
-        with runs.quiet_store_setup():
-            return runs.resolve_target(self.experiment, self.user, self.notebook)
-
-    def unanswered(self) -> ExperimentRef:
-        return deferred_target(self.experiment, self.user, self.notebook, self.tracking_uri)
 
 
 def cell_run_name() -> str:
@@ -383,32 +227,6 @@ def end_in_time(
     )
 
 
-def deferred_target(
-    option_experiment: str | None, user: str, notebook: str | None, tracking_uri: str
-) -> ExperimentRef:
-    """The experiment a deferred call's runs go to, by name, without asking the server:
-    ``--experiment``, then ``MLFLOW_EXPERIMENT_NAME``, then ``/Users/<user>/<notebook>``.
-    A run to resume or nest under, or an experiment known only by its id, needs the
-    server: refused."""
-    from mlflow.tracking import fluent
-
-    from ..tracking.runs import default_experiment_name
-
-    why = "does not answer"
-    if os.environ.get("MLFLOW_RUN_ID") or fluent.active_run() is not None:
-        raise OptionError(
-            f"--tracking deferred: the server {why}, and this call's run is "
-            "nested in or resumes a run of it: end that run, or wait for it"
-        )
-    name = option_experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME")
-    if not name and (os.environ.get("MLFLOW_EXPERIMENT_ID") or fluent._active_experiment_id):
-        raise OptionError(
-            f"--tracking deferred: the server {why}, and the notebook's "
-            "experiment is known by its id only: name it with --experiment"
-        )
-    return ExperimentRef(tracking_uri, name or default_experiment_name(user, notebook))
-
-
 def job_links_logs(job_id: str) -> str | None:
     """The job's logs view, where a Jupyter server is known."""
     from ..tracking.ui_links import logs_url
@@ -425,31 +243,6 @@ def announce_grants(store: JobStore, job: Job, grants: tuple[Grant, ...]) -> Non
     report = mirror(store, job, grants)
     lines = [f"Shared: {', '.join(map(str, grants))}", *(report.lines() if report else [])]
     print("\n".join(lines))
-
-
-def option_error(err: Refused) -> OptionError:
-    """A refusal, said with the magic's flag where it names the workload-file field."""
-    if err.field in ("permissions", "resume", "checkpoint_dir"):
-        return OptionError(f"{FLAGS[err.field]}: {err}")
-    return OptionError(str(err))
-
-
-def kernel_settings(backend: str) -> dict[str, Any]:
-    """The backend's settings this kernel's IPython configuration gives, for a call that
-    names none: ``c.AirMagics.<alias>`` of the backend's one-setting aliases (the Ray
-    cluster's ``c.AirMagics.ray_address``)."""
-    from IPython import get_ipython
-
-    from ..jobs.backends.settings import aliases
-
-    shell = get_ipython()
-    magics = shell.magics_manager.registry.get("AirMagics") if shell is not None else None
-    found: dict[str, Any] = {}
-    for owner, alias in aliases():
-        value = getattr(magics, alias.field, None)
-        if owner.name == backend and alias.setting is not None and value:
-            found[alias.setting] = value
-    return found
 
 
 def job_links(

@@ -18,7 +18,8 @@ from traitlets import Unicode
 from ..jobs.backends.settings import aliases
 from .capture import UnpicklableName, cell_payload
 from .job_options import options_from, whole_job_options
-from .launch import OptionError, cell_run_name, run
+from .launch import cell_run_name, run
+from .options import OptionError
 
 #: Where a refused option points the user.
 SEE_HELP = "see %%air_distributed? for the options"

@@ -15,7 +15,7 @@ from ..jobs.sessions.host import SessionEnded
 from .capture import UnpicklableName, cell_payload
 from .display import link_parts
 from .job_options import options_from, whole_job_options
-from .launch import OptionError
+from .options import OptionError
 from .warm_session import NoSession, WarmSession
 
 SEE_HELP = "see %air_session? for the options"

@@ -60,20 +60,18 @@ from ..tracking.backlog import Part
 from ..tracking.backlog import describe as describe_error
 from ..tracking.targets import RunTarget
 from ..tracking.ui_links import logs_url
+from .destination import KernelDestination
 from .display import JobView
 from .launch import (
     Interrupted,
     JobFailed,
-    KernelDestination,
-    OptionError,
-    Options,
     announce_grants,
     end_in_time,
     job_links,
     kernel_service,
-    option_error,
     take_value,
 )
+from .options import OptionError, Options, option_error
 from .session import cell_id, notebook_path
 
 #: Seconds the ranks get to start and reach the kernel.

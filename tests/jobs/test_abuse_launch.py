@@ -17,7 +17,7 @@ from jupyter_air.jobs.node.launch import RankSpec
 from jupyter_air.jobs.node.ranks import LocalRanks
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.kernel.decorator import distributed
-from jupyter_air.kernel.launch import OptionError
+from jupyter_air.kernel.options import OptionError
 from tests.cli.test_cli import air, submitted_id
 from tests.conftest import WriteScenario
 from tests.fake_nvml import Scenario

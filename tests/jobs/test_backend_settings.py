@@ -18,8 +18,8 @@ from jupyter_air.jobs import backends
 from jupyter_air.jobs.backends.settings import aliases, table
 from jupyter_air.jobs.workload_file import Submission
 from jupyter_air.kernel.job_options import options_from
-from jupyter_air.kernel.launch import OptionError, Options
 from jupyter_air.kernel.magics import AirMagics
+from jupyter_air.kernel.options import OptionError, Options
 from tests.air_cli import air
 from tests.backend_contract import sandbox_installed
 from tests.waits import job_processes, until, wait_settled

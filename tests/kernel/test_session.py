@@ -22,8 +22,8 @@ from jupyter_air.jobs.permissions import Grant, Level, Principal
 from jupyter_air.jobs.sessions import cells as session_cells
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.kernel.job_options import options_from
-from jupyter_air.kernel.launch import Options
 from jupyter_air.kernel.magics import AirMagics
+from jupyter_air.kernel.options import Options
 from jupyter_air.kernel.session_magic import AirSessionMagics
 from jupyter_air.logs.query import LogFilter, read_all
 from tests.kernel.conftest import Kernel

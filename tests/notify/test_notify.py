@@ -400,7 +400,7 @@ def test_the_defaults_are_for_unwatched_jobs_and_a_watched_call_notifies_when_it
 
 
 def test_a_bad_notify_option_of_the_magic_is_refused_in_one_line_naming_the_flag() -> None:
-    from jupyter_air.kernel.launch import OptionError, Options
+    from jupyter_air.kernel.options import OptionError, Options
 
     with pytest.raises(OptionError) as refused:
         Options(notify=["email:me@example.com on:finished"]).validate()
