@@ -16,6 +16,7 @@ from .capture import UnpicklableName, cell_payload
 from .display import link_parts
 from .job_options import options_from, whole_job_options
 from .options import OptionError
+from .session_status import describe, shape
 from .warm_session import NoSession, WarmSession
 
 SEE_HELP = "see %air_session? for the options"
@@ -80,7 +81,7 @@ class AirSessionMagics(Magics):
         except UsageError as err:
             raise UsageError(f"{err}; {SEE_HELP}") from None
         if args.action == "status":
-            print(current.describe() if current is not None else "no session")
+            print(describe(current) if current is not None else "no session")
         elif args.action == "restart":
             if current is None:
                 raise UsageError("no session to restart: start one with %air_session start -n N")
@@ -96,7 +97,7 @@ class AirSessionMagics(Magics):
                 print("no session is running")
                 return
             current.stop()
-            print(current.describe())
+            print(describe(current))
         else:
             if current is not None and current.session.ended is None:
                 raise UsageError(
@@ -126,7 +127,7 @@ def announce(session: WarmSession, note: str = "") -> None:
     Jupyter server serves the pages, else the run's name and the commands that open it."""
     links = session.links(session.run_id)
     parts_html, parts_text = link_parts(session.job_id, session.run_name, links)
-    ready = f"{session.shape()} ready{note}"
+    ready = f"{shape(session)} ready{note}"
     job_html = f"<b>Session job</b> <code>{html.escape(session.job_id)}</code>"
     head_html = " · ".join([job_html, html.escape(ready), *parts_html])
     head_text = " | ".join([f"Session job {session.job_id}: {ready}", *parts_text])
