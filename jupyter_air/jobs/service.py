@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..identity import Identity
+from ..job_dir import AttemptDir, JobDir
 from ..notify.targets import BadTarget, Target
+from ..perf import profiles
+from ..perf.profiles import Profile
 from ..tracking.targets import ExperimentRef, RunTarget
 from . import backends, cancel, checkpoints, running
 from .backends.base import Backend, BackendRefused, Placement
@@ -434,6 +437,52 @@ class JobService:
                 if taken is not None:
                     found.append((a.attempt, taken))
         return found
+
+    def profile(
+        self,
+        job_id: str,
+        steps: int = profiles.DEFAULT_STEPS,
+        timeout: float = profiles.DEFAULT_TIMEOUT,
+    ) -> Profile:
+        """Ask every rank of the running job to profile its next ``steps`` steps
+        (CAN_MANAGE_RUN, as for its stacks: it slows them); the profile, to wait on and
+        finish (``perf.profiles``). A session profiles the cell it runs, onto its run."""
+        job = self.get(job_id, Level.CAN_MANAGE_RUN)
+        attempts = self.store.attempts(job.id)
+        if job.done or not attempts:
+            raise Conflict(f"job {job.id} runs no rank now ({job.status.lower()}): no profile")
+        attempt = attempts[-1]
+        where, run_id = self.store.attempt_dir(job.id, attempt.attempt), attempt.run_id
+        if job.spec.kind is JobKind.SESSION:
+            from .sessions.cells import latest
+
+            cell = latest(JobDir(self.store.job_dir(job.id)))
+            if cell is None or cell.ended is not None:
+                raise Conflict(f"session {job.id} runs no cell now: profile one while it runs")
+            where, run_id = AttemptDir(where).late_cell(cell.cell).path, cell.run_id or None
+        try:
+            return profiles.request(
+                where / profiles.PERF,
+                steps=steps,
+                ranks=job.spec.compute.world_size,
+                by=self.caller.name,
+                job_id=job.id,
+                attempt=attempt.attempt,
+                run_id=run_id,
+                tracking_uri=job.spec.tracking.tracking_uri,
+                timeout=timeout,
+            )
+        except profiles.BadRequest as err:
+            raise Refused("steps", str(err)) from None
+        except profiles.Busy as err:
+            raise Conflict(str(err)) from None
+        except OSError as err:  # another user's files: ask where the job's owner can
+            raise Conflict(f"cannot ask the ranks of job {job.id}: {err}") from None
+
+    def profiles(self, job_id: str) -> tuple[Job, list[Profile]]:
+        """The job (CAN_VIEW) and the profiles asked of it, oldest first."""
+        job = self.get(job_id)
+        return job, profiles.of_job(self.store.job_dir(job.id))
 
     def wait(self, job: Job, timeout: float) -> Job:
         """The job (already read by the caller) once it ended, or as it is after

@@ -42,6 +42,9 @@ MAX_STEPS = 100
 DEFAULT_TIMEOUT = 120.0
 MAX_TIMEOUT = 3600.0
 
+#: An attempt's folder of step marks, the ranks' ``AIR_PERF_DIR`` (a warm session's
+#: cell N: ``attempt_1/cell_N/perf``).
+PERF = "perf"
 PROFILES = "profiles"
 REQUEST = "request.json"
 PROFILE = "profile.json"
@@ -239,6 +242,15 @@ def of_attempt(perf_dir: Path) -> list[Profile]:
         return []
     found = [read(p) for p in sorted(root.iterdir()) if PROFILE_ID.fullmatch(p.name)]
     return [p for p in found if p is not None]
+
+
+def of_job(job_dir: Path) -> list[Profile]:
+    """Every profile of a job (its attempts', a session's cells'), oldest first."""
+    found = []
+    for pattern in ("attempt_*", "attempt_*/cell_*"):
+        for place in job_dir.glob(f"{pattern}/{PERF}"):
+            found.extend(of_attempt(place))
+    return sorted(found, key=lambda p: p.requested)
 
 
 def wait(
