@@ -13,7 +13,7 @@ try:
 except ImportError:  # a source tree that was never built
     __version__ = "0.0.0.dev0"
 
-__all__ = ["__version__", "distributed", "log_metrics", "rank_zero_only"]
+__all__ = ["__version__", "distributed", "log_metrics", "rank_zero_only", "step"]
 
 
 def __getattr__(name: str) -> Any:
@@ -25,6 +25,10 @@ def __getattr__(name: str) -> Any:
         from . import ranks
 
         return getattr(ranks, name)
+    if name == "step":
+        from .perf.hooks import step
+
+        return step
     raise AttributeError(f"module 'jupyter_air' has no attribute {name!r}")
 
 

@@ -58,6 +58,10 @@ class _Patching(importlib.abc.Loader):
         return created
 
     def exec_module(self, module: ModuleType) -> None:
+        # The module keeps its real loader (tracebacks, importlib.resources, reload).
+        module.__loader__ = self._loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
         self._loader.exec_module(module)
         with _lock:
             patches = list(_patches.get(module.__name__, ()))

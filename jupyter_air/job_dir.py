@@ -15,11 +15,13 @@
     jobs/<id>/attempt_K/gpu/node_N.json   node N's GPU sampler snapshot (multi-node)
     jobs/<id>/attempt_K/metrics.jsonl     rank 0's ``log_metrics`` journal (``tracking.journal``)
     jobs/<id>/attempt_K/metrics.shipped   how many bytes of it have landed in MLflow
+    jobs/<id>/attempt_K/perf/rank-R.jsonl  rank R's step marks (``perf.marks``, AIR_PERF_DIR)
     jobs/<id>/attempt_K/tracking.json     what of the run waits for its tracking server, and why
     jobs/<id>/attempt_1/tracking_cell_N.json  the same for a warm session's cell N's own run
     jobs/<id>/attempt_K/late_run.json     a deferred attempt's run, made by its tail process
     jobs/<id>/attempt_1/cell_N/           a session's cell N run without its run (deferred):
-                                          its journal, and its run once made
+                                          its journal, and its run once made; a
+                                          warm session's cell N's step marks (perf/)
     jobs/<id>/attempt_K/logs/node_N/rank_R.log   rank R's records
 
 A Ray node agent lays out its node's scratch directory the same way. The JSON files
@@ -53,6 +55,7 @@ LOGS = "logs"
 GPU = "gpu"
 METRICS_JOURNAL = "metrics.jsonl"
 METRICS_SHIPPED = "metrics.shipped"
+PERF = "perf"
 TRACKING_BACKLOG = "tracking.json"
 LATE_RUN = "late_run.json"
 #: The checkpoint an attempt resumed from (``jobs.checkpoints``).
@@ -169,6 +172,11 @@ class AttemptDir:
     @property
     def metrics_shipped(self) -> Path:
         return self.path / METRICS_SHIPPED
+
+    @property
+    def perf(self) -> Path:
+        """The ranks' step marks, a file per rank (``AIR_PERF_DIR``; ``perf.marks``)."""
+        return self.path / PERF
 
     @property
     def tracking_backlog(self) -> Path:

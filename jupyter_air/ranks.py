@@ -1,4 +1,5 @@
-"""Helpers for code running on the ranks: log from rank 0 only.
+"""Helpers for code running on the ranks: log from rank 0 only; ``log_metrics``'s steps
+mark the loop's steps too (``perf.hooks``), for its step time, progress and ETA.
 
 As the managed product advises, metrics are logged once per step from rank 0, not
 once per rank. These helpers are no-ops on every other rank. In a job, rank 0's
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
+from .perf.hooks import loop_step
 from .tracking.journal import ATTEMPT_RUN, JOURNAL_ENV, Writer
 
 P = ParamSpec("P")
@@ -60,6 +62,8 @@ def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
     rank); a run the code started itself is used when no job run is set. In a job the
     points are journaled and shipped in the background (see ``tracking.journal``).
     """
+    if step is not None:  # the loop's cadence: its step marks (``perf.hooks``)
+        loop_step(step)
     run_id = os.environ.get("MLFLOW_RUN_ID")
     journal = _journal_writer()
     if journal is not None and run_id is not None:  # "": its run is made later (deferred)

@@ -9,10 +9,12 @@ in the library's layout, else, on a retry, the latest complete one the library i
 wrote since the job started (the Trainer's ``output_dir``; Lightning's checkpoint
 callbacks' folders and ``default_root_dir/lightning_logs``). The rank's output says so.
 
-Installed at a rank's start by ``autoresume_site/sitecustomize.py``, which the rank's
-environment puts first on ``PYTHONPATH`` only for an attempt that may resume (a retry or
+Installed at a rank's start by ``autoresume_site/sitecustomize.py`` (first on every
+rank's ``PYTHONPATH``, for the step marks too) in an attempt that may resume (a retry or
 ``--resume``), unless ``AIR_AUTO_RESUME=0``; so ``python train.py`` gets it as a cell
-does. A value the caller passes, ``False`` included, is left alone.
+does. The folder leaves ``PYTHONPATH`` there: a process the rank starts (a trial, a
+tool) is not the rank, and does not resume by itself. A value the caller passes,
+``False`` included, is left alone.
 """
 
 from __future__ import annotations
@@ -174,15 +176,6 @@ _PATCHES = {name: functools.partial(patch, hook=hook) for name, hook in HOOKS.it
 
 
 def install() -> None:
-    """Hook the libraries when (if ever) they are imported; those already are, now. The
-    hook's folder leaves ``PYTHONPATH``: a process this one starts (a trial, a tool) is
-    not the rank, and does not resume by itself."""
-    site = os.path.realpath(SITE)
-    parts = os.environ.get("PYTHONPATH", "").split(os.pathsep)
-    kept = [p for p in parts if p and os.path.realpath(p) != site]
-    if kept:
-        os.environ["PYTHONPATH"] = os.pathsep.join(kept)
-    else:
-        os.environ.pop("PYTHONPATH", None)
+    """Hook the libraries when (if ever) they are imported; those already are, now."""
     for name, patching in _PATCHES.items():
         when_imported(name, patching)

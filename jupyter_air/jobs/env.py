@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..perf import marks
 from . import autoresume
 
 #: The job a process without ``AIR_JOB_ID`` works for: a scheduled notebook's kernel
@@ -98,7 +99,9 @@ def rank_env(
         env["OMP_NUM_THREADS"] = "1"  # as torchrun: several ranks share the node's cores
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = gpus[place.local_rank % len(gpus)]
-    if autoresume.wanted(env):  # the HF Trainer and Lightning resume by themselves
+    # The HF Trainer and Lightning mark their steps (``perf.hooks``), and resume by
+    # themselves on a retry, with no change to a script's code.
+    if marks.enabled(env) or autoresume.wanted(env):
         env["PYTHONPATH"] = autoresume.site_path(env)
     return env
 

@@ -186,17 +186,21 @@ def test_master_port_comes_from_below_the_ephemeral_ports_that_others_get_unaske
 ONE = RankPlace(rank=0, local_rank=0, node_rank=0, nproc_per_node=1, nnodes=1)
 
 
-def test_only_an_attempt_that_may_resume_gets_the_auto_resume_hook_first_on_its_path() -> None:
+def test_every_rank_gets_the_hooks_site_first_on_its_path_unless_nothing_needs_it() -> None:
+    """The step marks (issue 38) need it in every rank; resuming (issue 26) on a retry or
+    ``--resume``; with ``AIR_PERF=0`` and nothing to resume, the path is the user's."""
     from jupyter_air.jobs.autoresume import SITE
 
     first = env_of(ONE, {"PYTHONPATH": "/mine"}, attempt=1)
-    assert first["PYTHONPATH"] == "/mine", "a first attempt has nothing to resume"
-    retry = env_of(ONE, {"PYTHONPATH": "/mine"}, attempt=2)
+    assert first["PYTHONPATH"] == f"{SITE}{os.pathsep}/mine", "steps marked, no code changed"
+    off = env_of(ONE, {"PYTHONPATH": "/mine", "AIR_PERF": "0"}, attempt=1)
+    assert off["PYTHONPATH"] == "/mine", "a first attempt has nothing to resume"
+    retry = env_of(ONE, {"PYTHONPATH": "/mine", "AIR_PERF": "0"}, attempt=2)
     assert retry["PYTHONPATH"] == f"{SITE}{os.pathsep}/mine"
-    resumed = env_of(ONE, {}, attempt=1, extra={"AIR_RESUME_FROM": "/ckpt/step-1"})
+    resumed = env_of(ONE, {"AIR_PERF": "0"}, attempt=1, extra={"AIR_RESUME_FROM": "/ckpt/step-1"})
     assert resumed["PYTHONPATH"] == str(SITE)
-    off = env_of(ONE, {}, attempt=2, extra={"AIR_AUTO_RESUME": "0"})
-    assert "PYTHONPATH" not in off
+    neither = env_of(ONE, {"AIR_PERF": "0"}, attempt=2, extra={"AIR_AUTO_RESUME": "0"})
+    assert "PYTHONPATH" not in neither
 
 
 def test_the_hooks_sitecustomize_runs_the_one_it_hides(tmp_path: Path) -> None:

@@ -1,22 +1,51 @@
-"""Run by Python at the start of a jupyter_air rank that may resume (see
-``jupyter_air.jobs.autoresume``): hooks the HF Trainer and Lightning, then runs the
-``sitecustomize`` this one hides, if any, once. A failure here never stops the rank; an
-interpreter without jupyter_air (a workload's own Python) is left as it is."""
+"""Run by Python at the start of every jupyter_air rank (see ``jobs.env``): marks the
+HF Trainer's and Lightning's steps (``jupyter_air.perf.hooks``, unless ``AIR_PERF=0``)
+and, in an attempt that may resume, resumes them (``jupyter_air.jobs.autoresume``); then
+runs the ``sitecustomize`` this one hides, if any, once. This folder leaves
+``PYTHONPATH``: a process the rank starts (a trial, a tool) is not the rank. A failure
+here never stops the rank; an interpreter without jupyter_air (a workload's own Python)
+is left as it is."""
 
 import importlib.machinery
 import importlib.util
 import os
 import sys
 
-try:
-    from jupyter_air.jobs import autoresume
-except ImportError:
-    autoresume = None  # type: ignore[assignment]
-if autoresume is not None:
+
+def _leave_path() -> None:
+    here = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
+    parts = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    kept = [p for p in parts if p and os.path.realpath(p) != here]
+    if kept:
+        os.environ["PYTHONPATH"] = os.pathsep.join(kept)
+    else:
+        os.environ.pop("PYTHONPATH", None)
+
+
+def _install() -> None:
     try:
-        autoresume.install()
+        from jupyter_air.perf import hooks
+    except ImportError:
+        return
+    try:
+        hooks.install()
+    except Exception as err:  # the rank runs, its steps unmarked
+        print(f"[air] step marks are off: {err!r}", file=sys.stderr, flush=True)
+    # Only a retry or a resumed job may resume (``autoresume.wanted`` says which):
+    # a first attempt does not import what resuming needs.
+    if not (os.environ.get("AIR_RESUME_FROM") or os.environ.get("AIR_ATTEMPT", "1") != "1"):
+        return
+    try:
+        from jupyter_air.jobs import autoresume
+
+        if autoresume.wanted(dict(os.environ)):
+            autoresume.install()
     except Exception as err:  # the rank runs, without resuming by itself
         print(f"[air] resuming by itself is off: {err!r}", file=sys.stderr, flush=True)
+
+
+_leave_path()
+_install()
 
 
 def _next_sitecustomize() -> None:

@@ -12,22 +12,21 @@ import ast
 import atexit
 import functools
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import linecache
 import os
 import sys
 import traceback
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 import cloudpickle
 
+from ...import_hooks import when_imported
 from ...job_dir import AttemptDir
 from ...paths import write_private
+from ...perf import hooks
 
 #: The cell's name in tracebacks (its lines come from ``linecache``, as in IPython).
 CELL_FILE = "<air_distributed cell>"
@@ -62,7 +61,7 @@ def keep_run_in_environment() -> None:
     mapping (accelerate clears and restores it): only those two MLflow calls are wrapped,
     once MLflow is imported, so a rank that never uses MLflow does not pay for importing it.
     """
-    sys.meta_path.insert(0, _AfterImport("mlflow.tracking.fluent", _wrap_run_calls))
+    when_imported("mlflow.tracking.fluent", _wrap_run_calls)
 
 
 def _wrap_run_calls(fluent: types.ModuleType) -> None:
@@ -86,40 +85,10 @@ def _putting_back(call: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Runs ``then`` on module ``name`` right after it is first executed, once."""
-
-    def __init__(self, name: str, then: Callable[[types.ModuleType], None]) -> None:
-        self.name, self.then = name, then
-        self.loader: importlib.abc.Loader | None = None
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is not None and spec.loader is not None:
-            self.loader, spec.loader = spec.loader, self
-        return spec
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
-        assert self.loader is not None
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        assert self.loader is not None
-        assert module.__spec__ is not None
-        # The module keeps its real loader (tracebacks, importlib.resources, reload).
-        module.__loader__ = module.__spec__.loader = self.loader
-        self.loader.exec_module(module)
-        self.then(module)
-
-
 def main(argv: list[str]) -> int:
     payload_path, attempt_dir = Path(argv[0]), Path(argv[1])
     keep_run_in_environment()
+    hooks.install()
     rank = int(os.environ.get("RANK", "0"))
     # The cell runs in a fresh __main__, as in the notebook, so that classes it defines
     # pickle by reference (torch.save of a model, DataLoader workers) and resolve here.

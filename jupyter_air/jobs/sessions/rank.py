@@ -27,12 +27,15 @@ import threading
 import time
 import traceback
 import types
+from pathlib import Path
 from typing import Any
 
 import cloudpickle
 
-from ...job_dir import JobDir
+from ...job_dir import AttemptDir, JobDir
 from ...paths import air_home
+from ...perf import hooks
+from ...perf.marks import PERF_DIR_ENV
 from ...tracking.journal import JOURNAL_ENV
 from ..node import rank_main
 from ..node.rank_main import exit_now, keep_run_in_environment, run_cell
@@ -192,12 +195,14 @@ def main() -> int:
     channel = _connect(_ticket())
     channel.send(wire.Op.HELLO, rank=rank, pid=os.getpid(), host=socket.gethostname())
     keep_run_in_environment()
+    hooks.install()
     main_module = types.ModuleType("__main__")
     sys.modules["__main__"] = main_module
     namespace = main_module.__dict__
     namespace["__builtins__"] = __builtins__
     cells = _Cells()
     attempt_journal = os.environ.get(JOURNAL_ENV)
+    attempt_perf = os.environ.get(PERF_DIR_ENV)
     out, err = _CountingStream(sys.stdout), _CountingStream(sys.stderr)
     sys.stdout, sys.stderr = out, err
     signal.signal(signal.SIGINT, cells.on_sigint)
@@ -216,6 +221,7 @@ def main() -> int:
         while (message := inbox.get()) is not None and message["op"] == wire.Op.CELL.value:
             before = out.lines + err.lines
             _use_journal(message.get("journal") or attempt_journal)
+            _use_perf(attempt_perf, message["number"])
             reply = _run(message, namespace, rank, cells)
             sys.stdout.flush()
             sys.stderr.flush()
@@ -235,6 +241,21 @@ def _use_journal(path: str | None) -> None:
         os.environ.pop(JOURNAL_ENV, None)
     else:
         os.environ[JOURNAL_ENV] = path
+
+
+def _use_perf(attempt_perf: str | None, cell: int) -> None:
+    """Each cell marks its steps in its own folder (its ``AttemptDir.late_cell``'s
+    ``perf``), so its progress is its own; none where the attempt's is not here."""
+    if not attempt_perf:
+        return
+    folder = AttemptDir(Path(attempt_perf).parent).late_cell(cell).perf
+    try:
+        folder.parent.mkdir(mode=0o700, exist_ok=True)
+        folder.mkdir(mode=0o700, exist_ok=True)
+    except OSError:  # a node without the attempt's directory: no marks
+        os.environ.pop(PERF_DIR_ENV, None)
+        return
+    os.environ[PERF_DIR_ENV] = str(folder)
 
 
 def _receive(channel: wire.Channel) -> dict[str, Any] | None:

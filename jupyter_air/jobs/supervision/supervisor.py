@@ -35,6 +35,7 @@ from typing import Any
 
 from ...job_dir import AttemptDir, JobDir, replace_json
 from ...notify.courier import ensure_courier
+from ...perf.marks import PERF_DIR_ENV
 from ...procs import alive
 from ...status import JobStatus, Outcome
 from ...tracking import backlog, journal, probe
@@ -59,6 +60,7 @@ from ..sharing import as_changes, mirror
 from ..spec import JobKind, JobSpec
 from ..store import JobStore
 from .notifier import JobNotifier
+from .perf_feed import PerfFeed
 from .system_feed import SystemMetricsFeed
 
 log = logging.getLogger("jupyter_air.supervisor")
@@ -622,6 +624,7 @@ class Supervisor:
     def _run_attempt(self, attempt: Attempt, reaper: Reaper) -> AttemptEnd:
         """The attempt's ranks, on its backend, until every one has exited."""
         self._ranks = None  # a failure to make this attempt's must not close the last's
+        perf = PerfFeed(attempt.files, attempt.run.id or journal.ATTEMPT_RUN, METRICS_INTERVAL)
         try:
             self._ranks = self._nodes(attempt, reaper)
             attempt.metrics.ask_sample = self._ranks.sample_now
@@ -631,6 +634,8 @@ class Supervisor:
         except Exception as err:  # a bug or a lost cluster: the job still gets an end
             log.exception("attempt %d", attempt.number)
             return AttemptEnd(Outcome.FAILED, message=f"the supervisor failed: {err!r}")
+        finally:
+            perf.finish()  # the ranks' last step marks, into the run
 
     def _finish(self, attempt: Attempt, end: AttemptEnd, over: bool, reaper: Reaper) -> None:
         """Record the attempt's end (and the job's, when it is over) before anything on
@@ -757,6 +762,7 @@ class Supervisor:
             "MLFLOW_EXPERIMENT_ID": self._tracking.experiment_id or "",
             "MLFLOW_RUN_ID": attempt.run.id or "",  # "": made once its server answers
             journal.JOURNAL_ENV: str(attempt.files.metrics_journal),
+            PERF_DIR_ENV: str(attempt.files.perf),  # every rank's step marks
         }
         place = self._checkpoint_place
         try:
