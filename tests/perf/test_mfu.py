@@ -1,0 +1,124 @@
+"""A job's MFU from its ranks' ``flops`` lines and its step time, on marks files as ranks
+write them: present with how it was had, or absent with the reason, never made up."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_air.gpu.peaks import TERA
+from jupyter_air.perf.mfu import Mfu, of_job
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def write(perf_dir: Path, rank: int, *lines: dict[str, Any], tail: bytes = b"") -> None:
+    """A rank's marks file: two steps, then ``lines`` (and ``tail``, a line cut short)."""
+    perf_dir.mkdir(exist_ok=True)
+    steps = [{"s": s, "t": 100.0 + s, "dt": 1.0, "n": 8, "k": 256, "src": "step"} for s in (1, 2)]
+    text = "".join(json.dumps(line) + "\n" for line in [*steps, *lines])
+    (perf_dir / f"rank-{rank}.jsonl").write_bytes(text.encode() + tail)
+
+
+def counted(
+    flops: float, gpu: str | None = H100, dtype: str = "bf16", **more: Any
+) -> dict[str, Any]:
+    return {"flops": flops, "how": "counted", "dtype": dtype, "gpu": gpu, "t": 103.0, **more}
+
+
+def test_the_ranks_flops_over_their_gpus_peaks_in_the_step_time(tmp_path: Path) -> None:
+    write(tmp_path, 0, counted(400e12))
+    write(tmp_path, 1, counted(400e12))
+    mfu = of_job(tmp_path, step_time_s=2.0)
+    assert mfu.value == pytest.approx(800e12 / (2.0 * 2 * 989.5 * TERA))
+    assert mfu.why == (
+        "400 TFLOP a step per rank (2 ranks), counted by PyTorch's FlopCounterMode, "
+        "against the H100 SXM's dense bf16 peak (989.5 TFLOP/s)"
+    )
+
+
+def test_each_rank_s_own_gpu_and_dtype_give_its_peak(tmp_path: Path) -> None:
+    write(tmp_path, 0, counted(100e12, "NVIDIA H100 80GB HBM3", "bf16"))
+    write(tmp_path, 1, counted(100e12, "NVIDIA A100-SXM4-80GB", "tf32"))
+    mfu = of_job(tmp_path, step_time_s=1.0)
+    assert mfu.value == pytest.approx(200e12 / ((989.5 + 156) * TERA))
+    assert "H100 SXM's dense bf16" in mfu.why
+    assert "A100's dense tf32" in mfu.why
+
+
+def test_ranks_without_a_line_yet_are_left_out_and_a_cut_line_is_skipped(tmp_path: Path) -> None:
+    write(tmp_path, 0, counted(300e12), tail=b'{"flops": 9e99, "how": "coun')
+    write(tmp_path, 1)
+    assert of_job(tmp_path, 1.0).value == pytest.approx(300e12 / (989.5 * TERA))
+
+
+def test_an_estimate_by_6nd_says_so(tmp_path: Path) -> None:
+    write(tmp_path, 0, {**counted(6 * 1e9 * 4096), "how": "6nd"})
+    mfu = of_job(tmp_path, 0.1)
+    assert mfu.value == pytest.approx(6 * 1e9 * 4096 / (0.1 * 989.5 * TERA))
+    assert "estimated as 6 x parameters x tokens (the FLOP counter saw none" in mfu.why
+
+
+def test_a_step_run_on_the_cpu_is_measured_and_said_to_be(tmp_path: Path) -> None:
+    write(tmp_path, 0, counted(1e9, dtype="fp32", cpu=True))
+    mfu = of_job(tmp_path, 0.5)
+    assert mfu.value == pytest.approx(1e9 / (0.5 * 67 * TERA))
+    assert mfu.why.startswith("1 GFLOP a step, counted")
+    assert mfu.why.endswith("; the step ran on the CPU, so the GPU's peak does not apply to it")
+
+
+@pytest.mark.parametrize(
+    ("lines", "step_time", "why"),
+    [
+        ([], 1.0, "FLOPs not counted yet (a rank counts its second step)"),
+        ([counted(1e12)], None, "no step time yet"),
+        ([{**counted(0), "flops": None, "gpu": None, "why": "no GPU"}], 1.0, "no GPU"),
+        (
+            [{**counted(0), "flops": None, "gpu": None, "why": "no GPU (Driver Not Loaded)"}],
+            1.0,
+            "no GPU (Driver Not Loaded)",
+        ),
+        ([counted(1e12, "NVIDIA GeForce GTX 1080")], 1.0, "unknown GPU 'NVIDIA GeForce GTX 1080'"),
+        (
+            [counted(1e12, "NVIDIA A100-SXM4-40GB MIG 1g.5gb")],
+            1.0,
+            "MIG slice 'NVIDIA A100-SXM4-40GB MIG 1g.5gb': "
+            "a slice's share of the GPU's peak is not known",
+        ),
+        (
+            [counted(1e12, "Tesla T4", "bf16")],
+            1.0,
+            "the T4 has no bf16 peak (no bf16 tensor cores)",
+        ),
+        (
+            [{**counted(0), "flops": None, "why": "this rank does not use PyTorch"}],
+            1.0,
+            "FLOPs not counted: this rank does not use PyTorch",
+        ),
+    ],
+)
+def test_absent_with_the_reason(
+    tmp_path: Path, lines: list[dict[str, Any]], step_time: float | None, why: str
+) -> None:
+    write(tmp_path, 0, *lines)
+    assert of_job(tmp_path, step_time) == Mfu(None, why)
+
+
+def test_one_rank_s_reason_names_the_rank(tmp_path: Path) -> None:
+    write(tmp_path, 0, counted(1e12))
+    write(tmp_path, 3, counted(1e12, "NVIDIA Quadro P1000"))
+    assert of_job(tmp_path, 1.0) == Mfu(None, "unknown GPU 'NVIDIA Quadro P1000' (rank 3)")
+
+
+def test_more_than_the_peak_is_no_figure(tmp_path: Path) -> None:
+    write(tmp_path, 0, counted(2000e12))
+    mfu = of_job(tmp_path, 1.0)
+    assert mfu.value is None
+    assert mfu.why.startswith("202% of the peak, which cannot be: 2,000 TFLOP a step")
+
+
+def test_no_folder_is_no_flops_yet(tmp_path: Path) -> None:
+    assert of_job(tmp_path / "missing", 1.0).value is None
