@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import Any, ParamSpec, TypeVar
 
 from ..import_hooks import when_imported
+from . import flops
 from .marks import Source, current, enabled
 
 P = ParamSpec("P")
@@ -60,6 +61,7 @@ def install() -> None:
     if not enabled(os.environ):
         return
     current()  # a first step with no begin is counted from the rank's start
+    flops.install()  # one step's FLOPs, counted once, for MFU
     when_imported("transformers.trainer", _patch_hf)
     when_imported("lightning.pytorch.trainer.trainer", _patch_lightning)
     when_imported("pytorch_lightning.trainer.trainer", _patch_lightning)
