@@ -19,6 +19,7 @@ from .gpu_handlers import GpuHandler, GpuSampleHandler, JobGpuHandler
 from .jobs_handlers import JOB, REQUEST_BUSY_TIMEOUT, jobs_handlers
 from .mlflow_handlers import mlflow_ui_handlers
 from .notifications_handlers import notifications_handlers
+from .profile_handlers import profile_handlers
 from .runs_handlers import runs_handlers
 from .schedules_handlers import keep_scheduler_running, schedules_handlers
 
@@ -70,6 +71,7 @@ class AirExtension(ExtensionApp):
         )
         self.handlers.extend(mlflow_ui_handlers(self.mlflow_ui))
         self.handlers.extend(jobs_handlers(self.store))
+        self.handlers.extend(profile_handlers(self.store))
         self.handlers.extend(runs_handlers(self.store))
         self.handlers.extend(schedules_handlers(self.store))
         self.handlers.extend(notifications_handlers(self.store))
