@@ -1,10 +1,12 @@
 """Efficiency hints about a running job, from its GPUs' samples and its ranks' output.
 
-Three things a user wants to know without watching a chart: the job's GPUs are mostly
+Four things a user wants to know without watching a chart: the job's GPUs are mostly
 idle (the input pipeline or the CPU is the bottleneck), a GPU's memory is nearly full
-(the next larger batch or a fragmentation spike fails), and a rank has printed nothing
+(the next larger batch or a fragmentation spike fails), a rank has printed nothing
 for a long time while its GPU is idle (likely a hang, e.g. a collective waiting for a
-peer). Each hint carries the figure behind it.
+peer), and a rank holds the others back (a straggler, from the ranks' step marks,
+``perf.stragglers``: read every ``STRAGGLER_INTERVAL`` seconds, GPUs or not). Each hint
+carries the figure behind it.
 
 The supervisor feeds, for every backend, the NVML samples its system metrics take (the
 local node's; each Ray node agent's, sent with its polls) and the ranks' last output
@@ -17,7 +19,9 @@ side, below the backends and the supervisor, since every backend's nodes feed it
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +34,11 @@ from ...job_dir import AttemptDir, read_json, replace_json
 if TYPE_CHECKING:  # pynvml stays out of the kernel, which reads hints files only
     from ...gpu.nvml import GpuInfo, GpuReading
 
+log = logging.getLogger(__name__)
+
 TAG_PREFIX = "air.hint."
+#: Seconds between two reads of the ranks' step marks for stragglers.
+STRAGGLER_INTERVAL = 5.0
 
 ENV = {
     "idle_util": "AIR_HINT_IDLE_UTILIZATION",
@@ -79,7 +87,7 @@ class GpuSample:
 
 @dataclass(frozen=True)
 class Hint:
-    kind: str  # idle_gpu, memory_full, silent_rank
+    kind: str  # idle_gpu, memory_full, silent_rank, straggler
     text: str
     value: float  # the figure behind it
 
@@ -226,6 +234,7 @@ class HintRecorder:
         thresholds: Thresholds | None = None,
         clock: Callable[[], float] = time.time,
         nnodes: int = 1,
+        straggler_interval: float = STRAGGLER_INTERVAL,
     ) -> None:
         self._dir = attempt_dir
         self._tag = tag
@@ -236,6 +245,11 @@ class HintRecorder:
         self._last_output: dict[int, Callable[[], Mapping[int, float]]] = {}
         self._hints: dict[int, list[Hint]] = {}
         self._tagged: set[str] = set()
+        self._stragglers: list[Hint] = []
+        self._straggler_interval = straggler_interval
+        self._lock = threading.Lock()  # the samples' thread and the stragglers' share the file
+        self._closed = threading.Event()
+        self._poll: threading.Thread | None = None
 
     def start(
         self,
@@ -244,9 +258,21 @@ class HintRecorder:
         node: int = 0,
     ) -> None:
         """A node's ranks are starting: which GPU each holds, and their last output times."""
-        self._watches[node] = HintWatch(self._thresholds, rank_gpus, self._clock())
-        self._last_output[node] = last_output
-        self._write(self._clock())
+        with self._lock:
+            self._watches[node] = HintWatch(self._thresholds, rank_gpus, self._clock())
+            self._last_output[node] = last_output
+            self._write(self._clock())
+        if self._poll is None:
+            self._poll = threading.Thread(
+                target=self._watch_stragglers, name="air-stragglers", daemon=True
+            )
+            self._poll.start()
+
+    def close(self) -> None:
+        """The attempt is over: its step marks are read no more."""
+        self._closed.set()
+        if self._poll is not None:
+            self._poll.join(self._straggler_interval)
 
     def on_nvml(self, readings: Sequence[GpuReading], inventory: Mapping[int, GpuInfo]) -> None:
         """A sample of the run's system metrics (``GpuMonitor``'s listener)."""
@@ -261,17 +287,47 @@ class HintRecorder:
         hints = watch.hints(now, self._last_output[node]())
         if self._nnodes > 1:
             hints = [Hint(h.kind, f"node {node}: {h.text}", h.value) for h in hints]
-        self._hints[node] = hints
-        self._write(now)
-        for hint in hints:
-            if hint.kind not in self._tagged:
-                self._tagged.add(hint.kind)
-                self._tag(hint.tag, hint.text)
+        with self._lock:
+            self._hints[node] = hints
+            self._write(now)
+        self._tag_new(hints)
+
+    def _watch_stragglers(self) -> None:
+        """The stragglers that the ranks' step marks show, until ``close``."""
+        from ...perf.stragglers import Watch  # the supervisor's only: not the kernel's
+
+        watch = Watch(AttemptDir(self._dir).perf)
+        failing = False
+        while not self._closed.wait(self._straggler_interval):
+            try:
+                found = [Hint(s.kind, s.text, s.value) for s in watch.update()]
+            except Exception as err:  # said once while it lasts; the next read may work
+                if not failing:
+                    log.warning("could not read the ranks' step marks: %r", err)
+                failing = True
+                continue
+            failing = False
+            if found != self._stragglers:
+                with self._lock:
+                    self._stragglers = found
+                    self._write(self._clock())
+                self._tag_new(found)
+
+    def _tag_new(self, hints: Sequence[Hint]) -> None:
+        """Tag the run with each kind raised for the first time."""
+        new: dict[str, Hint] = {}
+        with self._lock:
+            for hint in hints:
+                if hint.kind not in self._tagged:
+                    self._tagged.add(hint.kind)
+                    new[hint.kind] = hint
+        for hint in new.values():
+            self._tag(hint.tag, hint.text)
 
     def _write(self, now: float) -> None:
         gpus = self._watches[0].gpus if self._nnodes == 1 and 0 in self._watches else []
         hints = [h for node in sorted(self._hints) for h in self._hints[node]]
-        write_hints(self._dir, gpus, hints, now)
+        write_hints(self._dir, gpus, [*hints, *self._stragglers], now)
 
 
 def gpu_samples(

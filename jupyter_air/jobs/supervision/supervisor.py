@@ -636,6 +636,7 @@ class Supervisor:
             return AttemptEnd(Outcome.FAILED, message=f"the supervisor failed: {err!r}")
         finally:
             perf.finish()  # the ranks' last step marks, into the run
+            attempt.hints.close()  # their step marks are read for stragglers no more
 
     def _finish(self, attempt: Attempt, end: AttemptEnd, over: bool, reaper: Reaper) -> None:
         """Record the attempt's end (and the job's, when it is over) before anything on

@@ -1,0 +1,265 @@
+"""Where a rank's step goes: waiting for data, computing, or waiting in collectives.
+
+The rank's training thread is always in one place: in the DataLoader iterator's
+``__next__`` (waiting for data), in a collective it called and waits on (waiting in
+collectives), or computing, inside the backward pass, the optimizer's step, or anywhere
+else (the forward pass, the loss, the user's own code). Each move from one place to
+another adds the time spent there to the step's split (``Marks.phase``); after each step
+mark, on a job of several ranks, one note line says how the compute split between
+those three (``{"cs": {"backward": ..., "optimizer": ..., "other": ...}, "s": 12}``), so
+that the straggler hint can say where a slow rank's compute goes.
+
+Under DDP, every bucket's gradient all-reduce is waited for at the end of the backward
+pass, so a rank slowed in its backward makes every other rank's backward as long as its
+own (traceml #252): the backward's wall time cannot single it out. The autograd engine
+runs the callbacks queued during a backward pass in their order, once the graph is done;
+DDP's wait for its buckets is one of them. A callback queued when the graph's first node
+runs comes first, at the moment this rank's own gradients are done: what follows until
+``backward`` returns is the wait for the other ranks (and the last bucket's all-reduce).
+It costs one hook and one callback a backward pass, whatever the model.
+
+Wall time (``time.perf_counter``): on the CPU, a collective blocks the thread that waits
+for it. On a GPU the kernels run behind the CPU and NCCL's waits are the stream's, not
+the thread's, so there this split is the CPU thread's only (CUDA events are not used).
+Only the thread that installed this (the rank's main thread) is followed: a collective
+or a DataLoader on another thread is not this rank's step. Collectives that
+``torch.compile`` traces are left to it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from types import ModuleType
+from typing import Any, TypeVar
+
+from ..import_hooks import when_imported
+from . import marks as marks_module
+from .marks import Marks, Phase
+
+#: Set on what we wrapped, so that a second install wraps nothing twice.
+WRAPPED = "__air_phases__"
+
+#: The collectives timed when called synchronously (``async_op`` left False). DDP's
+#: buffer sync before the forward pass is ``_broadcast_coalesced``.
+COLLECTIVES = (
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "all_reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "broadcast",
+    "broadcast_object_list",
+    "gather",
+    "gather_object",
+    "monitored_barrier",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "scatter",
+    "scatter_object_list",
+    "_broadcast_coalesced",
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Place(StrEnum):
+    """Where the training thread is; the compute's three places share ``Phase.COMPUTE``."""
+
+    DATA = "data"
+    COMM = "comm"
+    BACKWARD = "backward"
+    OPTIMIZER = "optimizer"
+    OTHER = "other"
+
+
+PHASES = {
+    Place.DATA: Phase.DATA,
+    Place.COMM: Phase.COMM,
+    Place.BACKWARD: Phase.COMPUTE,
+    Place.OPTIMIZER: Phase.COMPUTE,
+    Place.OTHER: Phase.COMPUTE,
+}
+#: Places a nested event does not leave: a collective inside a collective's wait, a
+#: DataLoader read by a DataLoader, are the outer one's time.
+WAITS = frozenset({Place.DATA, Place.COMM})
+
+
+class Tracker:
+    """The training thread's place, and since when; each move is counted into the
+    current step's split of ``marks()`` (None: marks are off, nothing is counted)."""
+
+    def __init__(
+        self,
+        marks: Callable[[], Marks | None] = marks_module.current,
+        clock: Callable[[], float] = time.perf_counter,
+        notes: bool = True,
+    ) -> None:
+        self._marks = marks
+        self._clock = clock
+        self._notes = notes
+        self._owner = threading.get_ident()
+        self.place = Place.OTHER
+        self._since = clock()
+        self._compute: dict[str, float] = {}
+        self._listening: Marks | None = None
+        self._optimizer: list[Place] = []  # the places an optimizer step came from
+
+    def owns(self) -> bool:
+        """Whether the caller is the training thread."""
+        return threading.get_ident() == self._owner
+
+    def move(self, place: Place, at: float | None = None) -> Place:
+        """Go to ``place`` (at ``at``, else now); returns the place left."""
+        now = self._clock() if at is None else at
+        left, spent = self.place, now - self._since
+        self.place, self._since = place, now
+        if spent > 0:
+            marks = self._marks()
+            if marks is not None:
+                if self._notes and marks is not self._listening:
+                    self._listening = marks
+                    marks.on_step(self._stepped)
+                marks.phase(PHASES[left], spent)
+                if left not in WAITS:
+                    self._compute[left.value] = self._compute.get(left.value, 0.0) + spent
+        return left
+
+    def _stepped(self, step: int) -> None:
+        """After a step mark: the compute's split of the step, in one note line."""
+        compute, self._compute = self._compute, {}
+        marks = self._listening
+        if compute and marks is not None:
+            marks.note(cs={k: round(v, 6) for k, v in compute.items()}, s=step)
+
+    def optimizer_began(self, *_: Any) -> None:
+        """``torch.optim``'s global pre-hook of every optimizer's step."""
+        if self.owns() and self.place not in WAITS:
+            self._optimizer.append(self.move(Place.OPTIMIZER))
+
+    def optimizer_ended(self, *_: Any) -> None:
+        """The post-hook: back where the step was called from."""
+        if self.owns() and self._optimizer:
+            self.move(self._optimizer.pop())
+
+    def waiting(self, place: Place, call: F, aside: Callable[[], bool] = lambda: False) -> F:
+        """``call``, with the time in it counted as ``place`` when the training thread
+        waits on it synchronously, unless ``aside()``."""
+
+        @functools.wraps(call)
+        def waited(*args: Any, **kwargs: Any) -> Any:
+            if aside() or kwargs.get("async_op") or not self.owns() or self.place in WAITS:
+                return call(*args, **kwargs)
+            left = self.move(place)
+            try:
+                return call(*args, **kwargs)
+            finally:
+                self.move(left)
+
+        setattr(waited, WRAPPED, True)
+        return waited  # type: ignore[return-value]
+
+    def backward(self, call: F, engine: Callable[[], Any]) -> F:
+        """``torch.autograd.backward``, split at the moment its graph is done: before it
+        this rank's own backward (compute), after it the wait in the callbacks queued
+        after the graph (DDP's all-reduce: comm). ``engine()`` gives autograd's engine."""
+
+        @functools.wraps(call)
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self.owns() or self.place in WAITS:
+                return call(tensors, *args, **kwargs)
+            done: list[float] = []
+            clock = self._clock
+
+            def first_node(*_: Any) -> None:
+                engine().queue_callback(lambda: done.append(clock()))
+
+            root = _grad_fn(tensors)
+            handle = root.register_prehook(first_node) if root is not None else None
+            left = self.move(Place.BACKWARD)
+            try:
+                return call(tensors, *args, **kwargs)
+            finally:
+                if handle is not None:
+                    handle.remove()
+                if done:
+                    self.move(Place.COMM, at=done[0])
+                self.move(left)
+
+        setattr(backward, WRAPPED, True)
+        return backward  # type: ignore[return-value]
+
+
+def _grad_fn(tensors: Any) -> Any:
+    """The graph node of the first of ``tensors`` that has one (a tensor or a sequence)."""
+    items = tensors if isinstance(tensors, Sequence) else (tensors,)
+    for tensor in items:
+        node = getattr(tensor, "grad_fn", None)
+        if node is not None:
+            return node
+    return None
+
+
+_tracker: Tracker | None = None
+_lock = threading.Lock()
+
+
+def install() -> None:
+    """Follow this rank's DataLoader iterators, backward passes, optimizer steps and
+    collectives, as soon as torch imports them (at once if it has). Once per process."""
+    global _tracker
+    with _lock:
+        if _tracker is not None:
+            return
+        several = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+        _tracker = tracker = Tracker(notes=several)
+    when_imported("torch.utils.data.dataloader", lambda m: _patch_dataloader(m, tracker))
+    when_imported("torch.autograd", lambda m: _patch_autograd(m, tracker))
+    when_imported("torch.optim.optimizer", lambda m: _patch_optimizer(m, tracker))
+    when_imported("torch.distributed", lambda m: _patch_distributed(m, tracker))
+
+
+def _patch_dataloader(module: ModuleType, tracker: Tracker) -> None:
+    cls = module._BaseDataLoaderIter
+    if not getattr(cls.__next__, WRAPPED, False):
+        cls.__next__ = tracker.waiting(Place.DATA, cls.__next__)
+
+
+def _patch_autograd(module: ModuleType, tracker: Tracker) -> None:
+    if not getattr(module.backward, WRAPPED, False):
+        engine = module.variable.Variable
+        wrapped = tracker.backward(module.backward, lambda: engine._execution_engine)
+        module.__dict__["backward"] = wrapped  # Tensor.backward calls it from there
+
+
+def _patch_optimizer(module: ModuleType, tracker: Tracker) -> None:
+    module.register_optimizer_step_pre_hook(tracker.optimizer_began)
+    module.register_optimizer_step_post_hook(tracker.optimizer_ended)
+
+
+def _patch_distributed(module: ModuleType, tracker: Tracker) -> None:
+    """``torch.distributed``'s collectives, and the same in ``distributed_c10d``, whose
+    own functions call each other through it (a nested call counts once)."""
+    if not module.is_available():
+        return
+    c10d = module.distributed_c10d
+
+    def compiling() -> bool:  # dynamo sees the collective itself, as if we were not here
+        return bool(sys.modules["torch"].compiler.is_compiling())
+
+    for name in COLLECTIVES:
+        call = getattr(module, name, None)
+        if call is None or getattr(call, WRAPPED, False):
+            continue
+        timed = tracker.waiting(Place.COMM, call, compiling)
+        setattr(module, name, timed)
+        if getattr(c10d, name, None) is call:
+            setattr(c10d, name, timed)

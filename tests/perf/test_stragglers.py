@@ -1,0 +1,175 @@
+"""The straggler hint, from marks files as ranks write them (issue 38, item 4): a rank
+slower in its compute or in waiting for data is named with its phase; noise, a few slow
+steps, a slowdown too small to matter and the waits that a straggler causes in the
+others name no one."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from jupyter_air.perf.marks import Phase
+from jupyter_air.perf.stragglers import Rule, Straggler, Watch
+
+#: One rank's step: seconds by phase, and by place of its compute.
+Step = tuple[dict[str, float], dict[str, float]]
+
+
+def normal(jitter: random.Random) -> Step:
+    """A DDP step of a rank that waits for nobody: 170 ms of compute, little else."""
+    backward = 0.12 * jitter.uniform(0.9, 1.1)
+    other = 0.05 * jitter.uniform(0.9, 1.1)
+    phases = {"data": 0.001, "compute": backward + other, "comm": 0.004}
+    return phases, {"backward": backward, "other": other}
+
+
+def write(perf: Path, ranks: int, steps: range, step: Callable[[int, int], Step]) -> None:
+    """Append ``steps`` of every rank to its marks file; ``step(rank, s)`` says each."""
+    perf.mkdir(exist_ok=True)
+    for rank in range(ranks):
+        with (perf / f"rank-{rank}.jsonl").open("a") as f:
+            for s in steps:
+                phases, parts = step(rank, s)
+                dt = sum(phases.values())
+                f.write(json.dumps({"s": s, "t": 1.0 + s, "dt": dt, "src": "hf", "ph": phases}))
+                f.write("\n" + json.dumps({"cs": parts, "s": s, "t": 1.0 + s}) + "\n")
+
+
+def test_a_rank_slowed_in_its_backward_is_named_though_every_step_lasts_as_long(
+    tmp_path: Path,
+) -> None:
+    jitter = random.Random(1)
+
+    def step(rank: int, s: int) -> Step:
+        phases, parts = normal(jitter)
+        if rank == 3:  # 150 ms more of backward; it waits for nobody
+            parts["backward"] += 0.15
+            phases["compute"] += 0.15
+        else:  # the others wait for it in DDP's all-reduce: their steps are as long
+            phases["comm"] += 0.15
+        return phases, parts
+
+    write(tmp_path, 4, range(1, 301), step)
+    (found,) = Watch(tmp_path).update()
+    assert (found.rank, found.phase, found.part) == (3, Phase.COMPUTE, "backward")
+    assert re.fullmatch(
+        r"rank 3: 1\.9x the others' compute \(backward\) for the last 200 steps "
+        r"\(3[12]\d ms vs 1[67]\d ms a step\)",
+        found.text,
+    ), found.text
+
+
+def test_a_rank_slowed_in_its_data_loader_is_named(tmp_path: Path) -> None:
+    jitter = random.Random(2)
+
+    def step(rank: int, s: int) -> Step:
+        phases, parts = normal(jitter)
+        if rank == 1:
+            phases["data"] += 0.15
+        else:
+            phases["comm"] += 0.15
+        return phases, parts
+
+    write(tmp_path, 4, range(1, 41), step)
+    (found,) = Watch(tmp_path).update()
+    assert (found.rank, found.phase, found.part) == (1, Phase.DATA, None)
+    assert found.text == (
+        "rank 1: 151 ms a step waiting for data, the others 1.0 ms, for the last 40 steps"
+    )
+    assert found.value == 0.15
+
+
+def test_waiting_for_a_straggler_is_not_blamed_even_with_two_ranks(tmp_path: Path) -> None:
+    jitter = random.Random(3)
+
+    def step(rank: int, s: int) -> Step:
+        phases, parts = normal(jitter)
+        if rank == 0:
+            phases["compute"] += 0.1
+            parts["other"] += 0.1
+        else:  # waits for rank 0 in every collective: 100x rank 0's comm
+            phases["comm"] += 0.1
+        return phases, parts
+
+    write(tmp_path, 2, range(1, 31), step)
+    assert [(s.rank, s.phase, s.part) for s in Watch(tmp_path).update()] == [
+        (0, Phase.COMPUTE, "other")
+    ]
+
+
+def test_noise_and_a_few_slow_steps_name_no_one(tmp_path: Path) -> None:
+    jitter = random.Random(4)
+
+    def step(rank: int, s: int) -> Step:
+        phases, parts = normal(jitter)
+        phases["compute"] *= jitter.uniform(0.7, 1.3)  # every rank as noisy
+        if jitter.random() < 0.15:  # a pause now and then, on any rank
+            phases["compute"] += 0.5
+        if rank == 2 and s % 2:  # slow on every other step only: not persistent
+            phases["data"] += 0.15
+        if rank == 1:  # ten times the others' data wait, but 10 ms of a 180 ms step
+            phases["data"] = 0.01
+        return phases, parts
+
+    write(tmp_path, 8, range(1, 401), step)
+    assert Watch(tmp_path).update() == []
+
+
+def test_a_slowdown_of_the_past_or_of_too_few_steps_names_no_one(tmp_path: Path) -> None:
+    jitter = random.Random(5)
+
+    def slow_early(rank: int, s: int) -> Step:
+        phases, parts = normal(jitter)
+        if rank == 0 and s <= 100:
+            phases["data"] += 0.2
+        return phases, parts
+
+    watch = Watch(tmp_path, Rule(window=50, min_steps=20))
+    write(tmp_path, 3, range(1, 20), slow_early)
+    assert watch.update() == []  # 19 steps: not yet
+    write(tmp_path, 3, range(20, 101), slow_early)
+    assert [s.rank for s in watch.update()] == [0]
+    write(tmp_path, 3, range(101, 151), slow_early)
+    assert watch.update() == []  # the latest 50 steps are all fine
+
+
+def test_files_are_read_as_they_grow_and_a_new_count_starts_afresh(tmp_path: Path) -> None:
+    jitter = random.Random(6)
+
+    def step(rank: int, s: int) -> Step:
+        phases, parts = normal(jitter)
+        if rank == 1:
+            phases["data"] += 0.3
+        return phases, parts
+
+    watch = Watch(tmp_path)
+    write(tmp_path, 2, range(1, 31), step)
+    with (tmp_path / "rank-0.jsonl").open("a") as f:  # cut short by a crash, then more
+        f.write('{"s": 31, "t": 3')
+    with (tmp_path / "rank-1.jsonl").open("a") as f:  # another kind, not known here
+        f.write(json.dumps({"flops": 1e12, "how": "6nd", "t": 2.0}) + "\n")
+    (found,) = watch.update()
+    assert (found.rank, found.steps) == (1, 30)
+    with (tmp_path / "rank-0.jsonl").open("a") as f:
+        f.write("\n")
+    write(tmp_path, 2, range(1, 11), lambda rank, s: normal(jitter))  # a second training
+    assert watch.update() == []  # 10 steps of the new count, all even
+
+
+def test_the_others_median_leaves_one_odd_peer_out(tmp_path: Path) -> None:
+    jitter = random.Random(7)
+
+    def step(rank: int, s: int) -> Step:
+        phases, parts = normal(jitter)
+        if rank in (0, 4):  # two slow ranks of eight: both named, the slower first
+            phases["compute"] += 0.1 if rank == 0 else 0.2
+            parts["backward"] += 0.1 if rank == 0 else 0.2
+        return phases, parts
+
+    write(tmp_path, 8, range(1, 61), step)
+    found = Watch(tmp_path).update()
+    assert [(s.rank, s.phase) for s in found] == [(4, Phase.COMPUTE), (0, Phase.COMPUTE)]
+    assert all(isinstance(s, Straggler) and s.part == "backward" for s in found)
