@@ -9,6 +9,7 @@ from typing import Any
 
 from ..identity import Identity
 from ..jobs.api_models import change_document
+from ..jobs.attempt_progress import percent, with_mfu
 from ..jobs.node.outcome import shown_exit_codes
 from ..jobs.permissions import (
     BadGrant,
@@ -122,11 +123,14 @@ def _list(args: argparse.Namespace) -> int:
         print(f"no active jobs; {hidden}" if hidden else "no active jobs")
         return 0
     print(f"{'JOB':24} {'STATUS':10} {'CREATED':19} {'RANKS':>5} RUN")
-    for job in jobs:
+    for job, doc in zip(jobs, service.documents(jobs), strict=True):
         print(
             f"{job.id:24} {job.status:10} {_time(job.created):19} "
             f"{job.spec.compute.world_size:>5} {job.spec.tracking.run_name or ''}"
         )
+        progress = doc["attempts"][-1]["progress"] if doc["attempts"] else None
+        if progress:
+            print(f"    {with_mfu(progress['line'], progress['mfu']['value'])}")
     if hidden:
         print(hidden)
     return 0
@@ -177,6 +181,8 @@ def _get(args: argparse.Namespace) -> int:
         if a["resumed_from"]:
             step = f", step {a['resumed_step']}" if a["resumed_step"] is not None else ""
             print(f"    resumed from {a['resumed_from']}{step}")
+        if a["progress"]:
+            _print_progress(a["progress"])
         for n in a["nodes"]:
             print(f"    node {n['node']}: {n['hostname']} {n['ip']}, {n['label'] or n['node_id']}")
     if doc["kind"] == JobKind.SESSION:
@@ -273,6 +279,22 @@ def _sync(args: argparse.Namespace) -> int:
             said += f"; still waiting: {', '.join(e['left'])}: {e['error']}"
         print(said)
     return 1 if any(e["left"] for e in report) else 0
+
+
+def _print_progress(progress: dict[str, Any]) -> None:
+    """An attempt's progress, its speed, and its MFU or why it has none."""
+    print(f"    progress: {progress['line']}")
+    speed = [f"{progress['step_time_s']:.3g} s/step"] if progress["step_time_s"] else []
+    for key, unit in (("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s")):
+        if progress[key] is not None:
+            speed.append(f"{progress[key]:,.0f} {unit}")
+    if speed:
+        print(f"    speed:    {', '.join(speed)}")
+    mfu = progress["mfu"]
+    if mfu["value"] is None:
+        print(f"    MFU:      none: {mfu['why']}")
+    else:
+        print(f"    MFU:      {percent(mfu['value'])} ({mfu['why']})")
 
 
 def _print_waiting(doc: dict[str, Any], store: JobStore) -> None:

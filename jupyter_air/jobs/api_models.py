@@ -53,6 +53,39 @@ class AttemptNode(Document):
     label: str | None = None
 
 
+class MfuDocument(Document):
+    """``perf.mfu.Mfu``: the model FLOPs utilization, a fraction of the GPUs' peak."""
+
+    #: None: not known (``why`` says why: no GPU, an unknown one, FLOPs not counted).
+    value: float | None
+    #: How it was computed, or why it is absent.
+    why: str
+
+
+class ProgressDocument(Document):
+    """``perf.progress.Progress.to_json``: how far an attempt is, from its ranks' step
+    marks, and its MFU."""
+
+    #: The latest step marked (the highest over ranks).
+    step: int
+    #: Its planned steps; None when unknown (no percentage, no ETA).
+    total: int | None
+    #: ``step / total`` (at most 1); None when its length is unknown.
+    fraction: float | None
+    #: Smoothed seconds per step.
+    step_time_s: float | None
+    #: All ranks together; None when unknown (or not all ranks' marks are at hand).
+    samples_per_s: float | None
+    tokens_per_s: float | None
+    #: Seconds left; None without a total or a step time, and once the attempt ended.
+    eta_s: float | None
+    #: ``time.time()`` of the latest mark.
+    updated: float
+    #: ``step 4,210 / 10,000 (42 %), ETA 18:40 (23 min)``; ``step 4,210, 3.2 steps/s``.
+    line: str
+    mfu: MfuDocument
+
+
 class AttemptDocument(Document):
     attempt: int
     status: AttemptStatus
@@ -69,6 +102,8 @@ class AttemptDocument(Document):
     #: The checkpoint it started from (a retry's, or ``--resume JOB``'s), and its step.
     resumed_from: str | None
     resumed_step: int | None
+    #: None before its first step is marked (or where no marks are at hand).
+    progress: ProgressDocument | None
 
 
 class JobDocument(Document):

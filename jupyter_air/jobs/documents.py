@@ -12,12 +12,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..identity import Identity
-from ..job_dir import AttemptDir
+from ..job_dir import AttemptDir, JobDir
 from ..procs import alive
 from ..redact import redact, without_userinfo
-from ..status import JobStatus
-from .api_models import AttemptDocument, AttemptNode, JobDocument
+from ..status import AttemptStatus, JobStatus
+from .api_models import AttemptDocument, AttemptNode, JobDocument, ProgressDocument
+from .attempt_progress import Shown, of_attempt, of_session
 from .node.outcome import is_final
+from .spec import JobKind
 from .store import Attempt, Job, JobStore
 
 #: (tracking URI, experiment id, run id) -> the run's page in an MLflow UI, or None.
@@ -76,6 +78,7 @@ def job_document(
             url = without_userinfo(url) if url else None
         files = AttemptDir(store.attempt_dir(job.id, a.attempt))
         nodes, resumed = files.read_nodes(), files.read_resumed()
+        shown = _progress(store, job, files, a.status is AttemptStatus.RUNNING)
         documents.append(
             AttemptDocument(
                 attempt=a.attempt,
@@ -90,6 +93,7 @@ def job_document(
                 nodes=[AttemptNode.model_validate(n) for n in nodes],
                 resumed_from=resumed[0] if resumed else None,
                 resumed_step=resumed[1] if resumed else None,
+                progress=ProgressDocument.model_validate(shown.to_json()) if shown else None,
             )
         )
     status, message, finishing = job.status, job.message, _finishing(job)
@@ -126,6 +130,17 @@ def job_document(
             else notifications or []
         ),
     ).model_dump(mode="json")
+
+
+def _progress(store: JobStore, job: Job, files: AttemptDir, running: bool) -> Shown | None:
+    """The attempt's progress from its ranks' step marks; a warm session's is its latest
+    cell's (each cell marks its own steps)."""
+    if job.spec.kind is JobKind.SESSION:
+        cell = of_session(JobDir(store.job_dir(job.id)))
+        if cell is None:
+            return None
+        files, running = cell[0], running and cell[1]
+    return of_attempt(files, running, job.spec.compute.world_size)
 
 
 #: Seconds after its end a job's supervisor may still be finishing its run's tail (it

@@ -15,13 +15,17 @@ from typing import Any
 from IPython.display import DisplayHandle, display
 
 from ..job_dir import JobDir
+from ..jobs.attempt_progress import of_attempt
 from ..logs.query import LogLine
 from ..paths import air_home
-from ..status import AttemptStatus
+from ..status import AttemptStatus, Outcome
 from .live_view import Live, hints_html
 
 #: Output lines shown in a cell before the rest is only counted.
 MAX_CELL_LINES = 2000
+
+#: Seconds between two reads of the ranks' step marks for the status line's progress.
+PROGRESS_EVERY = 2.0
 
 
 #: A link in the header, styled inline: the widget view's HTML gets no notebook
@@ -104,6 +108,8 @@ class JobView:
         self._header_bundle: dict[str, str] = {}
         self._status: DisplayHandle | None = None
         self._status_bundle: dict[str, str] = {}
+        self._steps_text = ""
+        self._steps_read = -PROGRESS_EVERY
         self._progress: dict[tuple[int, int, str], DisplayHandle] = {}
         self._live: Live | None = None
         if tracking_uri is not None:
@@ -148,6 +154,8 @@ class JobView:
             f"cell {self._cell}" if self._cell is not None else f"attempt {attempt}/{max_attempts}"
         )
         text = f"{status.lower()} · {elapsed:,.1f} s · {where}"
+        if progress := self._steps_line(status, attempt):
+            text += f" · {progress}"
         if detail:
             text += f" · {detail}"
         shown = "".join(f"\n⚠ {h.get('text')}" for h in hints)
@@ -172,6 +180,20 @@ class JobView:
                 self._live.reserve()
         else:
             self._status.update(bundle, raw=True)
+
+    def _steps_line(self, status: str, attempt: int) -> str:
+        """The attempt's progress, ETA and MFU from its ranks' step marks, read again
+        every ``PROGRESS_EVERY`` seconds until it ends, and once more at its end."""
+        ended = status.upper() in set(Outcome)
+        if not ended and time.monotonic() - self._steps_read < PROGRESS_EVERY:
+            return self._steps_text
+        self._steps_read = time.monotonic()
+        files = JobDir.under(air_home(), self.job_id).attempt(attempt)
+        if self._cell is not None:  # a warm session's cell marks its steps apart
+            files = files.late_cell(self._cell)
+        shown = of_attempt(files, running=status.upper() == AttemptStatus.RUNNING)
+        self._steps_text = shown.line() if shown else ""
+        return self._steps_text
 
     def _with_header(self, status: Mapping[str, str]) -> dict[str, str]:
         header = self._header_bundle

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from jupyter_air.jobs.store import JobStore
 from jupyter_air.status import AttemptStatus
 from tests.factories import job_spec
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
+from tests.marks import write_marks
 from tests.waits import job_processes, until, wait_settled
 
 TRAIN = """
@@ -404,3 +406,28 @@ def test_get_lists_a_sessions_cells_and_a_jobs_parent_and_children(workdir: Path
     store.update(cell.id, status="SUCCEEDED")
     assert f"  jobs it started: 1\n    {cell.id}  SUCCEEDED train\n" in air("get", task.id).stdout
     assert f"  started by job {task.id} (air get {task.id})\n" in air("get", cell.id).stdout
+
+
+def test_get_and_list_show_a_running_attempts_progress_from_its_step_marks(
+    workdir: Path,
+) -> None:
+    store = JobStore(workdir / "air")
+    job = store.create(job_spec("command", command=["true"], nproc_per_node=2, run_name="gpt"))
+    store.update(job.id, status="RUNNING")
+    store.start_attempt(job.id, 1, None)
+    assert "progress" not in air("get", job.id).stdout  # no step marked yet
+    write_marks(store.attempt_dir(job.id, 1), steps=100, every=0.5, end=time.time(), batch={"n": 8})
+
+    shown = air("get", job.id).stdout
+    assert "    progress: step 100 / 1,000 (10 %), ETA " in shown
+    assert "    speed:    0.5 s/step, 32 samples/s\n" in shown
+    assert "    MFU:      none: " in shown  # no flops line: why it has none
+    (_, row, progress) = air("list").stdout.splitlines()
+    assert row.endswith(" gpt")
+    assert progress.startswith("    step 100 / 1,000 (10 %), ETA ")
+    (doc,) = json.loads(air("list", "--output", "json").stdout)
+    assert doc["attempts"][0]["progress"]["step"] == 100
+    assert doc["attempts"][0]["progress"]["samples_per_s"] == pytest.approx(32)
+
+    store.end_attempt(job.id, 1, AttemptStatus.SUCCEEDED, [0, 0])
+    assert "    progress: step 100 / 1,000 (10 %)\n" in air("get", job.id).stdout  # no ETA

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from jupyter_air.logs.capture import RankLog
 from jupyter_air.logs.query import LogFilter, read_all
 from jupyter_air.logs.text import format_line
 from tests.factories import job_spec
+from tests.marks import write_marks
 
 ROUTES = [
     ("GET", "jupyter-air/jobs"),
@@ -197,3 +199,24 @@ async def test_bad_filters_are_400(
     assert err.value.code == 400
     assert err.value.response is not None
     assert message in json.loads(err.value.response.body)["error"]["message"]
+
+
+async def test_a_running_attempt_carries_its_progress_and_an_unmarked_one_none(
+    jp_fetch: Any, store: JobStore, finished_job: str
+) -> None:
+    job = store.create(job_spec(kind="python", nproc_per_node=2))
+    store.update(job.id, status="RUNNING")
+    store.start_attempt(job.id, 1, "run2")
+    write_marks(store.attempt_dir(job.id, 1), steps=30, every=0.5, end=time.time(), plan=None)
+    (listed,) = (await get_json(jp_fetch, "jupyter-air", "jobs"))["jobs"]
+    progress = listed["attempts"][0]["progress"]
+    assert (
+        progress
+        == (await get_json(jp_fetch, "jupyter-air", "jobs", job.id))["attempts"][0]["progress"]
+    )
+    assert (progress["step"], progress["total"], progress["eta_s"]) == (30, None, None)
+    assert progress["line"] == "step 30, 2.0 steps/s"
+    assert progress["mfu"]["value"] is None
+    assert progress["mfu"]["why"]
+    ended = await get_json(jp_fetch, "jupyter-air", "jobs", finished_job)
+    assert ended["attempts"][0]["progress"] is None

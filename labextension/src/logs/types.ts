@@ -14,6 +14,34 @@ export interface IAttemptNode {
   label?: string | null;
 }
 
+/** An attempt's MFU: a fraction of its GPUs' peak, or why it has none. */
+export interface IMfu {
+  value: number | null;
+  /** How it was computed, or why it is absent ("no GPU", "unknown GPU 'X'"). */
+  why: string;
+}
+
+/** How far an attempt is, from its ranks' step marks. */
+export interface IProgress {
+  /** The latest step marked. */
+  step: number;
+  /** Its planned steps; null when unknown (no percentage, no ETA). */
+  total: number | null;
+  /** `step / total` (at most 1); null when its length is unknown. */
+  fraction: number | null;
+  /** Smoothed seconds per step. */
+  step_time_s: number | null;
+  samples_per_s: number | null;
+  tokens_per_s: number | null;
+  /** Seconds left; null without a total or a step time, and once it ended. */
+  eta_s: number | null;
+  /** Unix seconds of the latest mark. */
+  updated: number;
+  /** `step 4,210 / 10,000 (42 %), ETA 18:40 (23 min)`. */
+  line: string;
+  mfu: IMfu;
+}
+
 /** One try of a job. */
 export interface IAttempt {
   attempt: number;
@@ -31,6 +59,8 @@ export interface IAttempt {
   /** The checkpoint it started from (a retry's, or `--resume JOB`'s), and its step. */
   resumed_from: string | null;
   resumed_step: number | null;
+  /** Null before its first step is marked (or where no marks are at hand). */
+  progress: IProgress | null;
 }
 
 /** `GET jupyter-air/jobs/<id>`. */

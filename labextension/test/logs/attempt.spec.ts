@@ -14,6 +14,7 @@ const attempt = (extra: Partial<IAttempt>): IAttempt => ({
   nodes: [],
   resumed_from: null,
   resumed_step: null,
+  progress: null,
   ...extra
 });
 
