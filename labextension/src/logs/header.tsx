@@ -24,6 +24,7 @@ import { ansiSegments } from './ansi';
 import { attemptNotes } from './attempt';
 import { cellLabel } from './cells';
 import { isLevelKey, isRangeKey, LEVELS, RANGES } from './filters';
+import { progressLine, progressTitle } from '../common/progress';
 import { formatClock } from '../common/time';
 import { plural } from './format';
 import type { JobLogsModel } from './model';
@@ -120,6 +121,36 @@ function TitleRow(props: { model: JobLogsModel }): JSX.Element {
           MLflow run ↗
         </a>
       )}
+    </div>
+  );
+}
+
+/** How far the attempt shown is (its ranks' step marks), and its MFU. */
+function ProgressRow(props: { model: JobLogsModel }): JSX.Element | null {
+  const { model } = props;
+  const progress = model.job?.attempts.find(
+    a => a.attempt === model.filters.attempt
+  )?.progress;
+  if (!progress) {
+    return null;
+  }
+  const fraction = progress.fraction;
+  return (
+    <div
+      className="jp-air-JobLogs-progress"
+      aria-label="Progress"
+      title={progressTitle(progress)}
+    >
+      {fraction !== null && (
+        <progress
+          className="jp-air-JobLogs-progressBar"
+          max={1}
+          value={fraction}
+        />
+      )}
+      <span className="jp-air-JobLogs-progressLine">
+        {progressLine(progress)}
+      </span>
     </div>
   );
 }
@@ -523,6 +554,7 @@ export class LogsHeader extends ReactWidget {
         {() => (
           <>
             <TitleRow model={model} />
+            <ProgressRow model={model} />
             <FamilyRow model={model} openJob={this._openJob} />
             <Toolbar model={model} downloadUrl={this._downloadUrl} />
             <AttemptRow model={model} />

@@ -38,6 +38,8 @@ const FOLLOW_INTERVAL = 1000;
 const CELLS_INTERVAL = 5000;
 /** Milliseconds between two reads of a job whose runs wait for their tracking server. */
 const TRACKING_REREAD_MS = 10000;
+/** Milliseconds between two reads of a running job while following (its progress). */
+export const PROGRESS_REREAD_MS = 10000;
 /** The states of a job whose ranks may run. */
 const ACTIVE = new Set(['PENDING', 'RUNNING']);
 
@@ -406,6 +408,15 @@ export class JobLogsModel extends PollingModel {
     } else if (this.session && Date.now() - this._cellsRead >= CELLS_INTERVAL) {
       await this._readCells();
     }
+    const job = this._job;
+    if (
+      job &&
+      ACTIVE.has(job.status) &&
+      Date.now() - this._jobRead >= PROGRESS_REREAD_MS
+    ) {
+      this._jobRead = Date.now();
+      this._refreshJob(); // its attempts' progress
+    }
     for (let page = 0; page < CATCH_UP_PAGES; page++) {
       const cursor = this._cursor;
       if (generation !== this._generation || this._done || cursor === null) {
@@ -579,6 +590,8 @@ export class JobLogsModel extends PollingModel {
   private _shownAttempt: number | null = null;
   private _query: Query = {};
   private _job: IJob | null = null;
+  /** When a follow tick last asked for the job again (Date.now()). */
+  private _jobRead = Date.now();
   private _stacks: IStackSet[] | null = null;
   private _stacksPending = false;
   private _jobRefresh: Promise<void> | null = null;

@@ -6,6 +6,7 @@
  */
 
 import type { Requester } from '../common/api';
+import type { IJobsResponse, IProgress } from '../logs/types';
 import { FetchKind, PollingModel, pollFrequency } from '../common/model';
 import { XAxis } from './curves';
 import { defaultMetric, primaryMetric, splitMetrics } from './metrics';
@@ -241,6 +242,17 @@ export class RunsModel extends PollingModel {
     this.emitChanged();
   }
 
+  /**
+   * How far a running run's attempt is (its job's step marks), or null: none
+   * marked yet, or the run is not running.
+   */
+  progressOf(run: IRun): IProgress | null {
+    if (run.status !== 'RUNNING') {
+      return null;
+    }
+    return this._progress.get(`${run.job_id}:${run.attempt}`) ?? null;
+  }
+
   /** The run of the page with this id, if shown. */
   run(runId: string): IRun | undefined {
     return this._page?.runs.find(run => run.run_id === runId);
@@ -277,9 +289,11 @@ export class RunsModel extends PollingModel {
       max_results: this._pageSize,
       page_token: this._token ?? undefined
     });
+    const progress = await this._progressOfRunning(page);
     if (path !== this._path || experiment !== this._experimentId) {
       return; // the panel moved on meanwhile
     }
+    this._progress = progress;
     this._page = page;
     if (this._selected.length >= 2 && (this._compareDue || this._live())) {
       this._compareDue = false;
@@ -288,6 +302,34 @@ export class RunsModel extends PollingModel {
         runs: this._selected.join(',')
       });
     }
+  }
+
+  /**
+   * The progress of the page's running runs' attempts, by `job:attempt`: one
+   * read of the active jobs, only while some run of the page runs.
+   */
+  private async _progressOfRunning(
+    page: IRunsPage
+  ): Promise<Map<string, IProgress>> {
+    const found = new Map<string, IProgress>();
+    if (!page.runs.some(run => run.status === 'RUNNING' && run.job_id)) {
+      return found;
+    }
+    let answer: IJobsResponse;
+    try {
+      answer = await this._request<IJobsResponse>('jobs');
+    } catch (error) {
+      console.warn('jupyter-air: could not read the running jobs', error);
+      return this._progress; // what was known: the runs are what matters
+    }
+    for (const job of answer.jobs) {
+      for (const attempt of job.attempts) {
+        if (attempt.progress) {
+          found.set(`${job.id}:${attempt.attempt}`, attempt.progress);
+        }
+      }
+    }
+    return found;
   }
 
   /** Whether a compared run is still running (its curves grow). */
@@ -386,6 +428,7 @@ export class RunsModel extends PollingModel {
   private _experiments: IExperiment[] = [];
   private _experimentsRead = 0;
   private _page: IRunsPage | null = null;
+  private _progress = new Map<string, IProgress>();
   private _search = '';
   private _status: RunStatus | null = null;
   private _token: string | null = null;

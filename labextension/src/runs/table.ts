@@ -6,7 +6,9 @@
 import { Widget } from '@lumino/widgets';
 
 import { el } from '../dom';
+import { progressShort, progressTitle } from '../common/progress';
 import { formatDateTime } from '../common/time';
+import type { IProgress } from '../logs/types';
 import { formatMetric, formatRunDuration, formatStart } from './format';
 import { isSystemMetric } from './metrics';
 import { RunsModel } from './model';
@@ -191,6 +193,11 @@ export class RunsTable extends Widget {
       name.append(' ', cell);
     }
 
+    const progress = this.model.progressOf(run);
+    if (progress) {
+      name.appendChild(this._progress(progress));
+    }
+
     const duration = tr.insertCell();
     duration.className = 'jp-air-RunsPanel-duration';
     duration.textContent = formatRunDuration(run.duration_ms);
@@ -234,6 +241,23 @@ export class RunsTable extends Widget {
       cell.textContent = formatMetric(run.metrics[key]);
     }
     return tr;
+  }
+
+  /** A running run's progress under its name: a bar, `42 % · ETA 18:40`. */
+  private _progress(progress: IProgress): HTMLElement {
+    const shown = el('div', 'jp-air-RunsPanel-progress');
+    shown.title = progressTitle(progress);
+    const fraction = progress.fraction;
+    if (fraction !== null) {
+      const bar = el('progress', 'jp-air-RunsPanel-progressBar');
+      bar.max = 1;
+      bar.value = fraction;
+      shown.appendChild(bar);
+    }
+    shown.appendChild(
+      el('span', 'jp-air-RunsPanel-progressText', progressShort(progress))
+    );
+    return shown;
   }
 
   private _button(text: string, title: string): HTMLButtonElement {

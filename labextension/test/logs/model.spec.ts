@@ -47,7 +47,8 @@ function job(attempts = 1, status = 'RUNNING'): IJob {
       run_url: null,
       nodes: [],
       resumed_from: null,
-      resumed_step: null
+      resumed_step: null,
+      progress: null
     }))
   };
 }
@@ -189,6 +190,46 @@ describe('JobLogsModel', () => {
 
       await jest.advanceTimersByTimeAsync(60_000);
       expect(reads()).toBe(before + 1); // nothing waits: no more reads
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
+  it("reads a running job again every 10 s while following: its attempt's progress moves", async () => {
+    jest.useFakeTimers();
+    try {
+      server.answers = [logs(1, 1)];
+      make();
+      await jest.advanceTimersByTimeAsync(0);
+      expect(model.job?.attempts[0].progress).toBeNull();
+      const reads = () =>
+        server.calls.filter(c => c.endPoint === `jobs/${JOB}`).length;
+      const before = reads();
+      const progress = {
+        step: 40,
+        total: 100,
+        fraction: 0.4,
+        step_time_s: 0.5,
+        samples_per_s: null,
+        tokens_per_s: null,
+        eta_s: 30,
+        updated: 5,
+        line: 'step 40 / 100 (40 %), ETA 00:01 (1 min)',
+        mfu: { value: null, why: 'no GPU' }
+      };
+      server.job = job();
+      server.job.attempts[0].progress = progress;
+
+      server.answers.push(logs(1, 0));
+      await model.refresh(); // a follow tick before 10 s: the job is not read
+      expect(reads()).toBe(before);
+
+      await jest.advanceTimersByTimeAsync(10_000);
+      server.answers.push(logs(1, 0));
+      await model.refresh();
+      await jest.advanceTimersByTimeAsync(0);
+      expect(reads()).toBe(before + 1);
+      expect(model.job?.attempts[0].progress).toEqual(progress);
     } finally {
       jest.useRealTimers();
     }

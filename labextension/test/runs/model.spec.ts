@@ -1,6 +1,7 @@
 import type { Query } from '../../src/common/api';
 import { RunsModel } from '../../src/runs/model';
 import { sleep, until } from '../helpers';
+import type { IProgress } from '../../src/logs/types';
 import type { IRun, IRunsPage } from '../../src/runs/types';
 import {
   formatMetric,
@@ -44,6 +45,13 @@ class FakeServer {
   calls: [string, Query][] = [];
   /** Experiments of store `k` made since the panel opened (`air run`, a schedule). */
   madeLater: { id: string; name: string }[] = [];
+  /** The first page's run's status. */
+  firstStatus: IRun['status'] = 'FINISHED';
+  /** `jobs`' answer: the active jobs' attempts' progress. */
+  jobs: {
+    id: string;
+    attempts: { attempt: number; progress: IProgress | null }[];
+  }[] = [];
 
   request = async <T>(
     endPoint: string,
@@ -92,7 +100,11 @@ class FakeServer {
       case 'runs': {
         const second = query.page_token === 'p2';
         const page: IRunsPage = {
-          runs: [second ? run('b', 'second', 'FAILED') : run('a', 'first')],
+          runs: [
+            second
+              ? run('b', 'second', 'FAILED')
+              : run('a', 'first', this.firstStatus)
+          ],
           next_page_token: second ? null : 'p2',
           params: ['lr'],
           metrics: ['loss', 'system/cpu_utilization_percentage'],
@@ -100,6 +112,8 @@ class FakeServer {
         };
         return page as T;
       }
+      case 'jobs':
+        return { jobs: this.jobs } as T;
       case 'runs/compare':
         return {
           runs: [
@@ -242,6 +256,32 @@ describe('RunsModel', () => {
     expect(model.primaryMetric).toBe('loss');
     model.toggleSelected('a');
     expect(model.comparison).toBeNull();
+  });
+
+  it("reads its running runs' progress from their jobs, and only while some run", async () => {
+    const progress: IProgress = {
+      step: 12,
+      total: null,
+      fraction: null,
+      step_time_s: 0.5,
+      samples_per_s: null,
+      tokens_per_s: null,
+      eta_s: null,
+      updated: 1,
+      line: 'step 12, 2 steps/s',
+      mfu: { value: null, why: 'no GPU' }
+    };
+    server.jobs = [{ id: 'job-a', attempts: [{ attempt: 1, progress }] }];
+    model.notebookPath = 'train.ipynb';
+    model.active = true;
+    await until(() => model.page !== null);
+    expect(server.queries('jobs')).toEqual([]); // nothing runs: no question
+    expect(model.progressOf(model.page!.runs[0])).toBeNull();
+
+    server.firstStatus = 'RUNNING';
+    await model.refresh();
+    expect(server.queries('jobs')).toHaveLength(1);
+    expect(model.progressOf(model.page!.runs[0])).toEqual(progress);
   });
 
   it("shows the user's metric columns, and the system ones one click away", async () => {

@@ -2,6 +2,7 @@ import { Signal } from '@lumino/signaling';
 
 import type { RunsModel } from '../../src/runs/model';
 import type { RunsTable as RunsTableType } from '../../src/runs/table';
+import type { IProgress } from '../../src/logs/types';
 import type { IRun, IRunsPage } from '../../src/runs/types';
 
 let RunsTable: typeof RunsTableType;
@@ -48,6 +49,11 @@ class FakeModel {
   }
   isSelected(): boolean {
     return false;
+  }
+  /** By run id. */
+  progress: Record<string, IProgress> = {};
+  progressOf(run: IRun): IProgress | null {
+    return this.progress[run.run_id] ?? null;
   }
 }
 
@@ -160,5 +166,34 @@ describe('RunsTable', () => {
     const step = cell.querySelector('.jp-air-RunsPanel-resumedStep');
     expect(step?.textContent).toBe(' 400');
     expect(cell.title).toBe('Resumed from /ckpt/checkpoint-400, step 400');
+  });
+
+  it("shows a running run's progress under its name, its speed and MFU in the tooltip", () => {
+    model.progress = {
+      a: {
+        step: 4210,
+        total: 10000,
+        fraction: 0.421,
+        step_time_s: 0.33,
+        samples_per_s: 194,
+        tokens_per_s: null,
+        eta_s: 1914,
+        updated: new Date(2026, 11, 6, 9, 0, 0).getTime() / 1000,
+        line: 'step 4,210 / 10,000 (42 %), ETA 09:31 (32 min)',
+        mfu: { value: null, why: 'no GPU' }
+      }
+    };
+    model.page = { ...model.page! };
+    model.stateChanged.emit();
+    const rows = table.node.querySelectorAll('tr.jp-air-RunsPanel-run');
+    const shown = rows[0].querySelector<HTMLElement>(
+      '.jp-air-RunsPanel-name .jp-air-RunsPanel-progress'
+    )!;
+    expect(shown.textContent).toBe('42 % · ETA 09:31');
+    expect(shown.querySelector('progress')!.value).toBeCloseTo(0.421);
+    expect(shown.title).toBe(
+      'step 4,210 / 10,000 (42 %), ETA 09:31 (32 min)\n0.33 s/step, 194 samples/s\nMFU: none: no GPU'
+    );
+    expect(rows[1].querySelector('.jp-air-RunsPanel-progress')).toBeNull();
   });
 });
