@@ -1,18 +1,28 @@
 """The straggler hint, from marks files as ranks write them (issue 38, item 4): a rank
 slower in its compute or in waiting for data is named with its phase; noise, a few slow
 steps, a slowdown too small to matter and the waits that a straggler causes in the
-others name no one."""
+others name no one. Then one real job of 4 gloo ranks under DDP, one rank slowed in its
+backward and another in its data loader: both named, in the hints and on the run."""
 
 from __future__ import annotations
 
 import json
 import random
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+from mlflow.tracking import MlflowClient
+
+from jupyter_air.jobs.node.hints import read_hints
+from jupyter_air.jobs.running import job_details
+from jupyter_air.jobs.store import JobStore
 from jupyter_air.perf.marks import Phase
 from jupyter_air.perf.stragglers import Rule, Straggler, Watch
+from tests.air_cli import air
+from tests.waits import until, wait_settled
 
 #: One rank's step: seconds by phase, and by place of its compute.
 Step = tuple[dict[str, float], dict[str, float]]
@@ -173,3 +183,81 @@ def test_the_others_median_leaves_one_odd_peer_out(tmp_path: Path) -> None:
     found = Watch(tmp_path).update()
     assert [(s.rank, s.phase) for s in found] == [(4, Phase.COMPUTE), (0, Phase.COMPUTE)]
     assert all(isinstance(s, Straggler) and s.part == "backward" for s in found)
+
+
+#: 4 gloo ranks under DDP, a plain loop that marks its steps: rank 1 waits 150 ms for
+#: each batch, rank 3 spends 150 ms more in its backward (a module's backward hook).
+SLOW_RANKS = """\
+import time
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+import jupyter_air
+
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+
+class Batches(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1_000_000
+    def __getitem__(self, i):
+        if rank == 1 and i % 16 == 0:
+            time.sleep(0.15)
+        return torch.randn(32)
+
+model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+if rank == 3:
+    model[2].register_full_backward_hook(lambda *_: time.sleep(0.15))
+ddp = DistributedDataParallel(model)
+optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+for x in torch.utils.data.DataLoader(Batches(), batch_size=16):
+    ddp(x).pow(2).mean().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    jupyter_air.step(samples=16)
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.heavy
+@pytest.mark.slow
+def test_a_job_names_the_rank_slow_in_its_backward_and_the_one_slow_in_its_data(
+    workdir: Path,
+) -> None:
+    (workdir / "train.py").write_text(SLOW_RANKS)
+    workload = {
+        "experiment_name": "stragglers",
+        "command": f"{sys.executable} train.py",
+        "compute": {"nproc_per_node": 4, "oversubscribe": True},
+    }
+    (workdir / "w.yaml").write_text(json.dumps(workload))
+    submitted = air("run", "-f", "w.yaml")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.split()[1]
+    store = JobStore(workdir / "air")
+    attempt = store.attempt_dir(job_id, 1)
+
+    def named() -> list[str] | None:
+        texts = [h["text"] for h in read_hints(attempt)["hints"] if h["kind"] == "straggler"]
+        return texts if len(texts) == 2 else None
+
+    try:
+        texts = until(named, "both stragglers named", timeout=300, seen=lambda: read_hints(attempt))
+        details = job_details(store, [job_id])[job_id]  # the jobs API's, the GPU panel's
+    finally:
+        air("cancel", job_id)
+    assert any(re.match(r"rank 1: .* waiting for data", t) for t in texts), texts
+    assert any(re.match(r"rank 3: .* compute \(backward\)", t) for t in texts), texts
+    assert sorted(details["hints"]) == sorted(texts)
+    job = wait_settled(store, job_id, timeout=180)
+    (first,) = store.attempts(job.id)
+    assert first.run_id is not None
+    run = MlflowClient(f"sqlite:///{workdir}/mlflow.db").get_run(first.run_id)
+    assert run.data.tags["air.hint.straggler"] in texts
