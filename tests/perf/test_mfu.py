@@ -4,13 +4,20 @@ write them: present with how it was had, or absent with the reason, never made u
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jupyter_air.gpu.peaks import TERA
+from jupyter_air.job_dir import JobDir
+from jupyter_air.perf.marks import rank_files
 from jupyter_air.perf.mfu import Mfu, of_job
+from tests.air_cli import air
+from tests.fake_nvml import FakeGpu, Scenario, env_for
+from tests.perf.gpt import CONTEXT
+from tests.waits import wait_settled
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -122,3 +129,66 @@ def test_more_than_the_peak_is_no_figure(tmp_path: Path) -> None:
 
 def test_no_folder_is_no_flops_yet(tmp_path: Path) -> None:
     assert of_job(tmp_path / "missing", 1.0).value is None
+
+
+#: Two DDP ranks on gloo train the small GPT, marking each step with its tokens.
+TRAIN = """\
+import sys
+sys.path.insert(0, {root!r})
+import torch, torch.distributed as dist
+import jupyter_air
+from tests.perf.gpt import CONTEXT, Gpt, batch, train_step
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(Gpt(128, 2, heads=4))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(8):
+    train_step(model, optimizer, batch(4))
+    jupyter_air.step(samples=4, tokens=4 * CONTEXT)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.heavy
+@pytest.mark.slow
+def test_a_two_rank_job_on_the_fake_h100s_has_its_mfu_from_its_counted_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_nvml_dir: Path
+) -> None:
+    scenario = Scenario(gpus=[FakeGpu(name=H100), FakeGpu(name=H100)]).write(tmp_path / "nvml")
+    for name, value in env_for(fake_nvml_dir, scenario).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.chdir(tmp_path)
+    root = str(Path(__file__).resolve().parents[2])
+    (tmp_path / "train.py").write_text(TRAIN.format(root=root))
+    workload = {
+        "experiment_name": "mfu",
+        "command": f"{sys.executable} train.py",
+        "compute": {"nproc_per_node": 2},
+    }
+    (tmp_path / "w.yaml").write_text(json.dumps(workload))
+    submitted = air("run", "-f", "w.yaml")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.split()[1]
+    job = wait_settled(tmp_path / "air", job_id, timeout=300)
+    assert job.status == "SUCCEEDED", air("logs", job_id).stdout
+
+    perf = JobDir.under(tmp_path / "air", job_id).attempt(1).perf
+    lines = {
+        rank: [json.loads(line) for line in path.read_text().splitlines()]
+        for rank, path in rank_files(perf).items()
+    }
+    assert sorted(lines) == [0, 1]
+    per_step = 3 * (2 * 4 * CONTEXT * (2 * 12 * 128**2 + 128 * 256) + 2 * 4 * 4 * CONTEXT**2 * 128)
+    for rank_lines in lines.values():
+        (flops,) = [line for line in rank_lines if "flops" in line]
+        assert flops == {**flops, "flops": per_step, "how": "counted", "dtype": "fp32", "gpu": H100}
+    # the step time of the steps after the counted one (what perf.progress smooths)
+    steps = [line["dt"] for line in lines[0] if "dt" in line and line["s"] > 2]
+    step_time = sum(steps) / len(steps)
+    mfu = of_job(perf, step_time)
+    assert mfu.value == pytest.approx(2 * per_step / (step_time * 2 * 67 * TERA))
+    assert "(2 ranks), counted by PyTorch's FlopCounterMode" in mfu.why
