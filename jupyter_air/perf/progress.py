@@ -121,7 +121,7 @@ class _File:
         for line in lines:
             if isinstance(line.get("plan"), int):
                 self.plan = (float(line.get("t", 0.0)), line["plan"])
-            elif isinstance(line.get("s"), int) and isinstance(line.get("t"), (int, float)):
+            elif _is_step(line):
                 if self.steps and line["s"] <= self.steps[-1]["s"]:
                     self.steps.clear()  # a new numbering (a new training in the rank)
                 self.steps.append(line)
@@ -144,6 +144,16 @@ class _File:
             _per_s(after, "k", first["s"], span),
             last["t"],
         )
+
+
+def _is_step(line: dict[str, Any]) -> bool:
+    """A step line (``s``, ``t``, ``dt``, ``src``); others' kinds may carry a step too."""
+    return (
+        isinstance(line.get("s"), int)
+        and isinstance(line.get("t"), (int, float))
+        and isinstance(line.get("dt"), (int, float))
+        and "src" in line
+    )
 
 
 def _per_s(lines: list[dict[str, Any]], key: str, since: int, span: float) -> float | None:

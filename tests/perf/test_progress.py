@@ -58,6 +58,7 @@ def test_the_jobs_throughput_is_every_ranks_together(tmp_path: Path) -> None:
     for rank in (0, 1):
         write(tmp_path / f"rank-{rank}.jsonl", *steady(1, 50, 0.25, 10.0, n=8, k=1024))
     write(tmp_path / "rank-1.jsonl", {"flops": 1e12, "how": "6nd", "t": 30.0})  # not a step
+    write(tmp_path / "rank-1.jsonl", {"cs": {"backward": 0.1}, "s": 50, "t": 30.0})  # nor this
     found = read(tmp_path)
     assert found is not None
     assert found.samples_per_s == pytest.approx(2 * 8 / 0.25)
