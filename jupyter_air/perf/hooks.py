@@ -27,7 +27,7 @@ from types import ModuleType
 from typing import Any, ParamSpec, TypeVar
 
 from ..import_hooks import when_imported
-from . import flops, phases
+from . import flops, phases, profiler
 from .marks import Source, current, enabled
 
 P = ParamSpec("P")
@@ -63,6 +63,7 @@ def install() -> None:
     current()  # a first step with no begin is counted from the rank's start
     flops.install()  # one step's FLOPs, counted once, for MFU
     phases.install()  # each step's split: data, compute, comm (for stragglers)
+    profiler.install()  # torch.profiler for the next N steps when asked (air profile)
     when_imported("transformers.trainer", _patch_hf)
     when_imported("lightning.pytorch.trainer.trainer", _patch_lightning)
     when_imported("pytorch_lightning.trainer.trainer", _patch_lightning)
