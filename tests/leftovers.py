@@ -16,9 +16,11 @@ the developer's own Jupyter and another pytest run are never touched:
   ended, and the run fails: a module's or the session's fixture that did not end what it
   started. Such a fixture calls ``end_processes_in(folder)`` in its teardown.
 
-Ending a process: SIGTERM (its whole group when it leads one of its own), a wait, then
-SIGKILL. A process is known by its pid and its start time, so a reused pid is never
-signalled.
+Ending a process: at its test's end, SIGKILL (its whole group when it leads one of its
+own): nothing may use it any more, and a graceful exit (a tail process's MLflow teardown,
+a supervisor waiting for its ranks) only costs the run time. A fixture's teardown gives
+SIGTERM first, a wait, then SIGKILL. A process is known by its pid and its start time,
+so a reused pid is never signalled.
 """
 
 from __future__ import annotations
@@ -180,16 +182,18 @@ def _wait_gone(found: Sequence[Leftover], seconds: float) -> list[Leftover]:
     return left
 
 
-def end(found: Sequence[Leftover]) -> list[Leftover]:
-    """SIGTERM, a wait, then SIGKILL; those still there after it all (none, unless the
-    kernel could not end them)."""
-    _signal(found, signal.SIGTERM)
-    left = _wait_gone(found, TERM_GRACE)
+def end(found: Sequence[Leftover], gently: bool = True) -> list[Leftover]:
+    """SIGTERM, a wait, then SIGKILL (not ``gently``: SIGKILL alone); those still there
+    after it all (none, unless the kernel could not end them)."""
+    left = list(found)
+    if gently:
+        _signal(found, signal.SIGTERM)
+        left = _wait_gone(found, TERM_GRACE)
     _signal(left, signal.SIGKILL)
     return _wait_gone(left, KILL_GRACE)
 
 
-def end_processes_in(*folders: Path, rounds: int = 3) -> list[Leftover]:
+def end_processes_in(*folders: Path, rounds: int = 3, gently: bool = True) -> list[Leftover]:
     """End every process pointing into ``folders``, and those that ending them started
     (a supervisor that hands its last notice to a courier as it leaves): for a fixture's
     teardown whose folder outlives one test. What was ended. A folder outside this
@@ -203,7 +207,7 @@ def end_processes_in(*folders: Path, rounds: int = 3) -> list[Leftover]:
         found = scan(folders)
         if not found:
             break
-        end(found)
+        end(found, gently)
         ended += found
     return ended
 
@@ -265,7 +269,7 @@ class Guard:
             tmp_path = item.stash.get(_tmp_path_key, None)
             if tmp_path is not None:
                 began = time.monotonic()
-                ended = end_processes_in(tmp_path)
+                ended = end_processes_in(tmp_path, gently=False)
                 self.ending_seconds += time.monotonic() - began if ended else 0.0
                 self.ended_with_test.update(_kind(p.command) for p in ended)
                 if ended:

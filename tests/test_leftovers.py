@@ -19,12 +19,21 @@ from tests.leftovers import end_processes_in
 
 REPO = Path(__file__).resolve().parent.parent
 
+#: A sleeper that notes a SIGTERM in the file it is given, and sleeps on (a supervisor
+#: waiting for its ranks, a courier finishing a delivery).
+STUBBORN = """
+import pathlib, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: pathlib.Path(sys.argv[1]).write_text("term"))
+pathlib.Path(sys.argv[1] + ".ready").touch()
+time.sleep(600)
+"""
+
 #: Starts a sleeper in a session of its own, prints its pid, and exits: the sleeper's
 #: parent is gone, as a supervisor's or a courier's is once its starter exited.
 DETACH = """
 import subprocess, sys
 sleeper = subprocess.Popen(
-    [sys.executable, "-c", "import time; time.sleep(600)"],
+    [sys.executable, "-c", sys.argv[1] if len(sys.argv) > 1 else "import time; time.sleep(600)"],
     start_new_session=True,
     stdin=subprocess.DEVNULL,
     stdout=subprocess.DEVNULL,
@@ -34,16 +43,17 @@ print(sleeper.pid)
 """
 
 INNER = """
-import os, subprocess, sys
+import os, subprocess, sys, time
 from pathlib import Path
 
 DETACH = {detach!r}
+STUBBORN = {stubborn!r}
 
 
-def detach(home: Path) -> int:
+def detach(home: Path, *code: str) -> int:
     env = {{**os.environ, "AIR_HOME": str(home)}}
-    out = subprocess.run([sys.executable, "-c", DETACH], env=env, capture_output=True, text=True)
-    return int(out.stdout)
+    run = [sys.executable, "-c", DETACH, *code]
+    return int(subprocess.run(run, env=env, capture_output=True, text=True).stdout)
 
 
 def test_leaves_a_process_in_a_folder_of_its_module(tmp_path_factory):
@@ -52,9 +62,18 @@ def test_leaves_a_process_in_a_folder_of_its_module(tmp_path_factory):
 
 
 def test_leaves_a_process_in_its_own_tmp_path(tmp_path):
-    pid = detach(tmp_path / "air")
+    stubborn = "import sys; sys.argv[1:] = [" + repr({term_file!r}) + "]\\n" + STUBBORN
+    pid = detach(tmp_path / "air", stubborn)
+    deadline = time.monotonic() + 120  # its handler in place before the test ends
+    while not Path({term_file!r} + ".ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     Path({pid_file!r} + "-own").write_text(str(pid))
 """
+
+
+def term_file(tmp_path: Path) -> Path:
+    """Where the inner run's stubborn sleeper notes a SIGTERM."""
+    return tmp_path / "sleeper.term"
 
 
 def run_inner(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], int, int]:
@@ -62,7 +81,14 @@ def run_inner(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[s
     inner = tmp_path / "inner"
     inner.mkdir()
     pid_file = tmp_path / "sleeper.pid"
-    (inner / "test_inner.py").write_text(INNER.format(detach=DETACH, pid_file=str(pid_file)))
+    (inner / "test_inner.py").write_text(
+        INNER.format(
+            detach=DETACH,
+            stubborn=STUBBORN,
+            pid_file=str(pid_file),
+            term_file=str(term_file(tmp_path)),
+        )
+    )
     (inner / "pytest.ini").write_text("[pytest]\n")
     result = subprocess.run(
         [
@@ -121,6 +147,7 @@ def test_a_detached_process_left_after_the_tests_fails_the_run_and_is_ended(
     assert "ended now" in out, out
     assert not alive(pid), "the guard ended it"
     assert not alive(own), "its test's end ended it"
+    assert not term_file(tmp_path).exists(), "killed outright: no SIGTERM handler ran"
     assert re.search(r"processes ended at their test's end \(\d+ s\): python", out), out
     assert bystander.poll() is None, "a process outside the run's folder is left alone"
 
