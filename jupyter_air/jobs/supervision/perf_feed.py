@@ -8,21 +8,37 @@ into the attempt's metrics journal, shipped to MLflow with the rest
 and ``perf/tokens_per_s`` (the job's, every rank together), and with several ranks
 marking, each one's ``perf/step_time/rank_R`` (the rank that holds the others back shows
 there). A point's step is the job's training step; its time, the latest mark's.
+
+A warm session's ranks mark each cell's steps in the cell's own folder; the feed follows
+its latest cell's, into that cell's run (or its own journal, for a run made later).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 
-from ...job_dir import AttemptDir
+from ...job_dir import AttemptDir, JobDir
 from ...perf.progress import Follower
-from ...tracking.journal import Writer
+from ...tracking.journal import ATTEMPT_RUN, Writer
+from ..sessions import cells as session_cells
 
 log = logging.getLogger("jupyter_air.perf")
 
 #: Seconds the attempt's end waits for the feed's thread.
 STOP_WAIT = 5.0
+
+
+@dataclass
+class _Target:
+    """Marks followed into one run: the attempt's, or a session cell's."""
+
+    follower: Follower
+    run_id: str
+    files: AttemptDir  # whose journal takes the points
+    cell: int | None = None
+    logged: float | None = None  # the time of the latest mark journaled
 
 
 class PerfFeed:
@@ -32,9 +48,8 @@ class PerfFeed:
         """Makes the attempt's marks folder (the ranks' ``AIR_PERF_DIR``) and starts
         looking at it every ``interval`` seconds."""
         self._files = files
-        self._run_id = run_id
-        self._follower = Follower(files.perf)
-        self._logged: float | None = None  # the time of the latest mark journaled
+        self._job = JobDir(files.path.parent)
+        self._target = _Target(Follower(files.perf), run_id, files)
         self._over = threading.Event()
         self._lock = threading.Lock()  # the thread's look, or the last one
         try:
@@ -57,29 +72,41 @@ class PerfFeed:
 
     def _look(self) -> None:
         try:
-            progress = self._follower.update()
-            if progress is None or progress.updated == self._logged:
-                return
-            metrics = {
-                "perf/step_time": progress.step_time_s,
-                "perf/samples_per_s": progress.samples_per_s,
-                "perf/tokens_per_s": progress.tokens_per_s,
-            }
-            rates = self._follower.rates()
-            if len(rates) > 1:
-                for rank, rate in rates.items():
-                    metrics[f"perf/step_time/rank_{rank}"] = rate.step_time_s
-            known = {key: value for key, value in metrics.items() if value is not None}
-            self._logged = progress.updated
-            if not known:
-                return
-            writer = Writer(self._files.metrics_journal)
-            try:
-                writer.append(self._run_id, known, progress.step, progress.updated)
-            finally:
-                writer.close()
+            self._journal(self._target)
+            cell = session_cells.latest(self._job)  # None: no session, or no cell yet
+            if cell is not None and cell.cell != self._target.cell:
+                late = self._files.late_cell(cell.cell)
+                files = self._files if cell.run_id else late
+                run_id = cell.run_id or ATTEMPT_RUN
+                self._target = _Target(Follower(late.perf), run_id, files, cell.cell)
+                self._journal(self._target)
         except Exception as err:  # a bug here costs the run's perf metrics only
             log.warning("step marks of attempt %d not read: %s", self._files.number, err)
+
+    @staticmethod
+    def _journal(target: _Target) -> None:
+        """Journal what ``target``'s marks say now, if a step was marked since."""
+        progress = target.follower.update()
+        if progress is None or progress.updated == target.logged:
+            return
+        metrics = {
+            "perf/step_time": progress.step_time_s,
+            "perf/samples_per_s": progress.samples_per_s,
+            "perf/tokens_per_s": progress.tokens_per_s,
+        }
+        rates = target.follower.rates()
+        if len(rates) > 1:
+            for rank, rate in rates.items():
+                metrics[f"perf/step_time/rank_{rank}"] = rate.step_time_s
+        known = {key: value for key, value in metrics.items() if value is not None}
+        target.logged = progress.updated
+        if not known:
+            return
+        writer = Writer(target.files.metrics_journal)
+        try:
+            writer.append(target.run_id, known, progress.step, progress.updated)
+        finally:
+            writer.close()
 
     def finish(self) -> None:
         """A last look, once the ranks have ended: the run gets their last figures."""
