@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import timeit
@@ -38,6 +37,7 @@ from jupyter_air.gpu.peaks import TERA  # noqa: E402
 from jupyter_air.job_dir import JobDir  # noqa: E402
 from jupyter_air.perf.marks import rank_files  # noqa: E402
 from jupyter_air.perf.mfu import of_job  # noqa: E402
+from tests.air_cli import air  # noqa: E402
 from tests.fake_nvml import FakeGpu, Scenario, build_library, env_for  # noqa: E402
 from tests.waits import wait_settled  # noqa: E402
 
@@ -64,29 +64,19 @@ dist.destroy_process_group()
 """
 
 
-def air(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jupyter_air.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-
-
 def job(workdir: Path, steps: int) -> dict[str, Any]:
     from tests.perf.gpt import CONTEXT, Gpt, parameters
 
     scenario = Scenario(gpus=[FakeGpu(name=H100), FakeGpu(name=H100)]).write(workdir / "nvml")
     env = {
-        **os.environ,
         **env_for(build_library(), scenario),
         "AIR_HOME": str(workdir / "air"),
         "MLFLOW_TRACKING_URI": f"sqlite:///{workdir}/mlflow.db",
         "JUPYTER_RUNTIME_DIR": str(workdir / "runtime"),
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
     }
-    env.pop("CUDA_VISIBLE_DEVICES", None)
+    os.environ.update(env)  # this script's own: the CLI below inherits it
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     (workdir / "train.py").write_text(TRAIN.format(root=str(ROOT), steps=steps, batch=BATCH))
     workload = {
         "experiment_name": "bench-mfu",
@@ -94,11 +84,11 @@ def job(workdir: Path, steps: int) -> dict[str, Any]:
         "compute": {"nproc_per_node": 2},
     }
     (workdir / "w.yaml").write_text(json.dumps(workload))
-    submitted = air("run", "-f", str(workdir / "w.yaml"), env=env)
+    submitted = air("run", "-f", str(workdir / "w.yaml"))
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.split()[1]
     settled = wait_settled(Path(env["AIR_HOME"]), job_id, timeout=900)
-    assert settled.status == "SUCCEEDED", air("logs", job_id, env=env).stdout
+    assert settled.status == "SUCCEEDED", air("logs", job_id).stdout
     perf = JobDir.under(Path(env["AIR_HOME"]), job_id).attempt(1).perf
     lines = {
         rank: [json.loads(line) for line in path.read_text().splitlines()]
