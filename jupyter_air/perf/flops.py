@@ -20,6 +20,7 @@ again in each cell's folder.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import sys
@@ -71,13 +72,18 @@ class StepFlops:
         self._gpu: str | None = None
 
     def at_mark(self, step: int) -> None:
-        if self.stage is Stage.DONE:
-            if self._marks.folder != self._folder:  # a warm session's next cell
-                self._folder, self.stage = self._marks.folder, Stage.WAITING
-            return
+        counting_here = self.stage is Stage.COUNTING and threading.get_ident() == self._thread
+        if self.stage is Stage.COUNTING and not counting_here:
+            return  # the mode is the counting thread's: only that thread may leave it
+        if self._marks.folder != self._folder:  # a warm session's next cell: count afresh
+            self._folder = self._marks.folder
+            if counting_here:  # the last cell ended mid-count: nothing of it is kept
+                with contextlib.suppress(Exception):
+                    self._stop()
+            self.stage = Stage.WAITING
         if self.stage is Stage.WAITING:
             self._start(step)
-        elif threading.get_ident() == self._thread:  # the mode is the counting thread's
+        elif self.stage is Stage.COUNTING:
             self._finish(step)
 
     def _start(self, step: int) -> None:
@@ -96,11 +102,14 @@ class StepFlops:
             return
         self.stage = Stage.COUNTING
 
-    def _finish(self, step: int) -> None:
+    def _stop(self) -> Result:
         count, self._count = self._count, None
         assert count is not None
+        return count.stop()
+
+    def _finish(self, step: int) -> None:
         try:
-            result = count.stop()
+            result = self._stop()
         except Exception as err:
             self._give_up(self._gpu, f"the FLOP counter failed: {err!r}")
             return
@@ -137,7 +146,7 @@ class StepFlops:
         except OSError:
             return None
         for line in reversed(lines):
-            if line.get("s") == step:
+            if line.get("s") == step and "dt" in line:  # a step line, no other kind's
                 tokens = line.get("k")
                 return tokens if isinstance(tokens, int) and tokens > 0 else None
         return None

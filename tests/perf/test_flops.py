@@ -163,6 +163,7 @@ def test_a_loop_marked_every_few_steps_gives_one_step_s_flops(marks: Marks) -> N
 def test_a_model_the_counter_cannot_see_is_estimated_by_6nd_with_the_step_s_tokens(
     marks: Marks,
 ) -> None:
+    marks.on_step(lambda s: marks.note(cs={"backward": 0.1}, s=s))  # another kind's line
     listen(marks)
     train(marks, Opaque(), range(1, 4), tokens=2 * CONTEXT)
     (line,) = flops_lines(marks.folder)
@@ -200,10 +201,13 @@ def test_a_warm_session_s_next_cell_is_counted_in_its_own_folder(
     marks: Marks, tmp_path: Path
 ) -> None:
     listen(marks)
-    train(marks, Gpt(64, 1, heads=2), range(1, 4))
+    train(marks, Gpt(64, 1, heads=2), range(1, 2))  # a cell ends while its step is counted
+    assert torch._C._len_torch_dispatch_stack() == 1
     (tmp_path / "cell2").mkdir()
     marks._target(str(tmp_path / "cell2"))  # what marks.current() does for the next cell
     train(marks, Gpt(64, 2, heads=2), range(1, 4))
+    assert torch._C._len_torch_dispatch_stack() == 0
+    assert flops_lines(str(tmp_path / "perf")) == []
     (line,) = flops_lines(str(tmp_path / "cell2"))
     assert line["flops"] == counted_step(Gpt(64, 2, heads=2), size=2).flops
 
