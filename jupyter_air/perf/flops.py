@@ -90,7 +90,10 @@ class StepFlops:
         if "torch" not in sys.modules:
             self._give_up(None, "this rank does not use PyTorch")
             return
-        gpu, why = rank_gpu()
+        try:
+            gpu, why = rank_gpu()
+        except Exception as err:  # NVML misbehaving costs the figure, never the rank
+            gpu, why = None, f"the rank's GPU could not be read: {err!r}"
         if gpu is None:
             self._give_up(None, why)
             return

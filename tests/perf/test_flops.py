@@ -197,6 +197,17 @@ def test_a_rank_without_a_gpu_counts_nothing_and_says_so_at_its_first_mark(
     assert of_job(Path(marks.folder), 1.0).why == "no GPU"
 
 
+def test_nvml_failing_costs_the_figure_not_the_rank(
+    marks: Marks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(flops, "rank_gpu", lambda: 1 / 0)
+    listen(marks)
+    train(marks, Gpt(64, 1, heads=2), range(1, 2))
+    assert of_job(Path(marks.folder), 1.0).why == (
+        "the rank's GPU could not be read: ZeroDivisionError('division by zero')"
+    )
+
+
 def test_a_warm_session_s_next_cell_is_counted_in_its_own_folder(
     marks: Marks, tmp_path: Path
 ) -> None:
