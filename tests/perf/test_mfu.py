@@ -12,6 +12,7 @@ import pytest
 
 from jupyter_air.gpu.peaks import TERA
 from jupyter_air.job_dir import JobDir
+from jupyter_air.perf import progress
 from jupyter_air.perf.marks import rank_files
 from jupyter_air.perf.mfu import Mfu, of_job
 from tests.air_cli import air
@@ -186,9 +187,10 @@ def test_a_two_rank_job_on_the_fake_h100s_has_its_mfu_from_its_counted_step(
     for rank_lines in lines.values():
         (flops,) = [line for line in rank_lines if "flops" in line]
         assert flops == {**flops, "flops": per_step, "how": "counted", "dtype": "fp32", "gpu": H100}
-    # the step time of the steps after the counted one (what perf.progress smooths)
-    steps = [line["dt"] for line in lines[0] if "dt" in line and line["s"] > 2]
-    step_time = sum(steps) / len(steps)
+    read = progress.read(perf)
+    assert read is not None
+    step_time = read.step_time_s  # as the jobs API and the displays take it
+    assert step_time is not None
     mfu = of_job(perf, step_time)
     assert mfu.value == pytest.approx(2 * per_step / (step_time * 2 * 67 * TERA))
     assert "(2 ranks), counted by PyTorch's FlopCounterMode" in mfu.why
