@@ -4,10 +4,11 @@ The rank's training thread is always in one place: in the DataLoader iterator's
 ``__next__`` (waiting for data), in a collective it called and waits on (waiting in
 collectives), or computing, inside the backward pass, the optimizer's step, or anywhere
 else (the forward pass, the loss, the user's own code). Each move from one place to
-another adds the time spent there to the step's split (``Marks.phase``); after each step
-mark, on a job of several ranks, one note line says how the compute split between
-those three (``{"cs": {"backward": ..., "optimizer": ..., "other": ...}, "s": 12}``), so
-that the straggler hint can say where a slow rank's compute goes.
+another adds the time spent there to the step's split (``Marks.phase``); every
+``NOTE_EVERY`` steps, on a job of several ranks, one note line says how the compute split
+between those three, seconds a step over the steps since the last (``{"cs": {"backward":
+..., "optimizer": ..., "other": ...}, "s": 120, "steps": 10}``), so that the straggler
+hint can say where a slow rank's compute goes.
 
 Under DDP, every bucket's gradient all-reduce is waited for at the end of the backward
 pass, so a rank slowed in its backward makes every other rank's backward as long as its
@@ -16,7 +17,8 @@ runs the callbacks queued during a backward pass in their order, once the graph 
 DDP's wait for its buckets is one of them. A callback queued when the graph's first node
 runs comes first, at the moment this rank's own gradients are done: what follows until
 ``backward`` returns is the wait for the other ranks (and the last bucket's all-reduce).
-It costs one hook and one callback a backward pass, whatever the model.
+It costs one hook and one callback a backward pass, whatever the model (on a rank of
+several; a rank alone has nobody to wait for).
 
 Wall time (``time.perf_counter``): on the CPU, a collective blocks the thread that waits
 for it. On a GPU the kernels run behind the CPU and NCCL's waits are the stream's, not
@@ -42,6 +44,10 @@ from ..import_hooks import when_imported
 from . import marks as marks_module
 from .marks import Marks, Phase
 
+#: Steps between two notes of the compute's split (a step number divisible by it).
+NOTE_EVERY = 10
+#: Seconds between two looks for this process's marks while there are none.
+LOOK_AGAIN = 1.0
 #: Set on what we wrapped, so that a second install wraps nothing twice.
 WRAPPED = "__air_phases__"
 
@@ -110,8 +116,11 @@ class Tracker:
         self.place = Place.OTHER
         self._since = clock()
         self._compute: dict[str, float] = {}
-        self._listening: Marks | None = None
+        self._steps = 0  # marked since the last note
+        self._found: Marks | None = None  # kept: a warm session's next cell retargets it
+        self._looked = -LOOK_AGAIN
         self._optimizer: list[Place] = []  # the places an optimizer step came from
+        self._done: float | None = None  # when the backward pass's own graph was done
 
     def owns(self) -> bool:
         """Whether the caller is the training thread."""
@@ -122,23 +131,34 @@ class Tracker:
         now = self._clock() if at is None else at
         left, spent = self.place, now - self._since
         self.place, self._since = place, now
-        if spent > 0:
-            marks = self._marks()
-            if marks is not None:
-                if self._notes and marks is not self._listening:
-                    self._listening = marks
-                    marks.on_step(self._stepped)
-                marks.phase(PHASES[left], spent)
-                if left not in WAITS:
-                    self._compute[left.value] = self._compute.get(left.value, 0.0) + spent
+        marks = self._found or self._look(now)
+        if marks is not None and spent > 0:
+            marks.phase(PHASES[left], spent)
+            if left not in WAITS:
+                self._compute[left] = self._compute.get(left, 0.0) + spent
         return left
 
+    def _look(self, now: float) -> Marks | None:
+        """This process's marks, looked for at most every ``LOOK_AGAIN`` seconds until
+        found (they are off, or their folder is not made yet)."""
+        if now - self._looked < LOOK_AGAIN:
+            return None
+        self._looked = now
+        self._found = found = self._marks()
+        if found is not None and self._notes:
+            found.on_step(self._stepped)
+        return found
+
     def _stepped(self, step: int) -> None:
-        """After a step mark: the compute's split of the step, in one note line."""
-        compute, self._compute = self._compute, {}
-        marks = self._listening
-        if compute and marks is not None:
-            marks.note(cs={k: round(v, 6) for k, v in compute.items()}, s=step)
+        """After a step mark: every ``NOTE_EVERY`` steps (by number, so that every rank
+        notes the same steps), the compute's split of the steps since, in one line."""
+        self._steps += 1
+        if step % NOTE_EVERY:
+            return
+        compute, steps, self._compute, self._steps = self._compute, self._steps, {}, 0
+        if compute and self._found is not None:
+            split = {k: round(v / steps, 6) for k, v in compute.items()}
+            self._found.note(cs=split, s=step, steps=steps)
 
     def optimizer_began(self, *_: Any) -> None:
         """``torch.optim``'s global pre-hook of every optimizer's step."""
@@ -172,16 +192,17 @@ class Tracker:
         this rank's own backward (compute), after it the wait in the callbacks queued
         after the graph (DDP's all-reduce: comm). ``engine()`` gives autograd's engine."""
 
+        def graph_done() -> None:
+            self._done = self._clock()
+
+        def first_node(*_: Any) -> None:
+            engine().queue_callback(graph_done)
+
         @functools.wraps(call)
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            if not self.owns() or self.place in WAITS:
-                return call(tensors, *args, **kwargs)
-            done: list[float] = []
-            clock = self._clock
-
-            def first_node(*_: Any) -> None:
-                engine().queue_callback(lambda: done.append(clock()))
-
+            if not self.owns() or self.place in WAITS or self.place is Place.BACKWARD:
+                return call(tensors, *args, **kwargs)  # one inside a backward: the outer's
+            self._done = None
             root = _grad_fn(tensors)
             handle = root.register_prehook(first_node) if root is not None else None
             left = self.move(Place.BACKWARD)
@@ -190,8 +211,8 @@ class Tracker:
             finally:
                 if handle is not None:
                     handle.remove()
-                if done:
-                    self.move(Place.COMM, at=done[0])
+                if self._done is not None:
+                    self.move(Place.COMM, at=self._done)
                 self.move(left)
 
         setattr(backward, WRAPPED, True)
@@ -214,7 +235,9 @@ _lock = threading.Lock()
 
 def install() -> None:
     """Follow this rank's DataLoader iterators, backward passes, optimizer steps and
-    collectives, as soon as torch imports them (at once if it has). Once per process."""
+    collectives, as soon as torch imports them (at once if it has). Once per process.
+    A rank alone has nobody to wait for nor to be compared with: its backward passes are
+    left alone (their split costs the most: a hook and a callback each) and no notes."""
     global _tracker
     with _lock:
         if _tracker is not None:
@@ -222,7 +245,8 @@ def install() -> None:
         several = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
         _tracker = tracker = Tracker(notes=several)
     when_imported("torch.utils.data.dataloader", lambda m: _patch_dataloader(m, tracker))
-    when_imported("torch.autograd", lambda m: _patch_autograd(m, tracker))
+    if several:
+        when_imported("torch.autograd", lambda m: _patch_autograd(m, tracker))
     when_imported("torch.optim.optimizer", lambda m: _patch_optimizer(m, tracker))
     when_imported("torch.distributed", lambda m: _patch_distributed(m, tracker))
 

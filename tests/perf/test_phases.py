@@ -40,11 +40,16 @@ def test_each_move_counts_the_time_spent_where_the_thread_was(tmp_path: Path) ->
     tracker.optimizer_began()
     now[0] = 4.5
     tracker.optimizer_ended()
-    marks.step(Source.STEP)
-    step, note = lines(tmp_path / "rank-0.jsonl")
-    assert step["ph"] == {Phase.COMPUTE: 2.5, Phase.DATA: 2.0}
-    assert note["cs"] == {"other": 2.0, "optimizer": 0.5}
-    assert note["s"] == 1
+    marks.step(Source.STEP, step=9)
+    now[0] = 5.5
+    tracker.optimizer_began()
+    now[0] = 6.0
+    tracker.optimizer_ended()
+    marks.step(Source.STEP, step=10)  # the compute's split is noted every 10 steps
+    nine, ten, note = lines(tmp_path / "rank-0.jsonl")
+    assert nine["ph"] == {Phase.COMPUTE: 2.5, Phase.DATA: 2.0}
+    assert ten["ph"] == {Phase.COMPUTE: 1.5}
+    assert note == {"cs": {"other": 1.5, "optimizer": 0.5}, "s": 10, "steps": 2, "t": note["t"]}
 
 
 def test_a_nested_wait_is_the_outer_ones_and_other_threads_are_not_followed(
@@ -108,7 +113,7 @@ for step, x in enumerate(torch.utils.data.DataLoader(Slow(), batch_size=8)):
         time.sleep(0.03)  # 30 ms of its own before the barrier
     dist.barrier()
     marks.current().step(marks.Source.STEP)
-    if step == 15:
+    if step == 29:
         break
 dist.destroy_process_group()
 """
@@ -133,8 +138,8 @@ def test_under_ddp_the_wait_for_a_slow_backward_is_the_others_comm(tmp_path: Pat
     def medians(rank: int) -> dict[str, float]:
         """The rank's median seconds a step, by phase and by place of its compute."""
         found = lines(tmp_path / f"rank-{rank}.jsonl")
-        steps = [line["ph"] for line in found if "ph" in line][3:]  # past the first steps
-        notes = [line["cs"] for line in found if "cs" in line][3:]
+        steps = [line["ph"] for line in found if "ph" in line][10:]  # past the first steps
+        notes = [line["cs"] for line in found if "cs" in line][1:]
         split = {**{f"ph.{k}": [s.get(k, 0.0) for s in steps] for k in Phase}}
         split.update({f"cs.{k}": [n.get(k, 0.0) for n in notes] for k in Place if k != "data"})
         return {key: statistics.median(values) for key, values in split.items()}
