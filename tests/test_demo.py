@@ -34,6 +34,7 @@ def air_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+@pytest.mark.heavy
 def test_the_console_links_the_run_page_and_the_logs_view_and_says_air_logs(
     air_home: Path,
 ) -> None:

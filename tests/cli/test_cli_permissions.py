@@ -54,6 +54,7 @@ def test_the_list_shows_only_the_jobs_the_os_user_may_view(jobs: dict[str, str])
     assert jobs["alice's"] not in air("list", "--all-status").stdout
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("command", [["get"], ["logs"], ["permissions"]])
 def test_reading_another_users_job_is_refused_with_who_can_grant_it(
     jobs: dict[str, str], command: list[str]
@@ -67,6 +68,7 @@ def test_reading_another_users_job_is_refused_with_who_can_grant_it(
     assert air("get", jobs["shared"]).returncode == 0
 
 
+@pytest.mark.heavy
 def test_cancel_needs_can_manage_run(jobs: dict[str, str]) -> None:
     refused = air("cancel", jobs["shared"])
     assert refused.returncode == 1
@@ -76,6 +78,7 @@ def test_cancel_needs_can_manage_run(jobs: dict[str, str]) -> None:
     assert allowed.stderr == f"air: job {team} already ended (succeeded)\n"
 
 
+@pytest.mark.heavy
 def test_the_owner_grants_and_revokes(store: JobStore, jobs: dict[str, str]) -> None:
     job = jobs["mine"]
     granted = air(
@@ -142,6 +145,7 @@ def workdir(tmp_path: Path, store: JobStore, monkeypatch: pytest.MonkeyPatch) ->
     return tmp_path
 
 
+@pytest.mark.heavy
 def test_a_workload_files_permissions_are_granted_at_submission(
     workdir: Path, store: JobStore
 ) -> None:
@@ -154,6 +158,7 @@ def test_a_workload_files_permissions_are_granted_at_submission(
     assert {str(g) for g in access.grants} == {"bob:CAN_VIEW", "group:ml-team:CAN_MANAGE_RUN"}
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("permissions", "message"),
     [

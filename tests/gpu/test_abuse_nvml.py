@@ -159,6 +159,7 @@ def test_a_missing_function_is_looked_up_once_and_logged_once(tmp_path: Path) ->
     assert len(log_lines) == 2  # one line each for the compute and graphics queries
 
 
+@pytest.mark.heavy
 def test_run_system_metrics_keep_every_gpu_metric_on_a_driver_without_v3_queries(
     tmp_path: Path,
 ) -> None:
@@ -245,6 +246,7 @@ async def test_a_vgpu_guest_reports_what_it_can_and_says_what_it_refuses(
 # --- MIG in the runs' system metrics -------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_run_system_metrics_on_mig_record_memory_and_do_not_warn_every_sample(
     scenario: WriteScenario, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -96,6 +96,7 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.mark.heavy
 def test_air_run_refuses_a_workload_the_machine_cannot_hold(workdir: Path) -> None:
     refused = air("run", "-f", "w.yaml", "--dry-run", check=False)
     assert refused.returncode == 1

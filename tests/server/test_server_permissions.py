@@ -419,6 +419,7 @@ class TestASingleUserServer:
         assert doc["you"] == {"name": os_identity().name, "level": "CAN_MANAGE"}
 
 
+@pytest.mark.heavy
 async def test_a_grant_holds_when_mlflow_cannot_be_told_and_the_answer_says_why(
     jp_fetch: Any, store: JobStore
 ) -> None:

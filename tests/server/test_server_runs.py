@@ -118,6 +118,7 @@ async def refused(jp_fetch: Any, route: str, who: str = "alice", **params: Any) 
     return err.value.code, json.loads(err.value.response.body)["error"]["message"]
 
 
+@pytest.mark.heavy
 async def test_the_notebook_names_the_experiment_its_jobs_used(
     jp_fetch: Any, key: str, tracked: Tracked
 ) -> None:

@@ -61,6 +61,7 @@ def attempt_with_a_log(tmp_path: Path) -> AttemptDir:
     return attempt
 
 
+@pytest.mark.heavy
 def test_a_tail_ends_the_run_samples_it_and_attaches_its_logs(
     tmp_path: Path, mlflow_run: tuple[str, str]
 ) -> None:
@@ -78,6 +79,7 @@ def test_a_tail_ends_the_run_samples_it_and_attaches_its_logs(
     assert artifact.path == "logs/node_0/rank_0.log"
 
 
+@pytest.mark.heavy
 def test_an_artifact_store_that_fails_is_said_on_the_run_and_the_run_still_ends(
     tmp_path: Path, mlflow_run: tuple[str, str]
 ) -> None:
@@ -162,6 +164,7 @@ def test_a_new_run_is_made_with_its_experiment_and_tags(
     assert list((tmp_path / "tails").glob("run-*")) == []
 
 
+@pytest.mark.heavy
 def test_mlflow_refusing_the_run_is_the_answer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -407,6 +410,7 @@ def test_only_one_process_serves_a_store(tmp_path: Path) -> None:
         os.close(fd)
 
 
+@pytest.mark.heavy
 def test_a_process_started_for_a_submission_opens_its_store_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -417,6 +421,7 @@ def test_a_process_started_for_a_submission_opens_its_store_at_once(
     assert (tmp_path / "mlflow.db").stat().st_size > 0
 
 
+@pytest.mark.heavy
 def test_what_the_server_did_not_take_is_kept_and_lands_once_it_answers(
     tmp_path: Path, mlflow_run: tuple[str, str]
 ) -> None:
@@ -458,6 +463,7 @@ def test_what_the_server_did_not_take_is_kept_and_lands_once_it_answers(
     ]
 
 
+@pytest.mark.heavy
 def test_a_refusal_for_good_is_kept_for_air_sync_not_retried_and_a_removed_job_is_let_go(
     tmp_path: Path, mlflow_run: tuple[str, str]
 ) -> None:

@@ -40,6 +40,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.heavy
 def test_without_a_tracking_uri_every_directory_uses_the_users_one_store(
     tmp_path: Path,
 ) -> None:
