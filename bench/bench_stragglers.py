@@ -1,11 +1,11 @@
 """The straggler hint's figures (issue 38, item 4; see docs/benchmarks.md).
 
 1. ``hint``: a 4-rank ``air run`` job on the CPU (gloo, DDP, ``--oversubscribe``), a plain
-   loop marking its steps with ``jupyter_air.step()``; 150 ms added to rank 3's backward
-   (a module's backward hook sleeping there), or, in another job, to rank 1's data loader
-   (its dataset sleeping once a batch). The time from the attempt's start (the store's
-   record) and from the job's first step mark to the straggler hint in the attempt's
-   hints file, and the hint; ``--rounds`` jobs of each.
+   loop marking its steps with ``jupyter_air.step()`` (``tests/perf/slow_ranks.py``); 150
+   ms added to rank 3's backward (a module's backward hook sleeping there), or, in another
+   job, to rank 1's data loader (its dataset sleeping once a batch). The time from the
+   attempt's start (the store's record) and from the job's first step mark to the
+   straggler hint in the attempt's hints file, and the hint; ``--rounds`` jobs of each.
 2. ``overhead``: what the split costs a step. A 2-rank DDP loop on gloo (a DataLoader, a
    two-layer MLP, SGD, ``jupyter_air.step()`` each step), started three ways, the arms
    alternating within each round: ``off`` (``AIR_PERF=0``: nothing of ours runs),
@@ -43,38 +43,11 @@ from jupyter_air.jobs.env import free_port  # noqa: E402
 from jupyter_air.jobs.node.hints import read_hints  # noqa: E402
 from jupyter_air.jobs.store import JobStore  # noqa: E402
 from jupyter_air.perf.marks import rank_files  # noqa: E402
+from tests.air_cli import air  # noqa: E402
 from tests.waits import until, wait_settled  # noqa: E402
 
-SLOW = """\
-import sys, time
-import torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-import jupyter_air
-
-WHERE = sys.argv[1]
-torch.set_num_threads(1)
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-
-class Batches(torch.utils.data.Dataset):
-    def __len__(self):
-        return 1_000_000
-    def __getitem__(self, i):
-        if WHERE == "data" and rank == 1 and i % 16 == 0:
-            time.sleep(0.15)
-        return torch.randn(32)
-
-model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-if WHERE == "backward" and rank == 3:
-    model[2].register_full_backward_hook(lambda *_: time.sleep(0.15))
-ddp = DistributedDataParallel(model)
-optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
-for x in torch.utils.data.DataLoader(Batches(), batch_size=16):
-    ddp(x).pow(2).mean().backward()
-    optimizer.step()
-    optimizer.zero_grad()
-    jupyter_air.step(samples=16)
-"""
+#: The training: ``slow_ranks.py backward=3`` or ``data=1``.
+SLOW_RANKS = ROOT / "tests" / "perf" / "slow_ranks.py"
 
 LOOP = """\
 import json, os, sys, time
@@ -140,16 +113,6 @@ dist.destroy_process_group()
 """
 
 
-def air(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jupyter_air.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-
-
 def first_mark(perf: Path) -> float | None:
     """The time of the job's first step mark (any rank's)."""
     times = []
@@ -161,19 +124,19 @@ def first_mark(perf: Path) -> float | None:
     return min(times) if times else None
 
 
-def hint(workdir: Path, env: dict[str, str], where: str) -> dict[str, Any]:
+def hint(workdir: Path, where: str) -> dict[str, Any]:
     """One job slowed at ``where``: seconds to its straggler hint, and the hint."""
-    (workdir / "train.py").write_text(SLOW)
+    slow = {"backward": 3, "data": 1}[where]
     workload = {
         "experiment_name": "bench-stragglers",
-        "command": f"{sys.executable} train.py {where}",
+        "command": f"{sys.executable} {SLOW_RANKS} {where}={slow}",
         "compute": {"nproc_per_node": 4, "oversubscribe": True},
     }
     (workdir / "w.yaml").write_text(json.dumps(workload))
-    done = air("run", "-f", str(workdir / "w.yaml"), env=env)
+    done = air("run", "-f", str(workdir / "w.yaml"))
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.split()[1]
-    store = JobStore(Path(env["AIR_HOME"]))
+    store = JobStore(Path(os.environ["AIR_HOME"]))
     attempt = store.attempt_dir(job_id, 1)
 
     def straggler() -> tuple[float, str] | None:
@@ -186,14 +149,14 @@ def hint(workdir: Path, env: dict[str, str], where: str) -> dict[str, Any]:
         first = first_mark(attempt / "perf")
         assert first is not None
     finally:
-        air("cancel", job_id, env=env)
+        air("cancel", job_id)
         wait_settled(store, job_id, timeout=120)
     return {"from_start": seen - started, "from_first_step": seen - first, "text": text}
 
 
-def hints(workdir: Path, env: dict[str, str], rounds: int) -> None:
+def hints(workdir: Path, rounds: int) -> None:
     for where, rank, phase in (("backward", 3, "compute (backward)"), ("data", 1, "data")):
-        found = [hint(workdir, env, where) for _ in range(rounds)]
+        found = [hint(workdir, where) for _ in range(rounds)]
         for got in found:
             if not (got["text"].startswith(f"rank {rank}: ") and phase in got["text"]):
                 raise SystemExit(f"the hint does not name rank {rank} and {phase}: {got}")
@@ -308,15 +271,14 @@ def main() -> int:
     args = parser.parse_args()
     if args.only != "overhead":
         workdir = Path(tempfile.mkdtemp(prefix="bench-stragglers-"))
-        env = {
-            **os.environ,
-            "AIR_HOME": str(workdir / "air"),
-            "MLFLOW_TRACKING_URI": f"sqlite:///{workdir}/mlflow.db",
-            "JUPYTER_RUNTIME_DIR": str(workdir / "runtime"),
-            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        }
+        os.environ.update(  # the air commands' and their jobs'
+            AIR_HOME=str(workdir / "air"),
+            MLFLOW_TRACKING_URI=f"sqlite:///{workdir}/mlflow.db",
+            JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
+            PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        )
         try:
-            hints(workdir, env, args.rounds)
+            hints(workdir, args.rounds)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
     if args.only != "hint":

@@ -187,37 +187,9 @@ def test_the_others_median_leaves_one_odd_peer_out(tmp_path: Path) -> None:
     assert all(isinstance(s, Straggler) and s.part == "backward" for s in found)
 
 
-#: 4 gloo ranks under DDP, a plain loop that marks its steps: rank 1 waits 150 ms for
-#: each batch, rank 3 spends 150 ms more in its backward (a module's backward hook).
-SLOW_RANKS = """\
-import time
-import torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-import jupyter_air
-
-torch.set_num_threads(1)
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-
-class Batches(torch.utils.data.Dataset):
-    def __len__(self):
-        return 1_000_000
-    def __getitem__(self, i):
-        if rank == 1 and i % 16 == 0:
-            time.sleep(0.15)
-        return torch.randn(32)
-
-model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-if rank == 3:
-    model[2].register_full_backward_hook(lambda *_: time.sleep(0.15))
-ddp = DistributedDataParallel(model)
-optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
-for x in torch.utils.data.DataLoader(Batches(), batch_size=16):
-    ddp(x).pow(2).mean().backward()
-    optimizer.step()
-    optimizer.zero_grad()
-    jupyter_air.step(samples=16)
-"""
+#: 4 gloo ranks under DDP: rank 1 waits 150 ms for each batch, rank 3 spends 150 ms more
+#: in its backward.
+SLOW_RANKS = f"{sys.executable} {Path(__file__).parent / 'slow_ranks.py'} data=1 backward=3"
 
 
 @pytest.fixture
@@ -233,10 +205,9 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_job_names_the_rank_slow_in_its_backward_and_the_one_slow_in_its_data(
     workdir: Path,
 ) -> None:
-    (workdir / "train.py").write_text(SLOW_RANKS)
     workload = {
         "experiment_name": "stragglers",
-        "command": f"{sys.executable} train.py",
+        "command": SLOW_RANKS,
         "compute": {"nproc_per_node": 4, "oversubscribe": True},
     }
     (workdir / "w.yaml").write_text(json.dumps(workload))
