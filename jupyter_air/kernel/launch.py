@@ -264,6 +264,7 @@ def job_links(
         "logs": logs_url(job_id, cell=cell) or artifacts,
         # where the ranks are, from the logs view: none without a JupyterLab to show it
         "stacks": logs_url(job_id, stacks=True),
+        "profile": logs_url(job_id, profile=True),  # its next steps, torch.profiler's
     }
     if run is None:
         links[OPEN_RUN] = ui_command(tracking_uri, experiment_id, run_id)

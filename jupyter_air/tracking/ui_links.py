@@ -76,20 +76,23 @@ def logs_url(
     *,
     cell: int | None = None,
     stacks: bool = False,
+    profile: bool = False,
     absolute: bool = False,
     environ: Mapping[str, str] | None = None,
 ) -> str | None:
     """The job's logs view in JupyterLab (``lab?air-job=<id>``), on one cell of a warm
     session when ``cell`` is given (``&air-cell=N``), showing the ranks' stacks with
-    ``stacks`` (``&air-stacks=1``: taken now if the job runs), if a Jupyter server is
-    known."""
+    ``stacks`` (``&air-stacks=1``: taken now if the job runs), profiling the ranks' next
+    steps with ``profile`` (``&air-profile=1``), if a Jupyter server is known."""
     server = current_jupyter_server(os.environ if environ is None else environ)
     if server is None:
         return None
     root = server.url if absolute else server.base_url
     one_cell = "" if cell is None else f"&air-cell={cell:d}"
     show_stacks = "&air-stacks=1" if stacks else ""
-    return f"{_slash(root)}lab?air-job={quote(job_id, safe='')}{one_cell}{show_stacks}"
+    profiling = "&air-profile=1" if profile else ""
+    job = quote(job_id, safe="")
+    return f"{_slash(root)}lab?air-job={job}{one_cell}{show_stacks}{profiling}"
 
 
 #: Opens a page in MLflow's model-training view: MLflow 3's UI picks the view from this

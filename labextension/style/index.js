@@ -1,4 +1,5 @@
 import './base.css';
 import './logs.css';
+import './profile.css';
 import './runs.css';
 import './schedules.css';

@@ -40,12 +40,14 @@ export namespace CommandIDs {
 /**
  * The query parameters of the logs URL:
  * `{base_url}lab?air-job=<id>&air-attempt=K&air-cell=N&air-stacks=1` (N: a
- * session's cell; `air-stacks=1`: show the ranks' stacks, taken now if it runs).
+ * session's cell; `air-stacks=1`: show the ranks' stacks, taken now if it runs;
+ * `air-profile=1`: profile the ranks' next steps).
  */
 export const JOB_PARAM = 'air-job';
 export const ATTEMPT_PARAM = 'air-attempt';
 export const CELL_PARAM = 'air-cell';
 export const STACKS_PARAM = 'air-stacks';
+export const PROFILE_PARAM = 'air-profile';
 
 /** What the router matches (the request is the path, query and hash). */
 const ROUTE = /[?&]air-job=/;
@@ -58,6 +60,7 @@ interface ITarget {
   attempt?: number;
   cell?: number;
   stacks?: boolean;
+  profile?: boolean;
 }
 
 /** A positive integer (an attempt's or a cell's number), else undefined. */
@@ -77,7 +80,8 @@ export function targetOfSearch(search: string): ITarget | null {
     jobId,
     attempt: toNumber(params.get(ATTEMPT_PARAM)),
     cell: toNumber(params.get(CELL_PARAM)),
-    stacks: params.get(STACKS_PARAM) === '1'
+    stacks: params.get(STACKS_PARAM) === '1',
+    profile: params.get(PROFILE_PARAM) === '1'
   };
 }
 
@@ -107,7 +111,13 @@ function targetOfLink(href: string): ITarget | null {
 /** Take `air-job` and the rest out of the address bar (no new history entry). */
 function forgetRoute(): void {
   const url = new URL(window.location.href);
-  const params = [JOB_PARAM, ATTEMPT_PARAM, CELL_PARAM, STACKS_PARAM];
+  const params = [
+    JOB_PARAM,
+    ATTEMPT_PARAM,
+    CELL_PARAM,
+    STACKS_PARAM,
+    PROFILE_PARAM
+  ];
   if (!params.some(name => url.searchParams.has(name))) {
     return;
   }
@@ -151,6 +161,9 @@ const logsPlugin: JupyterFrontEndPlugin<void> = {
       const widget = openView(target);
       if (widget && target.stacks) {
         void widget.content.model.showStacks();
+      }
+      if (widget && target.profile) {
+        void widget.content.profile.start();
       }
       return widget;
     };

@@ -8,12 +8,13 @@ import { Widget } from '@lumino/widgets';
 
 import { activateWhileShown } from '../common/activation';
 import { el } from '../dom';
-import { apiUrl } from '../request';
+import { apiUrl, requester } from '../request';
 import { renderAccessDenied } from './access';
 import { logsTabTitle, matcher } from './format';
 import { LogsHeader } from './header';
 import { LogList } from './list';
 import { ILinesChange, JobLogsModel } from './model';
+import { ProfilePanel } from './profile';
 import { emptyTextOf } from './status';
 import type { IAccessDenied } from './types';
 
@@ -46,6 +47,16 @@ export class JobLogsView extends Widget {
         ),
       options.openJob
     );
+    this.profile = new ProfilePanel({
+      jobId: model.jobId,
+      request: requester(serverSettings),
+      traceUrl: id =>
+        apiUrl(
+          `jobs/${encodeURIComponent(model.jobId)}/profiles/${id}/trace`,
+          {},
+          serverSettings
+        )
+    });
     const body = el('div', 'jp-air-JobLogs-body');
     this._body = body;
     body.appendChild(this._list.node);
@@ -65,12 +76,16 @@ export class JobLogsView extends Widget {
   /** The job shown. */
   readonly jobId: string;
 
+  /** The Profile action and the job's latest profile, under the header. */
+  readonly profile: ProfilePanel;
+
   dispose(): void {
     if (this.isDisposed) {
       return;
     }
     this.model.dispose();
     this._list.dispose();
+    this.profile.dispose();
     this._resizeObserver?.disconnect();
     this._header.dispose();
     super.dispose();
@@ -81,6 +96,9 @@ export class JobLogsView extends Widget {
     // The header is a React widget outside any layout: attached with the view.
     if (!this._header.isAttached) {
       Widget.attach(this._header, this.node, this._body);
+    }
+    if (!this.profile.isAttached) {
+      Widget.attach(this.profile, this.node, this._body);
     }
     if (typeof ResizeObserver !== 'undefined') {
       this._resizeObserver = new ResizeObserver(() => this._onResize());
@@ -93,6 +111,9 @@ export class JobLogsView extends Widget {
     this._resizeObserver = null;
     if (this._header.isAttached) {
       Widget.detach(this._header);
+    }
+    if (this.profile.isAttached) {
+      Widget.detach(this.profile);
     }
     super.onBeforeDetach(msg);
   }
@@ -170,6 +191,9 @@ export class JobLogsView extends Widget {
       this._empty.textContent = empty;
     }
     this.node.classList.toggle('jp-mod-done', model.done);
+    if (model.job) {
+      this.profile.setRunning(!model.done);
+    }
     if (model.following && !this._following) {
       this._list.scrollToBottom(); // following again: go to the newest line
     }
