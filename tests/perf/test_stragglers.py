@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from jupyter_air.jobs.node.hints import read_hints
+from jupyter_air.jobs.node.hints import HintRecorder, read_hints
 from jupyter_air.jobs.running import job_details
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.perf.marks import Phase
@@ -234,3 +234,40 @@ def test_a_job_names_the_rank_slow_in_its_backward_and_the_one_slow_in_its_data(
     assert first.run_id is not None
     run = MlflowClient(f"sqlite:///{workdir}/mlflow.db").get_run(first.run_id)
     assert run.data.tags["air.hint.straggler"] in texts
+
+
+def test_the_recorder_shows_a_straggler_with_the_other_hints_until_its_marks_change(
+    tmp_path: Path,
+) -> None:
+    jitter = random.Random(8)
+
+    def step(rank: int, s: int) -> Step:
+        phases, parts = normal(jitter)
+        if rank == 2:
+            phases["data"] += 0.2
+        return phases, parts
+
+    cell_1, cell_2 = tmp_path / "cell_1" / "perf", tmp_path / "cell_2" / "perf"
+    cell_1.parent.mkdir()
+    write(cell_1, 3, range(1, 31), step)
+    folder = [cell_1]  # where the marks are now: a warm session's latest cell's
+    tags: list[tuple[str, str]] = []
+    recorder = HintRecorder(
+        tmp_path,
+        lambda key, text: tags.append((key, text)),
+        straggler_interval=0.05,
+        marks=lambda: folder[0],
+    )
+    recorder.start({}, dict)
+    try:
+        (hint,) = until(lambda: read_hints(tmp_path)["hints"], "the straggler hint")
+        assert hint["kind"] == "straggler"
+        assert hint["text"].startswith("rank 2: ")
+        assert tags == [("air.hint.straggler", hint["text"])]
+        cell_2.parent.mkdir()
+        write(cell_2, 3, range(1, 31), lambda rank, s: normal(jitter))  # the next cell
+        folder[0] = cell_2
+        until(lambda: not read_hints(tmp_path)["hints"], "the hint gone with its cell")
+    finally:
+        recorder.close()
+    assert len(tags) == 1  # tagged once

@@ -235,8 +235,11 @@ class HintRecorder:
         clock: Callable[[], float] = time.time,
         nnodes: int = 1,
         straggler_interval: float = STRAGGLER_INTERVAL,
+        marks: Callable[[], Path] | None = None,
     ) -> None:
         self._dir = attempt_dir
+        #: Where the ranks' step marks are now: the attempt's, a warm session's cell's.
+        self._marks = marks or (lambda: AttemptDir(attempt_dir).perf)
         self._tag = tag
         self._thresholds = thresholds or Thresholds.from_env()
         self._clock = clock
@@ -296,10 +299,13 @@ class HintRecorder:
         """The stragglers that the ranks' step marks show, until ``close``."""
         from ...perf.stragglers import Watch  # the supervisor's only: not the kernel's
 
-        watch = Watch(AttemptDir(self._dir).perf)
+        watch: Watch | None = None
         failing = False
         while not self._closed.wait(self._straggler_interval):
             try:
+                folder = self._marks()
+                if watch is None or watch.perf_dir != folder:
+                    watch = Watch(folder)
                 found = [Hint(s.kind, s.text, s.value) for s in watch.update()]
             except Exception as err:  # said once while it lasts; the next read may work
                 if not failing:

@@ -51,6 +51,7 @@ from ...tracking.run_tails import (
 )
 from ...tracking.targets import bound_requests, quiet_retries
 from .. import backends, checkpoints
+from ..attempt_progress import of_session
 from ..backends.base import AttemptContext, Nodes
 from ..node import stacks
 from ..node.hints import HintRecorder
@@ -531,8 +532,13 @@ class Supervisor:
             # journaled, shipped with the points: a server that is down loses no hint
             journal.append_tags(files, run.id or journal.ATTEMPT_RUN, {key: value})
 
-        hints = HintRecorder(files.path, tag, nnodes=spec.compute.nnodes)
         session = JobDir(self.store.job_dir(job.id)) if spec.kind is JobKind.SESSION else None
+        hints = HintRecorder(  # a warm session's step marks are its latest cell's
+            files.path,
+            tag,
+            nnodes=spec.compute.nnodes,
+            marks=lambda: (cell[0] if session and (cell := of_session(session)) else files).perf,
+        )
         metrics = SystemMetricsFeed(
             run.id or journal.ATTEMPT_RUN,
             files,
