@@ -30,6 +30,7 @@ or a DataLoader on another thread is not this rank's step. Collectives that
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -196,15 +197,15 @@ class Tracker:
             self._done = self._clock()
 
         def first_node(*_: Any) -> None:
-            engine().queue_callback(graph_done)
+            with contextlib.suppress(Exception):  # never in the training's way: no split
+                engine().queue_callback(graph_done)
 
         @functools.wraps(call)
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             if not self.owns() or self.place in WAITS or self.place is Place.BACKWARD:
                 return call(tensors, *args, **kwargs)  # one inside a backward: the outer's
             self._done = None
-            root = _grad_fn(tensors)
-            handle = root.register_prehook(first_node) if root is not None else None
+            handle = _hook_first_node(tensors, first_node)
             left = self.move(Place.BACKWARD)
             try:
                 return call(tensors, *args, **kwargs)
@@ -219,14 +220,17 @@ class Tracker:
         return backward  # type: ignore[return-value]
 
 
-def _grad_fn(tensors: Any) -> Any:
-    """The graph node of the first of ``tensors`` that has one (a tensor or a sequence)."""
+def _hook_first_node(tensors: Any, hook: Callable[..., None]) -> Any:
+    """``hook`` on the graph node of the first of ``tensors`` (a tensor or a sequence)
+    that has one, the node a backward pass runs first; its handle, or None."""
     items = tensors if isinstance(tensors, Sequence) else (tensors,)
-    for tensor in items:
-        node = getattr(tensor, "grad_fn", None)
-        if node is not None:
-            return node
-    return None
+    node = next((t.grad_fn for t in items if getattr(t, "grad_fn", None) is not None), None)
+    if node is None:
+        return None
+    try:
+        return node.register_prehook(hook)
+    except Exception:  # a node that takes no hook: this backward is not split
+        return None
 
 
 _tracker: Tracker | None = None
