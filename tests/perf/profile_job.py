@@ -4,12 +4,19 @@ the benchmark: a 2-rank DDP loop on the CPU (gloo) that marks its steps with
 
 from __future__ import annotations
 
+import gzip
 import json
 import statistics
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jupyter_air.perf import traces
+from jupyter_air.perf import profiles, traces
+from jupyter_air.perf.profiles import Profile
+from tests.waits import until
+
+Air = Callable[..., subprocess.CompletedProcess[str]]
 
 TRAIN = """
 import os, time
@@ -35,14 +42,48 @@ dist.destroy_process_group()
 """
 
 
-def workload(python: str, backend: str = "local", extra: str = "") -> str:
-    """``air run -f``'s file of the job: 2 ranks of ``train.py`` on ``backend``."""
+def workload(python: str, backend: str = "local", nnodes: int = 1, extra: str = "") -> str:
+    """``air run -f``'s file of the job: 2 ranks of ``train.py`` on ``backend`` (one a
+    node on 2 nodes)."""
     return (
         "experiment_name: profile-test\n"
         f"command: {python} train.py\n"
-        "compute:\n  nproc_per_node: 2\n"
+        f"compute: {{nnodes: {nnodes}, nproc_per_node: {2 // nnodes}}}\n"
         f"backend: {backend}\n{extra}"
     )
+
+
+def profiled(air: Air, job_id: str, perf: Path, tracking_uri: str) -> Profile:
+    """``air profile JOB --steps 5`` of the running job, checked: every rank profiled the
+    same 5 steps, the summary printed, the merged trace and every rank's trace kept with
+    the attempt and on its run."""
+    until(lambda: (perf / "rank-1.jsonl").exists(), "the ranks' first steps", 300)
+    shown = air("profile", job_id, "--steps", "5")
+    assert shown.returncode == 0, shown.stderr
+    assert f"asked the 2 ranks of job {job_id} to profile 5 steps" in shown.stderr
+    out = shown.stdout
+    assert "Each rank's profiled steps (compute / communication / idle):" in out
+    assert "Top operators by self time (all ranks):" in out
+    assert "aten::" in out
+    (profile,) = profiles.of_attempt(perf)
+    answers = profile.answers()
+    assert answers[0]["steps"] == answers[1]["steps"]
+    first, last = answers[0]["steps"]
+    assert last - first == 4
+    merged = profile.folder / profiles.MERGED
+    assert f"Merged trace: {merged} (open it in Perfetto or chrome://tracing)" in out
+    check_merged(json.loads(gzip.decompress(merged.read_bytes())))
+    done = profile.finished()
+    assert done is not None
+    run_id = done["artifacts"]["run_id"]
+    assert run_id
+    assert f"On the run: profile/{profile.id}/ of run {run_id}" in out
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    kept = {Path(a.path).name for a in client.list_artifacts(run_id, f"profile/{profile.id}")}
+    assert kept == {"rank-0.json", "rank-1.json", "merged.json.gz", "summary.txt", "summary.json"}
+    return profile
 
 
 def step_times(perf_dir: Path, rank: int = 0) -> dict[int, float]:

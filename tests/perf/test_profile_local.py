@@ -5,7 +5,6 @@ on its MLflow run; the job goes on at its speed and ends as it would have."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.perf import profiles
 from tests.air_cli import air
-from tests.perf.profile_job import TRAIN, check_merged, speeds, workload
+from tests.perf.profile_job import TRAIN, profiled, speeds, workload
 from tests.waits import until, wait_settled
 
 
@@ -36,37 +35,10 @@ def test_a_running_job_is_profiled_on_request_and_goes_on(workdir: Path) -> None
     submitted = air("run", "-f", "w.yaml")
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.split()[1]
-    store = JobStore(workdir / "air")
-    perf = store.attempt_dir(job_id, 1) / profiles.PERF
-    until(lambda: (perf / "rank-1.jsonl").exists(), "the ranks' first steps", 180)
-
-    profiled = air("profile", job_id, "--steps", "5")
-    assert profiled.returncode == 0, profiled.stderr
-    assert f"asked the 2 ranks of job {job_id} to profile 5 steps" in profiled.stderr
-    out = profiled.stdout
-    assert "Each rank's profiled steps (compute / communication / idle):" in out
-    assert "Top operators by self time (all ranks):" in out
-    assert "aten::" in out
-    assert "Clocks: one host" in out
-
-    (profile,) = profiles.of_attempt(perf)
-    answers = profile.answers()
-    assert answers[0]["steps"] == answers[1]["steps"]
-    first, last = answers[0]["steps"]
-    assert last - first == 4
-    merged_path = profile.folder / profiles.MERGED
-    assert f"Merged trace: {merged_path} (open it in Perfetto or chrome://tracing)" in out
-    check_merged(json.loads(gzip.decompress(merged_path.read_bytes())))
-
-    # kept on the attempt's run
-    run_id = store.attempts(job_id)[0].run_id
-    assert run_id is not None
-    assert f"On the run: profile/{profile.id}/ of run {run_id}" in out
-    from mlflow import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{workdir}/mlflow.db")
-    kept = {Path(a.path).name for a in client.list_artifacts(run_id, f"profile/{profile.id}")}
-    assert kept == {"rank-0.json", "rank-1.json", "merged.json.gz", "summary.txt", "summary.json"}
+    perf = JobStore(workdir / "air").attempt_dir(job_id, 1) / profiles.PERF
+    profile = profiled(air, job_id, perf, f"sqlite:///{workdir}/mlflow.db")
+    assert "Clocks: one host" in (profile.folder / profiles.SUMMARY_TEXT).read_text()
+    first, last = profile.answers()[0]["steps"]
 
     # the profiler is off again: the steps after it are back to their speed
     until(
