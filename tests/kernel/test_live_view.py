@@ -4,6 +4,7 @@ links, its final status and the run's chart (a static plotly figure with a text 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -67,7 +68,8 @@ def test_nbclient_gets_links_final_status_and_the_runs_chart_with_a_summary(
 
     status = displays[1]["text/plain"]
     assert status.startswith("succeeded · ")
-    assert "attempt 1/1" in status
+    # its steps, from log_metrics' cadence (issue 38, item 3): no planned length, no ETA
+    assert re.search(r" · attempt 1/1 · step 29, [\d.]+ steps/s$", status.splitlines()[0])
 
     chart = displays[2]
     figure = chart["application/vnd.plotly.v1+json"]
