@@ -10,7 +10,11 @@ not here), the job's throughput is not the sum of those here, so none is given.
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..job_dir import AttemptDir, JobDir
@@ -54,15 +58,62 @@ def of_attempt(files: AttemptDir, running: bool, world_size: int | None = None) 
     some nodes' marks are missing from (None: not checked, for a caller that shows the
     line only, which says no throughput)."""
     folder = files.perf
-    found = progress.read(folder)
-    if found is None:
+    read = _reader(folder).read()
+    if read is None:
         return None
+    found, efficiency = read
     if not running:
         found = dataclasses.replace(found, eta_s=None)
     on_nodes = bool(files.read_nodes())
     if on_nodes and world_size is not None and len(marks.rank_files(folder)) < world_size:
         found = dataclasses.replace(found, samples_per_s=None, tokens_per_s=None)
-    return Shown(found, mfu.of_job(folder, found.step_time_s))
+    return Shown(found, efficiency)
+
+
+#: Seconds an attempt's MFU is said again before its ranks' FLOPs lines are read again.
+MFU_EVERY = 30.0
+#: The attempts whose readers a process keeps (the jobs a server or a kernel shows).
+KEPT = 64
+
+
+class _Reader:
+    """One attempt's marks, for a process that shows them again and again (a server
+    polled by its panels, a kernel's status line): each read parses only what the ranks
+    appended since the last (``progress.Follower``), and the MFU's FLOPs lines at most
+    every ``MFU_EVERY`` seconds (a long job's read costs what a short one's does)."""
+
+    def __init__(self, folder: Path) -> None:
+        self._follower = progress.Follower(folder)
+        self._lock = threading.Lock()
+        self._mfu: mfu.Mfu | None = None
+        self._mfu_read = 0.0
+        self._mfu_timed = False  # computed with a step time
+
+    def read(self) -> tuple[progress.Progress, mfu.Mfu] | None:
+        with self._lock:
+            found = self._follower.update()
+            if found is None:
+                return None
+            now = time.monotonic()
+            timed = found.step_time_s is not None
+            if self._mfu is None or now - self._mfu_read >= MFU_EVERY or timed > self._mfu_timed:
+                self._mfu = mfu.of_job(self._follower.perf_dir, found.step_time_s)
+                self._mfu_read, self._mfu_timed = now, timed
+            return found, self._mfu
+
+
+_readers: OrderedDict[Path, _Reader] = OrderedDict()
+_readers_lock = threading.Lock()
+
+
+def _reader(folder: Path) -> _Reader:
+    """The attempt's reader, kept (the least recently read go past ``KEPT``)."""
+    with _readers_lock:
+        reader = _readers.pop(folder, None) or _Reader(folder)
+        _readers[folder] = reader
+        while len(_readers) > KEPT:
+            _readers.popitem(last=False)
+        return reader
 
 
 def of_session(files: JobDir) -> tuple[AttemptDir, bool] | None:

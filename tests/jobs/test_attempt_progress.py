@@ -3,6 +3,7 @@ from step marks files written as the ranks write them."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -94,3 +95,22 @@ def test_with_a_known_gpu_the_mfu_is_beside_the_line(tmp_path: Path) -> None:
     assert shown.mfu.value == pytest.approx(0.41)
     assert shown.line().endswith(" · MFU 41 %")
     assert shown.to_json()["mfu"]["value"] == pytest.approx(0.41)
+
+
+def test_a_display_reading_again_sees_the_steps_marked_since(tmp_path: Path) -> None:
+    """A server's panels and a kernel's status line read an attempt again and again:
+    each read takes what the ranks appended since the last."""
+    write_marks(tmp_path, ranks=2, steps=20, every=0.5, end=time.time() - 10, plan=100)
+    first = of_attempt(AttemptDir(tmp_path), running=True)
+    assert first is not None
+    assert first.progress.step == 20
+    for rank in (0, 1):
+        with (AttemptDir(tmp_path).perf / f"rank-{rank}.jsonl").open("a") as f:
+            f.writelines(
+                json.dumps({"s": s, "t": time.time() - (30 - s) * 0.5, "dt": 0.5, "src": "hf"})
+                + "\n"
+                for s in range(21, 31)
+            )
+    again = of_attempt(AttemptDir(tmp_path), running=True)
+    assert again is not None
+    assert (again.progress.step, again.progress.total) == (30, 100)
