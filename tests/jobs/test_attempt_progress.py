@@ -6,12 +6,18 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jupyter_air.gpu.peaks import peak
-from jupyter_air.job_dir import AttemptDir
+from jupyter_air.identity import os_identity
+from jupyter_air.job_dir import AttemptDir, JobDir
 from jupyter_air.jobs.attempt_progress import of_attempt, percent, with_mfu
+from jupyter_air.jobs.documents import job_document
+from jupyter_air.jobs.sessions import cells
+from jupyter_air.jobs.store import JobStore
+from tests.factories import job_spec
 from tests.marks import write_marks
 
 NODES = [
@@ -114,3 +120,31 @@ def test_a_display_reading_again_sees_the_steps_marked_since(tmp_path: Path) -> 
     again = of_attempt(AttemptDir(tmp_path), running=True)
     assert again is not None
     assert (again.progress.step, again.progress.total) == (30, 100)
+
+
+def test_a_warm_sessions_progress_is_its_latest_cells(store: JobStore) -> None:
+    """Each cell of a session marks its steps in its own folder: the session's attempt
+    shows its running cell's, and no ETA once that cell ended."""
+    session = store.create(job_spec("session", command=["loop"]))
+    store.update(session.id, status="RUNNING")
+    store.start_attempt(session.id, 1, "run-s")
+    files = JobDir(store.job_dir(session.id))
+    write_marks(files.attempt(1).late_cell(1).path, ranks=1, steps=500, plan=None)
+    cell = files.attempt(1).late_cell(2)
+    write_marks(cell.path, ranks=1, steps=40, every=0.6, end=time.time(), plan=100)
+
+    def shown() -> dict[str, Any] | None:
+        doc = job_document(store, store.get(session.id), os_identity())
+        progress: dict[str, Any] | None = doc["attempts"][0]["progress"]
+        return progress
+
+    assert shown() is None  # before its first cell
+    cells.set_latest(files, cells.LatestCell(2, "run-c2", time.time()))
+    running = shown()
+    assert running is not None
+    assert running["step"] == 40
+    assert running["eta_s"] == pytest.approx(60 * 0.6)
+    cells.set_latest(files, cells.LatestCell(2, "run-c2", time.time(), ended=time.time()))
+    ended = shown()
+    assert ended is not None
+    assert (ended["step"], ended["eta_s"]) == (40, None)
