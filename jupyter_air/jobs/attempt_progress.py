@@ -10,6 +10,7 @@ not here), the job's throughput is not the sum of those here, so none is given.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -33,10 +34,16 @@ class Shown:
         return with_mfu(self.progress.line(now), self.mfu.value)
 
     def to_json(self) -> dict[str, Any]:
-        """The attempt's ``progress`` in the jobs API, its ``mfu`` in it."""
-        doc = self.progress.to_json()
-        doc["mfu"] = {"value": self.mfu.value, "why": self.mfu.why}
+        """The attempt's ``progress`` in the jobs API, its ``mfu`` in it. A figure that is
+        not a number (a rank's batch size given as NaN) is unknown: JSON has no NaN, and
+        one would break every page that lists the job."""
+        doc = {key: _finite(value) for key, value in self.progress.to_json().items()}
+        doc["mfu"] = {"value": _finite(self.mfu.value), "why": self.mfu.why}
         return doc
+
+
+def _finite(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def with_mfu(line: str, value: float | None) -> str:

@@ -4,6 +4,7 @@ from step marks files written as the ranks write them."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -148,3 +149,16 @@ def test_a_warm_sessions_progress_is_its_latest_cells(store: JobStore) -> None:
     ended = shown()
     assert ended is not None
     assert (ended["step"], ended["eta_s"]) == (40, None)
+
+
+def test_a_figure_that_is_not_a_number_is_unknown_in_the_api(tmp_path: Path) -> None:
+    """A rank's code that gave ``jupyter_air.step`` a NaN batch: JSON has no NaN, and one
+    would break every page listing the job."""
+    write_marks(tmp_path, ranks=1, steps=20, end=time.time(), batch={"n": 8})
+    with (AttemptDir(tmp_path).perf / "rank-0.jsonl").open("a") as f:
+        f.write(json.dumps({"s": 21, "t": time.time(), "dt": 0.5, "n": math.nan, "src": "step"}))
+        f.write("\n")
+    shown = of_attempt(AttemptDir(tmp_path), running=True)
+    assert shown is not None
+    assert shown.to_json()["samples_per_s"] is None
+    json.dumps(shown.to_json(), allow_nan=False)
