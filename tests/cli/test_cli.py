@@ -408,6 +408,7 @@ def test_get_lists_a_sessions_cells_and_a_jobs_parent_and_children(workdir: Path
     assert f"  started by job {task.id} (air get {task.id})\n" in air("get", cell.id).stdout
 
 
+@pytest.mark.heavy  # five air commands: seconds each on a loaded machine
 def test_get_and_list_show_a_running_attempts_progress_from_its_step_marks(
     workdir: Path,
 ) -> None:
