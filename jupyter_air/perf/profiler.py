@@ -75,8 +75,8 @@ class Listener:
                 if self._running.step(step):
                     self._end()
             elif self._asked is not None:
-                if step >= self._asked.start:
-                    self._begin(step)
+                if step >= self._asked.start or time.time() > self._asked.until:
+                    self._begin(step)  # or given up, its time past
             else:
                 now = time.monotonic()
                 if now >= self._next:

@@ -6,8 +6,6 @@
  * merged trace to download for Perfetto or chrome://tracing.
  */
 
-import { Widget } from '@lumino/widgets';
-
 import { APIError } from '../common/api';
 import type { Requester } from '../common/api';
 import { el } from '../dom';
@@ -86,16 +84,16 @@ export function profileState(profile: IProfile): string {
 }
 
 /**
- * The Profile action and the latest profile of one job. `traceUrl` is the
- * download address of a profile's merged trace.
+ * The Profile action and the latest profile of one job, in `node` (plain DOM:
+ * the view places it under its header). `traceUrl` is the download address
+ * of a profile's merged trace.
  */
-export class ProfilePanel extends Widget {
+export class ProfilePanel {
   constructor(options: ProfilePanel.IOptions) {
-    super();
     this._jobId = options.jobId;
     this._request = options.request;
     this._traceUrl = options.traceUrl;
-    this.addClass('jp-air-JobProfile');
+    this.node.className = 'jp-air-JobProfile';
     this.node.setAttribute('aria-label', 'Profile');
     const bar = el('div', 'jp-air-JobProfile-bar');
     this._button = el(
@@ -118,8 +116,20 @@ export class ProfilePanel extends Widget {
     bar.append(this._button, label, this._status);
     this._content = el('div', 'jp-air-JobProfile-content');
     this.node.append(bar, this._content);
-    this.hide();
+    this.node.hidden = true;
     void this.refresh();
+  }
+
+  /** The panel's element. */
+  readonly node = el('div');
+
+  /** Whether it is hidden (an ended job without profiles). */
+  get isHidden(): boolean {
+    return this.node.hidden;
+  }
+
+  get isDisposed(): boolean {
+    return this._disposed;
   }
 
   /** Whether the job runs (the action is offered only then). */
@@ -176,8 +186,9 @@ export class ProfilePanel extends Widget {
   }
 
   dispose(): void {
+    this._disposed = true;
     window.clearTimeout(this._timer);
-    super.dispose();
+    this.node.remove();
   }
 
   private _path(): string {
@@ -186,7 +197,7 @@ export class ProfilePanel extends Widget {
 
   private _render(): void {
     const latest = this._latest;
-    this.setHidden(!this._running && latest === null && !this._error);
+    this.node.hidden = !this._running && latest === null && !this._error;
     this._button.disabled = this._busy || !this._running;
     this._steps.disabled = this._busy || !this._running;
     this._status.classList.toggle('jp-mod-error', !!this._error);
@@ -211,6 +222,7 @@ export class ProfilePanel extends Widget {
   private _busy = false;
   private _error = '';
   private _timer = 0;
+  private _disposed = false;
 }
 
 export namespace ProfilePanel {

@@ -97,8 +97,8 @@ export class JobLogsView extends Widget {
     if (!this._header.isAttached) {
       Widget.attach(this._header, this.node, this._body);
     }
-    if (!this.profile.isAttached) {
-      Widget.attach(this.profile, this.node, this._body);
+    if (this.profile.node.nextSibling !== this._body) {
+      this._body.before(this.profile.node); // under the header
     }
     if (typeof ResizeObserver !== 'undefined') {
       this._resizeObserver = new ResizeObserver(() => this._onResize());
@@ -111,9 +111,6 @@ export class JobLogsView extends Widget {
     this._resizeObserver = null;
     if (this._header.isAttached) {
       Widget.detach(this._header);
-    }
-    if (this.profile.isAttached) {
-      Widget.detach(this.profile);
     }
     super.onBeforeDetach(msg);
   }
