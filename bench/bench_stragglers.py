@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from jupyter_air.jobs.env import free_port  # noqa: E402
 from jupyter_air.jobs.node.hints import read_hints  # noqa: E402
 from jupyter_air.jobs.store import JobStore  # noqa: E402
-from jupyter_air.perf.marks import rank_files  # noqa: E402
+from jupyter_air.perf.marks import Phase, rank_files  # noqa: E402
 from tests.air_cli import air  # noqa: E402
 from tests.waits import until, wait_settled  # noqa: E402
 
@@ -148,10 +148,30 @@ def hint(workdir: Path, where: str) -> dict[str, Any]:
         started = store.attempts(job_id)[0].started
         first = first_mark(attempt / "perf")
         assert first is not None
+        split = ranks_split(attempt / "perf")
     finally:
         air("cancel", job_id)
         wait_settled(store, job_id, timeout=120)
-    return {"from_start": seen - started, "from_first_step": seen - first, "text": text}
+    return {
+        "from_start": seen - started,
+        "from_first_step": seen - first,
+        "text": text,
+        "split": split,
+    }
+
+
+def ranks_split(perf: Path) -> str:
+    """Each rank's median step time and split (ms), over its steps so far but the first 5."""
+    said = []
+    for rank, path in rank_files(perf).items():
+        lines = [json.loads(x) for x in path.read_text().splitlines() if '"dt":' in x][5:]
+        dt = statistics.median(x["dt"] for x in lines) * 1000
+        ph = {k.value: statistics.median(x["ph"].get(k, 0.0) for x in lines) * 1000 for k in Phase}
+        said.append(
+            f"rank {rank} {dt:.0f} ms (data {ph['data']:.1f}, compute {ph['compute']:.1f}, "
+            f"comm {ph['comm']:.1f})"
+        )
+    return "; ".join(said)
 
 
 def hints(workdir: Path, rounds: int) -> None:
@@ -166,7 +186,8 @@ def hints(workdir: Path, rounds: int) -> None:
             f"== 150 ms in {where}: hint after {statistics.median(start):.1f} s from the "
             f"attempt's start ({min(start):.1f}-{max(start):.1f}), "
             f"{statistics.median(step):.1f} s from its first step mark "
-            f"({min(step):.1f}-{max(step):.1f}); said: {found[-1]['text']!r}",
+            f"({min(step):.1f}-{max(step):.1f}); said: {found[-1]['text']!r}; a step, "
+            f"medians: {found[-1]['split']}",
             flush=True,
         )
 

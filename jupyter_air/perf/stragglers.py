@@ -25,8 +25,12 @@ from typing import Any
 
 from .marks import Phase, parse, rank_files
 
-#: The phases a rank can be blamed for, and how a hint says them.
-BLAMED = {Phase.DATA: "waiting for data", Phase.COMPUTE: "compute"}
+#: The phases a rank can be blamed for, and how a hint says them: the others' what, and
+#: (where the others spend next to nothing in it) what the rank does a step.
+BLAMED = {
+    Phase.DATA: ("wait for data", "waiting for data"),
+    Phase.COMPUTE: ("compute", "in compute"),
+}
 #: Where in its compute (``perf.phases.Place``), as a hint says it.
 PARTS = {"backward": "backward", "optimizer": "optimizer step", "other": "forward and the rest"}
 
@@ -67,17 +71,16 @@ class Straggler:
 
     @property
     def text(self) -> str:
-        what = BLAMED[self.phase]
-        if self.part is not None:
-            what += f" ({PARTS.get(self.part, self.part)})"
+        noun, doing = BLAMED[self.phase]
+        where = f" ({PARTS.get(self.part, self.part)})" if self.part is not None else ""
         if self.theirs > 0 and self.mine / self.theirs < 100:
             return (
-                f"rank {self.rank}: {self.mine / self.theirs:.1f}x the others' {what} for the "
-                f"last {self.steps} steps ({_seconds(self.mine)} vs {_seconds(self.theirs)} "
-                "a step)"
+                f"rank {self.rank}: {self.mine / self.theirs:.1f}x the others' {noun}{where} "
+                f"for the last {self.steps} steps ({_seconds(self.mine)} vs "
+                f"{_seconds(self.theirs)} a step)"
             )
         return (
-            f"rank {self.rank}: {_seconds(self.mine)} a step {what}, the others "
+            f"rank {self.rank}: {_seconds(self.mine)} a step {doing}{where}, the others "
             f"{_seconds(self.theirs)}, for the last {self.steps} steps"
         )
 

@@ -226,7 +226,7 @@ def test_a_job_names_the_rank_slow_in_its_backward_and_the_one_slow_in_its_data(
         details = job_details(store, [job_id])[job_id]  # the jobs API's, the GPU panel's
     finally:
         air("cancel", job_id)
-    assert any(re.match(r"rank 1: .* waiting for data", t) for t in texts), texts
+    assert any(re.match(r"rank 1: .* (waiting|wait) for data", t) for t in texts), texts
     assert any(re.match(r"rank 3: .* compute \(backward\)", t) for t in texts), texts
     assert sorted(details["hints"]) == sorted(texts)
     job = wait_settled(store, job_id, timeout=180)
