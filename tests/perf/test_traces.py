@@ -164,7 +164,9 @@ def test_the_split_says_who_idles_and_who_waits_in_the_all_reduce(
         assert r["step_s"] >= 0.03
         assert r["on_gpu"] is False
     sleeper, waiter = doc["ranks"][1], doc["ranks"][0]
-    assert sleeper["idle"] > waiter["idle"] + 0.15  # 30 ms of sleep a step
+    # 30 ms of sleep in each of its 3 steps, whatever the machine's load makes of the rest
+    assert sleeper["idle_s"] > 0.06
+    assert sleeper["idle_s"] > waiter["idle_s"] + 0.05
     assert waiter["comm"] > sleeper["comm"]  # rank 0 waits for rank 1 in the all-reduce
     text = summary.text()
     assert "compute / communication / idle" in text
