@@ -82,8 +82,7 @@ def main() -> None:
             finished.append(done["time"] - last)
             spans.append(asked.answers()[0]["steps"])
             assert "Top operators by self time" in shown.stdout
-            end = spans[-1][1]
-            until(lambda end=end: marked() >= end + 60, "60 steps after the profile", 300)
+            until(lambda: marked() >= spans[-1][1] + 60, "60 steps after the profile", 300)
         (work / "stop").touch()
         wait_settled(store, job_id, 300)
 
