@@ -12,15 +12,18 @@ and 3; see docs/benchmarks.md).
    alternate within each round (the order rotates); the figure is each round's on/off
    ratio of the median step time, and the median of the rounds.
    Beside it, a plain loop logging ``log_metrics(step=...)`` every step (the cadence
-   hook) the same way, and one ``Marks.step`` call timed alone.
-2. ``eta``: a steady job (the HF Trainer, each step held to ``--hold`` seconds by the
+   hook) the same way.
+2. ``micro``: what the hooks do at each HF step (its begin and end marked, its batch
+   counted), timed alone in this process: the CPU they add to a step, without the
+   machine's noise.
+3. ``eta``: a steady job (the HF Trainer, each step held to ``--hold`` seconds by the
    script's own callback, so the step time does not depend on the machine's load) of
    ``--steps`` steps; its marks are read while it runs, as the supervisor reads them
    (``perf.progress``), and the predicted end after 10 %, 25 % and 50 % of its steps is
    compared with the end it had: error = |predicted - actual time left| / actual.
 
 Run: ``.venv/bin/python bench/bench_perf.py [--rounds 6] [--steps 200]
-[--only overhead|eta]``.
+[--only overhead|micro|eta]``.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from jupyter_air.jobs.env import RankPlace, free_port, inherited_env, rank_env  # noqa: E402
-from jupyter_air.perf import marks, progress  # noqa: E402
+from jupyter_air.perf import hooks, marks, progress  # noqa: E402
 
 HF = """\
 import json, os, resource, sys, time
@@ -196,11 +199,32 @@ def overhead(rounds: int, steps: int) -> None:
             f"({on_rss - off_rss:+.1f} MiB)",
             flush=True,
         )
+
+
+def micro() -> None:
+    """What the hooks do at each step of the HF Trainer, timed alone in this process:
+    a step's begin and end marked, and its batch counted (the CPU work they add)."""
+    import torch
+
+    batch = {
+        "input_ids": torch.zeros(4, 64, dtype=torch.long),
+        "attention_mask": torch.ones(4, 64, dtype=torch.long),
+    }
+    n = 20000
     with tempfile.TemporaryDirectory(prefix="bench-perf-") as tmp:
         one = marks.Marks(tmp, 0)
-        n = 20000
-        seconds = timeit.timeit(lambda: one.step(marks.Source.HF, samples=8, tokens=512), number=n)
-        print(f"== one Marks.step: {seconds / n * 1e6:.1f} us", flush=True)
+
+        def hf_step() -> None:
+            one.begin()
+            samples, tokens = hooks.batch_size(batch)
+            one.step(marks.Source.HF, samples=samples, tokens=tokens)
+
+        for name, work in (
+            ("Marks.step", lambda: one.step(marks.Source.HF, samples=8, tokens=512)),
+            ("an HF step's hooks (begin, batch counted, step marked)", hf_step),
+        ):
+            seconds = min(timeit.repeat(work, number=n, repeat=5))
+            print(f"== {name}: {seconds / n * 1e6:.1f} us", flush=True)
 
 
 def _round(figures: dict[str, dict[bool, list[float]]]) -> str:
@@ -254,11 +278,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--hold", type=float, default=0.1, help="seconds a steady step takes")
-    parser.add_argument("--only", choices=["overhead", "eta"])
+    parser.add_argument("--only", choices=["overhead", "micro", "eta"])
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.only in (None, "overhead"):
         overhead(args.rounds, args.steps)
+    if args.only in (None, "micro"):
+        micro()
     if args.only in (None, "eta"):
         eta(args.steps, args.hold)
 
