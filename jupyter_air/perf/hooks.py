@@ -78,12 +78,15 @@ def loop_step(step: int) -> None:
 
 
 @guarded("jupyter_air.step")
-def step(samples: int | None = None, tokens: int | None = None) -> None:
+def step(samples: int | None = None, tokens: int | None = None, total: int | None = None) -> None:
     """Mark the end of one training step of this rank, with its batch's samples and
-    tokens when known: for a loop whose steps the hooks cannot see. Outside a job, or
-    with ``AIR_PERF=0``, it does nothing."""
+    tokens when known: for a loop whose steps the hooks cannot see. ``total``: the run's
+    planned number of steps, for its progress and ETA (given once, or again when it
+    changes). Outside a job, or with ``AIR_PERF=0``, it does nothing."""
     marks = current()
     if marks is not None:
+        if total is not None:
+            marks.plan(Source.STEP, total)
         marks.step(Source.STEP, samples=samples, tokens=tokens)
 
 

@@ -213,11 +213,17 @@ def test_jupyter_air_step_marks_a_step_and_air_perf_0_turns_it_off(
     monkeypatch.setenv("AIR_PERF_DIR", str(tmp_path))
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setattr(marks, "_made", None)
-    jupyter_air.step(samples=8, tokens=100)
+    jupyter_air.step(samples=8, tokens=100, total=1_000)
+    jupyter_air.step(samples=8, tokens=100, total=1_000)  # the same plan: said once
     hooks.loop_step(50)  # a lower source than jupyter_air.step: ignored
     monkeypatch.setenv("AIR_PERF", "0")
     jupyter_air.step(samples=8)
     lines = [json.loads(line) for line in (tmp_path / "rank-0.jsonl").read_text().splitlines()]
-    assert [(line["s"], line["n"], line["k"], line["src"]) for line in lines] == [
-        (1, 8, 100, Source.STEP.value)
+    assert [line["plan"] for line in lines if "plan" in line] == [1_000]
+    assert [(line["s"], line["n"], line["k"], line["src"]) for line in lines if "s" in line] == [
+        (1, 8, 100, Source.STEP.value),
+        (2, 8, 100, Source.STEP.value),
     ]
+    shown = progress.read(tmp_path)
+    assert shown is not None
+    assert (shown.step, shown.total) == (2, 1_000)
