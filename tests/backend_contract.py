@@ -33,6 +33,7 @@ from jupyter_air.jobs.workload_file import Submission
 from jupyter_air.logs.query import LogFilter, read_tail
 from jupyter_air.status import AttemptStatus, JobStatus
 from jupyter_air.tracking.targets import ExperimentRef
+from tests.mlflow_store import fresh_store
 from tests.waits import (
     assert_gone_within,
     job_processes,
@@ -95,6 +96,14 @@ def sandbox_installed() -> Iterator[None]:
         backends.forget()
 
 
+@pytest.fixture(name="home")
+def contract_home(tmp_path: Path, mlflow_template: Path) -> Path:
+    """A contract test's folder: its job store, its jobs' working directory, and its own
+    MLflow store, a copy of a migrated one (MLflow's migrations cost seconds a store)."""
+    fresh_store(mlflow_template, tmp_path)
+    return tmp_path
+
+
 def submit(engine: Engine, home: Path, code: str, **options: Any) -> tuple[JobService, Job]:
     """A job of ``python -c code`` on the engine, submitted as the OS user."""
     service = JobService(JobStore(home), os_identity())
@@ -146,9 +155,9 @@ PRINT_ENV = (
 
 
 def test_every_rank_gets_the_torchrun_environment_and_its_own_log(
-    engine: Engine, tmp_path: Path
+    engine: Engine, home: Path
 ) -> None:
-    service, job = submit(engine, tmp_path, PRINT_ENV)
+    service, job = submit(engine, home, PRINT_ENV)
     job = ended(service, job)
     assert job.status is JobStatus.SUCCEEDED, job.message
     [attempt] = service.store.attempts(job.id)
@@ -174,16 +183,14 @@ def test_every_rank_gets_the_torchrun_environment_and_its_own_log(
     nothing_left(job.id)
 
 
-def test_a_failing_rank_stops_the_others_and_fails_the_attempt(
-    engine: Engine, tmp_path: Path
-) -> None:
+def test_a_failing_rank_stops_the_others_and_fails_the_attempt(engine: Engine, home: Path) -> None:
     code = (
         "import os, sys, time\n"
         "if os.environ['RANK'] == '1':\n"
         "    raise SystemExit('rank 1 broke')\n"
         "time.sleep(600)\n"
     )
-    service, job = submit(engine, tmp_path, code)
+    service, job = submit(engine, home, code)
     job = ended(service, job)
     assert job.status is JobStatus.FAILED
     [attempt] = service.store.attempts(job.id)
@@ -192,8 +199,8 @@ def test_a_failing_rank_stops_the_others_and_fails_the_attempt(
     nothing_left(job.id)
 
 
-def test_cancel_stops_every_rank(engine: Engine, tmp_path: Path) -> None:
-    service, job = submit(engine, tmp_path, "import time; time.sleep(600)")
+def test_cancel_stops_every_rank(engine: Engine, home: Path) -> None:
+    service, job = submit(engine, home, "import time; time.sleep(600)")
     started(service, job, engine.world_size)
     service.cancel(job.id)
     job = ended(service, job)
@@ -201,17 +208,17 @@ def test_cancel_stops_every_rank(engine: Engine, tmp_path: Path) -> None:
     nothing_left(job.id)
 
 
-def test_the_timeout_stops_every_rank_and_fails_the_job(engine: Engine, tmp_path: Path) -> None:
-    service, job = submit(engine, tmp_path, "import time; time.sleep(600)", timeout=3.0)
+def test_the_timeout_stops_every_rank_and_fails_the_job(engine: Engine, home: Path) -> None:
+    service, job = submit(engine, home, "import time; time.sleep(600)", timeout=3.0)
     job = ended(service, job)
     assert job.status is JobStatus.FAILED
     assert "timed out after 3 s" in (job.message or "")
     nothing_left(job.id)
 
 
-def test_a_retry_is_a_new_attempt_with_its_own_run(engine: Engine, tmp_path: Path) -> None:
+def test_a_retry_is_a_new_attempt_with_its_own_run(engine: Engine, home: Path) -> None:
     code = "import os; raise SystemExit(1 if os.environ['AIR_ATTEMPT'] == '1' else 0)"
-    service, job = submit(engine, tmp_path, code, max_retries=1)
+    service, job = submit(engine, home, code, max_retries=1)
     job = ended(service, job)
     assert job.status is JobStatus.SUCCEEDED, job.message
     attempts = service.store.attempts(job.id)
@@ -221,16 +228,16 @@ def test_a_retry_is_a_new_attempt_with_its_own_run(engine: Engine, tmp_path: Pat
 
 
 def test_every_node_s_system_samples_reach_the_attempt_s_run(
-    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    engine: Engine, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mlflow import MlflowClient
 
     monkeypatch.setenv("AIR_SYSTEM_METRICS_INTERVAL", "1")  # the supervisor's, inherited
-    service, job = submit(engine, tmp_path, "import time; time.sleep(4)")
+    service, job = submit(engine, home, "import time; time.sleep(4)")
     job = ended(service, job)
     assert job.status is JobStatus.SUCCEEDED, job.message
     [attempt] = service.store.attempts(job.id)
-    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    client = MlflowClient(f"sqlite:///{home}/mlflow.db")
     prefixes = (
         ["system/"]
         if engine.nnodes == 1
@@ -247,22 +254,22 @@ def test_every_node_s_system_samples_reach_the_attempt_s_run(
 
 
 def test_every_rank_runs_in_the_job_s_working_directory_with_its_environment(
-    engine: Engine, tmp_path: Path
+    engine: Engine, home: Path
 ) -> None:
     code = "import json, os; print(json.dumps([os.getcwd(), os.environ.get('AIR_CONTRACT')]))"
-    service, job = submit(engine, tmp_path, code, env={"AIR_CONTRACT": "kept"})
+    service, job = submit(engine, home, code, env={"AIR_CONTRACT": "kept"})
     job = ended(service, job)
     assert job.status is JobStatus.SUCCEEDED, job.message
     for rank in range(engine.world_size):
         printed = rank_lines(service, job, 1, rank // engine.nproc_per_node, rank)
         where, value = json.loads(next(line for line in printed if line.startswith("[")))
-        assert (Path(where).resolve(), value) == (tmp_path.resolve(), "kept")
+        assert (Path(where).resolve(), value) == (home.resolve(), "kept")
     nothing_left(job.id)
 
 
-def test_each_rank_s_output_is_kept_whole_and_in_order(engine: Engine, tmp_path: Path) -> None:
+def test_each_rank_s_output_is_kept_whole_and_in_order(engine: Engine, home: Path) -> None:
     code = "import os\nfor n in range(300):\n    print(f\"{os.environ['RANK']} line {n}\")\n"
-    service, job = submit(engine, tmp_path, code)
+    service, job = submit(engine, home, code)
     job = ended(service, job)
     assert job.status is JobStatus.SUCCEEDED, job.message
     for rank in range(engine.world_size):
@@ -274,9 +281,9 @@ def test_each_rank_s_output_is_kept_whole_and_in_order(engine: Engine, tmp_path:
 
 
 def test_a_terminated_supervisor_ends_every_rank_and_records_the_job_cancelled(
-    engine: Engine, tmp_path: Path
+    engine: Engine, home: Path
 ) -> None:
-    service, job = submit(engine, tmp_path, "import time; time.sleep(600)")
+    service, job = submit(engine, home, "import time; time.sleep(600)")
     started(service, job, engine.world_size)
     supervisor = until(lambda: service.store.get(job.id).supervisor_pid, "the supervisor's pid")
     os.kill(supervisor, signal.SIGTERM)  # as a system shutting down would
@@ -287,11 +294,11 @@ def test_a_terminated_supervisor_ends_every_rank_and_records_the_job_cancelled(
 
 
 def test_the_stacks_of_a_running_job_s_ranks_are_taken_on_their_nodes(
-    engine: Engine, tmp_path: Path
+    engine: Engine, home: Path
 ) -> None:
     code = "import time\ndef waiting_in_the_contract():\n    time.sleep(600)\n"
     code += "waiting_in_the_contract()\n"
-    service, job = submit(engine, tmp_path, code)
+    service, job = submit(engine, home, code)
     started(service, job, engine.world_size)
 
     def every_rank_in_its_loop() -> list[Any] | None:
@@ -323,8 +330,8 @@ if os.environ["AIR_ATTEMPT"] == "1":
 """
 
 
-def test_a_retry_resumes_from_the_job_s_checkpoint_place(engine: Engine, tmp_path: Path) -> None:
-    service, job = submit(engine, tmp_path, RESUMES, max_retries=1)
+def test_a_retry_resumes_from_the_job_s_checkpoint_place(engine: Engine, home: Path) -> None:
+    service, job = submit(engine, home, RESUMES, max_retries=1)
     job = ended(service, job)
     assert job.status is JobStatus.SUCCEEDED, job.message
 

@@ -10,6 +10,7 @@ import pytest
 from jupyter_air.jobs import backends
 from tests.backend_contract import (  # noqa: F401  (the contract's tests, run here)
     Engine,
+    contract_home,
     sandbox_installed,
     test_a_failing_rank_stops_the_others_and_fails_the_attempt,
     test_a_retry_is_a_new_attempt_with_its_own_run,
@@ -23,6 +24,7 @@ from tests.backend_contract import (  # noqa: F401  (the contract's tests, run h
     test_the_stacks_of_a_running_job_s_ranks_are_taken_on_their_nodes,
     test_the_timeout_stops_every_rank_and_fails_the_job,
 )
+from tests.mlflow_store import migrated_template  # noqa: F401  (the contract's fixture's)
 
 #: Every contract test runs jobs with their supervisor and ranks.
 pytestmark = pytest.mark.heavy

@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from jupyter_air.jobs.store import JobStore
 from tests.air_cli import air
+from tests.mlflow_store import fresh_store, migrated_template  # noqa: F401  (a fixture)
 from tests.waits import wait_settled
 
 #: Every test runs jobs (a supervisor and ranks each): left to make test.
@@ -138,9 +139,9 @@ print(f"ends at step {trainer.global_step}")
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def workdir(tmp_path: Path, mlflow_template: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", fresh_store(mlflow_template, tmp_path))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -29,6 +29,7 @@ from jupyter_air.job_dir import AttemptDir, JobDir
 from jupyter_air.jobs.store import JobStore
 from tests.backend_contract import (  # the contract's tests, run on this module's cluster
     Engine,
+    contract_home,  # noqa: F401  (the fixture home)
     test_a_failing_rank_stops_the_others_and_fails_the_attempt,  # noqa: F401
     test_a_retry_is_a_new_attempt_with_its_own_run,  # noqa: F401
     test_a_retry_resumes_from_the_job_s_checkpoint_place,  # noqa: F401

@@ -29,6 +29,7 @@ from jupyter_air.status import JobStatus
 from tests.air_cli import air
 from tests.backend_contract import (  # the contract's tests, run on this module's cluster
     Engine,
+    contract_home,  # noqa: F401  (the fixture home)
     ended,
     submit,
     test_a_failing_rank_stops_the_others_and_fails_the_attempt,  # noqa: F401
@@ -47,6 +48,7 @@ from tests.kernel.conftest import Kernel
 from tests.kernel.test_distributed_magic import TRAINING, job_id_of, mlflow_client, runs_of_job
 from tests.kernel.test_ray_backend import RAY_DDP_CELL
 from tests.kernel.test_session import SESSION_JOB, two_node_session_keeps_its_group
+from tests.mlflow_store import fresh_store
 from tests.slurm_cluster import SlurmCluster, available, slurm_cluster
 from tests.waits import job_processes, supervised_until_its_end, until, wait_done
 
@@ -187,11 +189,11 @@ def test_bad_slurm_settings_are_refused_in_one_line_before_anything_is_submitted
 
 
 def test_a_queued_job_is_pending_with_slurm_s_reason_and_cancels_from_the_queue(
-    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: SlurmCluster, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AIR_HOME", str(tmp_path))
+    monkeypatch.setenv("AIR_HOME", str(home))
     with nodes_held(cluster):
-        service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), tmp_path, "print(1)")
+        service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), home, "print(1)")
 
         def queued() -> bool:
             seen = service.store.get(job.id)
@@ -218,9 +220,9 @@ def test_a_queued_job_is_pending_with_slurm_s_reason_and_cancels_from_the_queue(
 
 
 def test_a_killed_node_agent_fails_the_attempt_naming_its_node(
-    cluster: SlurmCluster, tmp_path: Path
+    cluster: SlurmCluster, home: Path
 ) -> None:
-    service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), tmp_path,
+    service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), home,
                           "import time; time.sleep(600)")  # fmt: skip
     until(lambda: len(job_processes(job.id)) >= 2, "both ranks", 120)
     (agent,) = [p for p in agents() if p.environ().get("SLURM_NODEID") == "1"]
@@ -233,7 +235,7 @@ def test_a_killed_node_agent_fails_the_attempt_naming_its_node(
 
 
 def test_inside_an_allocation_the_job_runs_as_a_step_of_it(
-    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: SlurmCluster, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As in ``salloc`` or a server that batchspawner started: no second allocation."""
     allocated = cluster.run("salloc", "-N2", "--no-shell", "-J", "notebook")
@@ -242,7 +244,7 @@ def test_inside_an_allocation_the_job_runs_as_a_step_of_it(
     try:
         monkeypatch.setenv("SLURM_JOB_ID", slurm_job.group(1))
         monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
-        service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), tmp_path,
+        service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), home,
                               "import time; time.sleep(2); print('in the step')")  # fmt: skip
         until(lambda: len(job_processes(job.id)) >= 2, "both ranks", 120)
         assert [q.split("|")[2] for q in cluster.queue()] == ["notebook"], "one allocation"
@@ -255,10 +257,10 @@ def test_inside_an_allocation_the_job_runs_as_a_step_of_it(
 
 
 def test_air_run_places_a_workload_with_slurm_settings_on_two_nodes(
-    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: SlurmCluster, tmp_path: Path, mlflow_template: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AIR_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", fresh_store(mlflow_template, tmp_path))
     workload = tmp_path / "workload.yaml"
     workload.write_text(
         "experiment_name: slurm-workload\n"
@@ -347,12 +349,12 @@ def test_a_decorated_function_runs_on_two_slurm_nodes(kernel: Kernel) -> None:
 
 
 def test_a_silent_caller_at_the_supervisor_s_port_does_not_hold_up_the_agents(
-    cluster: SlurmCluster, tmp_path: Path
+    cluster: SlurmCluster, home: Path
 ) -> None:
     """Another user (or host) connects to where the agents call back and says nothing:
     the agents still get in, and the job runs."""
     with nodes_held(cluster) as blocker:
-        service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), tmp_path, "print(1)")
+        service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), home, "print(1)")
         until(lambda: bool(service.store.get(job.id).message), "queued, said so", 120)
         supervisor = psutil.Process(service.store.get(job.id).supervisor_pid or 0)
         (port,) = [c.laddr for c in supervisor.net_connections("tcp") if c.status == "LISTEN"]
@@ -364,9 +366,9 @@ def test_a_silent_caller_at_the_supervisor_s_port_does_not_hold_up_the_agents(
 
 
 def test_a_node_slurm_takes_down_fails_the_attempt_naming_it_and_why(
-    cluster: SlurmCluster, tmp_path: Path
+    cluster: SlurmCluster, home: Path
 ) -> None:
-    service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), tmp_path,
+    service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), home,
                           "import time; time.sleep(600)")  # fmt: skip
     until(lambda: len(job_processes(job.id)) >= 2, "both ranks", 120)
     cluster.run("scontrol", "update", "nodename=air-n2", "state=down", "reason=bad gpu")
@@ -396,10 +398,10 @@ wait_forever()
 
 
 def test_air_stacks_shows_each_slurm_node_s_rank(
-    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: SlurmCluster, tmp_path: Path, mlflow_template: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AIR_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", fresh_store(mlflow_template, tmp_path))
     (tmp_path / "hung.py").write_text(HUNG)
     (tmp_path / "workload.yaml").write_text(
         "experiment_name: slurm-stacks\n"
@@ -443,13 +445,13 @@ tasks:
 
 
 def test_a_scheduled_task_runs_on_two_slurm_nodes(
-    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: SlurmCluster, tmp_path: Path, mlflow_template: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from jupyter_air.schedules.scheduler import stop
 
     home = tmp_path / "air"
     monkeypatch.setenv("AIR_HOME", str(home))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", fresh_store(mlflow_template, tmp_path))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.yaml").write_text(SCHEDULE.format(python=sys.executable))
