@@ -8,7 +8,8 @@ another adds the time spent there to the step's split (``Marks.phase``); every
 ``NOTE_EVERY`` steps, on a job of several ranks, one note line says how the compute split
 between those three, seconds a step over the steps since the last (``{"cs": {"backward":
 ..., "optimizer": ..., "other": ...}, "s": 120, "steps": 10}``), so that the straggler
-hint can say where a slow rank's compute goes.
+hint can say where a slow rank's compute goes. The rank's start (imports, making the
+model) up to its first read of data or backward pass is no step's and is not counted.
 
 Under DDP, every bucket's gradient all-reduce is waited for at the end of the backward
 pass, so a rank slowed in its backward makes every other rank's backward as long as its
@@ -122,6 +123,8 @@ class Tracker:
         self._looked = -LOOK_AGAIN
         self._optimizer: list[Place] = []  # the places an optimizer step came from
         self._done: float | None = None  # when the backward pass's own graph was done
+        #: Whether the training began: its first read of data or backward pass.
+        self._training = False
 
     def owns(self) -> bool:
         """Whether the caller is the training thread."""
@@ -132,6 +135,9 @@ class Tracker:
         now = self._clock() if at is None else at
         left, spent = self.place, now - self._since
         self.place, self._since = place, now
+        if not self._training:  # the rank's start (imports, the model's making) is no step's
+            self._training = place in (Place.DATA, Place.BACKWARD)
+            return left
         marks = self._found or self._look(now)
         if marks is not None and spent > 0:
             marks.phase(PHASES[left], spent)

@@ -34,21 +34,21 @@ def test_each_move_counts_the_time_spent_where_the_thread_was(tmp_path: Path) ->
         now[0] += 2.0
 
     wait_for_data = tracker.waiting(Place.DATA, read)
-    now[0] = 1.0  # 1 s of compute
-    wait_for_data()  # 2 s in the DataLoader
-    now[0] = 4.0  # backward, loss: 1 s more
+    now[0] = 1.0  # the rank's start (imports, the model): no step's
+    wait_for_data()  # 2 s in the DataLoader: the training began
+    now[0] = 4.0  # forward, loss, backward: 1 s
     tracker.optimizer_began()
     now[0] = 4.5
     tracker.optimizer_ended()
     marks.step(Source.STEP, step=9)
-    now[0] = 5.5
+    now[0] = 6.5
     tracker.optimizer_began()
-    now[0] = 6.0
+    now[0] = 7.0
     tracker.optimizer_ended()
     marks.step(Source.STEP, step=10)  # the compute's split is noted every 10 steps
     nine, ten, note = lines(tmp_path / "rank-0.jsonl")
-    assert nine["ph"] == {Phase.COMPUTE: 2.5, Phase.DATA: 2.0}
-    assert ten["ph"] == {Phase.COMPUTE: 1.5}
+    assert nine["ph"] == {Phase.DATA: 2.0, Phase.COMPUTE: 1.5}
+    assert ten["ph"] == {Phase.COMPUTE: 2.5}
     assert note == {"cs": {"other": 1.5, "optimizer": 0.5}, "s": 10, "steps": 2, "t": note["t"]}
 
 
@@ -69,6 +69,8 @@ def test_a_nested_wait_is_the_outer_ones_and_other_threads_are_not_followed(
 
     inner = tracker.waiting(Place.COMM, reduce)
     outer = tracker.waiting(Place.COMM, gather)
+    outer()  # before the training's first read of data or backward: no step's
+    tracker.waiting(Place.DATA, lambda: None)()
     outer()  # 2 s of waiting, counted once
     assert tracker.place is Place.OTHER
     outer(async_op=True)  # launched, not waited for: 1 s of compute
