@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from jupyter_air.job_dir import AttemptDir  # noqa: E402
 from jupyter_air.jobs.store import JobStore  # noqa: E402
 from jupyter_air.perf import profiles  # noqa: E402
 from tests.perf.profile_job import TRAIN, step_times, workload  # noqa: E402
@@ -63,7 +64,7 @@ def main() -> None:
         os.chdir(work)
         job_id = air("run", "-f", "w.yaml").stdout.split()[1]
         store = JobStore(work / "air")
-        perf = store.attempt_dir(job_id, 1) / profiles.PERF
+        perf = AttemptDir(store.attempt_dir(job_id, 1)).perf
 
         def marked() -> int:
             times = step_times(perf) if (perf / "rank-0.jsonl").exists() else {}

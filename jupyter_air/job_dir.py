@@ -73,6 +73,7 @@ def stacks_file(rank: int) -> str:
 
 
 _ATTEMPT = re.compile(r"attempt_(\d+)")
+_CELL = re.compile(r"cell_(\d+)")
 _NODE = re.compile(r"node_(\d+)")
 _RANK_LOG = re.compile(r"rank_(\d+)\.log")
 _ERROR = re.compile(r"error_rank_(\d+)\.txt")
@@ -108,6 +109,13 @@ class AttemptDir:
         deferred``, its server down): a journal of its own, whose lines are that run's,
         and the run once made (``late_run.json``), apart from the session's."""
         return AttemptDir(self.path / f"cell_{cell}", cell)
+
+    def late_cells(self) -> list[AttemptDir]:
+        """The ``late_cell`` folders there are (a warm session's cells' own), in order."""
+        found = [
+            (int(m.group(1)), p) for p in self.path.glob("cell_*") if (m := _CELL.fullmatch(p.name))
+        ]
+        return [AttemptDir(p, cell) for cell, p in sorted(found)]
 
     @property
     def number(self) -> int:

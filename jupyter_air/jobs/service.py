@@ -452,17 +452,18 @@ class JobService:
         if job.done or not attempts:
             raise Conflict(f"job {job.id} runs no rank now ({job.status.lower()}): no profile")
         attempt = attempts[-1]
-        where, run_id = self.store.attempt_dir(job.id, attempt.attempt), attempt.run_id
+        where = AttemptDir(self.store.attempt_dir(job.id, attempt.attempt))
+        run_id = attempt.run_id
         if job.spec.kind is JobKind.SESSION:
             from .sessions.cells import latest
 
             cell = latest(JobDir(self.store.job_dir(job.id)))
             if cell is None or cell.ended is not None:
                 raise Conflict(f"session {job.id} runs no cell now: profile one while it runs")
-            where, run_id = AttemptDir(where).late_cell(cell.cell).path, cell.run_id or None
+            where, run_id = where.late_cell(cell.cell), cell.run_id or None
         try:
             return profiles.request(
-                where / profiles.PERF,
+                where.perf,
                 steps=steps,
                 ranks=job.spec.compute.world_size,
                 by=self.caller.name,

@@ -33,7 +33,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from ..job_dir import read_json, replace_json
+from ..job_dir import JobDir, read_json, replace_json
 from ..paths import private_opener, write_private
 
 DEFAULT_STEPS = 5
@@ -44,7 +44,6 @@ MAX_TIMEOUT = 3600.0
 
 #: An attempt's folder of step marks, the ranks' ``AIR_PERF_DIR`` (a warm session's
 #: cell N: ``attempt_1/cell_N/perf``).
-PERF = "perf"
 PROFILES = "profiles"
 REQUEST = "request.json"
 PROFILE = "profile.json"
@@ -247,9 +246,9 @@ def of_attempt(perf_dir: Path) -> list[Profile]:
 def of_job(job_dir: Path) -> list[Profile]:
     """Every profile of a job (its attempts', a session's cells'), oldest first."""
     found = []
-    for pattern in ("attempt_*", "attempt_*/cell_*"):
-        for place in job_dir.glob(f"{pattern}/{PERF}"):
-            found.extend(of_attempt(place))
+    for attempt in JobDir(job_dir).attempts():
+        for place in (attempt, *attempt.late_cells()):
+            found.extend(of_attempt(place.perf))
     return sorted(found, key=lambda p: p.requested)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from jupyter_air.identity import os_identity
+from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.permissions import parse_grant
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.perf import profiles
@@ -25,7 +26,7 @@ def running_job(store: JobStore, owner: str, *grants: str) -> str:
 
 
 def nothing_asked(store: JobStore, job: str) -> bool:
-    return not profiles.request_file(store.attempt_dir(job, 1) / profiles.PERF).exists()
+    return not profiles.request_file(AttemptDir(store.attempt_dir(job, 1)).perf).exists()
 
 
 @pytest.mark.parametrize("grants", [(), (f"{ME.name}:CAN_VIEW",)])

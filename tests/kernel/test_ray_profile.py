@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.store import JobStore
-from jupyter_air.perf import profiles
 from tests.kernel.test_ray_backend import cluster  # noqa: F401 (the module's two Ray nodes)
 from tests.perf.profile_job import TRAIN, profiled, workload
 from tests.waits import job_processes, until, wait_settled
@@ -42,7 +42,7 @@ def test_both_ray_nodes_ranks_are_profiled_on_request(
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.split()[1]
     try:
-        perf = JobStore(air_home).attempt_dir(job_id, 1) / profiles.PERF
+        perf = AttemptDir(JobStore(air_home).attempt_dir(job_id, 1)).perf
         profiled(air, job_id, perf, env["MLFLOW_TRACKING_URI"])
     finally:
         (tmp_path / "stop").touch()

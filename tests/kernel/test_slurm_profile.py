@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.store import JobStore
-from jupyter_air.perf import profiles
 from tests.air_cli import air
 from tests.kernel.test_slurm_backend import cluster  # noqa: F401 (the module's Slurm cluster)
 from tests.perf.profile_job import TRAIN, profiled, workload
@@ -42,7 +42,7 @@ def test_both_slurm_nodes_ranks_are_profiled_on_request(
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.split()[1]
     try:
-        perf = JobStore(tmp_path / "home").attempt_dir(job_id, 1) / profiles.PERF
+        perf = AttemptDir(JobStore(tmp_path / "home").attempt_dir(job_id, 1)).perf
         profiled(air, job_id, perf, uri)
     finally:
         (tmp_path / "stop").touch()

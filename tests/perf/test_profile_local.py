@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.perf import profiles
 from tests.air_cli import air
@@ -35,7 +36,7 @@ def test_a_running_job_is_profiled_on_request_and_goes_on(workdir: Path) -> None
     submitted = air("run", "-f", "w.yaml")
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.split()[1]
-    perf = JobStore(workdir / "air").attempt_dir(job_id, 1) / profiles.PERF
+    perf = AttemptDir(JobStore(workdir / "air").attempt_dir(job_id, 1)).perf
     profile = profiled(air, job_id, perf, f"sqlite:///{workdir}/mlflow.db")
     assert "Clocks: one host" in (profile.folder / profiles.SUMMARY_TEXT).read_text()
     first, last = profile.answers()[0]["steps"]

@@ -28,7 +28,7 @@ def test_a_session_profiles_the_cell_it_runs_onto_that_cells_run(store: JobStore
 
     cells.set_latest(files, cells.LatestCell(2, "run-c2", time.time()))
     asked = service.profile(session.id, steps=3)
-    cell_perf = files.attempt(1).late_cell(2).path / profiles.PERF
+    cell_perf = files.attempt(1).late_cell(2).perf
     assert asked.folder.parent == profiles.profiles_dir(cell_perf)
     assert (asked.run_id, asked.ranks, asked.steps) == ("run-c2", 2, 3)
     assert profiles.request_file(cell_perf).is_file()

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.permissions import parse_grant
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.perf import profiles
@@ -37,7 +38,7 @@ def running(store: JobStore) -> str:
 
 
 def asked(store: JobStore, job: str) -> Path:
-    return profiles.request_file(store.attempt_dir(job, 1) / profiles.PERF)
+    return profiles.request_file(AttemptDir(store.attempt_dir(job, 1)).perf)
 
 
 @pytest.mark.parametrize("who", ["stranger", "viewer"])

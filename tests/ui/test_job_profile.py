@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs import cancel
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.submit import start_job
@@ -60,7 +61,7 @@ def job(air_home: Path, lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> I
         run_name="profile-ui",
     )
     job = start_job(store, spec, None)
-    marks = store.attempt_dir(job.id, 1) / profiles.PERF / "rank-1.jsonl"
+    marks = AttemptDir(store.attempt_dir(job.id, 1)).perf / "rank-1.jsonl"
     until(lambda: marks.exists(), f"job {job.id}'s first steps", 180)
     yield job.id
     (here / "stop").touch()
