@@ -512,6 +512,8 @@ def _host_cpu(key: str) -> bool:
 def _drawn(key: str, gpus: Sequence[int] | None) -> tuple[str, str, str | None] | None:
     """The trace name, series and system panel (None: a metric's own panel) of a metric,
     or None for the system metrics not drawn."""
+    if key.startswith("perf/"):
+        return None  # the job's speed (perf.progress): in the status line, not a panel
     if not key.startswith("system/"):
         return key, key, None
     match = SYSTEM.fullmatch(key)

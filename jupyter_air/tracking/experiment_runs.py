@@ -321,8 +321,9 @@ def time_origin(
 
 
 def is_system_metric(key: str) -> bool:
-    """MLflow's own system metrics (``system/cpu_utilization_percentage``, ...)."""
-    return key.startswith("system/")
+    """MLflow's own system metrics (``system/cpu_utilization_percentage``, ...) and the
+    job's speed (``perf/step_time``, ...), which the supervisor logs beside them."""
+    return key.startswith(("system/", "perf/"))
 
 
 def user_metrics_first(keys: Iterable[str], system: bool = True) -> list[str]:

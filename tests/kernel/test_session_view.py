@@ -42,7 +42,7 @@ def test_a_session_cell_leaves_its_own_runs_chart_and_status_as_a_fresh_cell_doe
     header, status = header_and_status["text/plain"].split("\n")
     assert header.startswith("Job ")
     assert "run cell 1" in header
-    assert re.fullmatch(r"succeeded · [\d.]+ s · cell 1", status)
+    assert re.fullmatch(r"succeeded · [\d.]+ s · cell 1 · step 19, [\d.]+ steps/s", status)
     assert header_and_status["text/html"].startswith('<div class="jp-air-JobHeader">')
     traces = {t["name"]: t for t in chart[PLOTLY]["data"]}
     assert traces["loss"]["x"] == list(range(20))
@@ -51,7 +51,8 @@ def test_a_session_cell_leaves_its_own_runs_chart_and_status_as_a_fresh_cell_doe
 
     second = kernel.run(LOSS_CELL.format(steps=3, pause=0))
     *_, status, chart = second.displays
-    assert re.fullmatch(r"succeeded · [\d.]+ s · cell 2", status["text/plain"].split("\n")[-1])
+    last = status["text/plain"].split("\n")[-1]
+    assert re.fullmatch(r"succeeded · [\d.]+ s · cell 2 · step 2(, [\d.]+ steps/s)?", last)
     traces = {t["name"]: t for t in chart[PLOTLY]["data"]}
     assert traces["loss"]["x"] == [0, 1, 2]  # cell 2's run, not cell 1's 20 points
 

@@ -584,9 +584,16 @@ def test_a_large_log_loads_its_end_and_renders_only_the_rows_in_view(
     page.wait_for_selector(".jp-air-JobLogs-message:has-text('ended')")
     assert count(page) == 1000
     assert "last 1,000" in page.text_content(".jp-air-JobLogs-note")
+    page.wait_for_function(  # the view settles at its end, as the user sees it
+        f"""() => {{
+            const rows = [...document.querySelectorAll('{ROWS} .jp-air-JobLogs-text')];
+            return rows.length && rows[rows.length - 1].textContent.startsWith(
+                'line {total - 1:06d} of rank 1');
+        }}""",
+        timeout=60_000,
+    )
     rendered = len(page.query_selector_all(ROWS))
     assert 0 < rendered < 120, rendered
-    assert texts(page)[-1].startswith(f"line {total - 1:06d} of rank 1")
     page.screenshot(path=str(artifacts / "job-logs-large.png"))
 
     # Scrolling renders other rows, never all of them.
