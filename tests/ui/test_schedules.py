@@ -172,18 +172,18 @@ def open_the_executed_notebook(page: Any, lab: Lab, name: str, artifacts: Path, 
 def open_the_tasks_logs(page: Any, name: str, job_id: str, view: str) -> None:
     done = f'{card(name)} .jp-air-Schedules-taskRun[data-status="SUCCEEDED"]'
     page.click(f'{done} .jp-air-Schedules-logs[data-job-id="{job_id}"]')
-    page.wait_for_selector(f"{view} .jp-air-JobLogs-jobId", timeout=30_000)
+    page.wait_for_selector(f"{view} .jp-air-JobLogs-jobId", timeout=120_000)
     assert page.text_content(f"{view} .jp-air-JobLogs-jobId") == job_id
     page.wait_for_function(
         "s => /succeeded/i.test(document.querySelector(s)?.textContent ?? '')",
         arg=f"{view} .jp-air-JobLogs-status",
-        timeout=30_000,
+        timeout=120_000,
     )
     # The task's logs are the notebook's outputs, not its kernel's start-up warnings.
     page.wait_for_function(
         "s => /rank hello/.test(document.querySelector(s)?.textContent ?? '')",
         arg=f"{view} .jp-air-JobLogs-body",
-        timeout=30_000,
+        timeout=120_000,
     )
     logs = page.text_content(f"{view} .jp-air-JobLogs-body") or ""
     assert "scheduled hello" in logs
@@ -196,10 +196,10 @@ def open_the_tasks_logs(page: Any, name: str, job_id: str, view: str) -> None:
     page.wait_for_function(
         "([s, id]) => [...document.querySelectorAll(s)].some(n => n.textContent === id)",
         arg=[f"{view} .jp-air-JobLogs-jobId", child],
-        timeout=30_000,
+        timeout=120_000,
     )
     back = f'{view} .jp-air-JobLogs-parent [data-job-id="{job_id}"]'
-    page.wait_for_selector(back, timeout=30_000)
+    page.wait_for_selector(back, timeout=120_000)
 
 
 #: Frontend -> the schedule's name there, and where it opens a job's logs (Notebook 7's
