@@ -42,8 +42,7 @@ MAX_STEPS = 100
 DEFAULT_TIMEOUT = 120.0
 MAX_TIMEOUT = 3600.0
 
-#: An attempt's folder of step marks, the ranks' ``AIR_PERF_DIR`` (a warm session's
-#: cell N: ``attempt_1/cell_N/perf``).
+#: The profiles' folder in the attempt's perf folder (``AttemptDir.perf``), and its files.
 PROFILES = "profiles"
 REQUEST = "request.json"
 PROFILE = "profile.json"
