@@ -79,6 +79,13 @@ def add_commands(sub: Any) -> None:
         help="where the job's checkpoints go ($AIR_CHECKPOINT_DIR in every rank, the same "
         "for each attempt; the workload's `checkpoint_dir:`)",
     )
+    run.add_argument(
+        "--guard",
+        action="append",
+        metavar="GUARD",
+        help="a condition on a logged metric and its actions, added to the workload's "
+        "`guard:` (repeatable), e.g. 'loss: nan' or 'loss: > 10 -> stop'; docs/guards.md",
+    )
     run.add_argument("--dry-run", action="store_true", help="validate and print, submit nothing")
     run.add_argument(
         "--oversubscribe",
@@ -151,6 +158,8 @@ def _run(args: argparse.Namespace) -> int:
             spec = _with(spec, "resume", args.resume, "--resume")
         if args.checkpoint_dir is not None:
             spec = _with(spec, "checkpoint_dir", args.checkpoint_dir, "--checkpoint-dir")
+        if args.guard:
+            spec = _with(spec, "guard", [*spec.guard, *args.guard], "--guard")
         if args.backend is not None or args.backend_opt:
             spec = _on_backend(spec, args.backend or spec.backend, args.backend_opt)
     except WorkloadError as err:

@@ -113,6 +113,12 @@ class Submission(BaseModel):
         None,
         description="a job whose latest complete checkpoint the first attempt starts from",
     )
+    #: Conditions on the job's logged metrics and what each does when it holds
+    #: (``loss: nan``); checked and read by ``jobs.guards``.
+    guard: list[Any] = Field(
+        default_factory=list,
+        description="conditions on logged metrics, each with its actions (docs/guards.md)",
+    )
 
     @model_validator(mode="before")
     @classmethod

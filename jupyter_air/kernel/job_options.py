@@ -135,6 +135,18 @@ WHOLE_JOB: dict[str, Callable[[Any], Any]] = {
         metavar="JOB",
         help="Start from the latest complete checkpoint of job JOB (a cell run again after a fix).",
     ),
+    "guards": argument(
+        "--guard",
+        dest="guards",
+        action="append",
+        default=[],
+        metavar="GUARD",
+        help=(
+            "A condition on a logged metric and what to do when it holds (repeatable), "
+            "e.g. 'loss: nan', 'loss: > 10 -> stop', 'val_loss: no better for 500 steps "
+            "-> checkpoint' (docs/guards.md)."
+        ),
+    ),
     "share": argument(
         "--share",
         action="append",

@@ -59,6 +59,16 @@ class DistributedMagics(Magics):
         help="Bring NAME back from rank 0 into the notebook (repeatable).",
     )
     @argument(
+        "--debug-rank",
+        type=int,
+        default=0,
+        metavar="N",
+        help=(
+            "The rank whose breakpoint() opens a pdb prompt in the cell (default 0); the "
+            "other ranks' breakpoint() is skipped with one line."
+        ),
+    )
+    @argument(
         "--session",
         action="store_true",
         help=(

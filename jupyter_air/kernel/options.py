@@ -37,6 +37,7 @@ FLAGS = {
     "notify": "--notify",
     "checkpoint_dir": "--checkpoint-dir",
     "resume": "--resume",
+    "guard": "--guard",
 }
 
 
@@ -86,6 +87,10 @@ class Options:
     checkpoint_dir: str | None = None
     #: A job whose latest complete checkpoint the first attempt starts from.
     resume: str | None = None
+    #: Conditions on logged metrics and their actions (``jobs.guards``): ``loss: nan``.
+    guards: list[Any] = field(default_factory=list)
+    #: The rank whose ``breakpoint()`` opens a prompt in the cell; the others' are ignored.
+    debug_rank: int = 0
 
     def validate(self) -> Submission:
         """Refuse what cannot run; the submission the options make. The rules a workload
@@ -134,6 +139,7 @@ class Options:
             "notify": _targets(self.notify),
             "checkpoint_dir": None if self.checkpoint_dir is None else str(self.checkpoint_dir),
             "resume": self.resume,
+            "guard": list(self.guards),
         }
         try:
             return Submission.model_validate(fields, context={"names": FLAGS})
