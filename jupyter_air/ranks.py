@@ -54,16 +54,19 @@ def _journal_writer() -> Writer | None:
     return _journal
 
 
-@rank_zero_only
 def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
     """``mlflow.log_metrics`` into the job's run, from rank 0 only.
 
     The job's run is MLFLOW_RUN_ID (MLflow's own start/end calls leave it set in a
     rank); a run the code started itself is used when no job run is set. In a job the
     points are journaled and shipped in the background (see ``tracking.journal``).
+    Every rank that calls it with a ``step`` marks that step (``perf.hooks``): a loop
+    that logs on every rank gets each rank's step time, its stragglers and profiles.
     """
-    if step is not None:  # the loop's cadence: its step marks (``perf.hooks``)
+    if step is not None:
         loop_step(step)
+    if rank() != 0:
+        return
     run_id = os.environ.get("MLFLOW_RUN_ID")
     journal = _journal_writer()
     if journal is not None and run_id is not None:  # "": its run is made later (deferred)

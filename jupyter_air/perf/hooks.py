@@ -1,6 +1,7 @@
 """Step marks with no change to the user's code: the HF Trainer and Lightning are hooked
 once they are imported (``import_hooks``), as resuming hooks them; a plain loop marks a
-step at each ``log_metrics(step=...)`` of rank 0; ``jupyter_air.step()`` for the rest.
+step at each ``log_metrics(step=...)`` of each rank that calls it (the points are rank
+0's); ``jupyter_air.step()`` for the rest.
 
 - HF Trainer: ``Trainer.train`` adds a ``TrainerCallback`` (``on_step_begin`` /
   ``on_step_end``: ``state.global_step``, ``state.max_steps`` as the plan) and counts the
@@ -71,7 +72,7 @@ def install() -> None:
 
 @guarded("log_metrics")
 def loop_step(step: int) -> None:
-    """Rank 0's ``log_metrics(step=step)``: its cadence is the loop's."""
+    """A rank's ``log_metrics(step=step)``: its cadence is the loop's."""
     marks = current()
     if marks is not None:
         marks.step(Source.LOOP, int(step))

@@ -40,7 +40,7 @@ PERF_ENV = "AIR_PERF"
 class Source(StrEnum):
     """Who marked the step; a higher one wins, lower ones are then ignored."""
 
-    LOOP = "loop"  # log_metrics(step=...) cadence, rank 0 only
+    LOOP = "loop"  # log_metrics(step=...) cadence, on each rank that calls it
     HF = "hf"
     LIGHTNING = "lightning"
     STEP = "step"  # the public jupyter_air.step(...)
