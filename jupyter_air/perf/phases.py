@@ -21,12 +21,17 @@ runs comes first, at the moment this rank's own gradients are done: what follows
 It costs one hook and one callback a backward pass, whatever the model (on a rank of
 several; a rank alone has nobody to wait for).
 
-Wall time (``time.perf_counter``): on the CPU, a collective blocks the thread that waits
-for it. On a GPU the kernels run behind the CPU and NCCL's waits are the stream's, not
-the thread's, so there this split is the CPU thread's only (CUDA events are not used).
-Only the thread that installed this (the rank's main thread) is followed: a collective
-or a DataLoader on another thread is not this rank's step. Collectives that
-``torch.compile`` traces are left to it.
+On the CPU the split is wall time (``time.perf_counter``): a collective blocks the thread
+that waits for it. On a GPU the kernels run behind the CPU and NCCL's waits are the
+stream's, not the thread's: once CUDA is initialized, each move records a CUDA event on
+the current stream instead (``StreamTimer``), and the time between two events is the
+GPU's, read once the GPU has passed the later one (``Event.query``, never a wait). Those
+spans land in the step being marked when they are read, a step or two after their own:
+the straggler hint looks at hundreds of steps. The wait for data is then the GPU's idle
+time behind the DataLoader (none while it still has queued work), and the wait in
+collectives the stream's wait for NCCL. Only the thread that installed this (the rank's
+main thread) is followed: a collective or a DataLoader on another thread is not this
+rank's step. Collectives that ``torch.compile`` traces are left to it.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import os
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from types import ModuleType
@@ -101,6 +107,51 @@ PHASES = {
 WAITS = frozenset({Place.DATA, Place.COMM})
 
 
+#: Spans a GPU may hold unread (its queue of work far behind the CPU): more are dropped.
+MAX_PENDING = 1024
+
+#: When a move happened: the CPU's clock, and the CUDA event recorded then (None on the CPU).
+Stamp = tuple[float, Any]
+
+
+class StreamTimer:
+    """Seconds between CUDA events on the rank's current stream: each move records one,
+    and a span between two is read once the GPU has passed its end. Events are reused
+    once no span holds them, so a step costs a few ``record`` calls and no allocation."""
+
+    def __init__(self, event: Callable[..., Any]) -> None:
+        self._event = event  # torch.cuda.Event
+        self._free: list[Any] = []
+        self._pending: deque[tuple[Place, Any, Any]] = deque()
+
+    def record(self) -> Any:
+        """A new event, recorded now on the current stream."""
+        event = self._free.pop() if self._free else self._event(enable_timing=True)
+        event.record()
+        return event
+
+    def spans(self, place: Place, start: Any, end: Any) -> list[tuple[Place, float]]:
+        """Queue the span ``start``-``end`` spent in ``place``; the spans the GPU has
+        passed, oldest first, with their seconds. An event is reused once read."""
+        if len(self._pending) < MAX_PENDING:
+            self._pending.append((place, start, end))
+        done: list[tuple[Place, float]] = []
+        while self._pending and self._pending[0][2].query():
+            where, first, last = self._pending.popleft()
+            done.append((where, first.elapsed_time(last) / 1000.0))
+            self._free.append(first)  # later spans start at their own, later events
+        return done
+
+
+def cuda_streams() -> StreamTimer | None:
+    """A timer on CUDA events once this process has initialized CUDA; None until then."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None or not cuda.is_initialized():
+        return None
+    return StreamTimer(cuda.Event)
+
+
 class Tracker:
     """The training thread's place, and since when; each move is counted into the
     current step's split of ``marks()`` (None: marks are off, nothing is counted)."""
@@ -110,19 +161,22 @@ class Tracker:
         marks: Callable[[], Marks | None] = marks_module.current,
         clock: Callable[[], float] = time.perf_counter,
         notes: bool = True,
+        streams: Callable[[], StreamTimer | None] = cuda_streams,
     ) -> None:
         self._marks = marks
         self._clock = clock
         self._notes = notes
+        self._find_streams = streams
+        self._streams: StreamTimer | None = None  # found once CUDA is initialized
         self._owner = threading.get_ident()
         self.place = Place.OTHER
-        self._since = clock()
+        self._since: Stamp = (clock(), None)
         self._compute: dict[str, float] = {}
         self._steps = 0  # marked since the last note
         self._found: Marks | None = None  # kept: a warm session's next cell retargets it
         self._looked = -LOOK_AGAIN
         self._optimizer: list[Place] = []  # the places an optimizer step came from
-        self._done: float | None = None  # when the backward pass's own graph was done
+        self._done: Stamp | None = None  # when the backward pass's own graph was done
         #: Whether the training began: its first read of data or backward pass.
         self._training = False
 
@@ -130,19 +184,32 @@ class Tracker:
         """Whether the caller is the training thread."""
         return threading.get_ident() == self._owner
 
-    def move(self, place: Place, at: float | None = None) -> Place:
+    def stamp(self) -> Stamp:
+        """Now: the CPU's clock, and a CUDA event on the current stream once there is CUDA."""
+        if self._streams is None:
+            self._streams = self._find_streams()
+        return self._clock(), None if self._streams is None else self._streams.record()
+
+    def move(self, place: Place, at: Stamp | None = None) -> Place:
         """Go to ``place`` (at ``at``, else now); returns the place left."""
-        now = self._clock() if at is None else at
-        left, spent = self.place, now - self._since
+        now = self.stamp() if at is None else at
+        left, since = self.place, self._since
         self.place, self._since = place, now
         if not self._training:  # the rank's start (imports, the model's making) is no step's
             self._training = place in (Place.DATA, Place.BACKWARD)
             return left
-        marks = self._found or self._look(now)
-        if marks is not None and spent > 0:
-            marks.phase(PHASES[left], spent)
-            if left not in WAITS:
-                self._compute[left] = self._compute.get(left, 0.0) + spent
+        marks = self._found or self._look(now[0])
+        if marks is None:
+            return left
+        if self._streams is not None and since[1] is not None and now[1] is not None:
+            spans = self._streams.spans(left, since[1], now[1])
+        else:
+            spans = [(left, now[0] - since[0])]
+        for where, spent in spans:
+            if spent > 0:
+                marks.phase(PHASES[where], spent)
+                if where not in WAITS:
+                    self._compute[where] = self._compute.get(where, 0.0) + spent
         return left
 
     def _look(self, now: float) -> Marks | None:
@@ -200,7 +267,7 @@ class Tracker:
         after the graph (DDP's all-reduce: comm). ``engine()`` gives autograd's engine."""
 
         def graph_done() -> None:
-            self._done = self._clock()
+            self._done = self.stamp()
 
         def first_node(*_: Any) -> None:
             with contextlib.suppress(Exception):  # never in the training's way: no split

@@ -1,5 +1,6 @@
 """A rank's step split into waiting for data, compute and waiting in collectives (issue
-38, item 4): the tracker's accounting on a clock of our own, then two real gloo ranks
+38, item 4): the tracker's accounting on a clock of our own, on a GPU's CUDA events
+played by a GPU of our own (the real one: the ``gpu`` test), then two real gloo ranks
 under DDP, where a rank slowed in its backward makes the other wait in the all-reduce
 that ends its backward: the wait is the other's comm, not its compute."""
 
@@ -11,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ import pytest
 
 from jupyter_air.jobs.env import free_port
 from jupyter_air.perf.marks import Marks, Phase, Source
-from jupyter_air.perf.phases import Place, Tracker
+from jupyter_air.perf.phases import Place, StreamTimer, Tracker
 
 
 def lines(path: Path) -> list[dict[str, Any]]:
@@ -81,6 +83,102 @@ def test_a_nested_wait_is_the_outer_ones_and_other_threads_are_not_followed(
     marks.step(Source.STEP)
     (step,) = lines(tmp_path / "rank-0.jsonl")  # no notes asked: one line
     assert step["ph"] == {Phase.COMM: 2.0, Phase.COMPUTE: 3.0}
+
+
+class PlayedGpu:
+    """A GPU whose stream runs behind the CPU: ``now`` is where its queue of work ends
+    (an event recorded now is reached then), ``done`` how far it has run."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.done = 0.0
+        self.made = 0
+
+    def event(self, enable_timing: bool = False) -> PlayedEvent:
+        assert enable_timing
+        self.made += 1
+        return PlayedEvent(self)
+
+
+class PlayedEvent:
+    """``torch.cuda.Event``'s part the timer uses."""
+
+    def __init__(self, gpu: PlayedGpu) -> None:
+        self.gpu, self.at = gpu, -1.0
+
+    def record(self) -> None:
+        self.at = self.gpu.now
+
+    def query(self) -> bool:
+        return self.gpu.done >= self.at
+
+    def elapsed_time(self, end: PlayedEvent) -> float:
+        assert self.query(), "read before the GPU passed it: a wait"
+        assert end.query(), "read before the GPU passed it: a wait"
+        return (end.at - self.at) * 1000.0  # milliseconds, as CUDA's
+
+
+def test_on_a_gpu_the_split_is_the_streams_time_read_once_the_gpu_has_passed_it(
+    tmp_path: Path,
+) -> None:
+    cpu, gpu = [0.0], PlayedGpu()
+    marks = Marks(str(tmp_path), 0)
+    cuda: list[StreamTimer] = []  # CUDA is initialized once the model is on the GPU
+    tracker = Tracker(lambda: marks, clock=lambda: cpu[0], streams=lambda: next(iter(cuda), None))
+
+    def read() -> None:  # 0.3 s of the CPU in the DataLoader, the GPU idle for 0.1 of it
+        cpu[0] += 0.3
+        gpu.now = gpu.done = gpu.now + 0.1
+
+    tracker.waiting(Place.DATA, lambda: None)()  # before CUDA: the CPU's clock
+    cuda.append(StreamTimer(gpu.event))
+    tracker.waiting(Place.DATA, read)()
+    tracker.move(Place.BACKWARD)
+    cpu[0] += 0.01  # the backward's kernels queued in 10 ms, to run for 0.6 s
+    gpu.now += 0.6
+    tracker.move(Place.OTHER)
+    marks.step(Source.STEP, step=1)  # the GPU is still in the backward pass
+    gpu.done = gpu.now  # it catches up
+    tracker.optimizer_began()
+    gpu.now += 0.05
+    tracker.optimizer_ended()
+    gpu.done = gpu.now
+    tracker.move(Place.OTHER)
+    marks.step(Source.STEP, step=2)
+    one, two = lines(tmp_path / "rank-0.jsonl")
+    assert one["ph"] == {Phase.DATA: pytest.approx(0.1)}, "the GPU's idle time, not the CPU's"
+    assert two["ph"] == {Phase.COMPUTE: pytest.approx(0.65)}, "the backward, read a step later"
+    for step in range(3, 300):  # a long run reuses its events
+        tracker.waiting(Place.DATA, read)()
+        tracker.move(Place.BACKWARD)
+        gpu.now += 0.01
+        tracker.move(Place.OTHER)
+        gpu.done = gpu.now
+        marks.step(Source.STEP, step=step)
+    assert gpu.made < 10
+
+
+@pytest.mark.gpu
+def test_on_a_real_gpu_the_compute_is_the_kernels_time_not_their_launch(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.randn(4096, 4096, device="cuda")
+    torch.cuda.synchronize()
+    marks = Marks(str(tmp_path), 0)
+    tracker = Tracker(lambda: marks)  # CUDA's events, as a rank's
+    tracker.waiting(Place.DATA, lambda: None)()
+    began = time.perf_counter()
+    tracker.move(Place.BACKWARD)
+    for _ in range(40):
+        x = torch.tanh(x @ x)
+    launched = time.perf_counter() - began
+    tracker.move(Place.OTHER)
+    torch.cuda.synchronize()
+    ran = time.perf_counter() - began
+    tracker.move(Place.OTHER)  # the GPU has passed the backward's end: its span is read
+    marks.step(Source.STEP, step=1)
+    (step,) = lines(tmp_path / "rank-0.jsonl")
+    assert ran > 5 * launched, "the CPU ran ahead of the GPU, as in training"
+    assert step["ph"][Phase.COMPUTE] == pytest.approx(ran, rel=0.3)
 
 
 DDP = """\
