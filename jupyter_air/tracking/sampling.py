@@ -2,10 +2,10 @@
 
 The one node of a local job (in the supervisor) and each node agent of a Ray job run
 the same loop: every ``interval`` seconds it takes one sample with
-``system_metrics.SystemSampler`` and hands it on. Loading MLflow's monitors costs about
-2 s of CPU, so it happens on this thread at the lowest priority once the first sample
-is due (or when asked to ``prepare``): a job shorter than the interval never loads it.
-This module imports no MLflow, so a sample travels (a Ray poll's answer) without it.
+``system_metrics.SystemSampler`` and hands it on. The sampler (psutil's monitors, NVML's
+library) is loaded on this thread at the lowest priority once the first sample is due
+(or when asked to ``prepare``). This module imports no MLflow, and neither does the
+sampler, so a sample travels (a Ray poll's answer) without it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: MLflow's name of the host's CPU utilization (``CPUMonitor``'s).
+#: MLflow's name of the host's CPU utilization (its ``CPUMonitor``'s).
 CPU_PERCENT = "cpu_utilization_percentage"
 
 #: Told each sample of every GPU (readings by NVML index, and the inventory).
@@ -73,7 +73,7 @@ class SampleLoop:
 
     @property
     def loaded(self) -> bool:
-        """Whether MLflow's monitors are loaded here (a sample was or can be taken)."""
+        """Whether the sampler is loaded here (a sample was or can be taken)."""
         return self._sampler is not None
 
     def start(self) -> None:
@@ -105,7 +105,7 @@ class SampleLoop:
         self._wake.set()
 
     def prepare(self) -> None:
-        """Load MLflow's monitors in the background, at the lowest priority."""
+        """Load the sampler in the background, at the lowest priority."""
         threading.Thread(target=self._load, name="air-system-metrics-load", daemon=True).start()
 
     def _load(self) -> Any:
@@ -120,7 +120,7 @@ class SampleLoop:
             return self._sampler
 
     def take(self) -> None:
-        """One sample, now, handed on (the first loads MLflow's monitors)."""
+        """One sample, now, handed on (the first loads the sampler)."""
         self._on_sample(self._load().sample())
 
     def finish(self, last: bool = True) -> None:
@@ -128,7 +128,7 @@ class SampleLoop:
         taken on the loop's thread: psutil's CPU figure is the span since that thread's
         last reading (the last sample, or the loop's start), and another thread's would
         compare with nothing and say 0.0. Without ``last``, a loop still loading
-        MLflow's monitors is not waited for."""
+        the sampler is not waited for."""
         self._last = last
         self._stop.set()
         self._wake.set()

@@ -1,10 +1,17 @@
 """System metrics of a job's runs: one sampler for every node, one path into MLflow.
 
-Every backend samples its nodes with ``SystemSampler`` (MLflow's CPU, disk and network
-monitors, and a GPU monitor of ours) on a ``sampling.SampleLoop``, and the supervisor
-journals every sample with rank 0's metrics (``journal.append_samples``), under MLflow's
-names: ``system/<metric>`` for a job of one node, ``system/node_N/<metric>`` for each
-node of several.
+Every backend samples its nodes with ``SystemSampler`` on a ``sampling.SampleLoop``, and
+the supervisor journals every sample with rank 0's metrics (``journal.append_samples``),
+under MLflow's names: ``system/<metric>`` for a job of one node, ``system/node_N/<metric>``
+for each node of several.
+
+The monitors are MLflow's as it has them (``mlflow.system_metrics.metrics``: the same
+names, the same psutil calls, a sample the mean of its collections), written here on
+psutil: MLflow's take ``import mlflow`` with them, about 2 s of CPU and 200 MB in every
+supervisor and node agent that samples, which a job's ranks paid for while they ran and
+which held a short job's Slurm allocation at its end (its last sample). Only a machine
+whose GPUs NVML cannot read and that has ROCm's ``pyrsmi`` loads MLflow, for its
+``ROCMMonitor``.
 
 MLflow's ``GPUMonitor`` calls pynvml itself: it warns at every sample about a field a
 GPU does not report (utilization on a MIG GPU, power in a vGPU guest) and knows no
@@ -15,20 +22,17 @@ missing driver function or a refused query costs that field only.
 
 from __future__ import annotations
 
+import abc
+import importlib.util
 import logging
+import os
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Protocol
 
-# The package first: another thread (the supervisor's) may be importing it, and a
-# submodule's import lock taken before the package's would deadlock against it.
-import mlflow  # noqa: F401
-from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
-from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
-from mlflow.system_metrics.metrics.disk_monitor import DiskMonitor
-from mlflow.system_metrics.metrics.gpu_monitor import GPUMonitor
-from mlflow.system_metrics.metrics.network_monitor import NetworkMonitor
-from mlflow.system_metrics.metrics.rocm_monitor import ROCMMonitor
+import psutil
 
 from ..gpu.nvml import MIB, GpuInfo, GpuReading, Nvml
 from ..job_dir import AttemptDir
@@ -38,7 +42,79 @@ from .sampling import CPU_PERCENT, GpuListener, Sample, prefix
 log = logging.getLogger(__name__)
 
 
-class GpuMonitor(BaseMetricsMonitor):
+class Monitor(Protocol):
+    """MLflow's ``BaseMetricsMonitor``'s interface: collect now, aggregate what was
+    collected, clear it."""
+
+    def collect_metrics(self) -> None: ...
+
+    def aggregate_metrics(self) -> dict[str, float]: ...
+
+    def clear_metrics(self) -> None: ...
+
+
+class Averaged(abc.ABC):
+    """A monitor whose sample is the mean of its collections since the last one."""
+
+    def __init__(self) -> None:
+        self._metrics: defaultdict[str, list[float]] = defaultdict(list)
+
+    def collect_metrics(self) -> None:
+        for name, value in self.read():
+            self._metrics[name].append(value)
+
+    @abc.abstractmethod
+    def read(self) -> Iterator[tuple[str, float]]:
+        """One collection's figures, by MLflow's names."""
+
+    def aggregate_metrics(self) -> dict[str, float]:
+        return {k: round(sum(v) / len(v), 1) for k, v in self._metrics.items() if v}
+
+    def clear_metrics(self) -> None:
+        self._metrics.clear()
+
+
+class CpuMonitor(Averaged):
+    """MLflow's ``CPUMonitor``: the host's CPU (since this thread's last reading) and memory."""
+
+    def read(self) -> Iterator[tuple[str, float]]:
+        yield CPU_PERCENT, psutil.cpu_percent()
+        memory = psutil.virtual_memory()
+        yield "system_memory_usage_megabytes", memory.used / 1e6
+        yield "system_memory_usage_percentage", memory.used / memory.total * 100
+
+
+class DiskMonitor(Averaged):
+    """MLflow's ``DiskMonitor``: the root file system's use."""
+
+    def read(self) -> Iterator[tuple[str, float]]:
+        usage = psutil.disk_usage(os.sep)
+        yield "disk_usage_percentage", usage.percent
+        yield "disk_usage_megabytes", usage.used / 1e6
+        yield "disk_available_megabytes", usage.free / 1e6
+
+
+class NetworkMonitor:
+    """MLflow's ``NetworkMonitor``: megabytes received and sent since it was made."""
+
+    def __init__(self) -> None:
+        first = psutil.net_io_counters()
+        self._first = (first.bytes_recv / 1e6, first.bytes_sent / 1e6)
+        self._metrics: dict[str, float] = {}
+
+    def collect_metrics(self) -> None:
+        now = psutil.net_io_counters()
+        self._metrics["network_receive_megabytes"] = now.bytes_recv / 1e6 - self._first[0]
+        self._metrics["network_transmit_megabytes"] = now.bytes_sent / 1e6 - self._first[1]
+
+    def aggregate_metrics(self) -> dict[str, float]:
+        return dict(self._metrics)
+
+    def clear_metrics(self) -> None:
+        self._metrics.clear()
+
+
+class GpuMonitor(Averaged):
     """MLflow's GPU metrics and GPU temperature, for every GPU NVML reads."""
 
     def __init__(self, nvml: Nvml, on_sample: GpuListener | None = None) -> None:
@@ -46,17 +122,14 @@ class GpuMonitor(BaseMetricsMonitor):
         self._nvml = nvml
         self._on_sample = on_sample
 
-    def collect_metrics(self) -> None:
+    def read(self) -> Iterator[tuple[str, float]]:
         inventory = {g.index: g for g in self._nvml.inventory()}
         readings = self._nvml.read_all()
         for index, reading in enumerate(readings):
             for name, value in _gpu_metrics(reading, inventory.get(index)):
-                self._metrics[f"gpu_{index}_{name}"].append(value)
+                yield f"gpu_{index}_{name}", value
         if self._on_sample is not None:  # the supervisor's hints read the same samples
             self._on_sample(readings, inventory)
-
-    def aggregate_metrics(self) -> dict[str, float]:
-        return {k: round(sum(v) / len(v), 1) for k, v in self._metrics.items() if v}
 
 
 def _gpu_metrics(reading: GpuReading, info: GpuInfo | None) -> Iterator[tuple[str, float]]:
@@ -75,28 +148,33 @@ def _gpu_metrics(reading: GpuReading, info: GpuInfo | None) -> Iterator[tuple[st
         yield "temperature_celsius", reading.temp_c
 
 
-def _mlflow_gpu_monitor() -> BaseMetricsMonitor | None:
-    """MLflow's own choice where NVML does not answer here (e.g. AMD's ROCm monitor)."""
-    for monitor in (GPUMonitor, ROCMMonitor):
-        try:
-            return monitor()
-        except Exception:  # not this kind of GPU, or no driver
-            continue
-    return None
+def _rocm_monitor() -> Monitor | None:
+    """MLflow's monitor of AMD's GPUs, where ROCm's ``pyrsmi`` is installed (the one
+    monitor for which MLflow is loaded)."""
+    if importlib.util.find_spec("pyrsmi") is None:
+        return None
+    import mlflow  # noqa: F401  (the package before its submodule: see sampling's thread)
+    from mlflow.system_metrics.metrics.rocm_monitor import ROCMMonitor
+
+    try:
+        monitor: Monitor = ROCMMonitor()
+    except Exception:  # no AMD GPU or driver here
+        return None
+    return monitor
 
 
 class SystemSampler:
     """The metrics of the machine it runs on, as MLflow's own system-metrics monitor
-    takes them (one collection per sample, aggregated): its CPU, disk and network
-    monitors, and ours for the GPUs where NVML answers, else MLflow's choice."""
+    takes them (one collection per sample, aggregated): CPU, disk and network, and the
+    GPUs where NVML answers (else AMD's, where ROCm answers)."""
 
     def __init__(self, nvml: Nvml, on_gpu_sample: GpuListener | None = None) -> None:
         self._nvml = nvml
-        self.monitors: list[BaseMetricsMonitor] = [CPUMonitor(), DiskMonitor(), NetworkMonitor()]
+        self.monitors: list[Monitor] = [CpuMonitor(), DiskMonitor(), NetworkMonitor()]
         gpu = (
             GpuMonitor(nvml, on_gpu_sample)  # its samples also feed the job's hints
             if nvml.status().available
-            else _mlflow_gpu_monitor()
+            else _rocm_monitor()
         )
         if gpu is not None:
             self.monitors.append(gpu)
