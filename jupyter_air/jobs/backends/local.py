@@ -69,9 +69,10 @@ class LocalNode:
         return dump_ranks(self._ranks.running())
 
     def close(self) -> None:
-        """The last metrics sample, where MLflow's monitors were loaded for an earlier
-        one: a job that ended sooner leaves its sample to the run's tail, which has them
-        loaded (``run_tails``). ``run`` returned once every rank had exited."""
+        """The last metrics sample, where an earlier one was taken: a job that ended
+        sooner leaves its sample to the run's tail, which has MLflow loaded to ship it
+        (``run_tails``; here it would be loaded for that alone). ``run`` returned once
+        every rank had exited."""
         if self._metrics is not None:
             self._metrics.finish(last=self._metrics.loaded)
 
