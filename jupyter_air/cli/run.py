@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..identity import os_identity
+from ..jobs.guards import OFF
 from ..jobs.request import Defaults, JobRequest, Program
 from ..jobs.service import JobService
 from ..jobs.spec import JobKind
@@ -120,6 +121,14 @@ def _with(spec: WorkloadFile, field: str, value: Any, flag: str) -> WorkloadFile
         raise WorkloadError(describe(err, lambda loc: flag)) from None
 
 
+def _guards(given: list[Any], added: list[str]) -> list[Any]:
+    """The file's guards and ``--guard``'s; ``--guard none`` turns them all off, and a
+    guard given on the command line turns the file's ``guard: none`` back on."""
+    if any(g.strip().lower() == OFF for g in added):
+        return added
+    return [*(g for g in given if not (isinstance(g, str) and g.strip().lower() == OFF)), *added]
+
+
 def _on_backend(spec: WorkloadFile, backend: str, pairs: list[str]) -> WorkloadFile:
     """The workload on ``backend`` (``--backend``) with ``--backend-opt``'s settings over
     its own (those of another backend dropped), checked as the file's are."""
@@ -159,7 +168,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.checkpoint_dir is not None:
             spec = _with(spec, "checkpoint_dir", args.checkpoint_dir, "--checkpoint-dir")
         if args.guard:
-            spec = _with(spec, "guard", [*spec.guard, *args.guard], "--guard")
+            spec = _with(spec, "guard", _guards(spec.guard, args.guard), "--guard")
         if args.backend is not None or args.backend_opt:
             spec = _on_backend(spec, args.backend or spec.backend, args.backend_opt)
     except WorkloadError as err:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..perf import marks
-from . import autoresume
+from . import autoresume, guard_hook
 
 #: The job a process without ``AIR_JOB_ID`` works for: a scheduled notebook's kernel
 #: (whose cells must not look like ranks) sets it to its task's job.
@@ -99,9 +99,10 @@ def rank_env(
         env["OMP_NUM_THREADS"] = "1"  # as torchrun: several ranks share the node's cores
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = gpus[place.local_rank % len(gpus)]
-    # The HF Trainer and Lightning mark their steps (``perf.hooks``), and resume by
-    # themselves on a retry, with no change to a script's code.
-    if marks.enabled(env) or autoresume.wanted(env):
+    # The HF Trainer and Lightning mark their steps (``perf.hooks``), resume by
+    # themselves on a retry and answer the job's guards (``guard_hook``), with no change
+    # to a script's code.
+    if marks.enabled(env) or autoresume.wanted(env) or guard_hook.wanted(env):
         env["PYTHONPATH"] = autoresume.site_path(env)
     return env
 

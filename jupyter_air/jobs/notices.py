@@ -34,6 +34,7 @@ _LEVEL = {
     Event.HINT: "warning",
     Event.DURATION: "info",
     Event.TRACKING: "warning",
+    Event.GUARD: "warning",
 }
 
 
@@ -49,12 +50,13 @@ def notices(
     lines: Sequence[str] | None = None,
 ) -> list[Notice]:
     """One notice per target of the job that wants ``event`` (a ``duration`` one only
-    for its own threshold ``after``); ``key`` names the event once for the job.
-    ``settings`` are read only when some target wants it (most jobs have none)."""
+    for its own threshold ``after``; a guard's, every target: the guard chose when);
+    ``key`` names the event once for the job. ``settings`` are read only when some
+    target wants it (most jobs have none)."""
     chosen = [
         (i, t)
         for i, t in enumerate(store.targets(job.id))
-        if t.wants(event) and (after is None or after in t.durations)
+        if (t.wants(event) or event is Event.GUARD) and (after is None or after in t.durations)
     ]
     if not chosen:
         return []

@@ -27,6 +27,7 @@ from .backends.base import Backend, BackendRefused, Placement
 from .checkpoint_settings import checkpoint_root
 from .documents import RunLink, job_document, job_documents
 from .env import submitting_job
+from .guards import resolved as resolved_guards
 from .node import stacks
 from .node.stacks import StackSet
 from .permissions import (
@@ -93,6 +94,7 @@ class Placed:
             if problem is not None:
                 raise Refused("checkpoint_dir", f"c.AirCheckpoints.root: {problem}")
         kind = program.kind
+        targets = s.targets(unwatched=program.background)
         return job_spec(
             kind,
             command=program.command,
@@ -109,9 +111,10 @@ class Placed:
             backend_settings=self.settings,
             run_name=program.run_name,
             deferred=s.tracking is TrackingMode.DEFERRED,
-            notify=s.targets(unwatched=program.background),
+            notify=targets,
             checkpoint_dir=place,
             resume_job=s.resume,
+            guards=resolved_guards(s.guard, has_targets=bool(targets)),
         )
 
     @property

@@ -116,6 +116,9 @@ class Policy:
     timeout: float | None = None
     #: Nobody's kernel follows it: it outlives its submitter, nobody reads its value.
     background: bool = False
+    #: Conditions on its logged metrics and their actions, each as ``jobs.guards``
+    #: writes it (``loss: nan -> stop``), checked by its supervisor.
+    guards: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,7 @@ _CONVERT: dict[str, Any] = {
     "output_ranks": OutputRanks,
     "command": tuple,
     "outputs": tuple,
+    "guards": tuple,
     "env": _frozen_map,
     "tags": _frozen_map,
     "settings": _frozen_map,
@@ -251,6 +255,7 @@ def job_spec(
     notify: Sequence[Target] = (),
     checkpoint_dir: str | None = None,
     resume_job: str | None = None,
+    guards: Sequence[str] = (),
 ) -> JobSpec:
     """A spec from the fields every entry point speaks of, already checked: the magic's
     options, the decorator's, a session's, a workload file's or a schedule task's (the
@@ -268,7 +273,9 @@ def job_spec(
         ),
         compute=Compute(nproc_per_node=nproc_per_node, nnodes=nnodes),
         tracking=Tracking(run_name=run_name, tags=_frozen_map(tags), deferred=deferred),
-        policy=Policy(max_retries=max_retries, timeout=timeout, background=background),
+        policy=Policy(
+            max_retries=max_retries, timeout=timeout, background=background, guards=tuple(guards)
+        ),
         backend=BackendChoice(backend, _frozen_map(backend_settings)),
         notify=tuple(notify),
     )

@@ -14,10 +14,11 @@ import shlex
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -29,7 +30,7 @@ from pydantic import (
 
 from ..notify import settings as notify_settings
 from ..notify.targets import BadTarget, Channel, Target, parse_all
-from . import backends
+from . import backends, guards
 from .backends.base import Backend
 from .backends.settings import aliases, checked
 from .permissions import BadGrant, Grant, merged, parse_grant
@@ -57,6 +58,16 @@ FILE_NAMES = {
 
 class WorkloadError(ValueError):
     """The workload file cannot be used; nothing was submitted."""
+
+
+def _guard(value: Any) -> Any:
+    """One item of ``guard:``, checked (``none`` is checked with the others)."""
+    if not (isinstance(value, str) and value.strip().lower() == guards.OFF):
+        try:
+            guards.parse(value)
+        except guards.BadGuard as err:
+            raise ValueError(str(err)) from None
+    return value
 
 
 class Compute(BaseModel):
@@ -114,10 +125,11 @@ class Submission(BaseModel):
         description="a job whose latest complete checkpoint the first attempt starts from",
     )
     #: Conditions on the job's logged metrics and what each does when it holds
-    #: (``loss: nan``); checked and read by ``jobs.guards``.
-    guard: list[Any] = Field(
+    #: (``loss: nan -> stop``), each checked by ``jobs.guards``; ``none``: not even the
+    #: default one.
+    guard: list[Annotated[Any, AfterValidator(_guard)]] = Field(
         default_factory=list,
-        description="conditions on logged metrics, each with its actions (docs/guards.md)",
+        description="conditions on logged metrics, each with its actions, or none (docs/guards.md)",
     )
 
     @model_validator(mode="before")
@@ -161,6 +173,23 @@ class Submission(BaseModel):
         if isinstance(chosen, str) and chosen in backends.names():
             data["backend_settings"] = _checked(backends.get(chosen), given, spelled, names)
         return data
+
+    @field_validator("guard", mode="before")
+    @classmethod
+    def _guard_list(cls, value: Any) -> Any:
+        """One guard, or ``none``, may be given without a list (``guard: none``)."""
+        if value is None:
+            return []
+        return [value] if isinstance(value, str | dict) else value
+
+    @field_validator("guard")
+    @classmethod
+    def _guards_together(cls, value: list[Any]) -> list[Any]:
+        try:
+            guards.parse_all(value)
+        except guards.BadGuard as err:
+            raise ValueError(str(err)) from None
+        return value
 
     @field_validator("backend")
     @classmethod
@@ -380,6 +409,12 @@ def _line(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     """1-based line of the field at ``loc``, or of its nearest existing parent."""
     line = None
     for key in loc:
+        if isinstance(node, yaml.SequenceNode) and isinstance(key, int):
+            if key >= len(node.value):
+                break
+            node = node.value[key]  # an item of a list (``guard:``): its own line
+            line = node.start_mark.line + 1
+            continue
         if not isinstance(node, yaml.MappingNode):
             break
         for key_node, value_node in node.value:

@@ -70,7 +70,9 @@ def distributed(fn: Callable[P, R] | None = None, **options: Any) -> Any:
     """``@distributed(nproc_per_node=2, experiment=..., max_retries=1, ...)``: the options
     of ``%%air_distributed`` as keyword arguments (``env`` is a dict, ``share`` a list of
     grants such as ``["bob:CAN_VIEW"]``, ``backend_settings`` a dict of the backend's
-    settings, as ``--backend-opt``'s; ``out`` is not needed: return what you want back).
+    settings, as ``--backend-opt``'s; ``guards`` a guard or a list of them, as
+    ``--guard``'s: ``guards=["loss: nan -> stop"]``; ``out`` is not needed: return what
+    you want back).
     ``@distributed(session=True)`` runs on the session's ranks and takes only
     ``output_ranks``: the rest belongs to ``%air_session start``."""
     session = options.pop("session", False)

@@ -51,6 +51,11 @@ def _targets(notify: Any) -> list[Any] | None:
     return [n for n in notify if n != "none"]
 
 
+def _guards(guards: Any) -> list[Any]:
+    """``--guard``'s strings, or ``guards=``'s one guard (text or mapping) or list."""
+    return [guards] if isinstance(guards, str | Mapping) else list(guards)
+
+
 class OptionError(ValueError):
     """An option of a distributed call is invalid; nothing was started."""
 
@@ -87,8 +92,9 @@ class Options:
     checkpoint_dir: str | None = None
     #: A job whose latest complete checkpoint the first attempt starts from.
     resume: str | None = None
-    #: Conditions on logged metrics and their actions (``jobs.guards``): ``loss: nan``.
-    guards: list[Any] = field(default_factory=list)
+    #: Conditions on logged metrics and their actions (``jobs.guards``): ``loss: nan``,
+    #: or ``none`` (not even the default guard).
+    guards: list[Any] | str | Mapping[str, Any] = field(default_factory=list)
     #: The rank whose ``breakpoint()`` opens a prompt in the cell; the others' are ignored.
     debug_rank: int = 0
 
@@ -139,7 +145,7 @@ class Options:
             "notify": _targets(self.notify),
             "checkpoint_dir": None if self.checkpoint_dir is None else str(self.checkpoint_dir),
             "resume": self.resume,
-            "guard": list(self.guards),
+            "guard": _guards(self.guards),
         }
         try:
             return Submission.model_validate(fields, context={"names": FLAGS})

@@ -36,6 +36,7 @@ class Event(enum.StrEnum):
     DURATION = "duration"  # still running after the trigger's threshold
     SKIPPED = "skipped"  # a schedule's time that did not fire
     TRACKING = "tracking"  # the tracking server refused the run's data for good
+    GUARD = "guard"  # a guard on a metric held (``jobs.guards``): every target is told
 
 
 class Channel(enum.StrEnum):

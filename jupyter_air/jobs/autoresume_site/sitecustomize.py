@@ -1,7 +1,8 @@
 """Run by Python at the start of every jupyter_air rank (see ``jobs.env``): marks the
-HF Trainer's and Lightning's steps (``jupyter_air.perf.hooks``, unless ``AIR_PERF=0``)
-and, in an attempt that may resume, resumes them (``jupyter_air.jobs.autoresume``); then
-runs the ``sitecustomize`` this one hides, if any, once. This folder leaves
+HF Trainer's and Lightning's steps (``jupyter_air.perf.hooks``, unless ``AIR_PERF=0``),
+hooks them for the job's guards (``jupyter_air.jobs.guard_hook``) and, in an attempt
+that may resume, resumes them (``jupyter_air.jobs.autoresume``); then runs the
+``sitecustomize`` this one hides, if any, once. This folder leaves
 ``PYTHONPATH``: a process the rank starts (a trial, a tool) is not the rank. A failure
 here never stops the rank; an interpreter without jupyter_air (a workload's own Python)
 is left as it is."""
@@ -31,6 +32,13 @@ def _install() -> None:
         hooks.install()
     except Exception as err:  # the rank runs, its steps unmarked
         print(f"[air] step marks are off: {err!r}", file=sys.stderr, flush=True)
+    if os.environ.get("AIR_GUARDS"):  # the job has guards (``jobs.guard_hook``)
+        try:
+            from jupyter_air.jobs import guard_hook
+
+            guard_hook.install()
+        except Exception as err:  # the rank runs; the trainers' metrics go unguarded
+            print(f"[air] the job's guards are off here: {err!r}", file=sys.stderr, flush=True)
     # Only a retry or a resumed job may resume (``autoresume.wanted`` says which):
     # a first attempt does not import what resuming needs.
     if not (os.environ.get("AIR_RESUME_FROM") or os.environ.get("AIR_ATTEMPT", "1") != "1"):

@@ -101,6 +101,10 @@ class JobNotifier:
     def hint(self, attempt: int, tag: str, text: str) -> None:
         self.post(Event.HINT, f"hint:{attempt}:{tag}", note=text, lines=(text,))
 
+    def guard(self, attempt: int, guard: str, reason: str) -> None:
+        """A guard with ``notify`` held: once an attempt, to every target of the job."""
+        self.post(Event.GUARD, f"guard:{attempt}:{guard}", note=reason, lines=(reason,))
+
     def tracking_refused(self, attempt: int, files: AttemptDir) -> None:
         """The tracking server refused the attempt's run data for good (kept for ``air
         sync``): its backlog's line (a server that is only down is no news: it lands)."""

@@ -50,7 +50,7 @@ from ...tracking.run_tails import (
     resume_pending,
 )
 from ...tracking.targets import bound_requests, quiet_retries
-from .. import backends, checkpoints
+from .. import backends, checkpoints, guard_hook
 from ..attempt_progress import of_session
 from ..backends.base import AttemptContext, Nodes
 from ..node import stacks
@@ -60,6 +60,7 @@ from ..node.reaper import Reaper
 from ..sharing import as_changes, mirror
 from ..spec import JobKind, JobSpec
 from ..store import JobStore
+from .guard_feed import GuardFeed
 from .notifier import JobNotifier
 from .perf_feed import PerfFeed
 from .system_feed import SystemMetricsFeed
@@ -631,16 +632,27 @@ class Supervisor:
         """The attempt's ranks, on its backend, until every one has exited."""
         self._ranks = None  # a failure to make this attempt's must not close the last's
         perf = PerfFeed(attempt.files, attempt.run.id or journal.ATTEMPT_RUN, METRICS_INTERVAL)
+        guards: GuardFeed | None = None
         try:
-            self._ranks = self._nodes(attempt, reaper)
+            self._ranks = ranks = self._nodes(attempt, reaper)
             attempt.metrics.ask_sample = self._ranks.sample_now
             if self._cancelled.is_set():
                 self._ranks.cancel()
-            return self._ranks.run(timeout=self.spec.policy.timeout)
+            guards = GuardFeed(  # the job's guards, on the points its ranks journal
+                attempt.files,
+                self.spec.policy.guards,
+                ranks.cancel,
+                lambda fired: self.notifier.guard(attempt.number, str(fired.guard), fired.reason),
+            )
+            end = self._ranks.run(timeout=self.spec.policy.timeout)
+            guards.finish()
+            return guards.outcome(end)  # a guard that stopped the ranks says why
         except Exception as err:  # a bug or a lost cluster: the job still gets an end
             log.exception("attempt %d", attempt.number)
             return AttemptEnd(Outcome.FAILED, message=f"the supervisor failed: {err!r}")
         finally:
+            if guards is not None:
+                guards.finish()
             perf.finish()  # the ranks' last step marks, into the run
             attempt.hints.close()  # their step marks are read for stragglers no more
 
@@ -778,6 +790,7 @@ class Supervisor:
             log.error("cannot make the checkpoint place %s: %s", place, err)
         resume = checkpoints.resume_env(attempt.resume) if attempt.resume else {}
         place_env = {
+            **guard_hook.rank_env(self.spec.policy.guards, attempt.files.path),
             checkpoints.CHECKPOINT_DIR_ENV: str(place),
             checkpoints.JOB_STARTED_ENV: repr(self.job.created),
             **resume,
