@@ -40,6 +40,7 @@ UNAVAILABLE_ERRORS = frozenset(
         pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
         pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
         pynvml.NVML_ERROR_NO_DATA,
+        pynvml.NVML_ERROR_VGPU_ECC_NOT_SUPPORTED,
     }
 )
 
@@ -90,6 +91,8 @@ class GpuInfo:
     power_limit_w: float | None
     mig_mode: bool | None = None
     virtualization: str | None = None
+    #: The SM clock's maximum (MHz): what a throttled clock is a share of.
+    max_sm_clock_mhz: int | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,65 @@ class GpuProcess:
 
     pid: int
     used_mib: int | None
+
+
+@dataclass(frozen=True)
+class EccCounts:
+    """``nvmlDeviceGetTotalEccErrors``: volatile counts since the driver loaded, aggregate
+    over the GPU's life; None where NVML does not report that counter."""
+
+    corrected_volatile: int | None
+    uncorrected_volatile: int | None
+    corrected_aggregate: int | None
+    uncorrected_aggregate: int | None
+
+
+@dataclass(frozen=True)
+class RetiredPages:
+    """Pages retired for multiple single-bit or for double-bit ECC errors (before Ampere),
+    and whether a retirement waits for the next reset."""
+
+    single_bit: int
+    double_bit: int
+    pending: bool
+
+
+@dataclass(frozen=True)
+class RemappedRows:
+    """Memory rows remapped for corrected or uncorrected errors (Ampere on); ``pending``:
+    a remapping waits for the next reset; ``failed``: one could not be made."""
+
+    corrected: int
+    uncorrected: int
+    pending: bool
+    failed: bool
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    """What NVML says of a GPU's hardware. None where it does not report it (a consumer GPU
+    has no ECC, a vGPU guest sees none of it): ``unavailable`` says why, never a zero.
+
+    ``clock_reasons``: the clocks event (throttle) reasons, an ``nvmlClocksEventReason*``
+    bitmask; ``sm_clock_mhz``: the SM clock now.
+    """
+
+    clock_reasons: int | None = None
+    sm_clock_mhz: int | None = None
+    ecc: EccCounts | None = None
+    retired_pages: RetiredPages | None = None
+    remapped_rows: RemappedRows | None = None
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """An XID critical error NVML's event set delivered: which GPU, which XID, when (unix
+    seconds, as received)."""
+
+    index: int
+    xid: int
+    t: float
 
 
 @dataclass(frozen=True)
@@ -116,6 +178,7 @@ class GpuReading:
     power_w: float | None = None
     processes: tuple[GpuProcess, ...] = ()
     unavailable: dict[str, str] = field(default_factory=dict)
+    health: GpuHealth = field(default_factory=GpuHealth)
 
 
 @dataclass
@@ -240,6 +303,7 @@ class Nvml:
         limit = optional(_POWER_LIMIT, handle)
         mig = optional(_MIG_MODE, handle)
         virtualization = optional(_VIRTUALIZATION, handle)
+        max_sm = optional(_MAX_CLOCK, handle, pynvml.NVML_CLOCK_SM)
         return GpuInfo(
             index=index,
             name=optional(_NAME, handle),
@@ -248,6 +312,7 @@ class Nvml:
             power_limit_w=limit / 1000.0 if limit is not None else None,
             mig_mode=None if mig is None else mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE,
             virtualization=VIRTUALIZATION_MODES.get(virtualization),
+            max_sm_clock_mhz=max_sm or None,
         )
 
     def refresh(self) -> None:
@@ -309,6 +374,9 @@ class Nvml:
                 text = str(err) if code is not None else f"{type(err).__name__}: {err}"
                 errors.append(f"{label}: {text}")
                 self._log_once(device, index, label, err, code)
+        health = self._health(index, device)
+        if health is None:
+            return GpuReading(status="lost", message=str(pynvml.NVMLError(_LOST)))
         return GpuReading(
             "error" if errors else "ok",
             "; ".join(errors) or None,
@@ -318,7 +386,73 @@ class Nvml:
             values.get("power"),
             values.get("processes") or (),
             unavailable,
+            health,
         )
+
+    def _health(self, index: int, device: _Device) -> GpuHealth | None:
+        """The hardware's own figures, each on its own like the fields; an error costs the
+        figure only (said once), never the GPU's status. None: the GPU is lost."""
+        values: dict[str, Any] = {}
+        unavailable: dict[str, str] = {}
+        for label, reader in _HEALTH_READERS:
+            try:
+                values[label] = reader(self._lib, device.handle)
+            except Exception as err:
+                code = err.value if isinstance(err, pynvml.NVMLError) else None
+                if code == _LOST:
+                    return None
+                unavailable[label] = str(err) if code is not None else type(err).__name__
+                if code not in UNAVAILABLE_ERRORS:
+                    self._log_once(device, index, label, err, code)
+        return GpuHealth(**values, unavailable=unavailable)
+
+    # -- events ----------------------------------------------------------------------
+
+    def xid_events(self) -> tuple[Any, dict[int, str]]:
+        """An NVML event set registered for XID critical errors on every GPU that has them,
+        and the GPUs that refused, with NVML's reason (NOT_SUPPORTED on a MIG GPU or in a
+        vGPU guest). Raises ``NVMLError`` when NVML or its event sets are not to be had."""
+        with self._lock:
+            if not self._ensure():
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+            event_set = self._lib.call(_EVENT_SET_CREATE)
+            refused: dict[int, str] = {}
+            for index, device in enumerate(self._devices):
+                if device.handle is None:
+                    refused[index] = device.handle_error or "no handle"
+                    continue
+                try:
+                    supported = self._lib.call(_SUPPORTED_EVENTS, device.handle)
+                    if not supported & pynvml.nvmlEventTypeXidCriticalError:
+                        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+                    self._lib.call(
+                        _REGISTER_EVENTS,
+                        device.handle,
+                        pynvml.nvmlEventTypeXidCriticalError,
+                        event_set,
+                    )
+                except pynvml.NVMLError as err:
+                    refused[index] = str(err)
+            return event_set, refused
+
+    def wait_xid(self, event_set: Any, timeout_ms: int) -> XidEvent | None:
+        """The next XID of ``event_set``, or None after ``timeout_ms``. Blocks without the
+        module's lock, so sampling goes on meanwhile (call it on a thread of its own)."""
+        try:
+            data = self._lib.call(_EVENT_SET_WAIT, event_set, timeout_ms)
+        except pynvml.NVMLError as err:
+            if err.value == pynvml.NVML_ERROR_TIMEOUT:
+                return None
+            raise
+        if not data.eventType & pynvml.nvmlEventTypeXidCriticalError:
+            return None
+        index = self._lib.optional(_DEVICE_INDEX, data.device)
+        return XidEvent(-1 if index is None else int(index), int(data.eventData), time.time())
+
+    def free_events(self, event_set: Any) -> None:
+        with self._lock:
+            if self._initialized:
+                self._lib.optional(_EVENT_SET_FREE, event_set)
 
     @staticmethod
     def _log_once(
@@ -328,6 +462,9 @@ class Nvml:
         if key not in device.errors_seen:
             device.errors_seen.add(key)
             log.warning("GPU %d: reading %s failed: %s", index, label, err, exc_info=code is None)
+
+
+_LOST = pynvml.NVML_ERROR_GPU_IS_LOST
 
 
 def _pynvml(name: str) -> Variant:
@@ -350,6 +487,23 @@ _POWER_LIMIT = (_pynvml("nvmlDeviceGetEnforcedPowerLimit"),)
 _MIG_MODE = (_pynvml("nvmlDeviceGetMigMode"),)
 _VIRTUALIZATION = (_pynvml("nvmlDeviceGetVirtualizationMode"),)
 _UTILIZATION = (_pynvml("nvmlDeviceGetUtilizationRates"),)
+_CLOCK = (_pynvml("nvmlDeviceGetClockInfo"),)
+_MAX_CLOCK = (_pynvml("nvmlDeviceGetMaxClockInfo"),)
+#: Renamed in R535; the old name is kept by today's drivers, but may go.
+_CLOCK_REASONS = (
+    _pynvml("nvmlDeviceGetCurrentClocksEventReasons"),
+    _pynvml("nvmlDeviceGetCurrentClocksThrottleReasons"),
+)
+_ECC_ERRORS = (_pynvml("nvmlDeviceGetTotalEccErrors"),)
+_RETIRED_PAGES = (_pynvml("nvmlDeviceGetRetiredPages"),)
+_RETIRED_PENDING = (_pynvml("nvmlDeviceGetRetiredPagesPendingStatus"),)
+_REMAPPED_ROWS = (_pynvml("nvmlDeviceGetRemappedRows"),)
+_EVENT_SET_CREATE = (_pynvml("nvmlEventSetCreate"),)
+_SUPPORTED_EVENTS = (_pynvml("nvmlDeviceGetSupportedEventTypes"),)
+_REGISTER_EVENTS = (_pynvml("nvmlDeviceRegisterEvents"),)
+_EVENT_SET_WAIT = (_pynvml("nvmlEventSetWait_v2"),)
+_EVENT_SET_FREE = (_pynvml("nvmlEventSetFree"),)
+_DEVICE_INDEX = (_pynvml("nvmlDeviceGetIndex"),)
 _POWER = (_pynvml("nvmlDeviceGetPowerUsage"),)
 #: Memory info v2 separates reserved memory from used; older drivers have only v1.
 _MEMORY = (("nvmlDeviceGetMemoryInfo_v2", _memory_v2), _pynvml("nvmlDeviceGetMemoryInfo"))
@@ -396,4 +550,50 @@ _FIELD_READERS: tuple[tuple[str, Callable[[_Library, Any], Any]], ...] = (
     ("temp", lambda lib, h: float(lib.call(_TEMPERATURE, h, pynvml.NVML_TEMPERATURE_GPU))),
     ("power", lambda lib, h: lib.call(_POWER, h) / 1000.0),
     ("processes", _processes),
+)
+
+
+def _ecc(lib: _Library, handle: Any) -> EccCounts:
+    """The four ECC counters, each on its own; all refused makes the figure unavailable."""
+    counts: list[int | None] = []
+    refused: list[pynvml.NVMLError] = []
+    for counter in (pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC):
+        for kind in (
+            pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+            pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+        ):
+            try:
+                counts.append(int(lib.call(_ECC_ERRORS, handle, kind, counter)))
+            except pynvml.NVMLError as err:
+                if err.value not in UNAVAILABLE_ERRORS:
+                    raise
+                refused.append(err)
+                counts.append(None)
+    if len(refused) == len(counts):
+        raise refused[0]
+    return EccCounts(counts[0], counts[1], counts[2], counts[3])
+
+
+def _retired_pages(lib: _Library, handle: Any) -> RetiredPages:
+    causes = (
+        pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+        pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+    )
+    single, double = (len(lib.call(_RETIRED_PAGES, handle, cause)) for cause in causes)
+    pending = lib.call(_RETIRED_PENDING, handle) == pynvml.NVML_FEATURE_ENABLED
+    return RetiredPages(single, double, pending)
+
+
+def _remapped_rows(lib: _Library, handle: Any) -> RemappedRows:
+    corrected, uncorrected, pending, failed = lib.call(_REMAPPED_ROWS, handle)
+    return RemappedRows(int(corrected), int(uncorrected), bool(pending), bool(failed))
+
+
+#: One reader per field of a GpuHealth, each tried on its own.
+_HEALTH_READERS: tuple[tuple[str, Callable[[_Library, Any], Any]], ...] = (
+    ("clock_reasons", lambda lib, h: int(lib.call(_CLOCK_REASONS, h))),
+    ("sm_clock_mhz", lambda lib, h: int(lib.call(_CLOCK, h, pynvml.NVML_CLOCK_SM))),
+    ("ecc", _ecc),
+    ("retired_pages", _retired_pages),
+    ("remapped_rows", _remapped_rows),
 )

@@ -21,6 +21,7 @@ import psutil
 from traitlets import Float, TraitError, validate
 from traitlets.config import LoggingConfigurable
 
+from .faults import FaultTracker, Problem, XidWatch, xid_problem
 from .history import Row, SampleHistory
 from .nvml import MIB, GpuInfo, GpuReading, Nvml, NvmlStatus
 
@@ -73,6 +74,10 @@ class GpuSampler(LoggingConfigurable):
         self._generation = -1
         self._inventory_id = _inventory_id(self._status, [])
         self._latest: list[GpuReading] = []
+        self._faults = FaultTracker()
+        self._problems: list[list[Problem]] = []
+        #: XID critical errors, on a thread of its own from the first sample on.
+        self._xids = XidWatch(keep=self.history)
         self._read_failures: set[str] = set()
         self._history = self._new_history(0)
         self.samples_taken = 0
@@ -98,6 +103,7 @@ class GpuSampler(LoggingConfigurable):
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        self._xids.stop(timeout=0)  # it ends at its next wake, within a second
         self._nvml.shutdown()
 
     @property
@@ -184,6 +190,12 @@ class GpuSampler(LoggingConfigurable):
             )
         )
         self._latest = readings
+        self._problems = [
+            self._faults.update(t, i, r.health, info.max_sm_clock_mhz)
+            for (i, r), info in zip(enumerate(readings), self._inventory, strict=True)
+        ]
+        if readings:
+            self._xids.start()
         self.samples_taken += 1
 
     def _log_read_failure(self, err: Exception) -> None:
@@ -219,11 +231,33 @@ class GpuSampler(LoggingConfigurable):
                 doc["host"] = self._host
                 doc["gpus"] = [asdict(g) for g in self._inventory]
             doc["samples"] = self._history.columns(since=since, now=time.time())
-            doc["state"] = [_state(r) for r in self._latest]
+            doc["state"] = [
+                _state(r, self._health(i, r, problems))
+                for (i, r), problems in zip(enumerate(self._latest), self._problems, strict=True)
+            ]
         return doc
 
+    def _health(self, index: int, reading: GpuReading, problems: list[Problem]) -> dict[str, Any]:
+        """A GPU's hardware figures and its problems, XIDs received included."""
+        health = reading.health
+        xids = [xid_problem(e) for e in self._xids.events(index, since=time.time() - self.history)]
+        return {
+            "problems": [_problem(p) for p in [*problems, *xids]],
+            "clock_reasons": health.clock_reasons,
+            "sm_clock_mhz": health.sm_clock_mhz,
+            "ecc": asdict(health.ecc) if health.ecc else None,
+            "retired_pages": asdict(health.retired_pages) if health.retired_pages else None,
+            "remapped_rows": asdict(health.remapped_rows) if health.remapped_rows else None,
+            "xids_unwatched": self._xids.support(index),
+            "unavailable": health.unavailable,
+        }
 
-def _state(reading: GpuReading) -> dict[str, Any]:
+
+def _problem(problem: Problem) -> dict[str, Any]:
+    return {**asdict(problem), "severity": problem.severity.value}
+
+
+def _state(reading: GpuReading, health: dict[str, Any]) -> dict[str, Any]:
     return {
         "status": reading.status,
         "message": reading.message,
@@ -232,6 +266,7 @@ def _state(reading: GpuReading) -> dict[str, Any]:
             {"pid": p.pid, "name": _process_name(p.pid), "mem_mib": p.used_mib, "owner": None}
             for p in reading.processes
         ],
+        "health": health,
     }
 
 

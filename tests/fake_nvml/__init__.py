@@ -53,6 +53,13 @@ The format is line based; blank lines and lines starting with ``#`` are ignored:
     mig 1                            # optional: MIG mode; 1 also makes utilization
                                      # NOT_SUPPORTED and process queries NO_PERMISSION
     lost 0                           # 1: every call on this GPU -> GPU_IS_LOST
+    clock_reasons 64                 # optional: clocks event (throttle) reasons, a bitmask
+    ecc_uncorrected_volatile 2       # optional: ecc_{corrected,uncorrected}_{volatile,aggregate}
+    retired_pages_sbe 3              # optional: retired_pages_{sbe,dbe,pending}
+    remapped_rows_corrected 1        # optional: remapped_rows_{corrected,uncorrected,
+                                     # pending,failure}
+    xid 79 1733490312000             # an XID critical error at that unix time in ms
+                                     # (repeatable), delivered through NVML's event set
 
 Numeric tokens are decimal integers; any other token is an error name (the suffix
 of an ``NVML_ERROR_*`` constant) that the getter returns when it reaches it. A
@@ -97,8 +104,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
+    "CLOCK_REASONS",
     "ERROR_CODES",
     "LIB_NAME",
+    "NEW_DRIVER_LACKS",
     "OLD_DRIVER_LACKS",
     "VIRTUALIZATION_MODES",
     "FakeGpu",
@@ -164,14 +173,29 @@ _CLOCKS = ("graphics", "sm", "mem", "video")
 
 #: What a driver of the 470 branch does not export, while pynvml 12+ calls it: the
 #: ``_v3`` process queries and memory info v2 came with R510, the versioned
-#: temperature query later still.
+#: temperature query and the clocks *event* reasons (R535) later still.
 OLD_DRIVER_LACKS = (
     "nvmlDeviceGetComputeRunningProcesses_v3",
     "nvmlDeviceGetGraphicsRunningProcesses_v3",
     "nvmlDeviceGetMPSComputeRunningProcesses_v3",
     "nvmlDeviceGetMemoryInfo_v2",
     "nvmlDeviceGetTemperatureV",
+    "nvmlDeviceGetCurrentClocksEventReasons",
 )
+
+#: What a driver of a branch after R535 may drop: the throttle-reasons query under its
+#: old name, which R535 renamed to ``nvmlDeviceGetCurrentClocksEventReasons``.
+NEW_DRIVER_LACKS = ("nvmlDeviceGetCurrentClocksThrottleReasons",)
+
+#: ``nvmlClocksEventReason*`` bits, by name.
+CLOCK_REASONS: Mapping[str, int] = {
+    "idle": 0x1,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sw_thermal": 0x20,
+    "hw_thermal": 0x40,
+    "power_brake": 0x80,
+}
 
 #: ``nvmlGpuVirtualizationMode_t`` by name.
 VIRTUALIZATION_MODES: Mapping[str, int] = {
@@ -251,6 +275,20 @@ class FakeGpu:
     lost: bool = False  # True: every call on this GPU -> GPU_IS_LOST
     mig: bool | None = None  # MIG mode; None: not MIG-capable (NOT_SUPPORTED)
     virtualization: str | None = None  # a key of VIRTUALIZATION_MODES; None: "none"
+    #: Clocks event (throttle) reasons: a bitmask, or names of CLOCK_REASONS; None:
+    #: NOT_SUPPORTED.
+    clock_reasons: Value | Sequence[str] | None = None
+    #: ECC counts by (corrected|uncorrected, volatile|aggregate), e.g.
+    #: {"uncorrected_volatile": 2}; the others answer NOT_SUPPORTED (a consumer GPU: none).
+    ecc: Mapping[str, Value] = field(default_factory=dict)
+    #: Retired pages (before Ampere): (multiple single-bit, double-bit, pending); None:
+    #: NOT_SUPPORTED.
+    retired_pages: tuple[int, int, bool] | None = None
+    #: Remapped rows (Ampere on): (corrected, uncorrected, pending, failure); None:
+    #: NOT_SUPPORTED.
+    remapped_rows: tuple[int, int, bool, bool] | None = None
+    #: XID critical errors: (xid, unix time in seconds), delivered once that time comes.
+    xids: Sequence[tuple[int, float]] = ()
 
     def render(self, index: int) -> str:
         """This device's lines of the scenario file."""
@@ -273,6 +311,26 @@ class FakeGpu:
             "energy": self.energy,
             "fan": self.fan,
         }
+        numeric["clock_reasons"] = _reasons(self.clock_reasons, f"{what} clock_reasons")
+        for key, count in self.ecc.items():
+            if key not in _ECC:
+                raise ValueError(f"{what}: unknown ECC counter {key!r}; known: {_ECC}")
+            numeric[f"ecc_{key}"] = count
+        if self.retired_pages is not None:
+            sbe, dbe, pending = self.retired_pages
+            numeric |= {
+                "retired_pages_sbe": sbe,
+                "retired_pages_dbe": dbe,
+                "retired_pages_pending": int(pending),
+            }
+        if self.remapped_rows is not None:
+            corrected, uncorrected, pending, failure = self.remapped_rows
+            numeric |= {
+                "remapped_rows_corrected": corrected,
+                "remapped_rows_uncorrected": uncorrected,
+                "remapped_rows_pending": int(pending),
+                "remapped_rows_failure": int(failure),
+            }
         for prefix, clocks in (("clock", self.clocks), ("max_clock", self.max_clocks)):
             for kind, clock in clocks.items():
                 if kind not in _CLOCKS:
@@ -283,6 +341,7 @@ class FakeGpu:
                 lines.append(f"{key} {_tokens(value, f'{what} {key}')}")
         lines += _processes(self.processes, "process", f"{what} processes")
         lines += _processes(self.graphics_processes, "graphics_process", f"{what} graphics")
+        lines += [f"xid {int(xid)} {round(t * 1000)}" for xid, t in self.xids]
         lines.append(f"memory_v2 {int(self.memory_v2)}")
         lines.append(f"lost {int(self.lost)}")
         if self.mig is not None:
@@ -295,6 +354,29 @@ class FakeGpu:
                 )
             lines.append(f"virtualization {VIRTUALIZATION_MODES[self.virtualization]}")
         return "\n".join(lines) + "\n"
+
+
+_ECC = (
+    "corrected_volatile",
+    "uncorrected_volatile",
+    "corrected_aggregate",
+    "uncorrected_aggregate",
+)
+
+
+def _reasons(value: Value | Sequence[str] | None, what: str) -> Value | None:
+    """A clock-reasons value; names (``["hw_thermal"]``) become their bitmask."""
+    if value is None or isinstance(value, int | str):
+        return value
+    items = list(value)
+    if items and all(isinstance(item, str) and item in CLOCK_REASONS for item in items):
+        mask = 0
+        for item in items:
+            mask |= CLOCK_REASONS[str(item)]
+        return mask
+    if any(isinstance(item, str) and item in CLOCK_REASONS for item in items):
+        raise ValueError(f"{what}: either reason names or values, got {items!r}")
+    return items  # a sequence of values, one per call
 
 
 _write_lock = threading.Lock()

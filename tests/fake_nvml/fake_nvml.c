@@ -85,6 +85,26 @@
  *     clock_graphics clock_sm clock_mem clock_video          nvmlDeviceGetClockInfo
  *     max_clock_graphics max_clock_sm max_clock_mem max_clock_video
  *                                                            nvmlDeviceGetMaxClockInfo
+ *     clock_reasons               nvmlDeviceGetCurrentClocksEventReasons and its old
+ *                                 name ...ThrottleReasons: a bitmask (0x20 SW thermal,
+ *                                 0x40 HW thermal, 0x4 SW power cap, 0x80 power brake,
+ *                                 0x8 HW slowdown, 0x1 idle)
+ *     ecc_corrected_volatile ecc_uncorrected_volatile
+ *     ecc_corrected_aggregate ecc_uncorrected_aggregate     nvmlDeviceGetTotalEccErrors
+ *     retired_pages_sbe retired_pages_dbe retired_pages_pending
+ *                                 nvmlDeviceGetRetiredPages[PendingStatus]: page counts by
+ *                                 cause; supported when either count is given; read
+ *                                 without moving on (pynvml asks twice per query)
+ *     remapped_rows_corrected remapped_rows_uncorrected remapped_rows_pending
+ *     remapped_rows_failure       nvmlDeviceGetRemappedRows; supported when either count
+ *                                 is given; read without moving on
+ *   xid <code> <unix ms>          an XID critical error happening at that time
+ *                                 (repeatable): nvmlEventSetWait[_v2] delivers it, in time
+ *                                 order, to an event set made before it and registered
+ *                                 for XIDs on this GPU, once its time has come (a rewrite
+ *                                 never delivers one twice). A MIG-enabled GPU or a vGPU
+ *                                 guest (virtualization 2) answers NOT_SUPPORTED to
+ *                                 nvmlDeviceGetSupportedEventTypes / RegisterEvents.
  *   A token is a decimal integer or an error name: an NVML_ERROR_* suffix such
  *   as NOT_SUPPORTED, GPU_IS_LOST, NO_PERMISSION, TIMEOUT, UNKNOWN (the
  *   NVML_ERROR_ prefix is accepted too). Each read of a field takes the next
@@ -272,7 +292,12 @@ static int error_code_by_name(const char *name)
     X(nvmlDeviceGetMPSComputeRunningProcesses_v3)                                         \
     X(nvmlDeviceGetTotalEnergyConsumption) X(nvmlDeviceGetFanSpeed)                       \
     X(nvmlDeviceGetClockInfo) X(nvmlDeviceGetMaxClockInfo)                                \
-    X(nvmlDeviceGetMigMode) X(nvmlDeviceGetVirtualizationMode)
+    X(nvmlDeviceGetMigMode) X(nvmlDeviceGetVirtualizationMode)                           \
+    X(nvmlDeviceGetCurrentClocksEventReasons) X(nvmlDeviceGetCurrentClocksThrottleReasons) \
+    X(nvmlDeviceGetTotalEccErrors) X(nvmlDeviceGetRetiredPages)                           \
+    X(nvmlDeviceGetRetiredPagesPendingStatus) X(nvmlDeviceGetRemappedRows)                \
+    X(nvmlDeviceGetSupportedEventTypes) X(nvmlDeviceRegisterEvents) X(nvmlEventSetCreate) \
+    X(nvmlEventSetWait) X(nvmlEventSetWait_v2) X(nvmlEventSetFree)
 
 #define AS_ENUM(f) FN_##f,
 #define AS_NAME(f) #f,
@@ -292,6 +317,11 @@ enum {
     F_POWER_LIMIT, F_POWER_MGMT_LIMIT, F_ENERGY, F_FAN,
     F_CLOCK_GRAPHICS, F_CLOCK_SM, F_CLOCK_MEM, F_CLOCK_VIDEO,
     F_MAX_CLOCK_GRAPHICS, F_MAX_CLOCK_SM, F_MAX_CLOCK_MEM, F_MAX_CLOCK_VIDEO, F_VIRTUALIZATION,
+    F_CLOCK_REASONS,
+    F_ECC_CORRECTED_VOLATILE, F_ECC_UNCORRECTED_VOLATILE,
+    F_ECC_CORRECTED_AGGREGATE, F_ECC_UNCORRECTED_AGGREGATE,
+    F_RETIRED_SBE, F_RETIRED_DBE, F_RETIRED_PENDING,
+    F_REMAPPED_CORRECTED, F_REMAPPED_UNCORRECTED, F_REMAPPED_PENDING, F_REMAPPED_FAILURE,
     F_COUNT
 };
 static const char *const FIELD_NAMES[F_COUNT] = {
@@ -299,6 +329,12 @@ static const char *const FIELD_NAMES[F_COUNT] = {
     "power_limit", "power_mgmt_limit", "energy", "fan",
     "clock_graphics", "clock_sm", "clock_mem", "clock_video",
     "max_clock_graphics", "max_clock_sm", "max_clock_mem", "max_clock_video", "virtualization",
+    "clock_reasons",
+    "ecc_corrected_volatile", "ecc_uncorrected_volatile",
+    "ecc_corrected_aggregate", "ecc_uncorrected_aggregate",
+    "retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending",
+    "remapped_rows_corrected", "remapped_rows_uncorrected", "remapped_rows_pending",
+    "remapped_rows_failure",
 };
 
 typedef struct {
@@ -320,6 +356,11 @@ typedef struct {
 enum { P_COMPUTE, P_GRAPHICS, P_KINDS };
 
 typedef struct {
+    long long t_ms; /* unix time in ms at which the event happens */
+    unsigned int xid;
+} xid_t;
+
+typedef struct {
     char name[TEXT_LEN];
     char uuid[TEXT_LEN];
     int lost;
@@ -330,6 +371,9 @@ typedef struct {
     unsigned int nprocs[P_KINDS];
     unsigned int capprocs[P_KINDS];
     int procs_error[P_KINDS];
+    xid_t *xids;
+    unsigned int nxids;
+    unsigned int capxids;
 } gpu_t;
 
 typedef struct {
@@ -368,6 +412,7 @@ static void scenario_free(scenario_t *sc)
             free(sc->gpus[i].fields[f].items);
         for (int k = 0; k < P_KINDS; k++)
             free(sc->gpus[i].procs[k]);
+        free(sc->gpus[i].xids);
     }
     memset(sc, 0, sizeof *sc);
 }
@@ -515,6 +560,31 @@ static int parse_process(parse_ctx_t *ctx, char **cursor, gpu_t *g, int kind)
     return 0;
 }
 
+static int parse_xid(parse_ctx_t *ctx, char **cursor, gpu_t *g)
+{
+    char *xid_tok = next_token(cursor);
+    char *t_tok = next_token(cursor);
+    long long xid, t_ms;
+    if (!xid_tok || !t_tok || next_token(cursor))
+        return parse_fail(ctx, "expected <xid> <unix time in ms>", NULL);
+    if (parse_int(xid_tok, &xid) < 0 || xid <= 0 || xid > 0xFFFFFFFFLL)
+        return parse_fail(ctx, "bad xid", xid_tok);
+    if (parse_int(t_tok, &t_ms) < 0 || t_ms < 0)
+        return parse_fail(ctx, "bad time", t_tok);
+    if (g->nxids == g->capxids) {
+        unsigned int cap = g->capxids ? g->capxids * 2 : 8;
+        xid_t *grown = realloc(g->xids, cap * sizeof *grown);
+        if (!grown)
+            return parse_fail(ctx, "out of memory", NULL);
+        g->xids = grown;
+        g->capxids = cap;
+    }
+    g->xids[g->nxids].xid = (unsigned int)xid;
+    g->xids[g->nxids].t_ms = t_ms;
+    g->nxids++;
+    return 0;
+}
+
 static int copy_text(parse_ctx_t *ctx, char *dst, size_t size, char *cursor)
 {
     char *text = rest_of_line(cursor);
@@ -619,6 +689,8 @@ static int parse_line(parse_ctx_t *ctx, scenario_t *sc, char *line)
         return parse_process(ctx, &cursor, g, P_COMPUTE);
     if (strcmp(key, "graphics_process") == 0)
         return parse_process(ctx, &cursor, g, P_GRAPHICS);
+    if (strcmp(key, "xid") == 0)
+        return parse_xid(ctx, &cursor, g);
     if (strcmp(key, "processes_error") == 0)
         return parse_error_name(ctx, &cursor, &g->procs_error[P_COMPUTE]);
     if (strcmp(key, "graphics_processes_error") == 0)
@@ -1337,4 +1409,305 @@ EXPORT nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t dev, unsigned i
     DEVICE_CALL(nvmlDeviceGetVirtualizationMode, dev);
     REQUIRE(mode);
     return leave(take_uint(g, F_VIRTUALIZATION, mode));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Clock event (throttle) reasons, ECC counts, retired pages, remapped rows  */
+/* ------------------------------------------------------------------------ */
+
+/* The current item of a field without moving on (0 when the field is not given). */
+static long long peek(const gpu_t *g, int f)
+{
+    const field_t *field = &g->fields[f];
+    return field->n ? field->items[field->pos].value : 0;
+}
+
+static int given(const gpu_t *g, int f) { return g->fields[f].n > 0; }
+
+/* Both names read clock_reasons: R535 renamed ...ThrottleReasons to ...EventReasons. */
+static nvmlReturn_t clock_reasons(int fn, nvmlDevice_t dev, unsigned long long *reasons)
+{
+    gpu_t *g = NULL;
+    nvmlReturn_t ret = enter_device(fn, dev, &g);
+    if (ret != NVML_SUCCESS)
+        return leave(ret);
+    REQUIRE(reasons);
+    long long v = 0;
+    ret = take(g, F_CLOCK_REASONS, &v);
+    if (ret == NVML_SUCCESS)
+        *reasons = (unsigned long long)v;
+    return leave(ret);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t d, unsigned long long *r)
+{
+    return clock_reasons(FN_nvmlDeviceGetCurrentClocksEventReasons, d, r);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d,
+                                                              unsigned long long *r)
+{
+    return clock_reasons(FN_nvmlDeviceGetCurrentClocksThrottleReasons, d, r);
+}
+
+/* errorType 0 corrected, 1 uncorrected; counterType 0 volatile, 1 aggregate. */
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t dev, int errorType, int counterType,
+                                                unsigned long long *count)
+{
+    static const int FIELDS[2][2] = {
+        {F_ECC_CORRECTED_VOLATILE, F_ECC_CORRECTED_AGGREGATE},
+        {F_ECC_UNCORRECTED_VOLATILE, F_ECC_UNCORRECTED_AGGREGATE},
+    };
+    DEVICE_CALL(nvmlDeviceGetTotalEccErrors, dev);
+    REQUIRE(count);
+    if (errorType < 0 || errorType > 1 || counterType < 0 || counterType > 1)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    long long v = 0;
+    nvmlReturn_t ret = take(g, FIELDS[errorType][counterType], &v);
+    if (ret == NVML_SUCCESS)
+        *count = (unsigned long long)v;
+    return leave(ret);
+}
+
+/* Page retirement (before Ampere): supported when either count is given. The counts
+ * are read without moving on, since pynvml asks twice per query (size, then pages). */
+EXPORT nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t dev, int cause, unsigned int *count,
+                                              unsigned long long *addresses)
+{
+    DEVICE_CALL(nvmlDeviceGetRetiredPages, dev);
+    REQUIRE(count);
+    if (cause < 0 || cause > 1)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (!given(g, F_RETIRED_SBE) && !given(g, F_RETIRED_DBE))
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    long long n = peek(g, cause ? F_RETIRED_DBE : F_RETIRED_SBE);
+    unsigned int pages = n > 0 ? (unsigned int)n : 0;
+    if (*count < pages || (pages > 0 && !addresses)) {
+        *count = pages;
+        return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    for (unsigned int i = 0; i < pages; i++)
+        addresses[i] = ((unsigned long long)(cause + 1) << 32) | ((i + 1ULL) << 12);
+    *count = pages;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t dev, int *pending)
+{
+    DEVICE_CALL(nvmlDeviceGetRetiredPagesPendingStatus, dev);
+    REQUIRE(pending);
+    if (!given(g, F_RETIRED_SBE) && !given(g, F_RETIRED_DBE))
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    *pending = peek(g, F_RETIRED_PENDING) != 0;
+    return leave(NVML_SUCCESS);
+}
+
+/* Row remapping (Ampere and later): supported when either count is given. */
+EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t dev, unsigned int *corrected,
+                                              unsigned int *uncorrected, unsigned int *pending,
+                                              unsigned int *failure)
+{
+    DEVICE_CALL(nvmlDeviceGetRemappedRows, dev);
+    REQUIRE(corrected && uncorrected && pending && failure);
+    if (!given(g, F_REMAPPED_CORRECTED) && !given(g, F_REMAPPED_UNCORRECTED))
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    *corrected = (unsigned int)peek(g, F_REMAPPED_CORRECTED);
+    *uncorrected = (unsigned int)peek(g, F_REMAPPED_UNCORRECTED);
+    *pending = peek(g, F_REMAPPED_PENDING) != 0;
+    *failure = peek(g, F_REMAPPED_FAILURE) != 0;
+    return leave(NVML_SUCCESS);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Events: XID critical errors through an event set                          */
+/* ------------------------------------------------------------------------ */
+
+#define NVML_ERROR_TIMEOUT 10
+#define NVML_ERROR_MEMORY 20
+#define EVENT_SINGLE_BIT_ECC 0x1ULL
+#define EVENT_DOUBLE_BIT_ECC 0x2ULL
+#define EVENT_XID 0x8ULL
+#define SUPPORTED_EVENTS (EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID)
+#define MAX_EVENT_SETS 32
+
+struct fake_event_set {
+    int used;
+    unsigned long long mask[MAX_GPUS];
+    long long since_ms; /* events scripted before the set was made are not seen */
+    long long last_ms;  /* the last event delivered: (time, gpu, xid) */
+    int last_gpu;
+    unsigned int last_xid;
+};
+typedef struct fake_event_set *nvmlEventSet_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+static struct fake_event_set g_sets[MAX_EVENT_SETS];
+
+static long long now_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+static struct fake_event_set *event_set(nvmlEventSet_t set)
+{
+    uintptr_t p = (uintptr_t)set, base = (uintptr_t)g_sets;
+    if (p < base || p >= base + sizeof g_sets || (p - base) % sizeof g_sets[0] != 0)
+        return NULL;
+    return set->used ? set : NULL;
+}
+
+/* As NVML documents: no events on a MIG-enabled GPU or in a vGPU guest. */
+static int events_refused(const gpu_t *g)
+{
+    return g->mig == 1 || (given(g, F_VIRTUALIZATION) && peek(g, F_VIRTUALIZATION) == 2);
+}
+
+EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    enter(FN_nvmlEventSetCreate, -1);
+    nvmlReturn_t ret = ready();
+    if (ret != NVML_SUCCESS)
+        return leave(ret);
+    REQUIRE(set);
+    for (int i = 0; i < MAX_EVENT_SETS; i++) {
+        if (g_sets[i].used)
+            continue;
+        memset(&g_sets[i], 0, sizeof g_sets[i]);
+        g_sets[i].used = 1;
+        g_sets[i].since_ms = now_ms();
+        g_sets[i].last_ms = -1;
+        *set = &g_sets[i];
+        return leave(NVML_SUCCESS);
+    }
+    return leave(NVML_ERROR_MEMORY);
+}
+
+EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    enter(FN_nvmlEventSetFree, -1);
+    nvmlReturn_t ret = ready();
+    if (ret != NVML_SUCCESS)
+        return leave(ret);
+    struct fake_event_set *s = event_set(set);
+    REQUIRE(s);
+    memset(s, 0, sizeof *s);
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t dev, unsigned long long *types)
+{
+    DEVICE_CALL(nvmlDeviceGetSupportedEventTypes, dev);
+    REQUIRE(types);
+    if (events_refused(g))
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    *types = SUPPORTED_EVENTS;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t dev, unsigned long long types,
+                                             nvmlEventSet_t set)
+{
+    DEVICE_CALL(nvmlDeviceRegisterEvents, dev);
+    struct fake_event_set *s = event_set(set);
+    REQUIRE(s);
+    if (events_refused(g) || (types & ~SUPPORTED_EVENTS))
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    s->mask[g - g_sc.gpus] |= types;
+    return leave(NVML_SUCCESS);
+}
+
+/* Whether event (t, gpu, xid) comes after the set's last delivered one. */
+static int after_last(const struct fake_event_set *s, long long t, int gpu, unsigned int xid)
+{
+    if (t != s->last_ms)
+        return t > s->last_ms;
+    if (gpu != s->last_gpu)
+        return gpu > s->last_gpu;
+    return xid > s->last_xid;
+}
+
+/* The next XID due for the set (time order), or -1; its device in *gpu. */
+static int next_xid(const struct fake_event_set *s, long long now, int *gpu)
+{
+    int best = -1;
+    long long best_t = 0;
+    for (unsigned int i = 0; i < g_sc.ngpus; i++) {
+        if (!(s->mask[i] & EVENT_XID))
+            continue;
+        const gpu_t *g = &g_sc.gpus[i];
+        for (unsigned int k = 0; k < g->nxids; k++) {
+            const xid_t *x = &g->xids[k];
+            if (x->t_ms < s->since_ms || x->t_ms > now || !after_last(s, x->t_ms, (int)i, x->xid))
+                continue;
+            if (best < 0 || x->t_ms < best_t ||
+                (x->t_ms == best_t && ((int)i < *gpu ||
+                                       ((int)i == *gpu && x->xid < g_sc.gpus[*gpu].xids[best].xid)))) {
+                best = (int)k;
+                best_t = x->t_ms;
+                *gpu = (int)i;
+            }
+        }
+    }
+    return best;
+}
+
+/* Waits up to timeout ms for the next scripted XID, re-reading the scenario as it
+ * goes, without holding the library's lock (other threads' calls go on meanwhile). */
+static nvmlReturn_t event_wait(int fn, nvmlEventSet_t set, nvmlEventData_t *data,
+                               unsigned int timeout)
+{
+    enter(fn, -1);
+    long long deadline = now_ms() + timeout;
+    for (;;) {
+        nvmlReturn_t ret = ready();
+        if (ret != NVML_SUCCESS)
+            return leave(ret);
+        struct fake_event_set *s = event_set(set);
+        REQUIRE(s && data);
+        long long now = now_ms();
+        int gpu = -1;
+        int k = next_xid(s, now, &gpu);
+        if (k >= 0) {
+            const xid_t *x = &g_sc.gpus[gpu].xids[k];
+            s->last_ms = x->t_ms;
+            s->last_gpu = gpu;
+            s->last_xid = x->xid;
+            g_handles[gpu].index = (unsigned int)gpu;
+            data->device = &g_handles[gpu];
+            data->eventType = EVENT_XID;
+            data->eventData = x->xid;
+            data->gpuInstanceId = NO_INSTANCE;
+            data->computeInstanceId = NO_INSTANCE;
+            return leave(NVML_SUCCESS);
+        }
+        if (now >= deadline)
+            return leave(NVML_ERROR_TIMEOUT);
+        long long nap = deadline - now < 10 ? deadline - now : 10;
+        struct timespec pause = {0, (long)(nap * 1000000)};
+        pthread_mutex_unlock(&g_lock);
+        nanosleep(&pause, NULL);
+        pthread_mutex_lock(&g_lock);
+        refresh();
+    }
+}
+
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
+                                        unsigned int timeoutms)
+{
+    return event_wait(FN_nvmlEventSetWait_v2, set, data, timeoutms);
+}
+
+EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data,
+                                     unsigned int timeoutms)
+{
+    return event_wait(FN_nvmlEventSetWait, set, data, timeoutms);
 }

@@ -7,7 +7,10 @@ The evidence is what the machine keeps: the exit signal; the rank's memory cgrou
 grows when the kernel's OOM killer takes one of its processes, looked at while the rank
 runs (its cgroup is gone from ``/proc`` once it exits) with its resident memory; and
 the rank's last lines, where Python's ``faulthandler`` (on in every rank,
-``PYTHONFAULTHANDLER``) printed the frame of a native crash.
+``PYTHONFAULTHANDLER``) printed the frame of a native crash; and the XID critical errors
+NVML's event set delivered for the rank's GPU while it ran (``XidLook``): one shortly
+before the death names it, "rank 3 exited -6 (SIGABRT); GPU 3 reported XID 79 (fallen off
+the bus) at 14:05:12".
 """
 
 from __future__ import annotations
@@ -15,9 +18,17 @@ from __future__ import annotations
 import os
 import re
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .hints import rank_gpus
+
+if TYPE_CHECKING:  # NVML only where a rank holds a GPU
+    from ...gpu.faults import XidWatch
+    from ...gpu.nvml import XidEvent
+    from .launch import RankSpec
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: A limit this large is no limit (cgroup v1 writes "unlimited" as a page-rounded max).
@@ -30,6 +41,10 @@ CRASHES = {
     signal.SIGFPE: "a floating-point exception, in native code",
     signal.SIGABRT: "an abort: a failed check in native code, or abort()",
 }
+#: Seconds before a death in which an XID of the rank's GPU counts as its cause.
+XID_BEFORE = 120.0
+#: Seconds after it (the driver may report the fault as the rank dies of it).
+XID_AFTER = 5.0
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<fn>\S+)')
 
 
@@ -74,9 +89,54 @@ class MemoryWatch:
         return seen.rss if seen else None
 
 
-def explain(rank: int, code: int | None, last_lines: Iterable[str], memory: MemoryWatch) -> str:
+class XidLook:
+    """The XID critical errors of the ranks' GPUs while they run (``gpu.faults.XidWatch``,
+    on a thread of its own); nothing at all where no rank holds a GPU."""
+
+    def __init__(self, gpus: Mapping[int, int]) -> None:
+        self._gpus = dict(gpus)
+        self._watch: XidWatch | None = None
+
+    @classmethod
+    def of(cls, specs: Sequence[RankSpec]) -> XidLook:
+        """For these ranks, each on the GPU its ``CUDA_VISIBLE_DEVICES`` names."""
+        return cls(rank_gpus({s.rank: s.env.get("CUDA_VISIBLE_DEVICES") for s in specs}))
+
+    def start(self) -> None:
+        if self._gpus and self._watch is None:
+            from ...gpu.faults import XidWatch
+
+            self._watch = XidWatch().start()
+
+    def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.stop(timeout=0)  # it ends at its next wake, within a second
+
+    def near(self, rank: int, t: float | None) -> list[XidEvent]:
+        """The XIDs of ``rank``'s GPU from ``XID_BEFORE`` seconds before unix time ``t``
+        to ``XID_AFTER`` after it, once those up to ``t`` are surely received."""
+        index = self._gpus.get(rank)
+        if self._watch is None or index is None or t is None:
+            return []
+        self._watch.caught_up(t, timeout=XID_AFTER)
+        return [e for e in self._watch.events(index, since=t - XID_BEFORE) if e.t <= t + XID_AFTER]
+
+
+def explain(
+    rank: int,
+    code: int | None,
+    last_lines: Iterable[str],
+    memory: MemoryWatch,
+    xids: Sequence[XidEvent] = (),
+) -> str:
     """The one line of a rank's death (its exit, when it merely exited non-zero)."""
     lines = list(last_lines)
+    oom = code is not None and code < 0 and memory.oom_killed(rank) is not None
+    if xids and not oom:
+        from ...gpu.faults import clock_time, xid_text
+
+        said = ", ".join(f"{xid_text(e.xid)} at {clock_time(e.t)}" for e in xids)
+        return f"rank {rank} exited {_exit(code)}; GPU {xids[-1].index} reported {said}"
     if code is not None and code < 0:
         try:
             sig = signal.Signals(-code)
@@ -103,6 +163,16 @@ def explain(rank: int, code: int | None, last_lines: Iterable[str], memory: Memo
     if any(line.startswith("MemoryError") for line in lines[-5:]):
         return f"rank {rank} ran out of memory (MemoryError), exit code {code}"
     return f"rank {rank} exited with code {code}"
+
+
+def _exit(code: int | None) -> str:
+    """``-6 (SIGABRT)``, ``1``."""
+    if code is not None and code < 0:
+        try:
+            return f"{code} ({signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return str(code)
 
 
 def crash_frame(lines: list[str]) -> str | None:

@@ -32,11 +32,13 @@ from typing import TYPE_CHECKING, Any
 from ...job_dir import AttemptDir, read_json, replace_json
 
 if TYPE_CHECKING:  # pynvml stays out of the kernel, which reads hints files only
-    from ...gpu.nvml import GpuInfo, GpuReading
+    from ...gpu.nvml import GpuHealth, GpuInfo, GpuReading
 
 log = logging.getLogger(__name__)
 
 TAG_PREFIX = "air.hint."
+#: The kind of the hint that names where a likely hang waits (``jobs.hangs``).
+HANG_HINT = "hang"
 #: Seconds between two reads of the ranks' step marks for stragglers.
 STRAGGLER_INTERVAL = 5.0
 
@@ -83,6 +85,8 @@ class GpuSample:
     util: float | None
     mem_used_mib: float | None
     mem_total_mib: float | None
+    health: GpuHealth | None = None  # throttling, ECC, retired pages: gpu.faults says them
+    max_sm_clock_mhz: int | None = None
 
 
 @dataclass(frozen=True)
@@ -108,10 +112,14 @@ class HintWatch:
         self.gpus = sorted(set(self.rank_gpus.values()))
         self._started = started
         self._samples: deque[tuple[float, dict[int, GpuSample]]] = deque()
+        from ...gpu.faults import HardwareWatch  # the supervisor's only: not the kernel's
+
+        self._hardware = HardwareWatch(self.rank_gpus)
 
     def add(self, t: float, readings: Mapping[int, GpuSample]) -> None:
         """One sample time; samples older than the idle window are dropped."""
         self._samples.append((t, {i: readings[i] for i in self.gpus if i in readings}))
+        self._hardware.add(t, readings)
         while self._samples and t - self._samples[0][0] > self.thresholds.idle_window:
             self._samples.popleft()
 
@@ -119,6 +127,7 @@ class HintWatch:
         if not self._samples:
             return []
         found = [self._idle(now), *self._memory(), *self._silent(now, last_output)]
+        found += [Hint(*hint) for hint in self._hardware.hints()]
         return [hint for hint in found if hint is not None]
 
     def _idle(self, now: float) -> Hint | None:
@@ -249,6 +258,7 @@ class HintRecorder:
         self._hints: dict[int, list[Hint]] = {}
         self._tagged: set[str] = set()
         self._stragglers: list[Hint] = []
+        self._hang: list[Hint] = []
         self._straggler_interval = straggler_interval
         self._lock = threading.Lock()  # the samples' thread and the stragglers' share the file
         self._closed = threading.Event()
@@ -295,6 +305,14 @@ class HintRecorder:
             self._write(now)
         self._tag_new(hints)
 
+    def hang(self, hint: Hint) -> None:
+        """Where a likely hang waits, named by the supervisor from the ranks' recorders:
+        in the hints file from now on, and tagged once."""
+        with self._lock:
+            self._hang = [hint]
+            self._write(self._clock())
+        self._tag_new([hint])
+
     def _watch_stragglers(self) -> None:
         """The stragglers that the ranks' step marks show, until ``close``."""
         from ...perf.stragglers import Watch  # the supervisor's only: not the kernel's
@@ -333,7 +351,7 @@ class HintRecorder:
     def _write(self, now: float) -> None:
         gpus = self._watches[0].gpus if self._nnodes == 1 and 0 in self._watches else []
         hints = [h for node in sorted(self._hints) for h in self._hints[node]]
-        write_hints(self._dir, gpus, [*hints, *self._stragglers], now)
+        write_hints(self._dir, gpus, [*self._hang, *hints, *self._stragglers], now)
 
 
 def gpu_samples(
@@ -342,7 +360,11 @@ def gpu_samples(
     """One NVML sample of every GPU, as the hints read it."""
     return {
         index: GpuSample(
-            r.util, r.mem_used_mib, info.mem_total_mib if (info := inventory.get(index)) else None
+            r.util,
+            r.mem_used_mib,
+            info.mem_total_mib if (info := inventory.get(index)) else None,
+            r.health,
+            info.max_sm_clock_mhz if info else None,
         )
         for index, r in enumerate(readings)
     }

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from ...logs.capture import LINE, RankLog, StreamSplitter, plain_lines
 from ...logs.levels import ERROR
 from ...status import Outcome
-from .death import MemoryWatch, explain
+from .death import MemoryWatch, XidLook, explain
 from .launch import RankSpec
 from .outcome import AttemptEnd, StopRule
 from .reaper import Reaper, sweep
@@ -65,6 +65,7 @@ class LocalRanks:
         self._selector = selectors.DefaultSelector()
         self._last_output: dict[int, float] = {}
         self._memory = MemoryWatch()
+        self._xids = XidLook.of(self._specs)
         self._memory_looked = 0.0
 
     @property
@@ -98,6 +99,7 @@ class LocalRanks:
         rule = self._rule
         rule.begin(timeout)
         reaper = self._shared_reaper or Reaper(_rank_match(self._specs))
+        self._xids.start()
         try:
             for spec in self._specs:
                 if rule.due() is not None:
@@ -109,6 +111,7 @@ class LocalRanks:
             self._watch(rule, reaper)
             return self._with_cause(rule.end(self._exit_codes()))
         finally:
+            self._xids.stop()
             if reaper is self._shared_reaper:  # the attempt's leftovers go before a retry
                 sweep(_rank_match(self._specs), patience=1.0)
             else:
@@ -124,7 +127,9 @@ class LocalRanks:
         if failed is None or end.message != _exit_text(rank, failed.process.returncode):
             return end  # a timeout, a rank that could not start: said already
         last = deque(plain_lines(failed.spec.log_path), maxlen=LAST_LINES)
-        return replace(end, message=explain(rank, failed.process.returncode, last, self._memory))
+        xids = self._xids.near(rank, end.failed_at)
+        code = failed.process.returncode
+        return replace(end, message=explain(rank, code, last, self._memory, xids))
 
     def _watch(self, rule: StopRule, reaper: Reaper) -> None:
         """Read output until every rank's exit is noted and its pipes are drained,
