@@ -225,7 +225,7 @@ class XidWatch:
         self._turn = threading.Condition()
         self._turn_began = 0.0  # when the last finished wait began (unix seconds)
         self._thread: threading.Thread | None = None
-        self._idle = False  # no GPU delivers events: nothing is waited for
+        self._waiting = False  # an event set with a GPU registered is waited on
         self.refused: dict[int, str] = {}
         self.reason: str | None = "not started"
 
@@ -251,12 +251,17 @@ class XidWatch:
             if (index is None or e.index == index) and (since is None or e.t >= since)
         ]
 
+    @property
+    def watching(self) -> bool:
+        """Whether an event set with a GPU registered is being waited on."""
+        return self._waiting
+
     def caught_up(self, t: float, timeout: float = 5.0) -> bool:
         """Wait until every XID delivered by unix time ``t`` has been received: a wait
         that began after ``t`` has ended. At once when nothing is watched."""
         deadline = time.monotonic() + timeout
         with self._turn:
-            while self._turn_began < t and not self._idle and self._thread is not None:
+            while self._turn_began < t and self._waiting:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -296,9 +301,12 @@ class XidWatch:
             if event_set is not None:
                 self._nvml.free_events(event_set)
             self._nvml.shutdown()
-            with self._turn:
-                self._idle = True
-                self._turn.notify_all()
+            self._waited(False)
+
+    def _waited(self, waiting: bool) -> None:
+        with self._turn:
+            self._waiting = waiting
+            self._turn.notify_all()
 
     def _open(self) -> Any:
         try:
@@ -309,10 +317,9 @@ class XidWatch:
         self.refused, self.reason = refused, None
         watched = len(self._nvml.inventory()) - len(refused)
         if watched <= 0:  # every GPU refused (MIG, vGPU) or none: nothing to wait for
-            with self._turn:
-                self._idle = True
-                self._turn.notify_all()
             self._stop.wait()
+        else:
+            self._waited(True)
         return event_set
 
     def support(self, index: int) -> str | None:

@@ -198,6 +198,7 @@ def test_an_xid_is_delivered_once_from_the_time_it_happens(
     before = time.time() - 60  # before the watch began: never delivered, as with NVML
     scenario(Scenario(gpus=[FakeGpu(), FakeGpu(xids=[(31, before)])]))
     xids = watch()
+    until(lambda: xids.watching, "the watch waits for events", 30)
     assert xids.caught_up(time.time(), timeout=30)
     assert xids.events() == []
 
@@ -236,7 +237,7 @@ def test_a_gpu_without_events_says_xids_are_not_watched(
 ) -> None:
     scenario(Scenario(gpus=[gpu, FakeGpu()]))
     xids = watch()
-    until(lambda: xids.reason is None, "the watch opened its event set", 30)
+    until(lambda: xids.watching, "the watch waits for events", 30)
     assert xids.support(0) == "Not Supported"
     assert xids.support(1) is None
 
@@ -247,7 +248,7 @@ def test_waiting_for_xids_never_stalls_a_sample(
     scenario(Scenario(gpus=[FakeGpu(util=55)]))
     slow = XidWatch(Nvml(retry_interval=0), wait_ms=5000).start()
     try:
-        until(lambda: slow.reason is None, "the watch waits for events", 30)
+        until(lambda: slow.watching, "the watch waits for events", 30)
         started = time.monotonic()
         sampler.sample_now()
         assert time.monotonic() - started < 2.0

@@ -1,6 +1,7 @@
 """The cause of a rank's death (issue 26), named where the job's outcome is: a native
-crash with the Python frame it happened in, an allocation past ``ulimit -v``, and the
-kernel's OOM killer enforcing a memory cgroup's limit. Real supervisors and ranks."""
+crash with the Python frame it happened in, an allocation past ``ulimit -v``, the
+kernel's OOM killer enforcing a memory cgroup's limit, and an XID of the rank's GPU
+(issue 39, played by the fake NVML driver). Real supervisors and ranks."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from jupyter_air.jobs.node.death import CGROUP_ROOT, MemoryWatch, crash_frame, explain
-from tests.waits import wait_settled
+from tests.fake_nvml import FakeGpu, Scenario, build_library, env_for
+from tests.waits import until, wait_settled
 
 SEGFAULT = """\
 import ctypes, os
@@ -29,6 +32,18 @@ def read_nothing():
 print("rank", os.environ["RANK"], "starting", flush=True)
 if os.environ["RANK"] == "1":
     read_nothing()
+"""
+#: Each rank says it is up, then waits for the word; rank 1 then aborts (its GPU fell
+#: off the bus), rank 0 waits to be stopped.
+ABORTS = """\
+import os, pathlib, time
+rank = os.environ["RANK"]
+pathlib.Path("up-" + rank).write_text(os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+while not pathlib.Path("go").exists():
+    time.sleep(0.05)
+if rank == "1":
+    os.abort()
+time.sleep(120)
 """
 GREEDY = """\
 import time
@@ -43,6 +58,7 @@ while True:  # 16 MiB more every 50 ms: past the limit in about a second
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "segfault.py").write_text(SEGFAULT)
     (tmp_path / "greedy.py").write_text(GREEDY)
+    (tmp_path / "aborts.py").write_text(ABORTS)
     monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
@@ -51,8 +67,8 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def run(workdir: Path, command: str, ranks: int = 1) -> str:
-    """The job's end message, once it ended."""
+def submit(workdir: Path, command: str, ranks: int = 1) -> str:
+    """The id of the job ``air run`` submitted."""
     (workdir / "w.yaml").write_text(
         json.dumps(
             {"experiment_name": "deaths", "command": command, "compute": {"nproc_per_node": ranks}}
@@ -65,7 +81,17 @@ def run(workdir: Path, command: str, ranks: int = 1) -> str:
         timeout=120,
     )
     assert submitted.returncode == 0, submitted.stderr
-    job = wait_settled(workdir / "air", submitted.stdout.split()[1])
+    return submitted.stdout.split()[1]
+
+
+def run(workdir: Path, command: str, ranks: int = 1) -> str:
+    """The job's end message, once it ended."""
+    return outcome(workdir, submit(workdir, command, ranks))
+
+
+def outcome(workdir: Path, job_id: str) -> str:
+    """The end message of a job that failed, once it ended; ``air get`` says it too."""
+    job = wait_settled(workdir / "air", job_id)
     assert job.status == "FAILED"
     assert job.message is not None
     shown = subprocess.run(
@@ -135,3 +161,27 @@ def test_a_plain_exit_and_a_kill_are_said_as_before() -> None:
     assert explain(2, -15, [], watch) == "rank 2 was killed by SIGTERM"
     assert explain(2, -9, [], watch) == "rank 2 was killed by SIGKILL", "no OOM seen: no guess"
     assert crash_frame(["no report here"]) is None
+
+
+@pytest.mark.heavy
+def test_an_xid_of_the_dying_ranks_gpu_is_named_as_its_cause(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    two_gpus = Scenario(gpus=[FakeGpu(), FakeGpu()])
+    path = two_gpus.write(workdir / "nvml.txt")
+    for name, value in env_for(build_library(), path).items():
+        monkeypatch.setenv(name, value)
+    job_id = submit(workdir, f"{sys.executable} aborts.py", ranks=2)
+    until(lambda: (workdir / "up-1").exists(), "rank 1 up", 120)
+    assert (workdir / "up-1").read_text() == "1", "rank 1 holds GPU 1"
+
+    at = time.time()  # GPU 0's XID of long ago is no cause; GPU 1's now is
+    Scenario(gpus=[FakeGpu(xids=[(13, at - 600)]), FakeGpu(xids=[(79, at)])]).write(path)
+    (workdir / "go").touch()
+
+    message = outcome(workdir, job_id)
+    assert re.fullmatch(
+        r"rank 1 exited -6 \(SIGABRT\); GPU 1 reported XID 79 \(fallen off the bus\) "
+        r"at \d\d:\d\d:\d\d",
+        message,
+    ), message
