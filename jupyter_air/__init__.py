@@ -13,7 +13,7 @@ try:
 except ImportError:  # a source tree that was never built
     __version__ = "0.0.0.dev0"
 
-__all__ = ["__version__", "distributed", "log_metrics", "rank_zero_only", "step"]
+__all__ = ["__version__", "distributed", "log_metrics", "params", "rank_zero_only", "step"]
 
 
 def __getattr__(name: str) -> Any:
@@ -29,6 +29,10 @@ def __getattr__(name: str) -> Any:
         from .perf.hooks import step
 
         return step
+    if name == "params":
+        from .sweeps.params import params
+
+        return params
     raise AttributeError(f"module 'jupyter_air' has no attribute {name!r}")
 
 

@@ -1,0 +1,123 @@
+"""Sweeps as one caller sees them: create, list, get, stop, resume, each checked.
+
+A sweep is its owner's; its grants (the workload's ``permissions:``) are given to every
+trial's job too. The levels are the jobs': CAN_VIEW to see it and its trials,
+CAN_MANAGE_RUN to stop or resume it. What cannot start is refused before anything
+exists: the workload as ``air run`` would refuse it, more ranks at once (``parallel``
+trials) than this machine holds, a tracking server that does not answer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..identity import Identity
+from ..jobs import backends
+from ..jobs.capacity import TooManyRanks, check_here
+from ..jobs.permissions import Forbidden, Level
+from ..jobs.service import Conflict, Refused, place, tracking_down
+from ..jobs.store import JobStore
+from . import driver, space
+from .driver import DriverInfo
+from .store import STATUS, Sweep, SweepStatus, SweepStore, TrialRecord, UnknownSweep
+from .sweep_file import SweepFile
+
+__all__ = ["Conflict", "Forbidden", "Refused", "SweepService", "UnknownSweep"]
+
+
+class SweepService:
+    """Sweeps of one AIR_HOME as ``caller`` may see and change them."""
+
+    def __init__(self, jobs: JobStore, caller: Identity) -> None:
+        self.jobs = jobs
+        self.caller = caller
+        self.store = SweepStore(jobs.home)
+
+    def create(
+        self, spec: SweepFile, working_dir: Path, tracking_uri: str, user: str
+    ) -> tuple[Sweep, DriverInfo]:
+        """Record the sweep and start its driver, or refuse it with nothing made:
+        ``Refused`` (a field at fault), ``probe.Unreachable`` (the tracking store)."""
+        nproc = spec.compute.nproc_per_node
+        place(spec, self.caller.name, nproc_per_node=nproc, reach=False)
+        if not backends.get(spec.backend).multi_node and not spec.compute.oversubscribe:
+            try:
+                check_here(spec.parallel * nproc, "compute.oversubscribe: true")
+            except TooManyRanks as err:
+                raise Refused(
+                    "parallel", f"{spec.parallel} trials of {nproc} rank(s) at once: {err}"
+                ) from None
+        tracking_down(tracking_uri, spec, deferrable=False)
+        sweep = self.store.create(
+            spec,
+            owner=self.caller.name,
+            working_dir=working_dir,
+            tracking_uri=tracking_uri,
+            user=user,
+        )
+        return sweep, driver.ensure_driver(self.jobs.home, sweep.id)
+
+    def get(self, sweep_id: str, needed: Level = Level.CAN_VIEW) -> Sweep:
+        """The sweep, if the caller holds ``needed`` on it (``Forbidden`` otherwise)."""
+        sweep = self.store.get(sweep_id)
+        sweep.access.require(self.caller, needed)
+        return sweep
+
+    def sweeps(self) -> list[Sweep]:
+        """The sweeps the caller may view, newest first."""
+        return [s for s in self.store.sweeps() if s.access.level_of(self.caller) is not None]
+
+    def trials(self, sweep: Sweep) -> list[TrialRecord]:
+        return self.store.trials(sweep.id)
+
+    def stop(self, sweep_id: str) -> Sweep:
+        """Cancel its running trials and start no other (CAN_MANAGE_RUN); the driver does
+        it, started again if it was not running."""
+        sweep = self.get(sweep_id, Level.CAN_MANAGE_RUN)
+        if not sweep.status.active:
+            raise Conflict(f"sweep {sweep.id} already ended ({sweep.status.lower()})")
+        self.store.set(sweep.id, **{STATUS: SweepStatus.STOPPING.value})
+        driver.ensure_driver(self.jobs.home, sweep.id)
+        return self.store.get(sweep.id)
+
+    def resume(self, sweep_id: str) -> DriverInfo:
+        """Its driver again, going on where the last one stopped (CAN_MANAGE_RUN); the
+        running one if it runs."""
+        sweep = self.get(sweep_id, Level.CAN_MANAGE_RUN)
+        if not sweep.status.active:
+            raise Conflict(f"sweep {sweep.id} already ended ({sweep.status.lower()})")
+        return driver.ensure_driver(self.jobs.home, sweep.id)
+
+    def document(self, sweep: Sweep, with_trials: bool = False) -> dict[str, Any]:
+        """What the caller sees of a sweep they may view."""
+        trials = self.store.trials(sweep.id)
+        complete = [t for t in trials if t.value is not None]
+        best = None
+        if complete:
+            pick = min if sweep.spec.direction.value == "minimize" else max
+            best = pick(complete, key=lambda t: t.value or 0.0)
+        info = driver.running(self.jobs.home, sweep.id)
+        doc: dict[str, Any] = {
+            "id": sweep.id,
+            "owner": sweep.owner,
+            "status": sweep.status.value,
+            "message": sweep.message,
+            "created": sweep.created,
+            "ended": sweep.ended,
+            "experiment_name": sweep.spec.experiment_name,
+            "experiment_id": sweep.experiment_id,
+            "run_id": sweep.run_id,
+            "objective": {sweep.spec.direction.value: sweep.spec.objective.metric},
+            "trials_planned": space.planned(sweep.spec),
+            "parallel": sweep.spec.parallel,
+            "counts": {s: sum(t.state == s for t in trials) for s in _STATES},
+            "best": best.as_json() if best else None,
+            "driver": info.to_json() if info else None,
+        }
+        if with_trials:
+            doc["trials"] = [t.as_json() for t in trials]
+        return doc
+
+
+_STATES = ("RUNNING", "COMPLETE", "PRUNED", "FAIL")

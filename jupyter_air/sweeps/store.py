@@ -1,0 +1,230 @@
+"""Sweeps kept durable: Optuna's RDB storage in ``AIR_HOME/sweeps/optuna.db``.
+
+One SQLite file per AIR_HOME (0600, in a 0700 folder), one study per sweep, named by
+the sweep's id. What Optuna does not know of a sweep is kept as the study's user
+attributes, one key each so that two processes never rewrite each other's: the sweep as
+submitted (``air.sweep``: its owner, grants, file, working directory, tracking store),
+its status, its MLflow run; and of each trial, its job and its run (the trial's user
+attributes). A trial is asked of Optuna (RUNNING, durable) before its job is
+submitted, so a driver killed in between finds the trial again and submits it once.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from ..jobs.permissions import Grant, JobAccess, parse_grant
+from ..paths import make_private, private_dir
+from . import space
+from .sweep_file import SweepFile
+
+DIR = "sweeps"
+DATABASE = "optuna.db"
+SWEEP_ID = re.compile(r"sw-[0-9a-f]{8}")
+
+#: Study user attributes.
+SWEEP = "air.sweep"
+STATUS = "air.status"
+MESSAGE = "air.message"
+ENDED = "air.ended"
+RUN_ID = "air.run_id"
+EXPERIMENT_ID = "air.experiment_id"
+#: Trial user attributes.
+JOB_ID = "air.job_id"
+TRIAL_RUN_ID = "air.run_id"
+PRUNED_STEP = "air.pruned_step"
+TRIAL_MESSAGE = "air.message"
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class SweepStatus(enum.StrEnum):
+    RUNNING = "RUNNING"
+    #: Asked to stop: its running trials are being cancelled, no new one starts.
+    STOPPING = "STOPPING"
+    COMPLETED = "COMPLETED"
+    STOPPED = "STOPPED"
+    #: A trial's job could not be started (the backend refused it, tracking is down).
+    FAILED = "FAILED"
+
+    @property
+    def active(self) -> bool:
+        return self in (SweepStatus.RUNNING, SweepStatus.STOPPING)
+
+
+class UnknownSweep(KeyError):
+    """No sweep has this id here."""
+
+
+@dataclass(frozen=True)
+class Sweep:
+    id: str
+    owner: str
+    grants: tuple[Grant, ...]
+    spec: SweepFile
+    working_dir: str
+    tracking_uri: str
+    #: MLflow's run user.
+    user: str
+    created: float
+    status: SweepStatus
+    message: str | None
+    ended: float | None
+    run_id: str | None
+    experiment_id: str | None
+
+    @property
+    def access(self) -> JobAccess:
+        """Who may do what with it: the jobs' rule, on the sweep's owner and grants."""
+        return JobAccess(self.id, self.owner, self.grants)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    number: int
+    #: Optuna's: RUNNING, COMPLETE, PRUNED, FAIL (WAITING is never used here).
+    state: str
+    params: dict[str, Any]
+    value: float | None
+    job_id: str | None
+    run_id: str | None
+    pruned_step: int | None
+    message: str | None
+    started: float | None
+    ended: float | None
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def new_sweep_id() -> str:
+    return f"sw-{secrets.token_hex(4)}"
+
+
+class SweepStore:
+    """The sweeps of one AIR_HOME."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.dir = private_dir(home / DIR)
+        path = self.dir / DATABASE
+        make_private(path)
+        self.storage = optuna.storages.RDBStorage(
+            f"sqlite:///{path}",
+            # A CLI reading while the driver writes waits for it, not "database is locked".
+            engine_kwargs={"connect_args": {"timeout": 30}},
+        )
+
+    def create(
+        self,
+        spec: SweepFile,
+        *,
+        owner: str,
+        working_dir: Path,
+        tracking_uri: str,
+        user: str,
+    ) -> Sweep:
+        sweep_id = new_sweep_id()
+        optuna.create_study(
+            storage=self.storage, study_name=sweep_id, direction=space.direction(spec)
+        )
+        doc = {
+            "owner": owner,
+            "grants": [str(g) for g in spec.grants],
+            "spec": spec.model_dump(mode="json"),
+            "working_dir": str(working_dir),
+            "tracking_uri": tracking_uri,
+            "user": user,
+            "created": time.time(),
+        }
+        study_id = self.storage.get_study_id_from_name(sweep_id)
+        self.storage.set_study_user_attr(study_id, SWEEP, doc)
+        self.storage.set_study_user_attr(study_id, STATUS, SweepStatus.RUNNING.value)
+        return self.get(sweep_id)
+
+    def get(self, sweep_id: str) -> Sweep:
+        if not SWEEP_ID.fullmatch(sweep_id):
+            raise UnknownSweep(sweep_id)
+        try:
+            study_id = self.storage.get_study_id_from_name(sweep_id)
+        except KeyError:
+            raise UnknownSweep(sweep_id) from None
+        return _sweep(sweep_id, self.storage.get_study_user_attrs(study_id))
+
+    def sweeps(self) -> list[Sweep]:
+        """Every sweep here, newest first."""
+        found = [
+            _sweep(s.study_name, s.user_attrs)
+            for s in self.storage.get_all_studies()
+            if SWEEP in s.user_attrs
+        ]
+        return sorted(found, key=lambda s: s.created, reverse=True)
+
+    def set(self, sweep_id: str, **attrs: Any) -> None:
+        """Set study attributes (``STATUS=...``, by their constants' values)."""
+        study_id = self.storage.get_study_id_from_name(sweep_id)
+        for key, value in attrs.items():
+            self.storage.set_study_user_attr(study_id, key, value)
+
+    def end(self, sweep_id: str, status: SweepStatus, message: str | None = None) -> None:
+        self.set(sweep_id, **{STATUS: status.value, MESSAGE: message, ENDED: time.time()})
+
+    def study(self, sweep: Sweep) -> optuna.Study:
+        """The sweep's study, with its sampler and pruner."""
+        return optuna.load_study(
+            study_name=sweep.id,
+            storage=self.storage,
+            sampler=space.sampler(sweep.spec),
+            pruner=space.pruner(sweep.spec),
+        )
+
+    def trial_id(self, sweep_id: str, number: int) -> int:
+        study_id = self.storage.get_study_id_from_name(sweep_id)
+        return self.storage.get_trial_id_from_study_id_trial_number(study_id, number)
+
+    def trials(self, sweep_id: str) -> list[TrialRecord]:
+        study_id = self.storage.get_study_id_from_name(sweep_id)
+        return [_record(t) for t in self.storage.get_all_trials(study_id, deepcopy=False)]
+
+
+def _sweep(sweep_id: str, attrs: dict[str, Any]) -> Sweep:
+    doc = attrs[SWEEP]
+    return Sweep(
+        id=sweep_id,
+        owner=doc["owner"],
+        grants=tuple(parse_grant(g) for g in doc["grants"]),
+        spec=SweepFile.model_validate(doc["spec"]),
+        working_dir=doc["working_dir"],
+        tracking_uri=doc["tracking_uri"],
+        user=doc["user"],
+        created=doc["created"],
+        status=SweepStatus(attrs.get(STATUS, SweepStatus.RUNNING)),
+        message=attrs.get(MESSAGE),
+        ended=attrs.get(ENDED),
+        run_id=attrs.get(RUN_ID),
+        experiment_id=attrs.get(EXPERIMENT_ID),
+    )
+
+
+def _record(t: optuna.trial.FrozenTrial) -> TrialRecord:
+    attrs = t.user_attrs
+    return TrialRecord(
+        number=t.number,
+        state=t.state.name,
+        params=dict(t.params),
+        value=t.value if t.state is optuna.trial.TrialState.COMPLETE else None,
+        job_id=attrs.get(JOB_ID),
+        run_id=attrs.get(TRIAL_RUN_ID),
+        pruned_step=attrs.get(PRUNED_STEP),
+        message=attrs.get(TRIAL_MESSAGE),
+        started=t.datetime_start.timestamp() if t.datetime_start else None,
+        ended=t.datetime_complete.timestamp() if t.datetime_complete else None,
+    )

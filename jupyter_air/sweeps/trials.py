@@ -1,0 +1,122 @@
+"""One trial as one job: its request to the jobs service, and its objective's points.
+
+A trial is the sweep's workload with the trial's parameters in every rank's
+environment (``AIR_PARAMS``, read by ``jupyter_air.params()``), its run nested under the
+sweep's run (a ``RunTarget`` whose parent is that run: the run is made as the job is
+submitted, so its params are logged at once), tagged with the sweep and the trial. Its
+objective is read from the job's tracking journal, where rank 0's ``log_metrics``
+lands first: points as they are logged (for the pruner), the last one at the end, with
+no wait for MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..job_dir import AttemptDir
+from ..jobs.request import Defaults, JobRequest, Program
+from ..jobs.spec import JobKind
+from ..jobs.store import JobStore
+from ..redact import redact
+from ..tracking import journal
+from ..tracking.targets import ExperimentRef, RunTarget
+from .params import PARAMS_ENV
+from .store import Sweep
+
+#: Tags of a trial's runs (and of its job), and of the sweep's own run.
+SWEEP_TAG = "air.sweep_id"
+TRIAL_TAG = "air.sweep_trial"
+
+
+@dataclass(frozen=True)
+class TrialDestination:
+    """``jobs.request.Destination``: the sweep's experiment, under the sweep's run."""
+
+    target: RunTarget
+
+    @property
+    def tracking_uri(self) -> str:
+        return self.target.tracking_uri
+
+    def resolve(self) -> RunTarget:
+        return self.target
+
+    def unanswered(self) -> ExperimentRef:
+        return ExperimentRef(self.target.tracking_uri, self.target.experiment_name)
+
+
+def request(sweep: Sweep, number: int, params: dict[str, Any], parent: RunTarget) -> JobRequest:
+    """Trial ``number``'s job: the sweep's workload with ``params``, telling nobody of its
+    end unless the workload says whom (the sweep is what its owner follows)."""
+    spec = sweep.spec
+    submission = spec.model_copy(
+        update={
+            "env": {**spec.env, PARAMS_ENV: json.dumps(params)},
+            "notify": spec.notify if spec.notify is not None else [],
+        }
+    )
+    return JobRequest(
+        submission,
+        Program(
+            JobKind.COMMAND,
+            command=spec.argv,
+            background=True,  # nobody's kernel: it outlives whoever started the sweep
+            working_dir=sweep.working_dir,
+            run_name=f"{spec.run_name}-trial-{number}",
+        ),
+        TrialDestination(parent),
+        sweep.user,
+        defaults=Defaults(nproc_per_node=spec.compute.nproc_per_node),
+        grants=sweep.grants,
+        tags={
+            SWEEP_TAG: sweep.id,
+            TRIAL_TAG: str(number),
+            "air.command": redact(spec.command),
+        },
+    )
+
+
+def tagged(store: JobStore, sweep: Sweep, number: int) -> str | None:
+    """The job of trial ``number`` submitted by a driver killed before it could record
+    it, if there is one (its tags say which), else None."""
+    for job in store.jobs():
+        if job.created < sweep.created:
+            break  # newest first: older jobs cannot be the sweep's
+        tags = job.spec.tracking.tags
+        if tags.get(SWEEP_TAG) == sweep.id and tags.get(TRIAL_TAG) == str(number):
+            return job.id
+    return None
+
+
+class MetricReader:
+    """The points of one metric that a job's journal gained since the last read: its
+    latest attempt's, from the start of each new attempt."""
+
+    def __init__(self, store: JobStore, job_id: str, metric: str) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.metric = metric
+        self.attempt = 0
+        self.offset = 0
+        #: The last point read: (step, value).
+        self.last: tuple[int, float] | None = None
+
+    def read(self) -> list[tuple[int, float]]:
+        """The new (step, value) points, in the order they were logged."""
+        attempts = self.store.attempts(self.job_id)
+        if not attempts:
+            return []
+        latest = attempts[-1].attempt
+        if latest != self.attempt:
+            self.attempt, self.offset, self.last = latest, 0, None
+        path = AttemptDir(self.store.attempt_dir(self.job_id, latest)).metrics_journal
+        found: list[tuple[int, float]] = []
+        while lines := journal.read(path, self.offset):
+            for points, end in lines:
+                found += [(p.step, p.value) for p in points if p.key == self.metric]
+                self.offset = end
+        if found:
+            self.last = found[-1]
+        return found
