@@ -16,6 +16,7 @@
     jobs/<id>/attempt_K/metrics.jsonl     rank 0's ``log_metrics`` journal (``tracking.journal``)
     jobs/<id>/attempt_K/metrics.shipped   how many bytes of it have landed in MLflow
     jobs/<id>/attempt_K/perf/rank-R.jsonl  rank R's step marks (``perf.marks``, AIR_PERF_DIR)
+    jobs/<id>/attempt_K/flight/           the ranks' flight recorders, asked for (AIR_FLIGHT_DIR)
     jobs/<id>/attempt_K/tracking.json     what of the run waits for its tracking server, and why
     jobs/<id>/attempt_1/tracking_cell_N.json  the same for a warm session's cell N's own run
     jobs/<id>/attempt_K/late_run.json     a deferred attempt's run, made by its tail process
@@ -70,6 +71,23 @@ STACKS_INDEX = "stacks.json"
 def stacks_file(rank: int) -> str:
     """The name of one rank's stacks in a set's folder."""
     return f"rank_{rank}.txt"
+
+
+#: ``flight/``: a node's request for its ranks' flight recorders (``jobs.node.flight_recorder``),
+#: each rank's mark that it answers, the answers by request; torch's own dump at a timeout.
+FLIGHT = "flight"
+FLIGHT_REQUEST = "request.json"
+FLIGHT_TIMEOUT_DUMP = "timeout_dump_rank_"
+
+
+def recorder_file(rank: int) -> str:
+    """One rank's flight recorder, in a request's folder and in a set of stacks."""
+    return f"rank_{rank}.fr.json"
+
+
+def recorder_ready(rank: int) -> str:
+    """The mark of a rank that answers requests for its flight recorder."""
+    return f"rank_{rank}.ready"
 
 
 _ATTEMPT = re.compile(r"attempt_(\d+)")
@@ -185,6 +203,11 @@ class AttemptDir:
     def perf(self) -> Path:
         """The ranks' step marks, a file per rank (``AIR_PERF_DIR``; ``perf.marks``)."""
         return self.path / PERF
+
+    @property
+    def flight(self) -> Path:
+        """Where the ranks of this node answer for their flight recorders (AIR_FLIGHT_DIR)."""
+        return self.path / FLIGHT
 
     @property
     def tracking_backlog(self) -> Path:

@@ -60,8 +60,9 @@ def add_commands(sub: Any) -> None:
         "stacks",
         help="every rank's Python stacks now (a stuck job: where is it?), or those saved",
         description="Take every running rank's Python stacks with py-spy (all threads, "
-        "C frames too), saved with the attempt; --saved shows those taken before (asked "
-        "for, at a likely hang, at a cancel after one).",
+        "C frames too) and read their flight recorders: which collective the ranks wait "
+        "in, and which rank never entered it. Saved with the attempt; --saved shows those "
+        "taken before (asked for, at a likely hang, at a cancel after one).",
     )
     stacking.add_argument("job_id")
     stacking.add_argument("--rank", type=int, help="this rank's only")
@@ -183,6 +184,8 @@ def _get(args: argparse.Namespace) -> int:
             print(f"    resumed from {a['resumed_from']}{step}")
         if a["progress"]:
             _print_progress(a["progress"])
+        if a["hang"]:  # where its ranks were last seen waiting (air stacks ID --saved)
+            print(f"    hang:     {a['hang']}")
         for n in a["nodes"]:
             print(f"    node {n['node']}: {n['hostname']} {n['ip']}, {n['label'] or n['node_id']}")
     if doc["kind"] == JobKind.SESSION:

@@ -104,6 +104,9 @@ class AttemptDocument(Document):
     resumed_step: int | None
     #: None before its first step is marked (or where no marks are at hand).
     progress: ProgressDocument | None
+    #: The collective its ranks were last seen waiting in (``HangDocument.line``), from
+    #: the latest set of stacks that named one; None if none did.
+    hang: str | None
 
 
 class JobDocument(Document):
@@ -156,6 +159,23 @@ class RankStacksDocument(Document):
     error: str | None
 
 
+class HangDocument(Document):
+    """Where the ranks of a set wait, from their flight recorders (``jobs.hangs``)."""
+
+    kind: Literal["absent", "mismatch", "waiting", "none", "unknown"]
+    #: ``ranks 0, 2, 3 wait in all_reduce #812 (float32[1024], gloo); rank 1 never ...``
+    line: str
+    #: A line a rank (where it waits, or its last collective and where it is instead).
+    details: list[str]
+    #: The collective: its process group's id, number and op (null where none waits).
+    group: str | None
+    seq: int | None
+    op: str | None
+    waiting: list[int]
+    #: The ranks that never entered it, or that entered another one.
+    culprits: list[int]
+
+
 class StackSetDocument(Document):
     """One set of stacks of an attempt's ranks (``jobs.node.stacks``)."""
 
@@ -165,6 +185,8 @@ class StackSetDocument(Document):
     reason: str
     time: float
     ranks: list[RankStacksDocument]
+    #: What the ranks' flight recorders say; null when none was on.
+    hang: HangDocument | None
 
 
 class StacksPage(Document):
@@ -186,6 +208,7 @@ def stack_set_document(attempt: int, taken: StackSet, rank: int | None = None) -
             for s in taken.stacks
             if rank is None or s.rank == rank
         ],
+        hang=HangDocument.model_validate(taken.hang.to_json()) if taken.hang else None,
     )
 
 

@@ -19,6 +19,7 @@ from ..status import AttemptStatus, JobStatus
 from .api_models import AttemptDocument, AttemptNode, JobDocument, ProgressDocument
 from .attempt_progress import Shown, of_attempt, of_session
 from .node.outcome import is_final
+from .node.stacks import named_hang
 from .spec import JobKind
 from .store import Attempt, Job, JobStore
 
@@ -94,6 +95,7 @@ def job_document(
                 resumed_from=resumed[0] if resumed else None,
                 resumed_step=resumed[1] if resumed else None,
                 progress=ProgressDocument.model_validate(shown.to_json()) if shown else None,
+                hang=named_hang(files.path),
             )
         )
     status, message, finishing = job.status, job.message, _finishing(job)

@@ -25,9 +25,14 @@ def _leave_path() -> None:
 
 def _install() -> None:
     try:
+        from jupyter_air.jobs.node import flight_recorder
         from jupyter_air.perf import hooks
     except ImportError:
         return
+    try:  # read when the job hangs (AIR_FLIGHT_RECORDER), whatever AIR_PERF says
+        flight_recorder.start()
+    except Exception as err:
+        print(f"[air] the flight recorder is not read: {err!r}", file=sys.stderr, flush=True)
     try:
         hooks.install()
     except Exception as err:  # the rank runs, its steps unmarked

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ...job_dir import JobDir
 from ..env import RankPlace, gpu_count, inherited_env, rank_env, visible_gpus
+from . import flight_recorder
 
 RANK_MAIN = "jupyter_air.jobs.node.rank_main"
 
@@ -100,6 +101,7 @@ def node_specs(
             extra=launch.env,
         )
         env.pop("MLFLOW_EXPERIMENT_NAME", None)  # MLFLOW_EXPERIMENT_ID names the experiment
+        env.update(flight_recorder.rank_env(env, attempt.flight))  # read when a job hangs
         log = attempt.rank_log(launch.node_rank, place.rank)
         specs.append(RankSpec(place.rank, argv, env, log, cwd))
     return specs

@@ -7,9 +7,13 @@ of us, even one stuck in C (a collective, a dataloader's queue) where Python cod
 node that runs the ranks takes them (the supervisor, a Ray node agent), since only a
 process's parent may read it where ptrace is restricted (Yama's ``ptrace_scope`` 1).
 
-A set is saved with the attempt: ``attempt_K/stacks/<name>/rank_R.txt`` and its
-``stacks.json`` (why, when, each rank's file or error). ``air stacks`` and the server ask
-the job's supervisor for a new set (a request file, then SIGUSR2) and wait for it.
+Each rank's flight recorder is read at the same time (``flight_recorder``), and the
+set says which collective the ranks wait in and who never came to it (``jobs.hangs``).
+
+A set is saved with the attempt: ``attempt_K/stacks/<name>/rank_R.txt``, each rank's
+recorder (``rank_R.fr.json``) and its ``stacks.json`` (why, when, each rank's files or
+errors, the hang's report). ``air stacks`` and the server ask the job's supervisor for
+a new set (a request file, then SIGUSR2) and wait for it.
 """
 
 from __future__ import annotations
@@ -22,13 +26,15 @@ import sys
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ...job_dir import STACKS, STACKS_INDEX, read_json, replace_json, stacks_file
+from ...job_dir import STACKS, STACKS_INDEX, read_json, recorder_file, replace_json, stacks_file
 from ...paths import private_dir, write_private
+from ..hangs import NAMED, HangReport, analyse
+from . import flight_recorder
 
 #: Seconds one rank's dump may take (py-spy takes well under one).
 DUMP_TIMEOUT = 10.0
@@ -47,6 +53,9 @@ class RankStacks:
     pid: int
     text: str | None
     error: str | None = None
+    #: Its flight recorder (``flight_recorder.slim``'s), or why there is none.
+    recorder: dict[str, Any] | None = None
+    recorder_error: str | None = None
 
 
 def py_spy() -> str:
@@ -98,7 +107,8 @@ def _candidates(pid: int) -> list[int]:
 
 
 def dump_ranks(pids: Mapping[int, int], node: int = 0) -> list[RankStacks]:
-    """The stacks of ``{rank: pid}``, all at once (a set is one moment, not N of them)."""
+    """The stacks of ``{rank: pid}``, all at once (a set is one moment, not N of them),
+    with their flight recorders, asked for meanwhile."""
 
     def one(rank: int, pid: int) -> RankStacks:
         try:
@@ -106,12 +116,20 @@ def dump_ranks(pids: Mapping[int, int], node: int = 0) -> list[RankStacks]:
         except StacksError as err:
             return RankStacks(rank, node, pid, None, str(err))
 
-    with ThreadPoolExecutor(max_workers=max(1, min(len(pids), 16))) as pool:
-        return list(pool.map(lambda item: one(*item), sorted(pids.items())))
+    with ThreadPoolExecutor(max_workers=max(1, min(len(pids), 16)) + 1) as pool:
+        asked = pool.submit(flight_recorder.gather, pids)
+        taken = list(pool.map(lambda item: one(*item), sorted(pids.items())))
+        recorded = asked.result()
+    return [
+        replace(s, recorder=found.trace, recorder_error=found.error)
+        if (found := recorded.get(s.rank)) is not None
+        else s
+        for s in taken
+    ]
 
 
 def save(attempt_dir: Path, name: str, reason: str, stacks: list[RankStacks]) -> Path:
-    """A set of stacks with the attempt; its directory."""
+    """A set of stacks with the attempt, and the hang its recorders tell; its directory."""
     where = private_dir(private_dir(attempt_dir / STACKS) / name)
     ranks: dict[str, Any] = {}
     for s in stacks:
@@ -121,9 +139,29 @@ def save(attempt_dir: Path, name: str, reason: str, stacks: list[RankStacks]) ->
             write_private(where / entry["file"], s.text)
         else:
             entry["error"] = s.error
+        if s.recorder is not None:
+            entry["recorder"] = recorder_file(s.rank)
+            replace_json(where / entry["recorder"], s.recorder)
+        else:
+            entry["recorder_error"] = s.recorder_error
         ranks[str(s.rank)] = entry
-    replace_json(where / STACKS_INDEX, {"reason": reason, "time": time.time(), "ranks": ranks})
+    now = time.time()
+    index: dict[str, Any] = {"reason": reason, "time": now, "ranks": ranks}
+    hang = hang_of(stacks, now)
+    if hang is not None:
+        index["hang"] = hang.to_json()
+    replace_json(where / STACKS_INDEX, index)
     return where
+
+
+def hang_of(stacks: list[RankStacks], now: float) -> HangReport | None:
+    """What the ranks' recorders say of where the job waits (None: no recorder is on)."""
+    return analyse(
+        {s.rank: s.recorder for s in stacks},
+        {s.rank: s.recorder_error for s in stacks},
+        {s.rank: s.text for s in stacks},
+        int(now * 1e9),
+    )
 
 
 @dataclass(frozen=True)
@@ -132,11 +170,16 @@ class StackSet:
     reason: str
     time: float
     stacks: list[RankStacks]
+    #: Where the ranks wait, from their recorders (None: no recorder was on).
+    hang: HangReport | None = None
 
     def text(self, rank: int | None = None) -> str:
-        """The set as a terminal shows it, one rank after the other."""
+        """The set as a terminal shows it: the hang named, then one rank after the other."""
         when = datetime.fromtimestamp(self.time).strftime("%Y-%m-%d %H:%M:%S")
         out = [f"Stacks of {when} ({self.reason})"]
+        if self.hang is not None:
+            out.append(f"Collectives: {self.hang.line}")
+            out.extend(f"    {line}" for line in self.hang.details)
         for s in self.stacks:
             if rank is not None and s.rank != rank:
                 continue
@@ -158,8 +201,37 @@ def read(attempt_dir: Path, name: str) -> StackSet | None:
                 text = (where / entry["file"]).read_text(errors="replace")
             except OSError as err:
                 entry["error"] = str(err)
-        stacks.append(RankStacks(int(rank), entry["node"], entry["pid"], text, entry.get("error")))
-    return StackSet(name, str(index.get("reason", "")), float(index.get("time", 0)), stacks)
+        recorder = read_json(where / entry["recorder"]) if entry.get("recorder") else None
+        stacks.append(
+            RankStacks(
+                int(rank),
+                entry["node"],
+                entry["pid"],
+                text,
+                entry.get("error"),
+                recorder if isinstance(recorder, dict) else None,
+                entry.get("recorder_error"),
+            )
+        )
+    hang = index.get("hang")
+    return StackSet(
+        name,
+        str(index.get("reason", "")),
+        float(index.get("time", 0)),
+        stacks,
+        HangReport.from_json(hang) if isinstance(hang, dict) else None,
+    )
+
+
+def named_hang(attempt_dir: Path) -> str | None:
+    """The collective the attempt's ranks were last seen waiting in: the line of the
+    latest set whose recorders named one."""
+    for name in reversed(sets(attempt_dir)):
+        index = read_json(attempt_dir / STACKS / name / STACKS_INDEX)
+        hang = index.get("hang") if isinstance(index, dict) else None
+        if isinstance(hang, dict) and hang.get("kind") in NAMED:
+            return str(hang.get("line"))
+    return None
 
 
 def sets(attempt_dir: Path) -> list[str]:

@@ -98,8 +98,9 @@ class JobNotifier:
     def retry(self, attempt: int) -> None:
         self.post(Event.RETRY, f"retry:{attempt}")
 
-    def hint(self, attempt: int, tag: str, text: str) -> None:
-        self.post(Event.HINT, f"hint:{attempt}:{tag}", note=text, lines=(text,))
+    def hint(self, attempt: int, tag: str, text: str, lines: Sequence[str] = ()) -> None:
+        """``lines``: what the hint says in detail (a hang's collective, rank by rank)."""
+        self.post(Event.HINT, f"hint:{attempt}:{tag}", note=text, lines=tuple(lines) or (text,))
 
     def guard(self, attempt: int, guard: str, reason: str) -> None:
         """A guard with ``notify`` held: once an attempt, to every target of the job."""

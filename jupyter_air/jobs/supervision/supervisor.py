@@ -53,8 +53,9 @@ from ...tracking.targets import bound_requests, quiet_retries
 from .. import backends, checkpoints, guard_hook
 from ..attempt_progress import of_session
 from ..backends.base import AttemptContext, Nodes
+from ..hangs import NAMED
 from ..node import stacks
-from ..node.hints import HintRecorder
+from ..node.hints import HANG_HINT, Hint, HintRecorder
 from ..node.outcome import AttemptEnd
 from ..node.reaper import Reaper
 from ..sharing import as_changes, mirror
@@ -387,12 +388,13 @@ class Supervisor:
             except Exception:
                 log.exception("the ranks' stacks were not taken")
 
-    def _take_stacks(self, reason: str) -> None:
-        """A set of the open attempt's stacks, saved with it (a hang, a cancel after one)."""
+    def _take_stacks(self, reason: str) -> stacks.StackSet | None:
+        """A set of the open attempt's stacks and recorders, saved with it (a hang, a
+        cancel after one)."""
         try:
             number, ranks = self._open, self._ranks
             if number is None or ranks is None:
-                return
+                return None
             where = stacks.save(
                 self.store.attempt_dir(self.job.id, number),
                 stacks.new_name(),
@@ -400,8 +402,21 @@ class Supervisor:
                 ranks.stacks(),
             )
             log.info("the ranks' stacks (%s): %s", reason, where)
+            return stacks.read(where.parent.parent, where.name)
         except Exception:
             log.exception("the ranks' stacks were not taken")
+            return None
+
+    def _name_hang(self, number: int, key: str, hint: str, hints: HintRecorder) -> None:
+        """A likely hang: the collective the ranks wait in, named from their recorders in
+        the attempt's hints, and one notification that says it (``jobs.hangs``)."""
+        taken = self._take_stacks(hint)
+        hang = taken.hang if taken is not None else None
+        if hang is None or hang.kind not in NAMED:
+            self.notifier.hint(number, key, hint)
+            return
+        hints.hang(Hint(HANG_HINT, hang.line, float(hang.seq or 0)))
+        self.notifier.hint(number, key, hang.line, (hint, hang.line, *hang.details))
 
     def _with_grants(self, recipe: NewRun) -> NewRun:
         """The recipe of a run the tail process makes late, with the job's grants as they
@@ -524,12 +539,16 @@ class Supervisor:
         guard = RunGuard()
 
         def tag(key: str, value: str) -> None:
-            self.notifier.hint(number, key, value)
             if key.endswith("silent_rank"):  # where the ranks are stuck, while they are
                 self._hang = value
-                threading.Thread(
-                    target=self._take_stacks, args=(value,), name="air-stacks-hang", daemon=True
+                threading.Thread(  # notified once the collective they wait in is named
+                    target=self._name_hang,
+                    args=(number, key, value, hints),
+                    name="air-stacks-hang",
+                    daemon=True,
                 ).start()
+            elif not key.endswith(HANG_HINT):  # the hang's is in the likely hang's
+                self.notifier.hint(number, key, value)
             # journaled, shipped with the points: a server that is down loses no hint
             journal.append_tags(files, run.id or journal.ATTEMPT_RUN, {key: value})
 

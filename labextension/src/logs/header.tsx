@@ -462,6 +462,19 @@ function StackSetView(props: { set: IStackSet }): JSX.Element {
   return (
     <section className="jp-air-JobLogs-stackSet">
       <h3>{stackSetTitle(set)}</h3>
+      {set.hang && (
+        <div
+          className={`jp-air-JobLogs-hang jp-air-JobLogs-hang-${set.hang.kind}`}
+          aria-label="Collectives"
+        >
+          <div className="jp-air-JobLogs-hangLine">{set.hang.line}</div>
+          {set.hang.details.map((line, i) => (
+            <div key={i} className="jp-air-JobLogs-hangDetail">
+              {line}
+            </div>
+          ))}
+        </div>
+      )}
       {set.ranks.map(rank => (
         <div
           key={`${rank.node}-${rank.rank}`}

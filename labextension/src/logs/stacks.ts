@@ -23,6 +23,20 @@ export function rankStacksText(rank: IRankStacks): string {
 }
 
 /**
+ * What the ranks' flight recorders say of where they wait: the one line
+ * (which collective, who never came or disagrees), then a line a rank.
+ */
+export function hangLines(set: IStackSet): string[] {
+  if (!set.hang) {
+    return [];
+  }
+  return [
+    `Collectives: ${set.hang.line}`,
+    ...set.hang.details.map(d => `    ${d}`)
+  ];
+}
+
+/**
  * The sets as plain text, as `air stacks` words them: what Copy puts on the
  * clipboard (to paste into an issue, a chat), without a single escape.
  */
@@ -33,6 +47,7 @@ export function stacksAsText(sets: readonly IStackSet[]): string {
       `Stacks of attempt ${set.attempt}, ` +
         `${formatDateTime(set.time * 1000)} (${set.reason})`
     );
+    out.push(...hangLines(set));
     for (const rank of set.ranks) {
       out.push(`\n=== ${rankStacksTitle(rank)} ===`);
       out.push(stripAnsi(rankStacksText(rank)).trimEnd());

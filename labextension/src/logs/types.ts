@@ -61,6 +61,8 @@ export interface IAttempt {
   resumed_step: number | null;
   /** Null before its first step is marked (or where no marks are at hand). */
   progress: IProgress | null;
+  /** The collective its ranks were last seen waiting in, if a set of stacks named one. */
+  hang: string | null;
 }
 
 /** `GET jupyter-air/jobs/<id>`. */
@@ -181,6 +183,21 @@ export interface IRankStacks {
   error: string | null;
 }
 
+/** Where the ranks of a set wait, from their flight recorders. */
+export interface IHang {
+  kind: 'absent' | 'mismatch' | 'waiting' | 'none' | 'unknown';
+  /** `rank 0 waits in all_reduce #812 (float32[1024], gloo); rank 1 never entered it…` */
+  line: string;
+  /** A line a rank. */
+  details: string[];
+  group: string | null;
+  seq: number | null;
+  op: string | null;
+  waiting: number[];
+  /** The ranks that never entered it, or entered another one. */
+  culprits: number[];
+}
+
 /** One set of stacks of an attempt's ranks. */
 export interface IStackSet {
   attempt: number;
@@ -189,6 +206,8 @@ export interface IStackSet {
   reason: string;
   time: number;
   ranks: IRankStacks[];
+  /** What the ranks' flight recorders say; null when none was on. */
+  hang: IHang | null;
 }
 
 /** `GET`/`POST jupyter-air/jobs/<id>/stacks`. */

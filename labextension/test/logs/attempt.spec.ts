@@ -15,6 +15,7 @@ const attempt = (extra: Partial<IAttempt>): IAttempt => ({
   resumed_from: null,
   resumed_step: null,
   progress: null,
+  hang: null,
   ...extra
 });
 

@@ -48,7 +48,8 @@ function job(attempts = 1, status = 'RUNNING'): IJob {
       nodes: [],
       resumed_from: null,
       resumed_step: null,
-      progress: null
+      progress: null,
+      hang: null
     }))
   };
 }
@@ -344,7 +345,8 @@ describe('JobLogsModel', () => {
               text: 'all_reduce (c10d.py:1)',
               error: null
             }
-          ]
+          ],
+          hang: null
         }
       ]
     });

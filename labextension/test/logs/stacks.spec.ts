@@ -1,4 +1,4 @@
-import { stacksAsText } from '../../src/logs/stacks';
+import { hangLines, stacksAsText } from '../../src/logs/stacks';
 import type { IStackSet } from '../../src/logs/types';
 
 const SET: IStackSet = {
@@ -17,7 +17,8 @@ const SET: IStackSet = {
       error: null
     },
     { rank: 1, node: 0, pid: 6570, text: null, error: 'process gone' }
-  ]
+  ],
+  hang: null
 };
 
 describe('stacksAsText', () => {
@@ -37,5 +38,35 @@ describe('stacksAsText', () => {
       ].join('\n')
     );
     expect(text).not.toContain('\x1b');
+  });
+
+  it('names the collective the ranks wait in before their stacks', () => {
+    const hung: IStackSet = {
+      ...SET,
+      hang: {
+        kind: 'absent',
+        line:
+          'rank 0 waits in all_reduce #5 (float32[1024], gloo); rank 1 never ' +
+          'entered it: its last collective was #4 (broadcast)',
+        details: [
+          'rank 0: waits in all_reduce #5 (float32[1024], gloo) for 12 s',
+          'rank 1: never entered it; last collective #4 (broadcast)'
+        ],
+        group: '0',
+        seq: 5,
+        op: 'all_reduce',
+        waiting: [0],
+        culprits: [1]
+      }
+    };
+    const lines = stacksAsText([hung]).split('\n');
+    expect(lines.slice(0, 4)).toEqual([
+      'Stacks of attempt 2, 2026-12-06 04:00:00 (asked for)',
+      'Collectives: rank 0 waits in all_reduce #5 (float32[1024], gloo); ' +
+        'rank 1 never entered it: its last collective was #4 (broadcast)',
+      '    rank 0: waits in all_reduce #5 (float32[1024], gloo) for 12 s',
+      '    rank 1: never entered it; last collective #4 (broadcast)'
+    ]);
+    expect(hangLines(SET)).toEqual([]);
   });
 });
