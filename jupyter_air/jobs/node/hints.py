@@ -39,8 +39,6 @@ log = logging.getLogger(__name__)
 TAG_PREFIX = "air.hint."
 #: The kind of the hint that names where a likely hang waits (``jobs.hangs``).
 HANG_HINT = "hang"
-#: The kind of the hint that names where a likely hang waits (``jobs.hangs``).
-HANG_HINT = "hang"
 #: Seconds between two reads of the ranks' step marks for stragglers.
 STRAGGLER_INTERVAL = 5.0
 
@@ -306,14 +304,6 @@ class HintRecorder:
             self._hints[node] = hints
             self._write(now)
         self._tag_new(hints)
-
-    def hang(self, hint: Hint) -> None:
-        """Where a likely hang waits, named by the supervisor from the ranks' recorders:
-        in the hints file from now on, and tagged once."""
-        with self._lock:
-            self._hang = [hint]
-            self._write(self._clock())
-        self._tag_new([hint])
 
     def hang(self, hint: Hint) -> None:
         """Where a likely hang waits, named by the supervisor from the ranks' recorders:
