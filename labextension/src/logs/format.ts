@@ -3,6 +3,7 @@
  */
 
 import { formatClock } from '../common/time';
+import { ansiSegments, stripAnsi } from './ansi';
 import type { IJob, ILogLine, Level } from './types';
 
 /** The badge of each level. */
@@ -28,13 +29,13 @@ export function formatIso(t: number): string {
 }
 
 /**
- * A line as the download has it:
+ * A line as the download has it, its terminal colours dropped (a copy):
  * `2026-11-29T08:30:13.250Z node 0 rank 1 WARNING text`.
  */
 export function lineAsText(line: ILogLine): string {
   return (
     `${formatIso(line.t)} node ${line.node} rank ${line.rank} ` +
-    `${line.level.toUpperCase()} ${line.text}`
+    `${line.level.toUpperCase()} ${stripAnsi(line.text)}`
   );
 }
 
@@ -52,8 +53,10 @@ export function matcher(term: string): RegExp | null {
 }
 
 /**
- * Fill `node` with `text`, each match of `pattern` in a `<mark>`. Text nodes
- * only: the text is never parsed as HTML.
+ * Fill `node` with `text` as a terminal shows it: its colours (ANSI escapes, as
+ * Lightning's and HF's loggers print them) as JupyterLab's ANSI classes, the
+ * escapes themselves dropped, each match of `pattern` in the text as shown in a
+ * `<mark>`. Text nodes only: the text is never parsed as HTML.
  */
 export function setHighlighted(
   node: HTMLElement,
@@ -61,28 +64,52 @@ export function setHighlighted(
   pattern: RegExp | null
 ): void {
   node.textContent = '';
-  if (!pattern) {
-    node.textContent = text;
-    return;
-  }
-  pattern.lastIndex = 0;
-  let from = 0;
-  let match: RegExpExecArray | null;
-  while ((match = pattern.exec(text)) !== null) {
-    if (match[0].length === 0) {
-      pattern.lastIndex++;
-      continue;
+  const segments = ansiSegments(text);
+  const shown = segments.map(segment => segment.text).join('');
+  const marked: Array<[number, number]> = [];
+  if (pattern) {
+    pattern.lastIndex = 0;
+    let match: RegExpExecArray | null;
+    while ((match = pattern.exec(shown)) !== null) {
+      if (match[0].length === 0) {
+        pattern.lastIndex++;
+        continue;
+      }
+      marked.push([match.index, match.index + match[0].length]);
     }
-    if (match.index > from) {
-      node.appendChild(document.createTextNode(text.slice(from, match.index)));
-    }
-    const mark = document.createElement('mark');
-    mark.textContent = match[0];
-    node.appendChild(mark);
-    from = match.index + match[0].length;
   }
-  if (from < text.length) {
-    node.appendChild(document.createTextNode(text.slice(from)));
+  let at = 0;
+  for (const segment of segments) {
+    const end = at + segment.text.length;
+    let parent = node;
+    if (segment.classes.length) {
+      parent = node.appendChild(document.createElement('span'));
+      parent.className = segment.classes.join(' ');
+    }
+    // The segment cut at the marks' edges that fall inside it.
+    const edges = new Set([at, end]);
+    for (const [from, to] of marked) {
+      for (const edge of [from, to]) {
+        if (edge > at && edge < end) {
+          edges.add(edge);
+        }
+      }
+    }
+    const cuts = [...edges].sort((a, b) => a - b);
+    for (let k = 0; k + 1 < cuts.length; k++) {
+      const piece = segment.text.slice(cuts[k] - at, cuts[k + 1] - at);
+      const inMark = marked.some(
+        ([from, to]) => from <= cuts[k] && cuts[k] < to
+      );
+      if (inMark) {
+        const mark = document.createElement('mark');
+        mark.textContent = piece;
+        parent.appendChild(mark);
+      } else {
+        parent.appendChild(document.createTextNode(piece));
+      }
+    }
+    at = end;
   }
 }
 
@@ -90,7 +117,8 @@ export function setHighlighted(
  * Columns a line of text takes in a monospace font (tabs to the next multiple
  * of 8, wide East Asian characters as two): an estimate for the row width.
  */
-export function textColumns(text: string): number {
+export function textColumns(raw: string): number {
+  const text = stripAnsi(raw);
   let columns = 0;
   for (let i = 0; i < text.length; i++) {
     const code = text.charCodeAt(i);

@@ -44,6 +44,29 @@ describe('setHighlighted', () => {
     ).toEqual(['nan', 'NaN']);
   });
 
+  it("shows a terminal's colours as classes, marking matches across them", () => {
+    const node = document.createElement('span');
+    const text = 'Epoch 1: \x1b[32mloss 0.5\x1b[0m lossy\x1b[1m!';
+    setHighlighted(node, text, matcher('loss'));
+    expect(node.textContent).toBe('Epoch 1: loss 0.5 lossy!');
+    const green = node.querySelector('span.ansi-green-fg');
+    expect(green?.textContent).toBe('loss 0.5');
+    expect(green?.querySelector('mark')?.textContent).toBe('loss');
+    expect(
+      Array.from(node.querySelectorAll('mark')).map(m => m.textContent)
+    ).toEqual(['loss', 'loss']);
+    expect(node.querySelector('span.ansi-bold')?.textContent).toBe('!');
+  });
+
+  it('marks a match that spans two colours in both', () => {
+    const node = document.createElement('span');
+    setHighlighted(node, 'lo\x1b[31mss', matcher('loss'));
+    expect(
+      Array.from(node.querySelectorAll('mark')).map(m => m.textContent)
+    ).toEqual(['lo', 'ss']);
+    expect(node.querySelector('.ansi-red-fg mark')?.textContent).toBe('ss');
+  });
+
   it('writes plain text without a pattern', () => {
     const node = document.createElement('span');
     node.innerHTML = '<mark>old</mark>';
@@ -56,6 +79,7 @@ describe('setHighlighted', () => {
 describe('textColumns', () => {
   it('counts tabs to the next multiple of 8 and wide characters as 2', () => {
     expect(textColumns('abc')).toBe(3);
+    expect(textColumns('\x1b[1;32mabc\x1b[0m')).toBe(3);
     expect(textColumns('ab\tc')).toBe(9);
     expect(textColumns('日本')).toBe(4);
   });
