@@ -212,7 +212,7 @@ def _patch_hf(module: ModuleType) -> None:
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if self.saving:
                 self.saving = False
-                where = str(Path(args.output_dir, f"checkpoint-{state.global_step}"))
+                where = str(Path(args.output_dir, f"checkpoint-{state.global_step}").absolute())
                 _try(HF, _Guarded.done, where)
 
     def attach(trainer: Any) -> None:
@@ -253,7 +253,7 @@ def _patch_lightning(module: ModuleType) -> None:
             if guarded.due(step):
                 place = getattr(trainer.checkpoint_callback, "dirpath", None)
                 path = Path(place or Path(trainer.default_root_dir, "checkpoints"))
-                path = path / f"guard-step={step}.ckpt"
+                path = path.absolute() / f"guard-step={step}.ckpt"
                 trainer.save_checkpoint(path)  # every rank calls it: it is collective
                 trainer.should_stop = True
                 guarded.done(str(path))

@@ -80,17 +80,21 @@ dist.destroy_process_group()
 """
 
 #: The HF Trainer as users write it: checkpoints in its own output_dir, nothing of ours.
+#: Its first attempt's loss is NaN from step 5 on, and its steps slow (a guard stops it).
 HF = """\
-import os, signal
+import math, os, time
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
-class Die(TrainerCallback):
+class GoesWrong(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         print(f"attempt {os.environ['AIR_ATTEMPT']} starts at step {state.global_step}")
     def on_step_end(self, args, state, control, **kwargs):
-        if os.environ["AIR_ATTEMPT"] == "1" and state.global_step == 5:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if os.environ["AIR_ATTEMPT"] == "1" and state.global_step >= 5:
+            time.sleep(2)
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if os.environ["AIR_ATTEMPT"] == "1" and state.global_step >= 5 and "loss" in logs:
+            logs["loss"] = math.nan
 
 torch.manual_seed(0)
 config = GPT2Config(vocab_size=32, n_positions=8, n_embd=16, n_layer=1, n_head=2,
@@ -98,39 +102,49 @@ config = GPT2Config(vocab_size=32, n_positions=8, n_embd=16, n_layer=1, n_head=2
 ids = torch.randint(0, 32, (16, 8))
 args = TrainingArguments(
     output_dir="out", max_steps=8, per_device_train_batch_size=2, save_strategy="steps",
-    save_steps=2, report_to="none", use_cpu=True, ddp_backend="gloo", disable_tqdm=True,
+    save_steps=2, logging_steps=1, report_to="none", use_cpu=True, ddp_backend="gloo",
+    disable_tqdm=True,
 )
-trainer = Trainer(model=GPT2LMHeadModel(config), args=args, callbacks=[Die()],
+trainer = Trainer(model=GPT2LMHeadModel(config), args=args, callbacks=[GoesWrong()],
                   train_dataset=[{"input_ids": row, "labels": row} for row in ids])
 trainer.train()
 print(f"ends at step {trainer.state.global_step}")
 """
 
-#: Lightning as users write it: its default checkpoint callback with ``save_last``.
+#: Lightning as users write it: its default checkpoint callback with ``save_last``. Its
+#: first attempt dies at step 5, or with ``NAN_AT`` set goes wrong there: its loss is
+#: NaN and its steps slow (a guard stops it).
 LIGHTNING = """\
-import os, signal
+import math, os, signal, time
 import torch
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
+
+first, nan_at = os.environ["AIR_ATTEMPT"] == "1", int(os.environ.get("NAN_AT", "0"))
 
 class Tiny(L.LightningModule):
     def __init__(self):
         super().__init__()
         self.layer = torch.nn.Linear(2, 1)
     def training_step(self, batch, _):
-        return self.layer(batch).pow(2).mean()
+        loss = self.layer(batch).pow(2).mean()
+        wrong = first and nan_at and self.trainer.global_step + 1 >= nan_at
+        self.log("loss", math.nan if wrong else loss.item())
+        return loss
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
     def on_train_start(self):
         print(f"attempt {os.environ['AIR_ATTEMPT']} starts at step {self.trainer.global_step}")
     def on_train_batch_end(self, *args):
-        if os.environ["AIR_ATTEMPT"] == "1" and self.trainer.global_step == 5:
+        if first and nan_at and self.trainer.global_step >= nan_at:
+            time.sleep(2)
+        elif first and not nan_at and self.trainer.global_step == 5:
             os.kill(os.getpid(), signal.SIGKILL)
 
 trainer = L.Trainer(
     accelerator="cpu", devices=1, max_steps=8, logger=False, enable_progress_bar=False,
-    enable_model_summary=False, default_root_dir=".",
-    callbacks=[ModelCheckpoint(dirpath="ckpts", every_n_train_steps=2, save_last=True,
+    enable_model_summary=False, default_root_dir=".", log_every_n_steps=1,
+    callbacks=[ModelCheckpoint(dirpath="ckpts", every_n_train_steps=4, save_last=True,
                                save_top_k=-1)],
 )
 trainer.fit(Tiny(), torch.utils.data.DataLoader(torch.randn(64, 2), batch_size=4))
@@ -340,28 +354,60 @@ def test_torch_dcp_resumes_from_the_last_folder_with_its_metadata_not_the_cut_of
     assert tags_2["air.resumed_from"].endswith("/step_4")
 
 
+GUARD_CHECKPOINT = "loss: nan -> checkpoint"
+
+
+def guard_saved(workdir: Path, job_id: str) -> tuple[str, Path]:
+    """Why the first attempt ended, and the checkpoint the guard had saved."""
+    first = JobStore(workdir / "air").attempts(job_id)[0]
+    assert first.status == "FAILED"
+    assert first.message is not None
+    why, _, saved = first.message.partition("; checkpoint saved: ")
+    assert saved, first.message
+    return why, Path(saved)
+
+
 @pytest.mark.slow
-def test_the_hf_trainer_resumes_by_itself_from_its_output_dir(workdir: Path) -> None:
+def test_a_checkpoint_guard_has_the_hf_trainer_save_and_its_retry_resumes_from_it(
+    workdir: Path,
+) -> None:
+    """The Trainer's loss goes NaN at step 5: the guard has it save (the hook's
+    ``should_save``) and stop; the retry resumes by itself from that checkpoint, in
+    its output_dir, as from any of the Trainer's own."""
     pytest.importorskip("transformers")
     (workdir / "out").mkdir()
-    job_id = run(workdir, HF, 1)
+    job_id = run(workdir, HF, 1, guard=[GUARD_CHECKPOINT])
 
-    assert JobStore(workdir / "air").get(job_id).status == "SUCCEEDED"
+    assert JobStore(workdir / "air").get(job_id).status == "SUCCEEDED", log(workdir, job_id, 1)
+    why, saved = guard_saved(workdir, job_id)
+    assert why == "guard 'loss: nan' at step 5 (loss = nan)"
+    assert saved.parent == workdir / "out"
+    step = int(saved.name.removeprefix("checkpoint-"))
+    assert step > 5, "saved after the NaN was seen, not before"
     second = log(workdir, job_id, 2)
-    assert f"[air] resuming from {workdir / 'out' / 'checkpoint-4'}, step 4" in second, second
-    assert "attempt 2 starts at step 4" in second
+    assert f"[air] resuming from {saved}, step {step}" in second, second
+    assert f"attempt 2 starts at step {step}" in second
     assert "ends at step 8" in second
 
 
 @pytest.mark.slow
-def test_lightning_resumes_by_itself_from_its_last_ckpt(workdir: Path) -> None:
+def test_a_checkpoint_guard_has_lightning_save_and_its_retry_resumes_from_it(
+    workdir: Path,
+) -> None:
+    """As the Trainer's: Lightning's ``save_checkpoint`` into its checkpoint callback's
+    folder, where the retry finds it (later than its own ``last.ckpt`` of step 4)."""
     pytest.importorskip("lightning")
-    job_id = run(workdir, LIGHTNING, 1)
+    job_id = run(workdir, LIGHTNING, 1, guard=[GUARD_CHECKPOINT], env={"NAN_AT": "5"})
 
-    assert JobStore(workdir / "air").get(job_id).status == "SUCCEEDED"
+    assert JobStore(workdir / "air").get(job_id).status == "SUCCEEDED", log(workdir, job_id, 1)
+    why, saved = guard_saved(workdir, job_id)
+    assert why == "guard 'loss: nan' at step 5 (loss = nan)"
+    assert saved.parent == workdir / "ckpts"
+    step = int(saved.name.removeprefix("guard-step=").removesuffix(".ckpt"))
+    assert step > 5
     second = log(workdir, job_id, 2)
-    assert f"[air] resuming from {workdir / 'ckpts' / 'last.ckpt'}" in second, second
-    assert "attempt 2 starts at step 4" in second
+    assert f"[air] resuming from {saved}, step {step}" in second, second
+    assert f"attempt 2 starts at step {step}" in second
     assert "ends at step 8" in second
 
 

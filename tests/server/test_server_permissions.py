@@ -576,3 +576,30 @@ async def test_where_a_job_s_notifications_went_is_shown_to_its_owner_only(
     assert viewer["notifications"] == []
     listed = json.loads((await call(jp_fetch, "manager", "GET", "jupyter-air/jobs?all=1")).body)
     assert all(doc["notifications"] == [] for doc in listed["jobs"])
+
+
+async def test_no_route_lets_anyone_set_a_job_s_guards_after_its_owner_submitted_it(
+    jp_fetch: Any, store: JobStore
+) -> None:
+    """A guard can stop a job or save its state (issue 39): its owner sets it when
+    submitting, and it is fixed in the job's spec. Whoever holds a grant, and the owner
+    too, sends a guard with every route's body that changes a job: each is refused, and
+    the job keeps its owner's guard."""
+    grants = tuple(parse_grant(g) for g in GRANTS)
+    spec = job_spec("command", command=["true"], guards=["loss: nan -> notify"])
+    job = store.create(spec, owner="alice", grants=grants).id
+    store.update(job, status="RUNNING", started=1.0)
+    off = {"guard": ["none"], "guards": ["none"]}
+    for who in CALLERS:
+        for method, route, body in [
+            ("POST", f"jupyter-air/jobs/{job}/notify", {"notify": ["jupyterlab"], **off}),
+            ("PUT", f"jupyter-air/jobs/{job}/permissions", {"grant": [], **off}),
+            ("PUT", f"jupyter-air/jobs/{job}", off),
+            ("PATCH", f"jupyter-air/jobs/{job}", off),
+            ("POST", "jupyter-air/jobs", {"command": "true", **off}),
+        ]:
+            with pytest.raises(HTTPClientError) as err:
+                await call(jp_fetch, who, method, route, body)
+            assert err.value.code in (400, 403, 404, 405), (who, method, route)
+    assert store.get(job).spec.policy.guards == ("loss: nan -> notify",)
+    assert store.targets(job) == (), "nor did a refused body add a target"
