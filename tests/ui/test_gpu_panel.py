@@ -6,6 +6,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ def two_gpus(util: int = 35) -> Scenario:
                 temp=51,
                 power=312_000,
                 power_limit=700_000,
+                max_clocks={"sm": 1980},
             ),
             FakeGpu(name="NVIDIA H100 80GB HBM3", util=3, temp="NOT_SUPPORTED"),
         ]
@@ -114,12 +116,23 @@ def test_every_time_in_the_panel_is_24_hour_in_an_en_us_browser(page: Any) -> No
 
 
 def test_refresh_samples_now_and_shows_the_new_values(page: Any, gpu_lab: Lab) -> None:
-    gpu_lab.write(two_gpus(util=80))
+    """And what the hardware says (issue 39): GPU 0 slowed down by heat, then an XID."""
+    hot, cool = two_gpus(util=80).gpus
+    hot = replace(hot, clock_reasons=["hw_thermal"], clocks={"sm": 620}, xids=[(79, time.time())])
+    gpu_lab.write(Scenario(gpus=[hot, cool]))
     with page.expect_request(lambda r: r.method == "POST" and "/jupyter-air/gpu/sample" in r.url):
         page.click(".jp-air-GpuPanel-refresh")
     page.wait_for_function(
         "s => document.querySelector(s)?.textContent === '80 %'", arg=value(0, "util")
     )
+    page.wait_for_selector(f'{card(0)} .jp-air-GpuCard-problem[data-kind="xid"]')
+    badges = page.eval_on_selector_all(
+        f"{card(0)} .jp-air-GpuCard-problem", "badges => badges.map(b => b.textContent)"
+    )
+    assert len(badges) == 2, badges
+    assert re.fullmatch(r"XID 79 \(fallen off the bus\) at \d\d:\d\d:\d\d", badges[0])
+    assert re.fullmatch(r"Thermal slowdown since \d\d:\d\d · 31 % of its clock", badges[1])
+    assert page.query_selector(f"{card(1)} .jp-air-GpuCard-problem") is None
 
 
 def test_a_lost_gpu_shows_as_lost_while_the_other_keeps_reporting(page: Any, gpu_lab: Lab) -> None:

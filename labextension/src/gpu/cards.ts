@@ -13,6 +13,7 @@ import {
   formatTemperature,
   NA
 } from './format';
+import { healthBadges, healthLine } from './health';
 import { GpuHistory } from './history';
 import { ISessionView, sessionsOn } from './sessions';
 import type { IGpuInfo, IGpuProcess } from './types';
@@ -111,6 +112,8 @@ export class GpuCard extends Card {
 
     this._badges = el('div', 'jp-air-GpuCard-badges');
     this.node.appendChild(this._badges);
+    this._health = el('div', 'jp-air-GpuCard-health');
+    this.node.appendChild(this._health);
 
     const metrics = el('div', 'jp-air-Card-metrics');
     metrics.append(
@@ -157,10 +160,12 @@ export class GpuCard extends Card {
     const sessions = sessionsOn(state, model.now);
     const idle = sessions.filter(session => session.idle);
     this.node.classList.toggle('jp-mod-idleSession', idle.length > 0);
+    const problems = healthBadges(state?.health);
     const badgeKey = [
       status,
       state?.message ?? '',
-      ...sessions.map(session => session.badge)
+      ...sessions.map(session => session.badge),
+      ...problems.map(problem => problem.text)
     ].join('\u0000');
     if (badgeKey !== this._badgeKey) {
       this._badgeKey = badgeKey;
@@ -183,6 +188,16 @@ export class GpuCard extends Card {
           text
         );
         badge.title = text;
+        this._badges.appendChild(badge);
+      }
+      for (const problem of problems) {
+        const badge = el(
+          'span',
+          `jp-air-Badge jp-mod-${problem.severity} jp-air-GpuCard-problem`,
+          problem.text
+        );
+        badge.title = problem.title;
+        badge.dataset.kind = problem.kind;
         this._badges.appendChild(badge);
       }
       for (const session of sessions) {
@@ -208,6 +223,7 @@ export class GpuCard extends Card {
     this._power.set(
       formatPower(series && GpuHistory.latest(series.power), info.power_limit_w)
     );
+    setText(this._health, healthLine(state?.health));
     this._updateProcesses(state?.processes ?? [], sessions);
   }
 
@@ -316,6 +332,7 @@ export class GpuCard extends Card {
   private _power = new Metric('power', 'Power');
   private _badges: HTMLDivElement;
   private _badgeKey = '';
+  private _health: HTMLDivElement;
   private _processes: HTMLTableSectionElement;
   private _processKey: string | null = null;
 }

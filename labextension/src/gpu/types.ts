@@ -25,6 +25,8 @@ export interface IGpuInfo {
   uuid?: string | null;
   mem_total_mib: number | null;
   power_limit_w: number | null;
+  /** The SM clock's maximum, what a throttled clock is a share of. */
+  max_sm_clock_mhz?: number | null;
 }
 
 /** One column per metric for one GPU, aligned with `samples.t`. */
@@ -79,11 +81,54 @@ export interface IGpuProcess {
   owner: IProcessOwner | null;
 }
 
+/** One thing wrong with a GPU's hardware (`state[i].health.problems`). */
+export interface IGpuProblem {
+  /** thermal, power, hw_slowdown, ecc, retired_pages, remapped_rows, xid */
+  kind: string;
+  text: string;
+  severity: 'warn' | 'error' | string;
+  /** Unix seconds: since when a throttle lasts; when an XID was received. */
+  since: number | null;
+  /** A throttled GPU's SM clock, in % of its maximum. */
+  clock_percent: number | null;
+}
+
+/** ECC error counts; null where the GPU does not report that counter. */
+export interface IEccCounts {
+  corrected_volatile: number | null;
+  uncorrected_volatile: number | null;
+  corrected_aggregate: number | null;
+  uncorrected_aggregate: number | null;
+}
+
+/** What NVML says of a GPU's hardware; null where it does not report it. */
+export interface IGpuHealth {
+  problems: IGpuProblem[];
+  clock_reasons: number | null;
+  sm_clock_mhz: number | null;
+  ecc: IEccCounts | null;
+  retired_pages: {
+    single_bit: number;
+    double_bit: number;
+    pending: boolean;
+  } | null;
+  remapped_rows: {
+    corrected: number;
+    uncorrected: number;
+    pending: boolean;
+    failed: boolean;
+  } | null;
+  /** Why this GPU's XID events are not watched (MIG, vGPU), or null. */
+  xids_unwatched: string | null;
+  unavailable: Record<string, string>;
+}
+
 /** Latest state of one GPU. */
 export interface IGpuState {
   status: 'ok' | 'lost' | 'error' | string;
   message: string | null;
   processes: IGpuProcess[];
+  health?: IGpuHealth;
 }
 
 /** A node of a running multi-node job, whose GPUs the panel can show. */
