@@ -36,7 +36,7 @@ from typing import Any
 
 from ..import_hooks import when_imported
 from ..tracking.journal import ATTEMPT_RUN, Writer
-from .guards import Action, parse
+from .guards import Action, readable
 
 #: What the supervisor gives every rank of a job with guards (JSON: the attempt's
 #: directory, the guarded metrics, whether a guard may ask for a checkpoint).
@@ -52,9 +52,9 @@ TRAINER = "guard_trainer"
 
 def rank_env(guards: Sequence[str], attempt_dir: Path) -> dict[str, str]:
     """``GUARDS_ENV`` for the ranks of an attempt of a job with these guards."""
-    if not guards:
+    parsed = readable(guards)
+    if not parsed:
         return {}
-    parsed = [parse(g) for g in guards]
     said = {
         "dir": str(attempt_dir),
         "metrics": sorted({g.metric for g in parsed}),

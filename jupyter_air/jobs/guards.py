@@ -204,6 +204,18 @@ def parse_all(values: Sequence[Any]) -> tuple[Guard, ...] | None:
     return tuple(parse(v) for v in values)
 
 
+def readable(texts: Sequence[str]) -> list[Guard]:
+    """A job's stored guards, those this version reads (each was checked when the job
+    was submitted; one a later version wrote is left out, never failing the job)."""
+    found = []
+    for text in texts:
+        try:
+            found.append(parse(text))
+        except BadGuard:
+            continue
+    return found
+
+
 def _is_off(value: Any) -> bool:
     return isinstance(value, str) and value.strip().lower() == OFF
 

@@ -30,7 +30,7 @@ from jupyter_air.jobs.guards import (
 from jupyter_air.jobs.node.outcome import AttemptEnd
 from jupyter_air.jobs.spec import JobKind, JobSpec, job_spec
 from jupyter_air.jobs.supervision.guard_feed import GuardFeed
-from jupyter_air.jobs.workload_file import WorkloadError, load
+from jupyter_air.jobs.workload_file import Submission, WorkloadError, load
 from jupyter_air.kernel.options import OptionError, Options
 from jupyter_air.status import Outcome
 from jupyter_air.tracking.journal import Writer
@@ -152,6 +152,24 @@ def test_a_job_s_spec_keeps_its_guards_through_its_json() -> None:
     assert JobSpec.from_json(job_spec(JobKind.COMMAND).to_json()).policy.guards == ()
 
 
+def test_the_job_runs_its_owner_s_guards_else_the_default_when_it_has_targets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from jupyter_air.jobs.request import Program
+    from jupyter_air.jobs.service import place
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+    def guards_of(**fields: object) -> tuple[str, ...]:
+        placed = place(Submission.model_validate(fields), "alice")
+        return placed.spec(Program(JobKind.COMMAND, command=["true"])).policy.guards
+
+    assert guards_of(notify=["jupyterlab"]) == ("loss: nan -> notify",)
+    assert guards_of(notify=["jupyterlab"], guard="none") == ()
+    assert guards_of() == (), "a cell that names no target: no default guard"
+    assert guards_of(guard=[{"loss": "> 10 -> notify"}]) == ("loss: > 10 -> notify",)
+
+
 def test_a_bad_guard_in_a_workload_file_is_refused_naming_its_field_and_line(
     tmp_path: Path,
 ) -> None:
@@ -270,10 +288,13 @@ def test_a_checkpoint_guard_with_no_trainer_in_the_ranks_stops_and_says_so(
 
 
 def test_a_job_without_guards_keeps_its_end(tmp_path: Path) -> None:
-    feed = GuardFeed(AttemptDir(tmp_path / "a").make(), [], lambda: None, lambda _: None)
-    feed.finish()
+    files = AttemptDir(tmp_path / "a").make()
     end = AttemptEnd(Outcome.SUCCEEDED, [0])
-    assert feed.outcome(end) is end
+    for stored in ([], ["loss: when a later version says so -> stop"]):
+        feed = GuardFeed(files, stored, lambda: None, lambda _: None)
+        feed.finish()
+        assert feed.outcome(end) is end, "a guard this version cannot read fails nothing"
+    assert guard_hook.rank_env(["loss: when a later version says so"], files.path) == {}
 
 
 def test_every_rank_saves_at_the_step_rank_0_names_two_steps_on(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from ...job_dir import AttemptDir
 from ...status import Outcome
 from ...tracking import journal
 from ..guard_hook import POINTS, SAVE, SAVED, TRAINER
-from ..guards import Action, Firing, Watcher, parse
+from ..guards import Action, Firing, Watcher, readable
 from ..node.outcome import AttemptEnd
 
 log = logging.getLogger("jupyter_air.supervisor")
@@ -48,7 +48,7 @@ class GuardFeed:
         interval: float = LOOK,
     ) -> None:
         self._files = files
-        self._watcher = Watcher([parse(g) for g in guards])
+        self._watcher = Watcher(readable(guards))
         self._stop = stop
         self._notify = notify
         #: Each source's offset: the journal, and the trainers' guard points.
@@ -58,7 +58,7 @@ class GuardFeed:
         self._why: str | None = None
         self._final = True
         self._thread: threading.Thread | None = None
-        if guards:
+        if self._watcher.metrics:
             self._thread = threading.Thread(
                 target=self._loop, args=(interval,), name="air-guards", daemon=True
             )
