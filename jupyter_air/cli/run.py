@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..identity import os_identity
+from ..jobs.debugger import Watcher
 from ..jobs.guards import OFF
 from ..jobs.request import Defaults, JobRequest, Program
 from ..jobs.service import JobService
@@ -19,6 +20,7 @@ from ..logs.query import LogFilter
 from ..redact import redact
 from ..status import JobStatus
 from .common import CliError, _run_link, _service
+from .debug_prompt import served
 from .logs import _follow
 
 
@@ -206,8 +208,10 @@ def _run(args: argparse.Namespace) -> int:
     if not working_dir.is_dir():
         raise CliError(f"working_dir {working_dir} is not a directory")
     service = _service()
+    # a rank's breakpoint() stops at a prompt on this terminal while the job is watched
+    debug = Watcher(service.store.home, 0) if args.watch and args.output != "json" else None
     try:
-        started = service.start(_request(spec, working_dir, defaults))
+        started = service.start(_request(spec, working_dir, defaults, debug))
     except Refused as err:
         raise CliError(f"{args.file}: {err.field}: {err}" if err.field else str(err)) from None
     except Unreachable as err:  # a server that is down: said in seconds
@@ -234,7 +238,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"  logs: air logs {job.id} --follow" + (f"  or  {view}" if view else ""))
     if not args.watch:
         return 0
-    _follow(service.store, job.id, LogFilter(node=0), None)
+    with served(debug):
+        _follow(service.store, job.id, LogFilter(node=0), None)
     return _watched(service, job.id)
 
 
@@ -269,7 +274,9 @@ def _watched(service: JobService, job_id: str) -> int:
     return 0 if status == JobStatus.SUCCEEDED else 1
 
 
-def _request(spec: WorkloadFile, working_dir: Path, defaults: Defaults) -> JobRequest:
+def _request(
+    spec: WorkloadFile, working_dir: Path, defaults: Defaults, debug: Watcher | None
+) -> JobRequest:
     """A workload file's job: its command on every rank, in nobody's kernel."""
     from ..identity import mlflow_user
     from ..tracking.targets import ExperimentRef, current_tracking_uri
@@ -282,6 +289,7 @@ def _request(spec: WorkloadFile, working_dir: Path, defaults: Defaults) -> JobRe
             background=True,  # nobody's kernel: the job outlives this shell
             working_dir=str(working_dir),
             run_name=spec.run_name,
+            debug=None if debug is None else debug.ticket,
         ),
         ExperimentRef(current_tracking_uri(), spec.experiment_name, spec.mlflow_artifact_location),
         mlflow_user(),

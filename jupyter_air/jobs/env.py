@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..perf import marks
 from . import autoresume, guard_hook
+from .node.rank_debugger import HOOK
 
 #: The job a process without ``AIR_JOB_ID`` works for: a scheduled notebook's kernel
 #: (whose cells must not look like ranks) sets it to its task's job.
@@ -89,6 +90,8 @@ def rank_env(
             "PYTHONUNBUFFERED": "1",
             # A native crash prints the Python frame it happened in (``death``).
             "PYTHONFAULTHANDLER": env.get("PYTHONFAULTHANDLER") or "1",
+            # breakpoint() stops where the job is followed, or says why not (``debugger``)
+            "PYTHONBREAKPOINT": env.get("PYTHONBREAKPOINT") or HOOK,
         }
     )
     if (

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .permissions import Grant
@@ -40,6 +41,9 @@ class Program:
     #: Nobody's kernel waits for it: it outlives its caller, and notifies by default.
     background: bool = False
     run_name: str | None = None
+    #: The ticket of the watcher that serves its ranks' pdb prompt while it follows the
+    #: job (``jobs.debugger``); None: nobody watches, breakpoints are skipped.
+    debug: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import cloudpickle
 from ..identity import Identity, mlflow_user, server_owner
 from ..job_dir import AttemptDir
 from ..jobs import cancel
+from ..jobs.debugger import Watcher
 from ..jobs.follow import LogFollower
 from ..jobs.permissions import Grant
 from ..jobs.request import JobRequest, Program
@@ -36,9 +37,10 @@ from ..tracking import backlog, journal
 from ..tracking.backlog import describe as describe_error
 from ..tracking.targets import RunTarget
 from .capture import Payload
+from .debug_prompt import CellPrompt
 from .destination import KernelDestination
 from .display import OPEN_RUN, JobView
-from .options import Options, option_error
+from .options import OptionError, Options, option_error
 from .session import cell_id, notebook_path
 
 #: Seconds an interrupted job gets to stop all its ranks (SIGINT, SIGTERM, SIGKILL).
@@ -107,6 +109,29 @@ def run(
     """Run a payload as a job and return rank 0's value (None for a background job);
     ``submission`` is what ``options.validate()`` made of the options; ``name``: its
     run's name unless the options give one (MLflow's random names say nothing)."""
+    service = kernel_service()
+    # breakpoint() in a rank opens pdb here, in the cell, while it follows the job
+    try:
+        debug = None if options.background else Watcher(service.store.home, options.debug_rank)
+    except ValueError as err:  # a rank that cannot be
+        raise OptionError(str(err)) from None
+    try:
+        return _run(payload, options, submission, source, user_ns, name, service, debug)
+    finally:
+        if debug is not None:
+            debug.close()
+
+
+def _run(
+    payload: Payload,
+    options: Options,
+    submission: Submission,
+    source: str,
+    user_ns: dict[str, Any] | None,
+    name: str,
+    service: JobService,
+    debug: Watcher | None,
+) -> Any:
     grants = submission.grants
     user, notebook = mlflow_user(), notebook_path()
     request = JobRequest(
@@ -121,6 +146,7 @@ def run(
             timeout=options.timeout,
             background=options.background,
             run_name=options.run_name or name,
+            debug=None if debug is None else debug.ticket,
         ),
         KernelDestination(options.experiment, user, notebook),
         user,
@@ -129,7 +155,6 @@ def run(
         tags={"air.cell_id": cell} if (cell := cell_id()) else {},
         watch_pid=None if options.background else os.getpid(),
     )
-    service = kernel_service()
     try:
         started = service.start(request)  # a server that is down: said in seconds
     except Refused as err:
@@ -160,7 +185,7 @@ def run(
             file=sys.stderr,
         )
     max_attempts = options.max_retries + 1
-    if options.background:
+    if debug is None:
         view.status("submitted in the background", 1, max_attempts, f"air logs {job.id}")
         return None
 
@@ -182,7 +207,7 @@ def run(
 
         end_in_time(finish, target.tracking_uri, job.id, unsent)
 
-    return _follow(store, job.id, view, max_attempts, user_ns, end_run)
+    return _follow(store, job.id, view, max_attempts, user_ns, end_run, debug)
 
 
 #: Seconds a cell's end waits for its tracking server to take the run's last points and
@@ -278,8 +303,10 @@ def _follow(
     max_attempts: int,
     user_ns: dict[str, Any] | None,
     end_run: Callable[[str, str], None],
+    debug: Watcher,
 ) -> Any:
     follower = LogFollower(store, job_id, LogFilter(progress=True))
+    prompt = CellPrompt()
     last_status = 0.0
     try:
         while True:
@@ -298,7 +325,7 @@ def _follow(
                 )
                 view.chart(_runs(attempts), hints["gpus"])
                 last_status = time.monotonic()
-            time.sleep(POLL)
+            debug.serve(prompt, POLL)  # a rank's pdb, if one stopped
     except KeyboardInterrupt:
         cancel.cancel(store, job_id)
         view.status("cancelling", len(store.attempts(job_id)) or 1, max_attempts)

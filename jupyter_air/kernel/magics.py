@@ -73,7 +73,7 @@ class DistributedMagics(Magics):
         action="store_true",
         help=(
             "Run the cell on the warm ranks of %%air_session start (their names stay "
-            "between cells); only --out and --output-ranks apply."
+            "between cells); only --out, --output-ranks and --debug-rank apply."
         ),
     )
     @cell_magic
@@ -98,7 +98,10 @@ class DistributedMagics(Magics):
 
             assert self.shell is not None
             _only_session_options(line)
-            return run_session_cell(cell, list(args.out), args.output_ranks, self.shell.user_ns)
+            user_ns = self.shell.user_ns
+            return run_session_cell(
+                cell, list(args.out), args.output_ranks, user_ns, args.debug_rank
+            )
         try:
             options = options_from(args)
             submission = options.validate()
@@ -135,7 +138,7 @@ AirMagics = type(
 
 def _only_session_options(line: str) -> None:
     """A session's ranks, environment and run were chosen by ``%air_session start``."""
-    allowed = {"--session", "--out", "--output-ranks"}
+    allowed = {"--session", "--out", "--output-ranks", "--debug-rank"}
     for word in line.split():
         flag = word.split("=", 1)[0]
         if flag.startswith("-") and flag not in allowed:

@@ -22,14 +22,17 @@ from .warm_session import NoSession, WarmSession
 SEE_HELP = "see %air_session? for the options"
 
 
-def run_session_cell(cell: str, out: list[str], output_ranks: str, user_ns: dict[str, Any]) -> Any:
-    """What ``%%air_distributed --session`` does: the cell on the warm ranks."""
+def run_session_cell(
+    cell: str, out: list[str], output_ranks: str, user_ns: dict[str, Any], debug_rank: int = 0
+) -> Any:
+    """What ``%%air_distributed --session`` does: the cell on the warm ranks (``debug_rank``:
+    the one whose ``breakpoint()`` stops)."""
     try:
         session = WarmSession.running()
         payload = cell_payload(cell, user_ns, out).dumps()
     except (NoSession, UnpicklableName, SyntaxError) as err:
         raise UsageError(str(err)) from None
-    return session.run_cell(payload, cell, output_ranks, user_ns)
+    return session.run_cell(payload, cell, output_ranks, user_ns, debug_rank=debug_rank)
 
 
 @magics_class

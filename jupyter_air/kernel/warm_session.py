@@ -41,10 +41,11 @@ import cloudpickle
 from ..identity import mlflow_user
 from ..job_dir import AttemptDir
 from ..jobs import backends
+from ..jobs.debugger import Watcher
 from ..jobs.follow import LogFollower
 from ..jobs.node.hints import read_hints
 from ..jobs.request import JobRequest, Program
-from ..jobs.service import Refused
+from ..jobs.service import JobService, Refused
 from ..jobs.sessions import cells as session_cells
 from ..jobs.sessions import host as session_host
 from ..jobs.sessions import rank as session_rank
@@ -52,6 +53,7 @@ from ..jobs.sessions.activity import IDLE_TIMEOUT_TAG
 from ..jobs.sessions.cells import CellRecord, LatestCell, SessionRun
 from ..jobs.sessions.host import Session, SessionEnded
 from ..jobs.spec import JobKind
+from ..jobs.workload_file import Submission
 from ..logs.query import LogFilter
 from ..redact import redact
 from ..status import AttemptStatus
@@ -60,6 +62,7 @@ from ..tracking.backlog import Part
 from ..tracking.backlog import describe as describe_error
 from ..tracking.targets import RunTarget
 from ..tracking.ui_links import logs_url
+from .debug_prompt import CellPrompt
 from .destination import KernelDestination
 from .display import JobView
 from .launch import (
@@ -132,13 +135,31 @@ class WarmSession:
         submission = options.validate()
         if idle_timeout_min < 0:
             raise OptionError(f"--idle-timeout must be minutes >= 0, got {idle_timeout_min:g}")
-        from mlflow import MlflowClient
-
         from ..tracking import runs
 
         self._runs = runs
         user, notebook = mlflow_user(), notebook_path()
         service = kernel_service()
+        #: A rank's breakpoint() opens pdb in the running cell (each cell's --debug-rank).
+        self.debug = Watcher(service.store.home, 0)
+        self._prompt = CellPrompt()
+        try:
+            self._start(options, idle_timeout_min, submission, service, user, notebook)
+        except BaseException:
+            self.debug.close()
+            raise
+
+    def _start(
+        self,
+        options: Options,
+        idle_timeout_min: float,
+        submission: Submission,
+        service: JobService,
+        user: str,
+        notebook: str | None,
+    ) -> None:
+        from mlflow import MlflowClient
+
         request = JobRequest(
             submission,
             Program(
@@ -146,6 +167,7 @@ class WarmSession:
                 command=[sys.executable, *session_rank.ARGS],
                 working_dir=os.getcwd(),
                 run_name=options.run_name,
+                debug=self.debug.ticket,
             ),
             KernelDestination(options.experiment, user, notebook),
             user,
@@ -224,10 +246,16 @@ class WarmSession:
         output_ranks: str,
         user_ns: dict[str, Any] | None,
         title: str | None = None,
+        debug_rank: int = 0,
     ) -> Any:
         """Run one cell or function (its pickled ``Payload``) on the warm ranks; rank 0's
-        value (``--out`` names land in ``user_ns``). ``title`` names a function's call."""
+        value (``--out`` names land in ``user_ns``). ``title`` names a function's call;
+        ``debug_rank``: the rank whose ``breakpoint()`` stops in this cell."""
         self.session.check()
+        try:
+            self.debug.aim(debug_rank)
+        except ValueError as err:
+            raise OptionError(str(err)) from None
         number = self.session.cells + 1
         name = f"cell {number}" if title is None else f"{title} (cell {number})"
         tags = {"air.session_cell": str(number), "mlflow.runName": name}
@@ -265,6 +293,7 @@ class WarmSession:
         def tick() -> None:
             nonlocal status_at
             self._show(view, seen)
+            self.debug.serve(self._prompt)  # a rank's pdb, if one stopped
             if time.monotonic() - status_at > STATUS_EVERY:
                 name_run()
                 hints = read_hints(hints_of)
@@ -490,6 +519,7 @@ class WarmSession:
                     self.client.delete_run(run.info.run_id)
 
     def stop(self, reason: str = "stopped by %air_session stop") -> None:
+        self.debug.close()
         self.session.stop(reason)
         self._ahead.shutdown(wait=True)
         self._tail.shutdown(wait=True)

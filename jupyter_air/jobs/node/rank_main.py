@@ -27,6 +27,7 @@ from ...import_hooks import when_imported
 from ...job_dir import AttemptDir
 from ...paths import write_private
 from ...perf import hooks
+from . import rank_debugger
 
 #: The cell's name in tracebacks (its lines come from ``linecache``, as in IPython).
 CELL_FILE = "<air_distributed cell>"
@@ -89,6 +90,7 @@ def main(argv: list[str]) -> int:
     payload_path, attempt_dir = Path(argv[0]), Path(argv[1])
     keep_run_in_environment()
     hooks.install()
+    rank_debugger.install()  # pdb.set_trace() as breakpoint()
     rank = int(os.environ.get("RANK", "0"))
     # The cell runs in a fresh __main__, as in the notebook, so that classes it defines
     # pickle by reference (torch.save of a model, DataLoader workers) and resolve here.

@@ -37,7 +37,7 @@ from ...paths import air_home
 from ...perf import hooks
 from ...perf.marks import PERF_DIR_ENV
 from ...tracking.journal import JOURNAL_ENV
-from ..node import rank_main
+from ..node import rank_debugger, rank_main
 from ..node.rank_main import exit_now, keep_run_in_environment, run_cell
 from . import wire
 
@@ -196,6 +196,7 @@ def main() -> int:
     channel.send(wire.Op.HELLO, rank=rank, pid=os.getpid(), host=socket.gethostname())
     keep_run_in_environment()
     hooks.install()
+    rank_debugger.install()  # pdb.set_trace() as breakpoint()
     main_module = types.ModuleType("__main__")
     sys.modules["__main__"] = main_module
     namespace = main_module.__dict__
