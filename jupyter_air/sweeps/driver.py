@@ -45,6 +45,7 @@ from ..status import JobStatus
 from ..tracking.targets import RunTarget
 from . import space, store, trials
 from .store import Sweep, SweepStatus, SweepStore
+from .sweep_file import PrunerName
 
 log = logging.getLogger("jupyter_air.sweeps.driver")
 
@@ -195,11 +196,18 @@ class Driver:
                 self.sweep.id, **{store.STATUS: SweepStatus.STOPPING.value, store.MESSAGE: message}
             )
             return False
-        self._attrs(number, {store.JOB_ID: started.job.id, store.TRIAL_RUN_ID: started.run_id})
         log.info("trial %d: job %s, run %s", number, started.job.id, started.run_id)
-        if started.run_id:
-            self._log_params(started.run_id, params)
+        self._recorded(number, started.job.id, started.run_id, params)
         return True
+
+    def _recorded(
+        self, number: int, job_id: str, run_id: str | None, params: dict[str, Any]
+    ) -> None:
+        """The trial's params on its run, then its job and run in the study: a driver
+        killed in between finds the job by its tags, and logs the same params again."""
+        if run_id:
+            self._log_params(run_id, params)
+        self._attrs(number, {store.JOB_ID: job_id, store.TRIAL_RUN_ID: run_id})
 
     def _follow(self, frozen: optuna.trial.FrozenTrial, cancel: bool) -> None:
         number = frozen.number
@@ -210,7 +218,7 @@ class Driver:
                 log.info("trial %d was never submitted: submitting it", number)
                 self._submit(number, dict(frozen.params))
                 return
-            self._attrs(number, {store.JOB_ID: job_id, store.TRIAL_RUN_ID: self._run_of(job_id)})
+            self._recorded(number, job_id, self._run_of(job_id), dict(frozen.params))
         reader = self.readers.get(number)
         if reader is None:
             reader = self.readers[number] = trials.MetricReader(
@@ -221,12 +229,12 @@ class Driver:
         except UnknownJob:  # its record was removed: nothing will ever end it
             self._tell(number, TrialState.FAIL, None, f"job {job_id} is gone")
             return
-        points = reader.read()
-        if ended is None and cancel:
-            self._cancel(job_id)
-            return
+        reported = self._report(frozen, reader.read())
         if ended is None:
-            self._prune(frozen, job_id, points)
+            if cancel:
+                self._cancel(job_id)
+            elif reported is not None and reported[0].should_prune():
+                self._pruned(number, job_id, reported[1])
             return
         status, message = ended
         if status == JobStatus.SUCCEEDED and reader.last is not None:
@@ -237,24 +245,28 @@ class Driver:
         else:
             self._tell(number, TrialState.FAIL, None, f"job {status.lower()}: {message or ''}")
 
-    def _prune(
-        self, frozen: optuna.trial.FrozenTrial, job_id: str, points: list[tuple[int, float]]
-    ) -> None:
-        """Report the new points; cancel the trial's job if the pruner says so."""
-        new = [(s, v) for s, v in points if s not in frozen.intermediate_values]
-        if not new:
-            return
+    def _report(
+        self, frozen: optuna.trial.FrozenTrial, points: list[tuple[int, float]]
+    ) -> tuple[optuna.trial.Trial, int] | None:
+        """The objective's new points, for the pruner: the trial and its last step, if
+        it has a pruner and a point. A job that just ended reports its last ones too: the
+        next trials are judged by them."""
+        steps = [*frozen.intermediate_values, *(step for step, _ in points)]
+        if self.sweep.spec.pruner.name is PrunerName.NONE or not steps:
+            return None
         trial = optuna.trial.Trial(self.study, self.sweeps.trial_id(self.sweep.id, frozen.number))
-        for step, value in new:
-            trial.report(value, step)
-        if not trial.should_prune():
-            return
-        step = new[-1][0]
-        log.info("trial %d: pruned at step %d", frozen.number, step)
+        for step, value in points:
+            if step not in frozen.intermediate_values:
+                trial.report(value, step)
+        return trial, max(steps)
+
+    def _pruned(self, number: int, job_id: str, step: int) -> None:
+        """A trial the pruner stops: its job cancelled, PRUNED at ``step``."""
+        log.info("trial %d: pruned at step %d", number, step)
         self._cancel(job_id)
-        self._attrs(frozen.number, {store.PRUNED_STEP: step})
-        self.study.tell(frozen.number, state=TrialState.PRUNED)
-        self._tag_run(frozen.number, {"air.sweep.state": "PRUNED", "air.sweep.pruned_step": step})
+        self._attrs(number, {store.PRUNED_STEP: step})
+        self.study.tell(number, state=TrialState.PRUNED)
+        self._tag_run(number, {"air.sweep.state": "PRUNED", "air.sweep.pruned_step": step})
 
     def _cancel(self, job_id: str) -> None:
         with contextlib.suppress(Conflict):  # it ended meanwhile
@@ -281,8 +293,8 @@ class Driver:
             self.sweeps.storage.set_trial_user_attr(trial_id, key, value)
 
     def _run_of(self, job_id: str) -> str | None:
-        attempts = self.jobs.attempts(job_id)
-        return attempts[0].run_id if attempts else None
+        """The job's first run, made as it was submitted."""
+        return self.jobs.get(job_id).spec.tracking.first_run_id
 
     # -- MLflow ------------------------------------------------------------------------
 
