@@ -89,7 +89,7 @@ def _stop(frame: types.FrameType, header: str | None) -> None:
     if not place:
         why = "nobody is watching this job (run in the background or without --watch)"
     elif ticket is None:
-        why = "nobody is watching this job any more"
+        why = "no watcher reachable (it stopped following the job, or runs on another machine)"
     elif ticket.rank != rank:
         why = f"only rank {ticket.rank} stops (--debug-rank {ticket.rank})"
     else:
