@@ -61,6 +61,8 @@ SAME_SHAPES = frozenset(
         "barrier",
     }
 )
+#: A rank's last collective when it has called none.
+NO_CALL = "none"
 #: Tensors of a call shown in its line.
 SHOWN_TENSORS = 3
 
@@ -293,8 +295,11 @@ class _Wait:
         if len(absent) == 1:
             rank = absent[0]
             where = where_in(self.stacks.get(rank))
-            said += f"; rank {rank} never entered it: its last collective was "
-            said += _last(self.lasts[rank], self.last_seq[rank])
+            said += f"; rank {rank} never entered it: "
+            if self.last_seq[rank] < 1:
+                said += "it has called no collective yet"
+            else:
+                said += f"its last collective was {_last(self.lasts[rank], self.last_seq[rank])}"
             return said + (f", it is in {where} (stacks)" if where else "")
         lasts = ", ".join(_last(self.lasts[r], self.last_seq[r]) for r in absent)
         return said + f"; {_ranks(absent)} never entered it: their last collectives were {lasts}"
@@ -313,8 +318,9 @@ class _Wait:
                 out.append(f"rank {rank}: went past {call.shown()}")
             else:
                 where = where_in(self.stacks.get(rank))
-                said = f"rank {rank}: never entered it; last collective "
-                said += _last(self.lasts.get(rank), self.last_seq.get(rank, -1))
+                last = _last(self.lasts.get(rank), self.last_seq.get(rank, -1))
+                said = f"rank {rank}: never entered it; "
+                said += "no collective called yet" if last == NO_CALL else f"last collective {last}"
                 out.append(said + (f"; now in {where}" if where else ""))
         return out
 
@@ -365,7 +371,7 @@ def _last_call(group: Group | None, below: int) -> Call | None:
 def _last(call: Call | None, seq: int) -> str:
     """``#811 (all_reduce)``, ``#811`` where the ring no longer holds it, ``none``."""
     if seq < 1:
-        return "none"
+        return NO_CALL
     if call is None or call.seq != seq:
         return f"#{seq}"
     return f"#{seq} ({call.op}{'' if call.done else ', not done'})"

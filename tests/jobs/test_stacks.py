@@ -1,17 +1,21 @@
 """Where a stuck job is (issue 26): every rank's Python stacks, by py-spy, of a 2-rank
 job whose rank 1 never reaches the ``all_reduce`` rank 0 waits in; asked for with ``air
 stacks``, and taken by themselves when the likely-hang hint fires and when the hung job
-is cancelled. Real supervisors, real ranks (torch, gloo), the fake NVML driver."""
+is cancelled. With them, the ranks' flight recorders name the collective and the rank
+that never came, or the ranks that called different ones (issue 39, item 1). Real
+supervisors, real ranks (torch, gloo), the fake NVML driver."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jupyter_air.jobs.node import stacks
+from jupyter_air.jobs.node.hints import read_hints
 from jupyter_air.jobs.store import JobStore
 from tests.air_cli import air
 from tests.fake_nvml import FakeGpu, Scenario, env_for
@@ -40,6 +44,21 @@ dist.all_reduce(torch.ones(1))
 #: train.py's lines, as the stacks name them.
 RANK_1_WAITS = "wait_forever (train.py:8)"
 RANK_0_WAITS = "<module> (train.py:15)"
+#: What the ranks' flight recorders say of it.
+NAMED = (
+    "rank 0 waits in all_reduce #1 (float32[1], gloo); rank 1 never entered it: "
+    f"it has called no collective yet, it is in {RANK_1_WAITS} (stacks)"
+)
+MISMATCHED = """import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+print(f"rank {dist.get_rank()} ready", flush=True)
+if dist.get_rank() == 1:
+    dist.broadcast(torch.zeros(3, dtype=torch.int64), 0)
+else:
+    dist.all_reduce(torch.ones(2, 5))
+"""
 
 
 @pytest.fixture
@@ -57,13 +76,14 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_nvml_dir: Path
     return tmp_path
 
 
-def start(workdir: Path) -> str:
+def start(workdir: Path, **fields: Any) -> str:
     (workdir / "w.yaml").write_text(
         json.dumps(
             {
                 "experiment_name": "stacks",
                 "command": f"{sys.executable} train.py",
                 "compute": {"nproc_per_node": 2},
+                **fields,
             }
         )
     )
@@ -95,13 +115,18 @@ def test_air_stacks_shows_rank_0_in_the_collective_and_rank_1_where_it_is_stuck(
         assert "all_reduce" in rank_0, "the collective it waits in"
         assert RANK_1_WAITS in rank_1, out
         assert "all_reduce" not in rank_1
+        assert f"Collectives: {NAMED}\n" in out, out
 
         one = json.loads(air("stacks", job_id, "--rank", "1", "--output", "json").stdout)
         ((taken,),) = [doc["ranks"] for doc in one]
         assert taken["rank"] == 1
         assert RANK_1_WAITS in taken["text"]
+        ((hang,),) = [[doc["hang"]] for doc in one]
+        assert (hang["kind"], hang["seq"], hang["op"]) == ("absent", 1, "all_reduce")
+        assert (hang["waiting"], hang["culprits"]) == ([0], [1])
         saved = air("stacks", job_id, "--saved")
         assert saved.stdout.count("=== node 0 rank 1") == 2, "both sets kept with the attempt"
+        assert f"    hang:     {NAMED}\n" in air("get", job_id).stdout
     finally:
         air("cancel", job_id)
     job = wait_settled(workdir / "air", job_id)
@@ -118,11 +143,26 @@ def test_a_likely_hang_takes_the_stacks_and_so_does_its_cancel(
     monkeypatch.setenv("AIR_HINT_SILENT_AFTER", "2")
     monkeypatch.setenv("AIR_HINT_IDLE_UTILIZATION", "50")
     monkeypatch.setenv("AIR_SYSTEM_METRICS_INTERVAL", "1")
-    job_id = start(workdir)
+    busy = Scenario(gpus=[FakeGpu(util=100), FakeGpu(util=100)])
+    busy.write(workdir / "nvml.txt")  # no hint while the ranks start (importing torch is silent)
+    job_id = start(workdir, notify=["jupyterlab on:hint"])
+    Scenario(gpus=[FakeGpu(util=0), FakeGpu(util=0)]).write(workdir / "nvml.txt")
     store = JobStore(workdir / "air")
     attempt_dir = store.attempt_dir(job_id, 1)
     try:
         until(lambda: stacks.sets(attempt_dir), "the stacks of the likely hang", timeout=120)
+
+        def hang_hint() -> list[str]:
+            return [h["text"] for h in read_hints(attempt_dir)["hints"] if h["kind"] == "hang"]
+
+        assert until(hang_hint, "the cell's hints name the hang", timeout=60) == [NAMED]
+        (told,) = until(
+            lambda: store.outbox.records(job_ids=[job_id]), "the hang's notification", 60
+        )
+        assert told.message.title.endswith(f": {NAMED}"), told.message.title
+        assert " has printed nothing for " in told.message.lines[0], "the likely hang's hint"
+        assert told.message.lines[1] == NAMED
+        assert told.message.lines[2].startswith("rank 0: waits in all_reduce #1 ")
     finally:
         assert air("cancel", job_id).returncode == 0
     wait_settled(workdir / "air", job_id)
@@ -134,3 +174,18 @@ def test_a_likely_hang_takes_the_stacks_and_so_does_its_cancel(
     by_rank = {s.rank: s.text or "" for s in hang.stacks}
     assert RANK_1_WAITS in by_rank[1]
     assert RANK_0_WAITS in by_rank[0]
+
+
+def test_ranks_that_call_different_collectives_are_named_as_a_mismatch(workdir: Path) -> None:
+    (workdir / "train.py").write_text(MISMATCHED)
+    job_id = start(workdir)
+    try:
+        shown = air("stacks", job_id)
+        assert shown.returncode == 0, shown.stderr
+        assert (
+            "Collectives: ranks disagree at collective #1: rank 0 in all_reduce "
+            "(float32[2, 5], gloo); rank 1 in broadcast (int64[3], gloo)\n"
+        ) in shown.stdout, shown.stdout
+    finally:
+        air("cancel", job_id)
+    wait_settled(workdir / "air", job_id)
