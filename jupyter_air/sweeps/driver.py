@@ -51,6 +51,8 @@ log = logging.getLogger("jupyter_air.sweeps.driver")
 
 #: Seconds between two looks at the running trials.
 POLL = 0.5
+#: Seconds before a look that failed is tried again.
+RETRY = 5.0
 #: How long a new driver waits for the lock of one that is exiting.
 LOCK_WAIT = 10.0
 
@@ -146,30 +148,42 @@ class Driver:
         self.distributions = space.distributions(self.sweep.spec)
         self.planned = space.planned(self.sweep.spec)
         self.readers: dict[int, trials.MetricReader] = {}
+        self.cancelled: set[str] = set()
         self.stopping = False
         self.parent: RunTarget | None = None
 
     def run(self, wakeup: Wakeup) -> None:
         self.parent = self._sweep_run()
         while not self.stopping:
-            sweep = self.sweeps.get(self.sweep.id)
-            if not sweep.status.active:
-                return  # ended by another driver that held the lock before
-            active = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            for frozen in active:
-                self._follow(frozen, cancel=sweep.status is SweepStatus.STOPPING)
-            running = len(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
-            asked = len(self.study.get_trials(deepcopy=False))
-            if sweep.status is SweepStatus.RUNNING:
-                while running < sweep.spec.parallel and asked < self.planned:
-                    if not self._start():
-                        break
-                    running, asked = running + 1, asked + 1
-            sweep = self.sweeps.get(self.sweep.id)
-            if running == 0 and (asked >= self.planned or sweep.status is not SweepStatus.RUNNING):
-                self._finish(sweep)
-                return
+            try:
+                if self._look():
+                    return
+            except Exception:  # a locked store, a tracking server gone: again soon, stay up
+                log.exception("look failed")
+                wakeup.sleep(RETRY)
+                continue
             wakeup.sleep(POLL)
+
+    def _look(self) -> bool:
+        """Follow the running trials, start the next ones; True once the sweep ended."""
+        sweep = self.sweeps.get(self.sweep.id)
+        if not sweep.status.active:
+            return True  # ended by a driver that held the lock before
+        active = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        for frozen in active:
+            self._follow(frozen, cancel=sweep.status is SweepStatus.STOPPING)
+        running = len(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+        asked = len(self.study.get_trials(deepcopy=False))
+        if sweep.status is SweepStatus.RUNNING:
+            while running < sweep.spec.parallel and asked < self.planned:
+                if not self._start():
+                    break
+                running, asked = running + 1, asked + 1
+        sweep = self.sweeps.get(self.sweep.id)
+        if running == 0 and (asked >= self.planned or sweep.status is not SweepStatus.RUNNING):
+            self._finish(sweep)
+            return True
+        return False
 
     # -- trials ------------------------------------------------------------------------
 
@@ -269,6 +283,10 @@ class Driver:
         self._tag_run(number, {"air.sweep.state": "PRUNED", "air.sweep.pruned_step": step})
 
     def _cancel(self, job_id: str) -> None:
+        """Cancel the job once (a second SIGTERM is not a second request)."""
+        if job_id in self.cancelled:
+            return
+        self.cancelled.add(job_id)
         with contextlib.suppress(Conflict):  # it ended meanwhile
             self.service.cancel(job_id)
 

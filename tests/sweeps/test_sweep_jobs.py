@@ -211,3 +211,52 @@ def test_the_median_pruner_cancels_a_trial_whose_points_are_worse(workdir: Path)
     assert run.data.tags["air.sweep.pruned_step"] == str(weak["pruned_step"])
     shown = air("sweep", "get", sweep_id).stdout
     assert f"trial {weak['number']}: PRUNED at step {weak['pruned_step']} {{'x': 5}}" in shown
+
+
+#: A trial that runs until it is cancelled.
+ENDLESS_TRIAL = """\
+import time
+from jupyter_air import log_metrics
+
+for step in range(1, 10**6):
+    log_metrics({"loss": 1 / step}, step=step)
+    time.sleep(0.2)
+"""
+
+
+def test_air_sweep_stop_cancels_the_running_trials_and_starts_no_other(workdir: Path) -> None:
+    sweep_id = started(
+        workdir,
+        ENDLESS_TRIAL,
+        {
+            "space": {"x": {"type": "float", "low": 0, "high": 1}},
+            "objective": {"minimize": "loss"},
+            "trials": 5,
+            "parallel": 2,
+            "sampler": "random",
+        },
+    )
+    store = SweepStore(workdir / "air")
+    until(
+        lambda: sum(t.job_id is not None for t in store.trials(sweep_id)) == 2,
+        "two trials' jobs",
+        180,
+    )
+    stopped = air("sweep", "stop", sweep_id)
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.startswith(f"Sweep {sweep_id} stopping")
+
+    doc = ended(workdir, sweep_id, 180)
+    assert doc["status"] == "STOPPED"
+    assert [t["state"] for t in doc["trials"]] == ["FAIL", "FAIL"], "no third trial"
+    jobs = JobStore(workdir / "air")
+    for t in doc["trials"]:
+        assert t["message"].startswith("job cancelled")
+        assert jobs.get(t["job_id"]).status == "CANCELLED"
+    run = MlflowClient(os.environ["MLFLOW_TRACKING_URI"]).get_run(doc["run_id"])
+    assert (run.info.status, run.data.tags["air.sweep.state"]) == ("KILLED", "STOPPED")
+    again = air("sweep", "stop", sweep_id)
+    assert (again.returncode, again.stderr) == (
+        1,
+        f"air: sweep {sweep_id} already ended (stopped)\n",
+    )
