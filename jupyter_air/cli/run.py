@@ -11,7 +11,7 @@ from typing import Any
 
 from ..identity import os_identity
 from ..jobs.debugger import Watcher
-from ..jobs.guards import OFF
+from ..jobs.guards import OFF, resolved
 from ..jobs.request import Defaults, JobRequest, Program
 from ..jobs.service import JobService
 from ..jobs.spec import JobKind
@@ -193,11 +193,13 @@ def _run(args: argparse.Namespace) -> int:
             )
         except Refused as err:
             raise CliError(f"{args.file}: {err.field}: {err}" if err.field else str(err)) from None
+        targets = spec.targets(unwatched=True)
         print(
             json.dumps(
                 {
                     **spec.model_dump(),
-                    "notify": [t.shown() for t in spec.targets(unwatched=True)],
+                    "notify": [t.shown() for t in targets],
+                    "guard": list(resolved(spec.guard, has_targets=bool(targets))),
                     "argv": spec.argv,
                     "working_dir": str(working_dir),
                 },

@@ -130,10 +130,14 @@ def test_a_retried_workload_is_one_job_with_two_attempts_and_two_runs(workdir: P
 
 def test_dry_run_and_override_submit_nothing(workdir: Path) -> None:
     resolved = json.loads(
-        air("run", "-f", "w.yaml", "--dry-run", "--override", "compute.nproc_per_node=4").stdout
+        air(
+            *("run", "-f", "w.yaml", "--dry-run", "--override", "compute.nproc_per_node=4"),
+            *("--guard", "loss:>10->notify"),
+        ).stdout
     )
     assert resolved["compute"]["nproc_per_node"] == 4
     assert resolved["argv"] == [sys.executable, "train.py"]
+    assert resolved["guard"] == ["loss: > 10 -> notify"], "the guards as the job runs them"
     assert air("list", "--all-status").stdout.strip() == "no jobs"
 
 
