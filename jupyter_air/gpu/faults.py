@@ -208,6 +208,9 @@ class XidWatch:
     thread tries again every ``retry`` seconds. Events are kept ``keep`` seconds.
     """
 
+    #: ``reason`` until the thread has tried to open its event set.
+    NOT_STARTED = "not started"
+
     def __init__(
         self,
         nvml: Nvml | None = None,
@@ -227,7 +230,7 @@ class XidWatch:
         self._thread: threading.Thread | None = None
         self._waiting = False  # an event set with a GPU registered is waited on
         self.refused: dict[int, str] = {}
-        self.reason: str | None = "not started"
+        self.reason: str | None = self.NOT_STARTED
 
     def start(self) -> XidWatch:
         if self._thread is None:

@@ -1,9 +1,11 @@
 """The kit's steps in order; each records its checks and never stops the others.
 
-1 install (done by scripts/gpu-check; its log is reported), 2 NVML vs nvidia-smi while
-a job's CUDA process holds memory and computes, 3 the job's cell through a real kernel,
-the refused oversubscription, the MLflow run's GPU metrics and the GPU API's owner of
-the process, 4 the sampler's cost and the panel's payload, and the gpu pytest tests.
+1 install (done by scripts/gpu-check; its log is reported), 2b the hardware queries
+(throttle reasons, ECC, retired pages, remapped rows, an XID event set) as the driver
+answers them, 2 NVML vs nvidia-smi while a job's CUDA process holds memory and
+computes, 3 the job's cell through a real kernel, the refused oversubscription, the
+MLflow run's GPU metrics and the GPU API's owner of the process, 4 the sampler's cost
+and the panel's payload, and the gpu pytest tests.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from jupyter_air.gpu.nvml import Nvml
 from . import machine
 from .compare import compare
 from .gpu_tests import run_gpu_tests
+from .hardware import STEP as HARDWARE
+from .hardware import check_hardware
 from .kernel import LOAD_CELL, TOO_MANY_RANKS_CELL, Execution, Kernel
 from .report import Report
 from .server import Server
@@ -101,6 +105,7 @@ class Run:
         if not gpus:
             self.report.failed("nvml_sees_a_gpu", SMI, self.nvml.status().reason or "no GPU")
             return
+        self.step("hardware", HARDWARE, lambda: check_hardware(self.nvml, self.report))
         server = Server(self.env, self.notebooks, self.work / "server.log")
         kernel: Kernel | None = None
         try:

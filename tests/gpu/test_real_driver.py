@@ -9,12 +9,15 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
+from jupyter_air.gpu.faults import XidWatch
 from jupyter_air.gpu.nvml import Nvml
 from jupyter_air.tracking.system_metrics import GpuMonitor
 from scripts.gpu_check.compare import compare
+from scripts.gpu_check.hardware import UNAVAILABLE_TEXTS
 from scripts.gpu_check.report import Outcome, Report
 from tests.waits import until
 
@@ -87,3 +90,36 @@ def test_mlflow_gets_every_gpu_metric_from_our_monitor(nvml: Nvml) -> None:
     for name in ("memory_usage_megabytes", "power_usage_watts", "temperature_celsius"):
         assert metrics.get(f"gpu_0_{name}", 0) > 0, metrics
     assert "gpu_0_utilization_percentage" in metrics or nvml.inventory()[0].mig_mode, metrics
+
+
+def test_every_gpu_answers_the_hardware_queries_or_says_it_has_none(nvml: Nvml) -> None:
+    """Throttle reasons, SM clock, ECC, retired pages, remapped rows (issue 39): each a
+    value or NVML's "not supported", never another error and never a zero made up."""
+    for info, reading in zip(nvml.inventory(), nvml.read_all(), strict=True):
+        health = reading.health
+        errors = {k: v for k, v in health.unavailable.items() if v not in UNAVAILABLE_TEXTS}
+        assert not errors, health
+        for name in ("clock_reasons", "sm_clock_mhz", "ecc", "retired_pages", "remapped_rows"):
+            assert (getattr(health, name) is None) == (name in health.unavailable), health
+        if not info.mig_mode and info.virtualization is None:
+            assert health.clock_reasons is not None, health
+            assert info.max_sm_clock_mhz, info
+        if health.retired_pages is not None or health.remapped_rows is not None:
+            assert health.ecc is not None, "a GPU that retires memory counts its ECC errors"
+
+
+def test_an_xid_watch_opens_an_event_set_whose_waits_come_back() -> None:
+    watch = XidWatch(Nvml(retry_interval=0), wait_ms=200).start()
+    try:
+        until(
+            lambda: watch.watching or watch.refused or watch.reason != XidWatch.NOT_STARTED,
+            "the event set opened",
+            20,
+        )
+        if watch.refused and not watch.watching:
+            assert set(watch.refused.values()) <= UNAVAILABLE_TEXTS, watch.refused
+            pytest.skip(f"no GPU here delivers events: {watch.refused}")
+        assert watch.watching, watch.reason
+        assert watch.caught_up(time.time(), timeout=10)
+    finally:
+        watch.stop()
