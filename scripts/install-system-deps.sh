@@ -2,7 +2,8 @@
 # System packages the tests need: a C compiler for the fake NVML driver, Debian's
 # chromium for the browser tests (Playwright's own browser download cannot work here),
 # and Slurm with munge for the cluster the slurm backend's tests start (tests/slurm_cluster.py;
-# the packages' own services are not used: no systemd runs here).
+# Debian's prometheus for the test that scrapes /metrics (tests/metrics); the packages' own
+# services are not used: no systemd runs here).
 set -euo pipefail
 
 missing=()
@@ -12,6 +13,7 @@ command -v node >/dev/null || missing+=(nodejs npm)
 fc-list 2>/dev/null | grep -qi dejavu || missing+=(fonts-dejavu-core)
 command -v slurmctld >/dev/null || missing+=(slurm-wlm)
 command -v munged >/dev/null || missing+=(munge)
+command -v prometheus >/dev/null || missing+=(prometheus)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

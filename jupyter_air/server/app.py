@@ -11,12 +11,14 @@ from traitlets import Float, TraitError, validate
 from ..gpu.sampler import GpuSampler
 from ..jobs.retention import DEFAULT_DAYS, check_days, prune_in_background
 from ..jobs.store import JobStore, settle_periodically
+from ..metrics.settings import AirMetrics
 from ..notify.courier import ensure_courier
 from ..tracking.run_tails import resume_pending
 from ..tracking.targets import bound_requests
 from ..tracking.ui_server import MlflowUi
 from .gpu_handlers import GpuHandler, GpuSampleHandler, JobGpuHandler
 from .jobs_handlers import JOB, REQUEST_BUSY_TIMEOUT, jobs_handlers
+from .metrics_handlers import metrics_handlers
 from .mlflow_handlers import mlflow_ui_handlers
 from .notifications_handlers import notifications_handlers
 from .profile_handlers import profile_handlers
@@ -30,7 +32,7 @@ class AirExtension(ExtensionApp):
 
     name = "jupyter_air"
     load_other_extensions = True
-    classes = [GpuSampler, MlflowUi]  # noqa: RUF012 (traitlets reads a plain class attribute)
+    classes = [GpuSampler, MlflowUi, AirMetrics]  # noqa: RUF012 (traitlets reads a plain class attribute)
 
     log_retention_days = Float(
         DEFAULT_DAYS,
@@ -75,6 +77,7 @@ class AirExtension(ExtensionApp):
         self.handlers.extend(runs_handlers(self.store))
         self.handlers.extend(schedules_handlers(self.store))
         self.handlers.extend(notifications_handlers(self.store))
+        self.handlers.extend(metrics_handlers(self.sampler, self.store, AirMetrics(parent=self)))
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         self.sampler.start()

@@ -8,6 +8,7 @@ from bisect import bisect_right
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import JupyterHandler
 from tornado import web
 
 from ..gpu.owners import job_of, owner_of
@@ -64,15 +65,7 @@ class GpuHandler(AirHandler):
         processes = [p for state in doc["state"] for p in state["processes"]]
         if not processes:
             return
-        owners: dict[int, dict[str, Any]] = {}
-        paths = {}
-        for session in await self.session_manager.list_sessions():  # type: ignore[no-untyped-call]
-            kernel = session.get("kernel") or {}
-            paths[kernel.get("id")] = session.get("path") or session.get("name")
-        for kernel_id in self.kernel_manager.list_kernel_ids():
-            pid = _kernel_pid(self.kernel_manager.get_kernel(kernel_id))
-            if pid is not None:
-                owners[pid] = {"kind": "kernel", "id": kernel_id, "name": paths.get(kernel_id)}
+        owners = await kernel_owners(self)
         for proc in processes:
             job_id = job_of(proc["pid"])
             if job_id is not None:
@@ -119,6 +112,20 @@ class JobGpuHandler(JobsBase):
         self.write_json(
             {**doc, "job": job.id, "attempt": attempt, "node": node, "running": running}
         )
+
+
+async def kernel_owners(handler: JupyterHandler) -> dict[int, dict[str, Any]]:
+    """This server's kernels by pid: ``{"kind": "kernel", "id", "name": its notebook}``."""
+    owners: dict[int, dict[str, Any]] = {}
+    paths = {}
+    for session in await handler.session_manager.list_sessions():  # type: ignore[no-untyped-call]
+        kernel = session.get("kernel") or {}
+        paths[kernel.get("id")] = session.get("path") or session.get("name")
+    for kernel_id in handler.kernel_manager.list_kernel_ids():
+        pid = _kernel_pid(handler.kernel_manager.get_kernel(kernel_id))
+        if pid is not None:
+            owners[pid] = {"kind": "kernel", "id": kernel_id, "name": paths.get(kernel_id)}
+    return owners
 
 
 async def add_job_details(service: JobService, processes: list[dict[str, Any]]) -> None:

@@ -1,0 +1,182 @@
+"""The Prometheus collector: reads the GPU sampler and the jobs service at scrape time.
+
+GPU gauges carry dcgm-exporter's names, units and labels (``gpu``, ``UUID``,
+``device``, ``modelName``, ``Hostname``), so that its dashboards work, plus ``user``,
+``air_job`` and ``notebook`` of the processes holding the GPU (several holders: their
+values joined with ``,``); ``air_job``, not ``job``, which Prometheus gives every series
+(the scrape's job), as dcgm-exporter's ``hpc_job``. Who holds a GPU is said as the GPU
+panel says it: the job a process runs for (``AIR_JOB_ID``), else the kernel it descends
+from; its user is the job's owner, else the process's OS user.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import psutil
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from ..gpu.owners import job_of, owner_of
+from ..gpu.sampler import GpuSampler
+from ..jobs.permissions import Forbidden
+from ..jobs.service import JobService
+from ..jobs.store import UnknownJob
+from .settings import AirMetrics
+from .usage import GpuUsage, Holder
+
+GPU_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname", "user", "air_job", "notebook")
+USAGE_LABELS = ("Hostname", "user", "air_job", "notebook")
+
+#: dcgm-exporter's gauges we export: (name, help), as its default counters say them.
+DCGM_GAUGES: tuple[tuple[str, str], ...] = (
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB): total less used."),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)."),
+    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)."),
+)
+
+#: Every metric name a scrape can hold, as Prometheus stores it (a counter's with _total).
+EXPORTED = frozenset(
+    {name for name, _ in DCGM_GAUGES}
+    | {"air_gpu_allocated_seconds_total", "air_gpu_idle_seconds_total", "air_jobs"}
+)
+
+
+class AirCollector(Collector):
+    """One per process: its usage counters live as long as it does.
+
+    ``kernels``: the pid of each kernel of this server and its notebook, set by the
+    server before a scrape (empty in ``air exporter``, which has no kernels).
+    """
+
+    def __init__(self, sampler: GpuSampler, service: JobService, settings: AirMetrics) -> None:
+        self.sampler = sampler
+        self.service = service
+        self.usage = GpuUsage(settings.idle_threshold, settings.forget_after)
+        self.kernels: Mapping[int, str] = {}
+        self._lock = threading.Lock()
+        #: The newest values of each GPU's sample columns, kept between scrapes.
+        self._latest: list[dict[str, Any]] = []
+        #: A registry of this collector alone, never the process-wide default one.
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            doc = self.sampler.snapshot(since=self.usage.counted_until)
+            if doc["reset"] or len(self._latest) != len(doc["samples"]["gpu"]):
+                self._latest = [{} for _ in doc["samples"]["gpu"]]
+            for latest, columns in zip(self._latest, doc["samples"]["gpu"], strict=True):
+                latest.update({name: values[-1] for name, values in columns.items() if values})
+            holders = self._holders(doc)
+            self.usage.charge(
+                doc["samples"]["t"],
+                [gpu["util"] for gpu in doc["samples"]["gpu"]],
+                holders,
+                self.sampler.interval,
+            )
+            yield from self._gauges(doc, holders)
+        yield from self._usage(str(doc["host"]["hostname"]))
+        yield self._jobs()
+
+    def _holders(self, doc: dict[str, Any]) -> list[frozenset[Holder]]:
+        jobs: dict[str, Holder] = {}
+        return [
+            frozenset(self._holder(p["pid"], jobs) for p in state["processes"])
+            for state in doc["state"]
+        ]
+
+    def _holder(self, pid: int, jobs: dict[str, Holder]) -> Holder:
+        job_id = job_of(pid)
+        if job_id is None:
+            return Holder(_user_of(pid), "", owner_of(pid, self.kernels) or "")
+        if job_id not in jobs:
+            try:
+                job = self.service.get(job_id)
+            except (UnknownJob, Forbidden):  # not in this store, or not its user's to see
+                jobs[job_id] = Holder(_user_of(pid), job_id, "")
+            else:
+                notebook = dict(job.spec.tracking.tags).get("air.notebook", "")
+                jobs[job_id] = Holder(job.owner, job_id, notebook)
+        return jobs[job_id]
+
+    def _gauges(self, doc: dict[str, Any], holders: list[frozenset[Holder]]) -> Iterator[Metric]:
+        host = str(doc["host"]["hostname"])
+        families = {
+            name: GaugeMetricFamily(name, text, labels=GPU_LABELS) for name, text in DCGM_GAUGES
+        }
+        for info, state, latest, held in zip(
+            doc["gpus"], doc["state"], self._latest, holders, strict=True
+        ):
+            labels = [
+                str(info["index"]),
+                info["uuid"] or "",
+                f"nvidia{info['index']}",
+                info["name"] or "",
+                host,
+                _joined(h.user for h in held),
+                _joined(h.job for h in held),
+                _joined(h.notebook for h in held),
+            ]
+            total, used = info["mem_total_mib"], latest.get("mem")
+            values = {
+                "DCGM_FI_DEV_GPU_UTIL": latest.get("util"),
+                "DCGM_FI_DEV_FB_USED": used,
+                "DCGM_FI_DEV_FB_FREE": None if total is None or used is None else total - used,
+                "DCGM_FI_DEV_GPU_TEMP": latest.get("temp"),
+                "DCGM_FI_DEV_POWER_USAGE": latest.get("power"),
+                "DCGM_FI_DEV_SM_CLOCK": state["health"]["sm_clock_mhz"],
+            }
+            for name, value in values.items():
+                if value is not None:  # not reported, or the GPU is lost
+                    families[name].add_metric(labels, float(value))
+        return iter(families.values())
+
+    def _usage(self, host: str) -> Iterator[Metric]:
+        allocated = CounterMetricFamily(
+            "air_gpu_allocated_seconds",
+            "GPU-seconds held by a user's job or notebook (shared evenly between holders).",
+            labels=USAGE_LABELS,
+        )
+        idle = CounterMetricFamily(
+            "air_gpu_idle_seconds",
+            "GPU-seconds held while the GPU's utilization was under AirMetrics.idle_threshold.",
+            labels=USAGE_LABELS,
+        )
+        for usage in self.usage.usages(time.time()):
+            h = usage.holder
+            labels = [host, h.user, h.job, h.notebook]
+            allocated.add_metric(labels, usage.allocated)
+            idle.add_metric(labels, usage.idle)
+        yield allocated
+        yield idle
+
+    def _jobs(self) -> Metric:
+        jobs = GaugeMetricFamily(
+            "air_jobs", "Jobs pending or running, by state and owner.", labels=("state", "user")
+        )
+        counts = Counter(
+            (job.status.value, job.owner) for job in self.service.jobs(active_only=True)
+        )
+        for (state, user), count in sorted(counts.items()):
+            jobs.add_metric([state, user], count)
+        return jobs
+
+
+def _joined(values: Iterator[str]) -> str:
+    return ",".join(sorted({v for v in values if v}))
+
+
+def _user_of(pid: int) -> str:
+    """The OS user a process runs as ("" once it is gone)."""
+    try:
+        return str(psutil.Process(pid).username())
+    except (psutil.Error, OSError):
+        return ""

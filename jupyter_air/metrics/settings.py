@@ -1,0 +1,105 @@
+"""What an operator configures of the metrics (``c.AirMetrics``), and the metrics token.
+
+The token is a scope of its own: it reads the metrics and nothing else, and nothing
+else (a Jupyter token, a browser's login) reads the metrics. It lives in a file private
+to the user the server runs as, read on every scrape so that replacing the file
+rotates it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from traitlets import Float, TraitError, Unicode, validate
+from traitlets.config import Configurable
+
+#: Fewer characters than this is guessable over the network.
+MIN_TOKEN_CHARS = 32
+
+
+class TokenError(ValueError):
+    """The metrics token file cannot be used; the message says why and what to do."""
+
+
+class AirMetrics(Configurable):
+    """The Prometheus metrics of ``jupyter-air/metrics`` and ``air exporter``."""
+
+    token_file = Unicode(
+        os.environ.get("AIR_METRICS_TOKEN_FILE", ""),
+        help=(
+            "File holding the bearer token Prometheus sends to read jupyter-air/metrics "
+            "(at least 32 characters, the file readable by this user only). Empty: the "
+            "route is off. Default: $AIR_METRICS_TOKEN_FILE."
+        ),
+    ).tag(config=True)
+
+    idle_threshold = Float(
+        5.0,
+        help=(
+            "GPU utilization (%) under which a sample of a held GPU counts as idle in "
+            "air_gpu_idle_seconds_total."
+        ),
+    ).tag(config=True)
+
+    forget_after = Float(
+        3600.0,
+        help=(
+            "Seconds after its last GPU sample that a job's usage counters leave the "
+            "metrics (Prometheus keeps what it scraped), so that ended jobs do not pile up."
+        ),
+    ).tag(config=True)
+
+    @validate("idle_threshold")
+    def _percent(self, proposal: dict[str, Any]) -> float:
+        value = float(proposal["value"])
+        if not 0 <= value <= 100:
+            raise TraitError(f"AirMetrics.idle_threshold must be a percent, got {value}")
+        return value
+
+    @validate("forget_after")
+    def _positive(self, proposal: dict[str, Any]) -> float:
+        value = float(proposal["value"])
+        if not value > 0:
+            raise TraitError(f"AirMetrics.forget_after must be > 0 seconds, got {value}")
+        return value
+
+
+def read_token(path: str | Path) -> str:
+    """The token in ``path`` (its first line), refused with the reason when the file is
+    missing, readable or writable by others, not this user's, or too short."""
+    path = Path(path).expanduser()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as err:
+        raise TokenError(f"metrics token file {path}: {err.strerror}") from None
+    with os.fdopen(fd, encoding="utf-8", errors="replace") as file:
+        st = os.fstat(file.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise TokenError(f"metrics token file {path} is not a regular file")
+        if st.st_uid != os.geteuid():
+            raise TokenError(f"metrics token file {path} is not yours")
+        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise TokenError(
+                f"metrics token file {path} is open to others (mode "
+                f"{stat.S_IMODE(st.st_mode):o}): run `chmod 600 {path}`"
+            )
+        token = file.read(4096).split("\n", 1)[0].strip()
+    if len(token) < MIN_TOKEN_CHARS:
+        raise TokenError(
+            f"metrics token in {path} has {len(token)} characters, fewer than "
+            f"{MIN_TOKEN_CHARS}: make one with `openssl rand -hex 32 > {path}`"
+        )
+    return token
+
+
+def bearer_matches(header: str | None, token: str) -> bool:
+    """Whether an ``Authorization`` header carries exactly ``token`` as a bearer token
+    (compared in constant time)."""
+    scheme, _, given = (header or "").strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(given.strip().encode(), token.encode())
