@@ -148,7 +148,8 @@ def _ended_hidden(service: JobService, active: list[Job], limit: int) -> str:
 
 def _get(args: argparse.Namespace) -> int:
     service = _service(settle=True)
-    doc = service.document(_job(service, args.job_id))
+    job = _job(service, args.job_id)
+    doc = service.document(job)
     if args.output == "json":
         print(json.dumps(doc, indent=2))
         return 0
@@ -167,6 +168,8 @@ def _get(args: argparse.Namespace) -> int:
     )
     if doc["checkpoint_dir"]:
         print(f"  checkpoints: {doc['checkpoint_dir']}")
+    if job.spec.policy.guards:  # docs/guards.md
+        print(f"  guards:   {'; '.join(job.spec.policy.guards)}")
     if doc["logs_expired"]:
         print("  logs:     expired (removed by retention)")
     for a in doc["attempts"]:

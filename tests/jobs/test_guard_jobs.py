@@ -75,6 +75,7 @@ def test_a_nan_loss_stops_the_job_says_why_and_notifies_its_targets(workdir: Pat
     assert attempt.message == why
     shown = air("get", job_id).stdout
     assert shown.startswith(f"Job {job_id}: FAILED ({why})"), shown
+    assert "\n  guards:   loss: nan -> notify, stop; loss: > 100 -> notify\n" in shown
 
     titles = [post["title"] for post, _ in hook.posts]
     assert len(titles) == 2, titles
