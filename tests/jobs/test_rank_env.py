@@ -201,6 +201,8 @@ def test_every_rank_gets_the_hooks_site_first_on_its_path_unless_nothing_needs_i
     assert resumed["PYTHONPATH"] == str(SITE)
     neither = env_of(ONE, {"AIR_PERF": "0"}, attempt=2, extra={"AIR_AUTO_RESUME": "0"})
     assert "PYTHONPATH" not in neither
+    guarded = env_of(ONE, {"AIR_PERF": "0"}, attempt=1, extra={"AIR_GUARDS": '{"dir": "/a"}'})
+    assert guarded["PYTHONPATH"] == str(SITE), "a job's guards hook its trainers (issue 39)"
 
 
 def test_the_hooks_sitecustomize_runs_the_one_it_hides(tmp_path: Path) -> None:
