@@ -189,7 +189,7 @@ class Watcher:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def rank_env(ticket: Path | None) -> dict[str, str]:
+def rank_env(ticket: str | None) -> dict[str, str]:
     """What a job's ranks are told of its watcher: where its ticket is, if any."""
     return {} if ticket is None else {TICKET_ENV: str(ticket)}
 

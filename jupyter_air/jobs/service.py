@@ -22,7 +22,7 @@ from ..notify.targets import BadTarget, Target
 from ..perf import profiles
 from ..perf.profiles import Profile
 from ..tracking.targets import ExperimentRef, RunTarget
-from . import backends, cancel, checkpoints, debugger, running
+from . import backends, cancel, checkpoints, running
 from .backends.base import Backend, BackendRefused, Placement
 from .checkpoint_settings import checkpoint_root
 from .documents import RunLink, job_document, job_documents
@@ -99,10 +99,7 @@ class Placed:
             kind,
             command=program.command,
             working_dir=program.working_dir,
-            env={
-                **(command_env(s.env) if kind is JobKind.COMMAND else s.env),
-                **debugger.rank_env(program.debug),
-            },
+            env=command_env(s.env) if kind is JobKind.COMMAND else s.env,
             output_ranks=program.output_ranks,
             outputs=program.outputs,
             nproc_per_node=self.nproc_per_node,
@@ -117,6 +114,7 @@ class Placed:
             notify=targets,
             checkpoint_dir=place,
             resume_job=s.resume,
+            debug_ticket=None if program.debug is None else str(program.debug),
             guards=resolved_guards(s.guard, has_targets=bool(targets)),
         )
 

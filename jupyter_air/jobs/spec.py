@@ -75,6 +75,9 @@ class Program:
     #: (``--resume JOB``), and that checkpoint, found when the job is submitted.
     resume_job: str | None = None
     resume_from: str | None = None
+    #: The ticket of the watcher that serves a stopped rank's pdb while it follows the
+    #: job (``jobs.debugger``); None: nobody watches, breakpoints are skipped.
+    debug_ticket: str | None = None
 
 
 @dataclass(frozen=True)
@@ -256,6 +259,7 @@ def job_spec(
     checkpoint_dir: str | None = None,
     resume_job: str | None = None,
     guards: Sequence[str] = (),
+    debug_ticket: str | None = None,
 ) -> JobSpec:
     """A spec from the fields every entry point speaks of, already checked: the magic's
     options, the decorator's, a session's, a workload file's or a schedule task's (the
@@ -270,6 +274,7 @@ def job_spec(
             outputs=tuple(outputs),
             checkpoint_dir=checkpoint_dir,
             resume_job=resume_job,
+            debug_ticket=debug_ticket,
         ),
         compute=Compute(nproc_per_node=nproc_per_node, nnodes=nnodes),
         tracking=Tracking(run_name=run_name, tags=_frozen_map(tags), deferred=deferred),

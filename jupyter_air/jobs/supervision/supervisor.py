@@ -50,7 +50,7 @@ from ...tracking.run_tails import (
     resume_pending,
 )
 from ...tracking.targets import bound_requests, quiet_retries
-from .. import backends, checkpoints, guard_hook
+from .. import backends, checkpoints, debugger, guard_hook
 from ..attempt_progress import of_session
 from ..backends.base import AttemptContext, Nodes
 from ..hangs import NAMED
@@ -819,7 +819,12 @@ class Supervisor:
             attempt=attempt.number,
             spec=self.spec,
             files=JobDir(self.store.job_dir(self.job.id)),
-            env={**self.spec.program.env, **mlflow_env, **place_env},
+            env={
+                **self.spec.program.env,
+                **mlflow_env,
+                **place_env,
+                **debugger.rank_env(self.spec.program.debug_ticket),
+            },
             hints=attempt.hints,
             reaper=reaper,
             on_metrics=attempt.metrics.add,
