@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -34,7 +35,8 @@ import optuna
 from optuna.trial import TrialState
 
 from ..identity import Identity
-from ..jobs.env import job_free_env
+from ..jobs import backends
+from ..jobs.env import gpu_count, job_free_env, visible_gpus
 from ..jobs.follow import outcome
 from ..jobs.service import Conflict, JobService, Refused
 from ..jobs.store import JobStore, UnknownJob
@@ -51,6 +53,7 @@ log = logging.getLogger("jupyter_air.sweeps.driver")
 
 #: Seconds between two looks at the running trials.
 POLL = 0.5
+CUDA = "CUDA_VISIBLE_DEVICES"
 #: Seconds before a look that failed is tried again.
 RETRY = 5.0
 #: How long a new driver waits for the lock of one that is exiting.
@@ -149,8 +152,19 @@ class Driver:
         self.planned = space.planned(self.sweep.spec)
         self.readers: dict[int, trials.MetricReader] = {}
         self.cancelled: set[str] = set()
+        self.gpus = self._gpus()
         self.stopping = False
         self.parent: RunTarget | None = None
+
+    def _gpus(self) -> list[str]:
+        """The GPUs this machine's trials share out, none to two at once: those the
+        driver may use (its CUDA_VISIBLE_DEVICES, else all NVML sees); none on a
+        cluster's backend (its own placement), or where the sweep asks to share them
+        (``compute.oversubscribe``)."""
+        spec = self.sweep.spec
+        if backends.get(spec.backend).multi_node or spec.compute.oversubscribe:
+            return []
+        return visible_gpus(os.environ, gpu_count())
 
     def run(self, wakeup: Wakeup) -> None:
         self.parent = self._sweep_run()
@@ -188,18 +202,40 @@ class Driver:
     # -- trials ------------------------------------------------------------------------
 
     def _start(self) -> bool:
-        """Ask Optuna for the next trial and submit its job; False if the sweep failed."""
+        """Ask Optuna for the next trial and submit its job; False if none started: no
+        GPUs free for it yet, or the sweep failed."""
+        gpus = self._free_gpus()
+        if self.gpus and gpus is None:
+            return False
         trial = self.study.ask(self.distributions)
         log.info("trial %d: %s", trial.number, trial.params)
+        if gpus is not None:  # recorded first: a next driver shares out the others
+            self._attrs(trial.number, {store.GPUS: gpus})
         return self._submit(trial.number, dict(trial.params))
+
+    def _free_gpus(self) -> list[str] | None:
+        """GPUs for the next trial that no running trial holds; None where there are
+        none to share out, or too few free now."""
+        need = self.sweep.spec.compute.nproc_per_node
+        held = {
+            g
+            for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            for g in t.user_attrs.get(store.GPUS, [])
+        }
+        free = [g for g in self.gpus if g not in held]
+        return free[:need] if self.gpus and len(free) >= need else None
 
     def _submit(self, number: int, params: dict[str, Any]) -> bool:
         from ..tracking.probe import Unreachable
 
         assert self.parent is not None
         request = trials.request(self.sweep, number, params, self.parent)
+        gpus = self.sweeps.storage.get_trial_user_attrs(
+            self.sweeps.trial_id(self.sweep.id, number)
+        ).get(store.GPUS)
         try:
-            started = self.service.start(request)
+            with _visible(gpus):
+                started = self.service.start(request)
         except (Refused, Unreachable) as err:
             field = getattr(err, "field", None)
             message = f"trial {number} could not start: {field + ': ' if field else ''}{err}"
@@ -429,6 +465,24 @@ class Driver:
         """Only a flag: the signal itself ends the sleep (``Wakeup``)."""
         if signum != signal.SIGUSR1:
             self.stopping = True
+
+
+@contextlib.contextmanager
+def _visible(gpus: list[str] | None) -> Iterator[None]:
+    """A job submitted inside sees only ``gpus``: a job's ranks take their GPUs among its
+    submitter's CUDA_VISIBLE_DEVICES (``jobs.env.visible_gpus``)."""
+    if gpus is None:
+        yield
+        return
+    before = os.environ.get(CUDA)
+    os.environ[CUDA] = ",".join(gpus)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(CUDA, None)
+        else:
+            os.environ[CUDA] = before
 
 
 def _lock(path: Path, home: Path, sweep_id: str) -> IO[str] | None:

@@ -41,6 +41,8 @@ EXPERIMENT_ID = "air.experiment_id"
 JOB_ID = "air.job_id"
 TRIAL_RUN_ID = "air.run_id"
 PRUNED_STEP = "air.pruned_step"
+#: The GPUs a trial of this machine holds (none shared by two trials).
+GPUS = "air.gpus"
 TRIAL_MESSAGE = "air.message"
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

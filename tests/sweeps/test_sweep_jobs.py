@@ -27,8 +27,9 @@ from jupyter_air.procs import alive
 from jupyter_air.sweeps import driver, space
 from jupyter_air.sweeps.store import SweepStatus, SweepStore
 from jupyter_air.sweeps.sweep_file import SweepFile
-from jupyter_air.sweeps.trials import SWEEP_TAG
+from jupyter_air.sweeps.trials import SWEEP_TAG, MetricReader
 from tests.air_cli import air
+from tests.fake_nvml import FakeGpu, Scenario, build_library, env_for
 from tests.mlflow_store import fresh_store, migrated_template  # noqa: F401  (a fixture)
 from tests.waits import until
 
@@ -213,18 +214,24 @@ def test_the_median_pruner_cancels_a_trial_whose_points_are_worse(workdir: Path)
     assert f"trial {weak['number']}: PRUNED at step {weak['pruned_step']} {{'x': 5}}" in shown
 
 
-#: A trial that runs until it is cancelled.
+#: A trial that runs until it is cancelled, saying which GPU it holds.
 ENDLESS_TRIAL = """\
-import time
+import os, time
 from jupyter_air import log_metrics
 
+gpu = float(os.environ["CUDA_VISIBLE_DEVICES"])
 for step in range(1, 10**6):
-    log_metrics({"loss": 1 / step}, step=step)
+    log_metrics({"loss": 1 / step, "gpu": gpu}, step=step)
     time.sleep(0.2)
 """
 
 
-def test_air_sweep_stop_cancels_the_running_trials_and_starts_no_other(workdir: Path) -> None:
+def test_parallel_trials_hold_a_gpu_each_and_air_sweep_stop_cancels_them(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scenario = Scenario(gpus=[FakeGpu(), FakeGpu()]).write(workdir / "nvml.txt")
+    for name, value in env_for(build_library(), scenario).items():
+        monkeypatch.setenv(name, value)
     sweep_id = started(
         workdir,
         ENDLESS_TRIAL,
@@ -242,6 +249,11 @@ def test_air_sweep_stop_cancels_the_running_trials_and_starts_no_other(workdir: 
         "two trials' jobs",
         180,
     )
+    jobs = JobStore(workdir / "air")
+    readers = [MetricReader(jobs, t.job_id or "", "gpu") for t in store.trials(sweep_id)]
+    held = [until(r.read, f"job {r.job_id}'s GPU", 120)[0][1] for r in readers]
+    assert sorted(held) == [0.0, 1.0], "one GPU each"
+
     stopped = air("sweep", "stop", sweep_id)
     assert stopped.returncode == 0, stopped.stderr
     assert stopped.stdout.startswith(f"Sweep {sweep_id} stopping")
@@ -249,7 +261,6 @@ def test_air_sweep_stop_cancels_the_running_trials_and_starts_no_other(workdir: 
     doc = ended(workdir, sweep_id, 180)
     assert doc["status"] == "STOPPED"
     assert [t["state"] for t in doc["trials"]] == ["FAIL", "FAIL"], "no third trial"
-    jobs = JobStore(workdir / "air")
     for t in doc["trials"]:
         assert t["message"].startswith("job cancelled")
         assert jobs.get(t["job_id"]).status == "CANCELLED"
