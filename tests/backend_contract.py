@@ -293,23 +293,48 @@ def test_a_terminated_supervisor_ends_every_rank_and_records_the_job_cancelled(
     nothing_left(job.id)
 
 
+HUNG = """
+import time
+import torch, torch.distributed as dist
+
+def waiting_in_the_contract():
+    time.sleep(600)
+
+def all_reduce_in_the_contract():
+    dist.all_reduce(torch.ones(3))
+
+dist.init_process_group("gloo")
+if dist.get_rank() == dist.get_world_size() - 1:
+    waiting_in_the_contract()
+all_reduce_in_the_contract()
+"""
+
+
 def test_the_stacks_of_a_running_job_s_ranks_are_taken_on_their_nodes(
     engine: Engine, home: Path
 ) -> None:
-    code = "import time\ndef waiting_in_the_contract():\n    time.sleep(600)\n"
-    code += "waiting_in_the_contract()\n"
-    service, job = submit(engine, home, code)
+    """With every rank's flight recorder, read on its node: the last rank never enters
+    the all_reduce the others wait in, and the set says so (issue 39, item 1)."""
+    service, job = submit(engine, home, HUNG)
     started(service, job, engine.world_size)
+    last = engine.world_size - 1
 
-    def every_rank_in_its_loop() -> list[Any] | None:
-        taken = service.take_stacks(job.id).stacks
-        inside = [s for s in taken if "waiting_in_the_contract" in (s.text or "")]
-        return taken if len(inside) == engine.world_size else None
+    def every_rank_in_its_place() -> Any:
+        taken = service.take_stacks(job.id)
+        inside = [s for s in taken.stacks if "_in_the_contract" in (s.text or "")]
+        named = taken.hang is not None and taken.hang.culprits == (last,)
+        return taken if len(inside) == engine.world_size and named else None
 
-    taken = until(every_rank_in_its_loop, "every rank's stack in its loop", JOB_END, step=1.0)
-    assert sorted((s.node, s.rank) for s in taken) == [
+    taken = until(every_rank_in_its_place, "every rank in its place, named", JOB_END, step=1.0)
+    assert sorted((s.node, s.rank) for s in taken.stacks) == [
         (rank // engine.nproc_per_node, rank) for rank in range(engine.world_size)
     ]
+    assert taken.hang is not None
+    assert taken.hang.line.startswith(
+        f"{'rank' if last == 1 else 'ranks'} {', '.join(map(str, range(last)))} "
+        f"wait{'s' if last == 1 else ''} in all_reduce #1 (float32[3], gloo); rank {last} "
+        "never entered it: it has called no collective yet, it is in waiting_in_the_contract"
+    ), taken.hang.line
     service.cancel(job.id)
     ended(service, job)
     nothing_left(job.id)

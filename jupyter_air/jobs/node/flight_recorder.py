@@ -59,7 +59,7 @@ DEFAULT_ENTRIES = 200
 #: Seconds between two looks of a rank at its node's request.
 CHECK_EVERY = 0.5
 #: Seconds the node side waits for the ranks' answers.
-ANSWER_WAIT = 20.0
+ANSWER_WAIT = 15.0
 #: The latest entries of each process group, and the innermost frames of each, that a
 #: rank's answer keeps: what names a hang, not the whole ring.
 KEEP_ENTRIES = 32
