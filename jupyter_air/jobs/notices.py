@@ -19,6 +19,7 @@ from ..notify.message import LAST_LINES, Link, Message, duration
 from ..notify.outbox import Notice
 from ..notify.settings import AirNotify
 from ..notify.targets import Event
+from ..notify.targets import parse as parse_target
 from ..redact import redact, redact_argv
 from .spec import JobKind
 from .store import Attempt, Job, JobStore
@@ -50,12 +51,15 @@ def notices(
     lines: Sequence[str] | None = None,
 ) -> list[Notice]:
     """One notice per target of the job that wants ``event`` (a ``duration`` one only
-    for its own threshold ``after``; a guard's, every target: the guard chose when);
-    ``key`` names the event once for the job. ``settings`` are read only when some
-    target wants it (most jobs have none)."""
+    for its own threshold ``after``; a guard's, every target: the guard chose when, and
+    the owner's JupyterLab when the job has none); ``key`` names the event once for the
+    job. ``settings`` are read only when some target wants it (most jobs have none)."""
+    targets = store.targets(job.id)
+    if event is Event.GUARD and not targets:
+        targets = (parse_target("jupyterlab"),)
     chosen = [
         (i, t)
-        for i, t in enumerate(store.targets(job.id))
+        for i, t in enumerate(targets)
         if (t.wants(event) or event is Event.GUARD) and (after is None or after in t.durations)
     ]
     if not chosen:

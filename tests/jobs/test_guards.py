@@ -336,3 +336,29 @@ def test_only_rank_0_journals_the_trainer_s_guarded_metrics(tmp_path: Path) -> N
 def test_the_rank_s_environment_says_nothing_for_a_job_without_guards() -> None:
     assert guard_hook.rank_env([], Path("/x")) == {}
     assert not guard_hook.wanted({})
+
+
+def test_a_guard_s_notice_goes_to_every_target_else_to_the_owner_s_jupyterlab(
+    tmp_path: Path,
+) -> None:
+    """``notify`` is the guard's choice: a target that asked for successes only gets it
+    too, and a job with no target (a cell that named none) tells its owner's tabs."""
+    from jupyter_air.jobs.store import JobStore
+    from jupyter_air.jobs.supervision.notifier import JobNotifier
+    from jupyter_air.notify.targets import Channel
+    from jupyter_air.notify.targets import parse as target
+
+    store = JobStore(tmp_path / "air")
+    why = "guard 'loss: > 5' at step 2 (loss = 6)"
+    lab = target({"jupyterlab": True, "on": ["success"]})
+    told = store.create(job_spec(JobKind.COMMAND, command=["python", "t.py"], notify=[lab]))
+    alone = store.create(job_spec(JobKind.COMMAND, command=["python", "t.py"]))
+    for job in (told, alone):
+        notifier = JobNotifier(store, job.id)
+        notifier.guard(1, "loss: > 5 -> notify", why)
+        notifier.guard(1, "loss: > 5 -> notify", why)  # once an attempt
+        (record,) = store.outbox.records(job_ids=[job.id])
+        assert record.message.title == f"air job {job.id} (python t.py): {why}"
+        assert record.message.lines == (why,)
+        assert record.target.channel is Channel.JUPYTERLAB
+        assert record.target == (lab if job is told else target("jupyterlab"))
