@@ -140,6 +140,7 @@ class WarmSession:
         self._runs = runs
         user, notebook = mlflow_user(), notebook_path()
         service = kernel_service()
+        _close_ended_watcher(WarmSession.current)
         #: A rank's breakpoint() opens pdb in the running cell (each cell's --debug-rank).
         self.debug = Watcher(service.store.home, 0)
         self._prompt = CellPrompt()
@@ -523,3 +524,10 @@ class WarmSession:
         self.session.stop(reason)
         self._ahead.shutdown(wait=True)
         self._tail.shutdown(wait=True)
+
+
+def _close_ended_watcher(before: WarmSession | None) -> None:
+    """The debugger of the kernel's session before, once it has ended (a running one
+    stays the kernel's)."""
+    if before is not None and before.session.ended is not None:
+        before.debug.close()
