@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_air.jobs.store import JobStore
 from tests.kernel.conftest import Execution, Kernel
+from tests.kernel.test_distributed_magic import job_id_of
+from tests.waits import wait_done
 
 pytestmark = pytest.mark.heavy
 
@@ -64,6 +67,15 @@ def test_a_ranks_breakpoint_opens_pdb_in_the_cell_and_continues(
     skipped = "rank 0: breakpoint() at <air_distributed cell>:5 skipped: only rank 1 stops"
     assert skipped in cell.text
     assert list((air_home / "debug").iterdir()) == [], "its ticket and socket went with the cell"
+
+    # nobody watches a background job: it never waits for an answer
+    background = kernel.run("%%air_distributed -n 1 --background\nbreakpoint()\nprint('on')")
+    assert background.error is None, background.traceback
+    job_id = job_id_of(background)
+    assert wait_done(air_home, job_id).status == "SUCCEEDED"
+    log = (JobStore(air_home).attempt_dir(job_id, 1) / "logs/node_0/rank_0.log").read_text()
+    assert "breakpoint() at <air_distributed cell>:2 skipped: nobody is watching this job" in log
+    assert "on" in log.splitlines()[-1]
 
     started = kernel.run("%air_session start -n 2 --oversubscribe")
     assert started.error is None, started.traceback
