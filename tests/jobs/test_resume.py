@@ -101,7 +101,7 @@ config = GPT2Config(vocab_size=32, n_positions=8, n_embd=16, n_layer=1, n_head=2
                     bos_token_id=0, eos_token_id=0)
 ids = torch.randint(0, 32, (16, 8))
 args = TrainingArguments(
-    output_dir="out", max_steps=8, per_device_train_batch_size=2, save_strategy="steps",
+    output_dir="out", max_steps=12, per_device_train_batch_size=2, save_strategy="steps",
     save_steps=2, logging_steps=1, report_to="none", use_cpu=True, ddp_backend="gloo",
     disable_tqdm=True,
 )
@@ -371,12 +371,13 @@ def guard_saved(workdir: Path, job_id: str) -> tuple[str, Path]:
 def test_a_checkpoint_guard_has_the_hf_trainer_save_and_its_retry_resumes_from_it(
     workdir: Path,
 ) -> None:
-    """The Trainer's loss goes NaN at step 5: the guard has it save (the hook's
-    ``should_save``) and stop; the retry resumes by itself from that checkpoint, in
-    its output_dir, as from any of the Trainer's own."""
+    """The Trainer's loss goes NaN at step 5 of a 2-rank DDP job: the guard has both
+    ranks save at the step rank 0 names (the hook's ``should_save``) and stop; the retry
+    resumes by itself from that checkpoint, in its output_dir, as from any of the
+    Trainer's own."""
     pytest.importorskip("transformers")
     (workdir / "out").mkdir()
-    job_id = run(workdir, HF, 1, guard=[GUARD_CHECKPOINT])
+    job_id = run(workdir, HF, 2, guard=[GUARD_CHECKPOINT])
 
     assert JobStore(workdir / "air").get(job_id).status == "SUCCEEDED", log(workdir, job_id, 1)
     why, saved = guard_saved(workdir, job_id)
@@ -384,10 +385,11 @@ def test_a_checkpoint_guard_has_the_hf_trainer_save_and_its_retry_resumes_from_i
     assert saved.parent == workdir / "out"
     step = int(saved.name.removeprefix("checkpoint-"))
     assert step > 5, "saved after the NaN was seen, not before"
+    assert step < 12, "saved before the end of its training"
     second = log(workdir, job_id, 2)
     assert f"[air] resuming from {saved}, step {step}" in second, second
-    assert f"attempt 2 starts at step {step}" in second
-    assert "ends at step 8" in second
+    assert f"node 0 rank 1 INFO attempt 2 starts at step {step}" in second
+    assert "node 0 rank 1 INFO ends at step 12" in second
 
 
 @pytest.mark.slow
