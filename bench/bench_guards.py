@@ -27,11 +27,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_notify import wait_for  # noqa: E402
 
 from jupyter_air.jobs.store import JobStore  # noqa: E402
 from jupyter_air.tracking.journal import read  # noqa: E402
@@ -61,14 +63,6 @@ def one_job(work: Path, env: dict[str, str], hook: str) -> str:
         cwd=work, env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
     return done.stdout.split()[1]
-
-
-def wait_for(check: object, what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.02)
 
 
 def nan_time(store: JobStore, job_id: str) -> float:

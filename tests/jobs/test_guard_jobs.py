@@ -16,12 +16,16 @@ from mlflow.tracking import MlflowClient
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.tracking.journal import read
 from tests.air_cli import air
-from tests.mlflow_store import fresh_store, migrated_template  # noqa: F401  (a fixture)
+from tests.jobs import test_resume
+from tests.mlflow_store import migrated_template  # noqa: F401  (a fixture)
 from tests.notify_servers import WebhookReceiver
 from tests.waits import until, wait_settled
 
 #: A job with a supervisor and its rank.
 pytestmark = pytest.mark.heavy
+
+#: The resume tests' folder: its own AIR_HOME and a copy of the migrated MLflow store.
+workdir = test_resume.workdir
 
 #: Steps 1 to 4,209 log a falling loss, 4,210 a NaN; the training goes on until stopped.
 NAN_AT_4210 = """\
@@ -36,16 +40,6 @@ for step in range(4211, 10**6):
     time.sleep(0.05)
     log_metrics({"loss": math.nan}, step=step)
 """
-
-
-@pytest.fixture
-def workdir(tmp_path: Path, mlflow_template: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", fresh_store(mlflow_template, tmp_path))
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
-    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def test_a_nan_loss_stops_the_job_says_why_and_notifies_its_targets(workdir: Path) -> None:
