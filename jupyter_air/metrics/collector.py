@@ -31,6 +31,7 @@ from .usage import GpuUsage, Holder
 
 GPU_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname", "user", "air_job", "notebook")
 USAGE_LABELS = ("Hostname", "user", "air_job", "notebook")
+JOB_LABELS = ("state", "user")
 
 #: dcgm-exporter's gauges we export: (name, help), as its default counters say them.
 DCGM_GAUGES: tuple[tuple[str, str], ...] = (
@@ -39,7 +40,6 @@ DCGM_GAUGES: tuple[tuple[str, str], ...] = (
     ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB): total less used."),
     ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)."),
     ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)."),
-    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)."),
 )
 
 #: Every metric name a scrape can hold, as Prometheus stores it (a counter's with _total).
@@ -112,9 +112,7 @@ class AirCollector(Collector):
         families = {
             name: GaugeMetricFamily(name, text, labels=GPU_LABELS) for name, text in DCGM_GAUGES
         }
-        for info, state, latest, held in zip(
-            doc["gpus"], doc["state"], self._latest, holders, strict=True
-        ):
+        for info, latest, held in zip(doc["gpus"], self._latest, holders, strict=True):
             labels = [
                 str(info["index"]),
                 info["uuid"] or "",
@@ -132,7 +130,6 @@ class AirCollector(Collector):
                 "DCGM_FI_DEV_FB_FREE": None if total is None or used is None else total - used,
                 "DCGM_FI_DEV_GPU_TEMP": latest.get("temp"),
                 "DCGM_FI_DEV_POWER_USAGE": latest.get("power"),
-                "DCGM_FI_DEV_SM_CLOCK": state["health"]["sm_clock_mhz"],
             }
             for name, value in values.items():
                 if value is not None:  # not reported, or the GPU is lost
@@ -160,7 +157,7 @@ class AirCollector(Collector):
 
     def _jobs(self) -> Metric:
         jobs = GaugeMetricFamily(
-            "air_jobs", "Jobs pending or running, by state and owner.", labels=("state", "user")
+            "air_jobs", "Jobs pending or running, by state and owner.", labels=JOB_LABELS
         )
         counts = Counter(
             (job.status.value, job.owner) for job in self.service.jobs(active_only=True)

@@ -9,12 +9,14 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jupyter_air.identity import os_user
 from jupyter_air.jobs.permissions import Grant, Level, Principal
 from jupyter_air.jobs.store import JobStore
+from tests.conftest import WriteScenario
 from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
 
@@ -72,3 +74,25 @@ def token_file(tmp_path: Path) -> Path:
     path.write_text("m" * 20 + os.urandom(16).hex() + "\n")
     path.chmod(0o600)
     return path
+
+
+@pytest.fixture
+def sampler_interval() -> float:
+    return 3600.0  # no sample but those a scrape or a test asks for
+
+
+@pytest.fixture
+def jp_server_config(
+    scenario: WriteScenario,
+    two_users: TwoUsers,
+    store: JobStore,
+    token_file: Path,
+    sampler_interval: float,
+) -> dict[str, Any]:
+    """A Jupyter server on two users' fake GPUs, with the metrics token."""
+    scenario(two_users.scenario())
+    return {
+        "ServerApp": {"jpserver_extensions": {"jupyter_air": True}},
+        "GpuSampler": {"interval": sampler_interval},
+        "AirMetrics": {"token_file": str(token_file)},
+    }

@@ -12,23 +12,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tornado.httpclient import HTTPClientError
 
-from jupyter_air.jobs.store import JobStore
-from tests.conftest import WriteScenario
 from tests.metrics.conftest import TwoUsers
 
 pytestmark = pytest.mark.heavy  # a Jupyter server per test
-
-
-@pytest.fixture
-def jp_server_config(
-    scenario: WriteScenario, two_users: TwoUsers, store: JobStore, token_file: Path
-) -> dict[str, Any]:
-    scenario(two_users.scenario())
-    return {
-        "ServerApp": {"jpserver_extensions": {"jupyter_air": True}},
-        "GpuSampler": {"interval": 3600.0},
-        "AirMetrics": {"token_file": str(token_file)},
-    }
 
 
 def bearer(token_file: Path) -> dict[str, str]:
