@@ -27,6 +27,7 @@ import tracemalloc
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -34,6 +35,12 @@ sys.path.insert(0, str(ROOT))
 from tests.fake_nvml import FakeGpu, Scenario, build_library, env_for, load_in_process  # noqa: E402
 
 N_GPUS = 8
+ECC_COUNTERS = (
+    "corrected_volatile",
+    "uncorrected_volatile",
+    "corrected_aggregate",
+    "uncorrected_aggregate",
+)
 GIB = 1024**3
 
 
@@ -47,6 +54,12 @@ def eight_gpus() -> Scenario:
                 temp=[40 + i % 30 for i in range(60)],
                 power=[300_000 + 1000 * i for i in range(60)],
                 processes=[(os.getpid(), 10 * GIB), (1, GIB)],
+                # The hardware's figures as an H100 gives them: no page retirement.
+                clock_reasons=["sw_power_cap"],
+                clocks={"sm": 1755},
+                max_clocks={"sm": 1980},
+                ecc=dict.fromkeys(ECC_COUNTERS, 0),
+                remapped_rows=(0, 0, False, False),
             )
             for _ in range(N_GPUS)
         ]
@@ -69,7 +82,33 @@ def bare_pynvml_sample(handles: list[object]) -> list[object]:
             pynvml.nvmlDeviceGetGraphicsRunningProcesses,
         ):
             out.extend((p.pid, p.usedGpuMemory) for p in getter(h))
+        for call in hardware_calls(pynvml, h):  # one a GPU may not support: its error
+            try:
+                out.append(call())
+            except pynvml.NVMLError as err:
+                out.append(err)
     return out
+
+
+def hardware_calls(pynvml: Any, h: object) -> list[Callable[[], object]]:
+    """The sampler's hardware queries (issue 39): throttle reasons, SM clock, ECC,
+    retired pages, remapped rows."""
+    return [
+        lambda: pynvml.nvmlDeviceGetCurrentClocksEventReasons(h),
+        lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+        *(
+            lambda kind=kind, counter=counter: pynvml.nvmlDeviceGetTotalEccErrors(h, kind, counter)
+            for counter in (pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC)
+            for kind in (
+                pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            )
+        ),
+        lambda: pynvml.nvmlDeviceGetRetiredPages(h, 0),
+        lambda: pynvml.nvmlDeviceGetRetiredPages(h, 1),
+        lambda: pynvml.nvmlDeviceGetRetiredPagesPendingStatus(h),
+        lambda: pynvml.nvmlDeviceGetRemappedRows(h),
+    ]
 
 
 def per_call(fn: Callable[[], object], n: int) -> float:

@@ -326,8 +326,10 @@ class XidWatch:
         return event_set
 
     def support(self, index: int) -> str | None:
-        """Why XIDs of GPU ``index`` are not watched, or None while they are."""
-        return self.refused.get(index) or self.reason
+        """Why XIDs of GPU ``index`` are not watched, or None while they are (or are
+        about to be: the thread has not tried yet)."""
+        reason = None if self.reason == self.NOT_STARTED else self.reason
+        return self.refused.get(index) or reason
 
 
 def hardware_hints(

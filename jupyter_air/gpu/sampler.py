@@ -23,7 +23,7 @@ from traitlets.config import LoggingConfigurable
 
 from .faults import FaultTracker, Problem, XidWatch, xid_problem
 from .history import Row, SampleHistory
-from .nvml import MIB, GpuInfo, GpuReading, Nvml, NvmlStatus
+from .nvml import MIB, GpuHealth, GpuInfo, GpuReading, Nvml, NvmlStatus
 
 
 class GpuSampler(LoggingConfigurable):
@@ -76,6 +76,10 @@ class GpuSampler(LoggingConfigurable):
         self._latest: list[GpuReading] = []
         self._faults = FaultTracker()
         self._problems: list[list[Problem]] = []
+        #: Each GPU's hardware figures (ECC, retired pages...) and when they last changed:
+        #: an answer carries them only when they changed after its ``since``.
+        self._figures: list[dict[str, Any]] = []
+        self._figures_at: list[float] = []
         #: XID critical errors, on a thread of its own from the first sample on.
         self._xids = XidWatch(keep=self.history)
         self._read_failures: set[str] = set()
@@ -194,6 +198,14 @@ class GpuSampler(LoggingConfigurable):
             self._faults.update(t, i, r.health, info.max_sm_clock_mhz)
             for (i, r), info in zip(enumerate(readings), self._inventory, strict=True)
         ]
+        figures = [_figures(r.health, self._xids.support(i)) for i, r in enumerate(readings)]
+        if len(figures) != len(self._figures):  # another inventory: every figure is new
+            self._figures, self._figures_at = [{}] * len(figures), [t] * len(figures)
+        self._figures_at = [
+            t if new != old else at
+            for new, old, at in zip(figures, self._figures, self._figures_at, strict=True)
+        ]
+        self._figures = figures
         if readings:
             self._xids.start()
         self.samples_taken += 1
@@ -232,25 +244,30 @@ class GpuSampler(LoggingConfigurable):
                 doc["gpus"] = [asdict(g) for g in self._inventory]
             doc["samples"] = self._history.columns(since=since, now=time.time())
             doc["state"] = [
-                _state(r, self._health(i, r, problems))
+                _state(r, self._health(i, problems, since))
                 for (i, r), problems in zip(enumerate(self._latest), self._problems, strict=True)
             ]
         return doc
 
-    def _health(self, index: int, reading: GpuReading, problems: list[Problem]) -> dict[str, Any]:
-        """A GPU's hardware figures and its problems, XIDs received included."""
-        health = reading.health
+    def _health(self, index: int, problems: list[Problem], since: float | None) -> dict[str, Any]:
+        """A GPU's problems, XIDs received included, and its figures when they changed
+        after ``since`` (the client keeps those it holds)."""
         xids = [xid_problem(e) for e in self._xids.events(index, since=time.time() - self.history)]
-        return {
-            "problems": [_problem(p) for p in [*problems, *xids]],
-            "clock_reasons": health.clock_reasons,
-            "sm_clock_mhz": health.sm_clock_mhz,
-            "ecc": asdict(health.ecc) if health.ecc else None,
-            "retired_pages": asdict(health.retired_pages) if health.retired_pages else None,
-            "remapped_rows": asdict(health.remapped_rows) if health.remapped_rows else None,
-            "xids_unwatched": self._xids.support(index),
-            "unavailable": health.unavailable,
-        }
+        health: dict[str, Any] = {"problems": [_problem(p) for p in [*problems, *xids]]}
+        if since is None or self._figures_at[index] > since:
+            health.update(self._figures[index])
+        return health
+
+
+def _figures(health: GpuHealth, xids_unwatched: str | None) -> dict[str, Any]:
+    """The figures behind a GPU's memory problems, as the panel shows them."""
+    return {
+        "ecc": asdict(health.ecc) if health.ecc else None,
+        "retired_pages": asdict(health.retired_pages) if health.retired_pages else None,
+        "remapped_rows": asdict(health.remapped_rows) if health.remapped_rows else None,
+        "xids_unwatched": xids_unwatched,
+        "unavailable": health.unavailable,
+    }
 
 
 def _problem(problem: Problem) -> dict[str, Any]:

@@ -69,7 +69,6 @@ def test_a_thermal_slowdown_is_dated_from_the_first_sample_that_showed_it(
     assert thermal["severity"] == "warn"
     assert thermal["clock_percent"] == 31
     assert thermal["since"] == first["problems"][0]["since"]
-    assert first["clock_reasons"] == 0x40
     assert health_of(sampler, 1)["problems"] == [], "an idle clock is no fault"
 
     scenario(Scenario(gpus=[FakeGpu(clock_reasons=0), FakeGpu()]))
@@ -284,3 +283,23 @@ def test_a_death_with_an_xid_of_the_ranks_gpu_names_it() -> None:
         f"{clock_time(at)}"
     )
     assert explain(3, -6, [], MemoryWatch()).startswith("rank 3 crashed: SIGABRT")
+
+
+def test_an_answer_carries_the_figures_only_when_they_changed_after_its_since(
+    scenario: WriteScenario, sampler: GpuSampler
+) -> None:
+    scenario(Scenario(gpus=[FakeGpu(ecc={"corrected_volatile": 1})]))
+    sampler.sample_now()
+    full = sampler.snapshot()
+    assert full["state"][0]["health"]["ecc"]["corrected_volatile"] == 1
+    held = full["samples"]["t"][-1]
+
+    sampler.sample_now()
+    increment = sampler.snapshot(since=held, inventory=full["inventory"])
+    assert increment["state"][0]["health"] == {"problems": []}, "unchanged: the client has them"
+
+    held = increment["samples"]["t"][-1]
+    scenario(Scenario(gpus=[FakeGpu(ecc={"corrected_volatile": 2})]))
+    sampler.sample_now()
+    increment = sampler.snapshot(since=held, inventory=full["inventory"])
+    assert increment["state"][0]["health"]["ecc"]["corrected_volatile"] == 2

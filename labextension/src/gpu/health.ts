@@ -41,6 +41,27 @@ const TITLES: Record<string, string> = {
   xid: 'NVML: an XID critical error reported by the driver'
 };
 
+/**
+ * A GPU's health from a new answer, with the figures held before where the
+ * answer left them out (they had not changed); none held after a new inventory.
+ */
+export function mergeHealth(
+  held: IGpuHealth | undefined,
+  sent: IGpuHealth | undefined
+): IGpuHealth | undefined {
+  if (!sent || 'unavailable' in sent || !held) {
+    return sent;
+  }
+  return {
+    ...sent,
+    ecc: held.ecc,
+    retired_pages: held.retired_pages,
+    remapped_rows: held.remapped_rows,
+    xids_unwatched: held.xids_unwatched,
+    unavailable: held.unavailable
+  };
+}
+
 /** The badges of a GPU's problems, errors first. */
 export function healthBadges(health: IGpuHealth | undefined): IHealthBadge[] {
   const badges = (health?.problems ?? []).map(problem => ({

@@ -1,3 +1,4 @@
+import { mergeHealth } from './health';
 import type {
   IGpuInfo,
   IGpuResponse,
@@ -182,7 +183,11 @@ export class GpuHistory {
     if (response.host !== undefined) {
       this.host = response.host;
     }
-    this.state = response.state ?? [];
+    const held = reset ? [] : this.state;
+    this.state = (response.state ?? []).map((state, i) => ({
+      ...state,
+      health: mergeHealth(held[i]?.health, state.health)
+    }));
     this.inventory = response.inventory ?? '';
 
     let added = 0;

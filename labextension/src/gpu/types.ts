@@ -101,26 +101,28 @@ export interface IEccCounts {
   uncorrected_aggregate: number | null;
 }
 
-/** What NVML says of a GPU's hardware; null where it does not report it. */
+/**
+ * What NVML says of a GPU's hardware: its problems in every answer; the figures
+ * (`ecc` to `unavailable`) only when they changed after the request's `since`
+ * (the client keeps those it holds). null where the GPU does not report one.
+ */
 export interface IGpuHealth {
   problems: IGpuProblem[];
-  clock_reasons: number | null;
-  sm_clock_mhz: number | null;
-  ecc: IEccCounts | null;
-  retired_pages: {
+  ecc?: IEccCounts | null;
+  retired_pages?: {
     single_bit: number;
     double_bit: number;
     pending: boolean;
   } | null;
-  remapped_rows: {
+  remapped_rows?: {
     corrected: number;
     uncorrected: number;
     pending: boolean;
     failed: boolean;
   } | null;
   /** Why this GPU's XID events are not watched (MIG, vGPU), or null. */
-  xids_unwatched: string | null;
-  unavailable: Record<string, string>;
+  xids_unwatched?: string | null;
+  unavailable?: Record<string, string>;
 }
 
 /** Latest state of one GPU. */

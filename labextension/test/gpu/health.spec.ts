@@ -11,8 +11,6 @@ const SINCE = new Date(2026, 11, 6, 14, 2, 30).getTime() / 1000;
 function health(extra: Partial<IGpuHealth> = {}): IGpuHealth {
   return {
     problems: [],
-    clock_reasons: 0,
-    sm_clock_mhz: 1980,
     ecc: null,
     retired_pages: null,
     remapped_rows: null,
@@ -110,10 +108,18 @@ describe('a GPU card says what its hardware reports', () => {
       'ECC 0 corrected, 0 uncorrected'
     );
 
+    // An increment leaves out figures that did not change: the card keeps them.
     history.merge(
       answer([20], {
+        gpus: undefined,
+        nvml: undefined,
         state: [
-          { status: 'ok', message: null, processes: [], health: health() }
+          {
+            status: 'ok',
+            message: null,
+            processes: [],
+            health: { problems: [] }
+          }
         ]
       })
     );
@@ -121,6 +127,20 @@ describe('a GPU card says what its hardware reports', () => {
     expect(card.node.querySelectorAll('.jp-air-GpuCard-problem').length).toBe(
       0
     );
+    expect(card.node.querySelector('.jp-air-GpuCard-health')?.textContent).toBe(
+      'ECC 0 corrected, 0 uncorrected'
+    );
+
+    history.merge(
+      answer([30], {
+        gpus: undefined,
+        nvml: undefined,
+        state: [
+          { status: 'ok', message: null, processes: [], health: health() }
+        ]
+      })
+    );
+    card.update(history);
     expect(card.node.querySelector('.jp-air-GpuCard-health')?.textContent).toBe(
       ''
     );
