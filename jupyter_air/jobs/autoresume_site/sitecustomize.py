@@ -1,8 +1,9 @@
-"""Run by Python at the start of every jupyter_air rank (see ``jobs.env``): marks the
-HF Trainer's and Lightning's steps (``jupyter_air.perf.hooks``, unless ``AIR_PERF=0``),
-hooks them for the job's guards (``jupyter_air.jobs.guard_hook``) and, in an attempt
-that may resume, resumes them (``jupyter_air.jobs.autoresume``); then runs the
-``sitecustomize`` this one hides, if any, once. This folder leaves
+"""Run by Python at the start of every jupyter_air rank (see ``jobs.env``): answers for
+its flight recorder (``jobs.node.flight_recorder``, unless ``AIR_FLIGHT_RECORDER=0``),
+marks the HF Trainer's and Lightning's steps (``jupyter_air.perf.hooks``, unless
+``AIR_PERF=0``), hooks them for the job's guards (``jupyter_air.jobs.guard_hook``)
+and, in an attempt that may resume, resumes them (``jupyter_air.jobs.autoresume``);
+then runs the ``sitecustomize`` this one hides, if any, once. This folder leaves
 ``PYTHONPATH``: a process the rank starts (a trial, a tool) is not the rank. A failure
 here never stops the rank; an interpreter without jupyter_air (a workload's own Python)
 is left as it is."""

@@ -24,6 +24,7 @@ The folder is the node's attempt directory's, private to the user, as are its fi
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import logging
@@ -58,6 +59,8 @@ FOLDER_ENV = "AIR_FLIGHT_DIR"
 DEFAULT_ENTRIES = 200
 #: Seconds between two looks of a rank at its node's request.
 CHECK_EVERY = 0.5
+#: Seconds a rank's exit waits for an answer under way.
+STOP_WAIT = 1.0
 #: Seconds the node side waits for the ranks' answers.
 ANSWER_WAIT = 15.0
 #: The latest entries of each process group, and the innermost frames of each, that a
@@ -116,14 +119,23 @@ def start(environ: Mapping[str, str] = os.environ) -> None:
     if not folder or entries(environ) == 0 or _started:
         return
     rank = int(environ.get("RANK", "0"))
+    stop = threading.Event()
     thread = threading.Thread(
-        target=_listen, args=(Path(folder), rank), name="air-flight-recorder", daemon=True
+        target=_listen, args=(Path(folder), rank, stop), name="air-flight-recorder", daemon=True
     )
     _started.append(thread)
     thread.start()
+    atexit.register(_stop, stop, thread)
 
 
-def _listen(folder: Path, rank: int, every: float = CHECK_EVERY) -> None:
+def _stop(stop: threading.Event, thread: threading.Thread) -> None:
+    """At the rank's exit: the thread ends before the interpreter does (a daemon thread
+    still running then is stopped in its tracks, wherever it is)."""
+    stop.set()
+    thread.join(STOP_WAIT)
+
+
+def _listen(folder: Path, rank: int, stop: threading.Event, every: float = CHECK_EVERY) -> None:
     try:
         private_dir(folder)
         write_private(folder / recorder_ready(rank), str(os.getpid()))
@@ -134,8 +146,7 @@ def _listen(folder: Path, rank: int, every: float = CHECK_EVERY) -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
     seen: tuple[int, int] | None = None
     done: set[str] = set()
-    while True:
-        time.sleep(every)
+    while not stop.wait(every):
         try:
             st = os.stat(folder / FLIGHT_REQUEST)
         except OSError:
