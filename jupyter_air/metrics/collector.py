@@ -64,6 +64,8 @@ class AirCollector(Collector):
         self._lock = threading.Lock()
         #: The newest values of each GPU's sample columns, kept between scrapes.
         self._latest: list[dict[str, Any]] = []
+        #: The holder of each job whose processes held GPUs at the last scrape.
+        self._job_holders: dict[str, Holder] = {}
         #: A registry of this collector alone, never the process-wide default one.
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -87,25 +89,30 @@ class AirCollector(Collector):
         yield self._jobs()
 
     def _holders(self, doc: dict[str, Any]) -> list[frozenset[Holder]]:
+        """Each GPU's holders. A job's owner and notebook never change: each job is read
+        once while its processes hold GPUs (kept from one scrape to the next)."""
         jobs: dict[str, Holder] = {}
-        return [
+        holders = [
             frozenset(self._holder(p["pid"], jobs) for p in state["processes"])
             for state in doc["state"]
         ]
+        self._job_holders = jobs
+        return holders
 
     def _holder(self, pid: int, jobs: dict[str, Holder]) -> Holder:
         job_id = job_of(pid)
         if job_id is None:
             return Holder(_user_of(pid), "", owner_of(pid, self.kernels) or "")
         if job_id not in jobs:
-            try:
-                job = self.service.get(job_id)
-            except (UnknownJob, Forbidden):  # not in this store, or not its user's to see
-                jobs[job_id] = Holder(_user_of(pid), job_id, "")
-            else:
-                notebook = dict(job.spec.tracking.tags).get("air.notebook", "")
-                jobs[job_id] = Holder(job.owner, job_id, notebook)
+            jobs[job_id] = self._job_holders.get(job_id) or self._job_holder(job_id, pid)
         return jobs[job_id]
+
+    def _job_holder(self, job_id: str, pid: int) -> Holder:
+        try:
+            job = self.service.get(job_id)
+        except (UnknownJob, Forbidden):  # not in this store, or not its user's to see
+            return Holder(_user_of(pid), job_id, "")
+        return Holder(job.owner, job_id, dict(job.spec.tracking.tags).get("air.notebook", ""))
 
     def _gauges(self, doc: dict[str, Any], holders: list[frozenset[Holder]]) -> Iterator[Metric]:
         host = str(doc["host"]["hostname"])
