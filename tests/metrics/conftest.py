@@ -82,17 +82,31 @@ def sampler_interval() -> float:
 
 
 @pytest.fixture
+def configured_token_file(token_file: Path) -> str:
+    return str(token_file)  # c.AirMetrics.token_file
+
+
+@pytest.fixture
+def allow_unauthenticated_access() -> bool:
+    return True  # jupyter_server's default; False refuses every route not marked open
+
+
+@pytest.fixture
 def jp_server_config(
     scenario: WriteScenario,
     two_users: TwoUsers,
     store: JobStore,
-    token_file: Path,
+    configured_token_file: str,
     sampler_interval: float,
+    allow_unauthenticated_access: bool,
 ) -> dict[str, Any]:
     """A Jupyter server on two users' fake GPUs, with the metrics token."""
     scenario(two_users.scenario())
     return {
-        "ServerApp": {"jpserver_extensions": {"jupyter_air": True}},
+        "ServerApp": {
+            "jpserver_extensions": {"jupyter_air": True},
+            "allow_unauthenticated_access": allow_unauthenticated_access,
+        },
         "GpuSampler": {"interval": sampler_interval},
-        "AirMetrics": {"token_file": str(token_file)},
+        "AirMetrics": {"token_file": configured_token_file},
     }

@@ -31,6 +31,7 @@ async def refused(jp_fetch: Any, *route: str, **kwargs: Any) -> HTTPClientError:
     return err.value
 
 
+@pytest.mark.parametrize("allow_unauthenticated_access", [True, False])
 async def test_the_metrics_token_reads_the_metrics_with_the_holders_of_the_gpus(
     jp_fetch: Any, two_users: TwoUsers, token_file: Path
 ) -> None:
@@ -93,3 +94,11 @@ async def test_a_token_file_open_to_others_turns_the_route_off(
     assert b"see the server log" in err.response.body
     token_file.chmod(0o600)
     assert (await jp_fetch("jupyter-air", "metrics", headers=bearer(token_file))).code == 200
+
+
+@pytest.mark.parametrize("configured_token_file", [""])
+async def test_without_a_token_file_the_route_is_off(jp_fetch: Any, token_file: Path) -> None:
+    err = await refused(jp_fetch, "jupyter-air", "metrics", headers=bearer(token_file))
+    assert err.code == 404
+    assert err.response is not None
+    assert b"set c.AirMetrics.token_file" in err.response.body
