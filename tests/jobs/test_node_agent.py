@@ -92,7 +92,14 @@ def test_a_ray_node_feeds_the_attempt_s_hints_as_the_local_backend_does(
     scenario(
         Scenario(
             gpus=[
-                FakeGpu(util=90, mem_total=80 * 1024**3, mem_used=79 * 1024**3),
+                FakeGpu(
+                    util=90,
+                    mem_total=80 * 1024**3,
+                    mem_used=79 * 1024**3,
+                    clock_reasons=["sw_thermal"],
+                    clocks={"sm": 990},
+                    max_clocks={"sm": 1980},
+                ),
                 FakeGpu(util=90, mem_used=1024**3),
             ]
         )
@@ -105,16 +112,26 @@ def test_a_ray_node_feeds_the_attempt_s_hints_as_the_local_backend_does(
     finally:
         node.finish()
     [readings] = report["hints"]["samples"]
-    assert readings[0] == GpuSample(util=90, mem_used_mib=79 * 1024, mem_total_mib=80 * 1024)
+    assert readings[0] == GpuSample(
+        util=90,
+        mem_used_mib=79 * 1024,
+        mem_total_mib=80 * 1024,
+        health=readings[0].health,
+        max_sm_clock_mhz=1980,
+    )
+    assert readings[0].health is not None
+    assert readings[0].health.clock_reasons == 0x20, "the hardware's figures travel too"
     tags: list[str] = []
     recorder = HintRecorder(tmp_path, lambda key, text: tags.append(key), nnodes=2)
     watch = watching(tmp_path, [0.0, 0.0], lambda node, samples: None, recorder)
     watch._feed_hints(1, report["hints"])
     doc = read_hints(tmp_path)
-    assert [h["kind"] for h in doc["hints"]] == ["memory_full"]
+    assert [h["kind"] for h in doc["hints"]] == ["memory_full", "gpu_throttle"]
     assert doc["hints"][0]["text"].startswith("node 1: GPU 0 memory at 99 % of 80 GiB")
+    assert doc["hints"][1]["text"].startswith("node 1: GPU 0 (rank 2): thermal slowdown since ")
+    assert doc["hints"][1]["text"].endswith(", 50 % of its clock")
     assert doc["gpus"] == [], "a GPU index is only a node's: the chart's GPUs are not named"
-    assert tags == ["air.hint.memory_full"]
+    assert tags == ["air.hint.memory_full", "air.hint.gpu_throttle"]
 
 
 def test_a_ray_node_s_samples_are_logged_as_the_local_node_s_are(
