@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from traitlets import Float, TraitError, Unicode, validate
+from traitlets import Float, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
 #: Fewer characters than this is guessable over the network.
@@ -29,7 +29,6 @@ class AirMetrics(Configurable):
     """The Prometheus metrics of ``jupyter-air/metrics`` and ``air exporter``."""
 
     token_file = Unicode(
-        os.environ.get("AIR_METRICS_TOKEN_FILE", ""),
         help=(
             "File holding the bearer token Prometheus sends to read jupyter-air/metrics "
             "(at least 32 characters, the file readable by this user only). Empty: the "
@@ -52,6 +51,10 @@ class AirMetrics(Configurable):
             "metrics (Prometheus keeps what it scraped), so that ended jobs do not pile up."
         ),
     ).tag(config=True)
+
+    @default("token_file")
+    def _token_file_default(self) -> str:
+        return os.environ.get("AIR_METRICS_TOKEN_FILE", "")
 
     @validate("idle_threshold")
     def _percent(self, proposal: dict[str, Any]) -> float:

@@ -35,18 +35,16 @@ class MetricsHandler(JupyterHandler):
     from being culled), and it answers in text, errors too.
     """
 
-    auth_resource = "jupyter_air"
-
     def initialize(self, collector: AirCollector, settings: AirMetrics) -> None:
         self.collector = collector
-        self.settings_ = settings
+        self.metrics_settings = settings
 
     @allow_unauthenticated  # its own token authenticates it, whatever Jupyter's login says
     async def get(self) -> None:
-        if not self.settings_.token_file:
+        if not self.metrics_settings.token_file:
             raise web.HTTPError(404, "metrics are off: set c.AirMetrics.token_file")
         try:
-            token = read_token(self.settings_.token_file)
+            token = read_token(self.metrics_settings.token_file)
         except TokenError as err:
             self.log.error("jupyter-air/metrics refused: %s", err)
             raise web.HTTPError(
