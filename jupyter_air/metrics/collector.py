@@ -73,7 +73,7 @@ class AirCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             doc = self.sampler.snapshot(since=self.usage.counted_until)
-            if doc["reset"] or len(self._latest) != len(doc["samples"]["gpu"]):
+            if len(self._latest) != len(doc["samples"]["gpu"]):  # another inventory
                 self._latest = [{} for _ in doc["samples"]["gpu"]]
             for latest, columns in zip(self._latest, doc["samples"]["gpu"], strict=True):
                 latest.update({name: values[-1] for name, values in columns.items() if values})
