@@ -44,7 +44,6 @@ from ..paths import private_opener, write_private
 from ..procs import alive
 from ..schedules.scheduler import Wakeup
 from ..status import JobStatus
-from ..tracking.targets import RunTarget
 from . import space, store, trials
 from .store import Sweep, SweepStatus, SweepStore
 from .sweep_file import PrunerName
@@ -154,7 +153,8 @@ class Driver:
         self.cancelled: set[str] = set()
         self.gpus = self._gpus()
         self.stopping = False
-        self.parent: RunTarget | None = None
+        #: The sweep's run, once made: the trials' runs' parent.
+        self.parent: str | None = None
 
     def _gpus(self) -> list[str]:
         """The GPUs this machine's trials share out, none to two at once: those the
@@ -246,18 +246,18 @@ class Driver:
                 self.sweep.id, **{store.STATUS: SweepStatus.STOPPING.value, store.MESSAGE: message}
             )
             return False
-        log.info("trial %d: job %s, run %s", number, started.job.id, started.run_id)
-        self._recorded(number, started.job.id, started.run_id, params)
+        log.info("trial %d: job %s", number, started.job.id)
+        self._attrs(number, {store.JOB_ID: started.job.id})
         return True
 
-    def _recorded(
-        self, number: int, job_id: str, run_id: str | None, params: dict[str, Any]
-    ) -> None:
-        """The trial's params on its run, then its job and run in the study: a driver
-        killed in between finds the job by its tags, and logs the same params again."""
+    def _run_found(self, number: int, job_id: str, params: dict[str, Any]) -> None:
+        """The trial's run, once its job's supervisor made it: the trial's params on it,
+        then the run in the study (a driver killed in between logs the same again)."""
+        attempts = self.jobs.attempts(job_id)
+        run_id = attempts[0].run_id if attempts else None
         if run_id:
             self._log_params(run_id, params)
-        self._attrs(number, {store.JOB_ID: job_id, store.TRIAL_RUN_ID: run_id})
+            self._attrs(number, {store.TRIAL_RUN_ID: run_id})
 
     def _follow(self, frozen: optuna.trial.FrozenTrial, cancel: bool) -> None:
         number = frozen.number
@@ -268,7 +268,9 @@ class Driver:
                 log.info("trial %d was never submitted: submitting it", number)
                 self._submit(number, dict(frozen.params))
                 return
-            self._recorded(number, job_id, self._run_of(job_id), dict(frozen.params))
+            self._attrs(number, {store.JOB_ID: job_id})
+        if store.TRIAL_RUN_ID not in frozen.user_attrs:
+            self._run_found(number, job_id, dict(frozen.params))
         reader = self.readers.get(number)
         if reader is None:
             reader = self.readers[number] = trials.MetricReader(
@@ -346,10 +348,6 @@ class Driver:
         for key, value in attrs.items():
             self.sweeps.storage.set_trial_user_attr(trial_id, key, value)
 
-    def _run_of(self, job_id: str) -> str | None:
-        """The job's first run, made as it was submitted."""
-        return self.jobs.get(job_id).spec.tracking.first_run_id
-
     # -- MLflow ------------------------------------------------------------------------
 
     def _client(self) -> Any:
@@ -357,7 +355,7 @@ class Driver:
 
         return MlflowClient(self.sweep.tracking_uri)
 
-    def _sweep_run(self) -> RunTarget:
+    def _sweep_run(self) -> str:
         """The sweep's own run, made once: the trials' runs nest under it."""
         from ..tracking.runs import ensure_experiment
 
@@ -389,7 +387,7 @@ class Driver:
             )
         self.sweeps.set(self.sweep.id, **{store.RUN_ID: run_id, store.EXPERIMENT_ID: experiment_id})
         self.sweep = self.sweeps.get(self.sweep.id)
-        return RunTarget(self.sweep.tracking_uri, experiment_id, spec.experiment_name, None, run_id)
+        return run_id
 
     def _find_sweep_run(self, client: Any, experiment_id: str) -> str | None:
         """The sweep's run made by a driver killed before it recorded it."""
@@ -397,7 +395,7 @@ class Driver:
             [experiment_id], f"tags.`{trials.SWEEP_TAG}` = '{self.sweep.id}'", max_results=50
         )
         for run in found:
-            if "mlflow.parentRunId" not in run.data.tags:
+            if trials.PARENT_TAG not in run.data.tags:
                 return str(run.info.run_id)
         return None
 

@@ -1,9 +1,8 @@
 """One trial as one job: its request to the jobs service, and its objective's points.
 
 A trial is the sweep's workload with the trial's parameters in every rank's
-environment (``AIR_PARAMS``, read by ``jupyter_air.params()``), its run nested under the
-sweep's run (a ``RunTarget`` whose parent is that run: the run is made as the job is
-submitted, so its params are logged at once), tagged with the sweep and the trial. Its
+environment (``AIR_PARAMS``, read by ``jupyter_air.params()``), its runs nested under
+the sweep's run (MLflow's parent tag), tagged with the sweep and the trial. Its
 objective is read from the job's tracking journal, where rank 0's ``log_metrics``
 lands first: points as they are logged (for the pruner), the last one at the end, with
 no wait for MLflow.
@@ -12,7 +11,6 @@ no wait for MLflow.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from ..job_dir import AttemptDir
@@ -21,35 +19,22 @@ from ..jobs.spec import JobKind
 from ..jobs.store import JobStore
 from ..redact import redact
 from ..tracking import journal
-from ..tracking.targets import ExperimentRef, RunTarget
+from ..tracking.targets import ExperimentRef
 from .params import PARAMS_ENV
 from .store import Sweep
 
 #: Tags of a trial's runs (and of its job), and of the sweep's own run.
 SWEEP_TAG = "air.sweep_id"
 TRIAL_TAG = "air.sweep_trial"
+#: MLflow's nesting: a run with this tag is shown under that run.
+PARENT_TAG = "mlflow.parentRunId"
 
 
-@dataclass(frozen=True)
-class TrialDestination:
-    """``jobs.request.Destination``: the sweep's experiment, under the sweep's run."""
-
-    target: RunTarget
-
-    @property
-    def tracking_uri(self) -> str:
-        return self.target.tracking_uri
-
-    def resolve(self) -> RunTarget:
-        return self.target
-
-    def unanswered(self) -> ExperimentRef:
-        return ExperimentRef(self.target.tracking_uri, self.target.experiment_name)
-
-
-def request(sweep: Sweep, number: int, params: dict[str, Any], parent: RunTarget) -> JobRequest:
-    """Trial ``number``'s job: the sweep's workload with ``params``, telling nobody of its
-    end unless the workload says whom (the sweep is what its owner follows)."""
+def request(sweep: Sweep, number: int, params: dict[str, Any], parent_run_id: str) -> JobRequest:
+    """Trial ``number``'s job: the sweep's workload with ``params``, its runs children of
+    the sweep's run, telling nobody of its end unless the workload says whom (the sweep
+    is what its owner follows). Its runs are made as any ``air run`` job's are, off the
+    driver's path: the next trial starts as soon as one ends."""
     spec = sweep.spec
     submission = spec.model_copy(
         update={
@@ -66,7 +51,7 @@ def request(sweep: Sweep, number: int, params: dict[str, Any], parent: RunTarget
             working_dir=sweep.working_dir,
             run_name=f"{spec.run_name}-trial-{number}",
         ),
-        TrialDestination(parent),
+        ExperimentRef(sweep.tracking_uri, spec.experiment_name, spec.mlflow_artifact_location),
         sweep.user,
         defaults=Defaults(nproc_per_node=spec.compute.nproc_per_node),
         grants=sweep.grants,
@@ -74,6 +59,7 @@ def request(sweep: Sweep, number: int, params: dict[str, Any], parent: RunTarget
             SWEEP_TAG: sweep.id,
             TRIAL_TAG: str(number),
             "air.command": redact(spec.command),
+            PARENT_TAG: parent_run_id,
         },
     )
 
