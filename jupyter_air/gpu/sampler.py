@@ -80,8 +80,9 @@ class GpuSampler(LoggingConfigurable):
         #: an answer carries them only when they changed after its ``since``.
         self._figures: list[dict[str, Any]] = []
         self._figures_at: list[float] = []
-        #: XID critical errors, on a thread of its own from the first sample on.
-        self._xids = XidWatch(keep=self.history)
+        #: XID critical errors, on a thread of its own from the first sample on (an event
+        #: ends a wait at once; the wait's length only bounds how late a stop is seen).
+        self._xids = XidWatch(keep=self.history, wait_ms=2000)
         self._read_failures: set[str] = set()
         self._history = self._new_history(0)
         self.samples_taken = 0

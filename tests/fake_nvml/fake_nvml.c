@@ -1528,7 +1528,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t dev, unsigned int *co
 #define EVENT_DOUBLE_BIT_ECC 0x2ULL
 #define EVENT_XID 0x8ULL
 #define SUPPORTED_EVENTS (EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID)
-#define MAX_EVENT_SETS 32
+#define MAX_EVENT_SETS 128
 
 struct fake_event_set {
     int used;
@@ -1691,7 +1691,7 @@ static nvmlReturn_t event_wait(int fn, nvmlEventSet_t set, nvmlEventData_t *data
         }
         if (now >= deadline)
             return leave(NVML_ERROR_TIMEOUT);
-        long long nap = deadline - now < 10 ? deadline - now : 10;
+        long long nap = deadline - now < 50 ? deadline - now : 50; /* XIDs come 50 ms late */
         struct timespec pause = {0, (long)(nap * 1000000)};
         pthread_mutex_unlock(&g_lock);
         nanosleep(&pause, NULL);
