@@ -87,7 +87,8 @@ import json
 from jupyter_air.gpu.nvml import Nvml
 nvml = Nvml()
 (reading,) = nvml.read_all()
-print(json.dumps([reading.health.clock_reasons, reading.health.unavailable]))
+health = reading.health
+print(json.dumps([health.clock_reasons, health.ecc.uncorrected_aggregate, health.unavailable]))
 """
 
 
@@ -99,7 +100,8 @@ print(json.dumps([reading.health.clock_reasons, reading.health.unavailable]))
 def test_throttle_reasons_are_read_on_a_driver_with_either_name(
     lacks: tuple[str, ...], tmp_path: Path
 ) -> None:
-    scenario = Scenario(without=lacks, gpus=[FakeGpu(clock_reasons=["sw_thermal"])])
+    gpu = FakeGpu(clock_reasons=["sw_thermal"], ecc={"uncorrected_aggregate": 1})
+    scenario = Scenario(without=lacks, gpus=[gpu])
     path = scenario.write(tmp_path / "scenario.txt")
     child = subprocess.run(
         [sys.executable, "-c", DRIVER_FAMILY],
@@ -110,9 +112,10 @@ def test_throttle_reasons_are_read_on_a_driver_with_either_name(
         check=False,
     )
     assert child.returncode == 0, child.stderr
-    reasons, unavailable = json.loads(child.stdout.splitlines()[-1])
+    reasons, uncorrected, unavailable = json.loads(child.stdout.splitlines()[-1])
     assert reasons == 0x20
-    assert "clock_reasons" not in unavailable
+    assert uncorrected == 1
+    assert set(unavailable) == {"sm_clock_mhz", "retired_pages", "remapped_rows"}
 
 
 # --- memory errors -------------------------------------------------------------------
@@ -135,10 +138,15 @@ def test_ecc_counts_are_read_and_uncorrected_ones_are_a_fault(
     assert problem["severity"] == "error"
 
 
-def test_a_consumer_gpu_without_ecc_says_so_instead_of_zero(
-    scenario: WriteScenario, sampler: GpuSampler
+@pytest.mark.parametrize(
+    "gpu",
+    [FakeGpu(name="NVIDIA GeForce RTX 4090"), FakeGpu(name="GRID A100-20C", virtualization="vgpu")],
+    ids=["consumer GPU", "vGPU guest"],
+)
+def test_a_gpu_without_ecc_says_so_instead_of_zero(
+    gpu: FakeGpu, scenario: WriteScenario, sampler: GpuSampler
 ) -> None:
-    scenario(Scenario(gpus=[FakeGpu(name="NVIDIA GeForce RTX 4090")]))
+    scenario(Scenario(gpus=[gpu]))
     health = health_of(sampler)
     assert health["ecc"] is None
     assert health["retired_pages"] is None
