@@ -233,16 +233,22 @@ class XidWatch:
         self.reason: str | None = self.NOT_STARTED
 
     def start(self) -> XidWatch:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="air-gpu-xids", daemon=True)
-            self._thread.start()
+        """Start the thread (idempotent; after ``stop``, a new one once the last ended)."""
+        thread = self._thread
+        if thread is not None and thread.is_alive() and not self._stop.is_set():
+            return self
+        if thread is not None:
+            thread.join()  # a stopped one ends within one wait
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="air-gpu-xids", daemon=True)
+        self._thread.start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread; it ends within one wait (``timeout``: how long to wait here)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-            self._thread = None
 
     def events(self, index: int | None = None, since: float | None = None) -> list[XidEvent]:
         """The XIDs received (of GPU ``index``, at or after ``since``), oldest first."""

@@ -221,6 +221,22 @@ def test_an_xid_is_delivered_once_from_the_time_it_happens(
     assert xids.events() == [event]
 
 
+def test_a_watch_stopped_and_started_again_watches_again(
+    scenario: WriteScenario, watch: Callable[..., XidWatch]
+) -> None:
+    scenario(Scenario(gpus=[FakeGpu()]))
+    xids = watch()
+    until(lambda: xids.watching, "the watch waits for events", 30)
+    xids.stop()
+    assert not xids.watching
+    xids.start()
+    until(lambda: xids.watching, "the watch waits for events again", 30)
+    at = time.time()
+    scenario(Scenario(gpus=[FakeGpu(xids=[(48, at)])]))
+    (event,) = until(xids.events, "XID 48 received", 30)
+    assert event.xid == 48
+
+
 def test_the_panel_shows_an_xid_with_its_time(scenario: WriteScenario, sampler: GpuSampler) -> None:
     at = time.time() + 2  # after the first sample has started the watch
     scenario(Scenario(gpus=[FakeGpu(xids=[(79, at)])]))
