@@ -9,8 +9,11 @@ item 1; see docs/benchmarks.md).
    recorder differs. Each rank times its own steps in wall time and in its own CPU time;
    arms alternate within each round (the order rotates); the figure is each round's
    on/off ratio of the median step time, and the median of the rounds.
-2. ``micro``: one rank alone (a gloo group of 1) times ``all_reduce`` of one float, the
-   recorder on and off: what recording one collective costs, without the machine's noise.
+2. ``micro``: one rank alone (a gloo group of 1) times ``all_reduce`` of one float in its
+   own CPU time, the recorder on and off, each arm's best run: what recording one
+   collective costs, without the machine's noise; times the collectives a DDP step of
+   ``overhead`` calls (counted by the recorder), over its CPU time a step, that is the
+   share of a step the recorder takes.
 3. ``hang``: a real job through ``air run`` whose rank 1 never enters the all_reduce
    rank 0 waits in, on two fake idle GPUs, ``AIR_HINT_SILENT_AFTER`` seconds of silence
    for the likely-hang hint: the seconds from the hint (in the attempt's hints file) to
@@ -58,7 +61,10 @@ for step in range(STEPS):
 threads = sorted(t.name for t in threading.enumerate())
 steps = [b - a for a, b in zip(ends, ends[1:])]
 cpu = [b - a for a, b in zip(cpu, cpu[1:])]
-print("RESULT " + json.dumps({"steps": steps, "cpu": cpu, "threads": threads}), flush=True)
+status = json.loads(torch._C._distributed_c10d._dump_fr_trace_json(True, True))["pg_status"]
+calls = int(status.get("0", {}).get("last_enqueued_collective", 0)) if status else 0
+print("RESULT " + json.dumps({"steps": steps, "cpu": cpu, "threads": threads,
+                              "collectives": calls}), flush=True)
 dist.destroy_process_group()
 os._exit(0)  # as our ranks leave: no C++ teardown of rank 0's store (rank_main.exit_now)
 """
@@ -70,8 +76,8 @@ dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 x = torch.ones(1)
 for _ in range(2000):
     dist.all_reduce(x)
-best = min(timeit.repeat(lambda: dist.all_reduce(x), number=5000, repeat=5)) / 5000
-print("RESULT " + json.dumps({"us": best * 1e6}), flush=True)
+runs = timeit.repeat(lambda: dist.all_reduce(x), number=5000, repeat=7, timer=time.process_time)
+print("RESULT " + json.dumps({"us": min(runs) / 5000 * 1e6}), flush=True)
 os._exit(0)  # no teardown of the group's store: not what is measured
 """
 
@@ -131,6 +137,8 @@ def overhead(rounds: int, steps: int) -> None:
             listening = all("air-flight-recorder" in g["threads"] for g in got)
             if listening != on:
                 raise SystemExit(f"recorder {'on' if on else 'off'}, threads: {got[0]['threads']}")
+            if on:
+                print(f"collectives a step: {got[0]['collectives'] / (steps):.1f}", flush=True)
             skip = max(len(got[0]["steps"]) // 10, 1)  # warm-up left out
             for kind, by_arm in figures.items():
                 by_arm[on].append(statistics.median(s for g in got for s in g[kind][skip:]))
@@ -162,7 +170,7 @@ def micro(pairs: int = 4) -> None:
     for on in (False, True):
         print(
             f"== all_reduce of one float, one rank, recorder {'on' if on else 'off'}: "
-            f"{best[on]:.1f} us (best of {pairs} runs)"
+            f"{best[on]:.2f} us of CPU (best of {pairs} runs)"
         )
 
 

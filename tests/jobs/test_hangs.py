@@ -153,7 +153,8 @@ def test_the_rank_environment_turns_the_recorder_on_or_off(tmp_path: Path) -> No
     assert env["AIR_FLIGHT_DIR"] == str(tmp_path)
     assert env["TORCH_FR_DUMP_TEMP_FILE"].startswith(str(tmp_path)), "not /tmp"
     assert env["PYTHONPATH"].endswith(":/mine"), "the rank's sitecustomize answers"
-    assert flight_recorder.rank_env({"AIR_FLIGHT_RECORDER": "0"}, tmp_path) == {}
+    off = flight_recorder.rank_env({"AIR_FLIGHT_RECORDER": "0"}, tmp_path)
+    assert off == {"TORCH_FR_BUFFER_SIZE": "0"}, "PyTorch's own default records 2000"
     mine = {"AIR_FLIGHT_RECORDER": "50", "TORCH_FR_BUFFER_SIZE": "7"}
     assert flight_recorder.rank_env(mine, tmp_path)["TORCH_FR_BUFFER_SIZE"] == "7"
     assert flight_recorder.entries({"AIR_FLIGHT_RECORDER": "50"}) == 50

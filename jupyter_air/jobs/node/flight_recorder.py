@@ -92,11 +92,13 @@ def entries(environ: Mapping[str, str]) -> int:
 
 def rank_env(environ: Mapping[str, str], folder: Path) -> dict[str, str]:
     """What a rank's environment gets for its recorder to be on and read from ``folder``
-    (the node's attempt's): nothing when ``AIR_FLIGHT_RECORDER=0``. A timeout's own dump
-    (NCCL's watchdog) lands there too, not in ``/tmp``."""
+    (the node's attempt's), or off with ``AIR_FLIGHT_RECORDER=0`` (PyTorch 2.13 records
+    2000 entries when ``TORCH_FR_BUFFER_SIZE`` is unset). A timeout's own dump (NCCL's
+    watchdog) lands in ``folder`` too, not in ``/tmp``. A ``TORCH_FR_BUFFER_SIZE`` the
+    user set is kept."""
     kept = entries(environ)
     if kept == 0:
-        return {}
+        return {} if environ.get(TORCH_BUFFER) else {TORCH_BUFFER: "0"}
     from ..autoresume import SITE, site_path  # an ``air run`` script starts the listener
 
     env = {TORCH_BUFFER: environ.get(TORCH_BUFFER) or str(kept), FOLDER_ENV: str(folder)}
