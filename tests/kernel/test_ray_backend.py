@@ -44,6 +44,8 @@ from tests.backend_contract import (  # the contract's tests, run on this module
 )
 from tests.fake_nvml import FakeGpu, Scenario, env_for
 from tests.kernel.conftest import Kernel, execute_notebook, running_job
+from tests.kernel.test_debugger import CELL as DEBUG_CELL
+from tests.kernel.test_debugger import answered
 from tests.kernel.test_distributed_magic import (
     TRAINING,
     job_id_of,
@@ -290,6 +292,17 @@ history, deadline = MlflowClient().get_metric_history, time.monotonic() + 120
 while not history(os.environ["MLFLOW_RUN_ID"], "system/cpu_utilization_percentage"):
     assert time.monotonic() < deadline, "no host-CPU sample in the run"
     time.sleep(0.5)"""
+
+
+def test_a_ranks_breakpoint_on_a_ray_node_stops_in_the_cell(kernel: Kernel) -> None:
+    """Ray makes every worker's ``breakpoint()`` its own remote pdb, which waits for ``ray
+    debug``: a rank's stops at the cell's prompt instead, as on the local backend."""
+    on_ray = DEBUG_CELL.replace("-n 2", "--backend ray --nnodes 2 -n 1")
+    prompts, execution = answered(kernel, on_ray, ["p x", "c"], timeout=150)
+    assert execution.error is None, execution.traceback
+    assert prompts == ["(Pdb rank 1) "] * 2
+    assert "41\n" in execution.stdout
+    assert "rank 0 went on with 40" in execution.text
 
 
 def test_ray_nodes_record_the_system_metrics_a_local_job_does_under_the_same_names(

@@ -77,6 +77,9 @@ def node_specs(
         # Ray sets OMP_NUM_THREADS to the actor's CPUs (all of the node's ranks): the
         # ranks get torchrun's default instead (1 when several share the node).
         base_env.pop("OMP_NUM_THREADS", None)
+        # Ray makes every worker's breakpoint() its remote pdb, which waits for `ray debug`
+        # (the actor's, not the user's choice): the ranks' stops in the cell instead.
+        base_env.pop("PYTHONBREAKPOINT", None)
     argv = rank_argv(launch, files)
     attempt = files.attempt(launch.attempt)
     gpus = visible_gpus(os.environ, gpu_count())
