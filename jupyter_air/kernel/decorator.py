@@ -52,7 +52,12 @@ class DistributedFunction(Generic[P, R]):
 
             session, title = WarmSession.running(), getattr(self._fn, "__name__", None)
             value: R | None = session.run_cell(
-                payload.dumps(), source, self._options.output_ranks, None, title
+                payload.dumps(),
+                source,
+                self._options.output_ranks,
+                None,
+                title,
+                debug_rank=self._options.debug_rank,
             )
             return value
         name = getattr(self._fn, "__name__", "function")  # its run's name: "train"
@@ -74,7 +79,7 @@ def distributed(fn: Callable[P, R] | None = None, **options: Any) -> Any:
     ``--guard``'s: ``guards=["loss: nan -> stop"]``; ``out`` is not needed: return what
     you want back).
     ``@distributed(session=True)`` runs on the session's ranks and takes only
-    ``output_ranks``: the rest belongs to ``%air_session start``."""
+    ``output_ranks`` and ``debug_rank``: the rest belongs to ``%air_session start``."""
     session = options.pop("session", False)
     if not isinstance(session, bool):
         raise TypeError(f"distributed(session=...) must be True or False, got {session!r}")
@@ -82,7 +87,7 @@ def distributed(fn: Callable[P, R] | None = None, **options: Any) -> Any:
     unknown = set(options) - {f for f in Options.__dataclass_fields__ if f not in INTERNAL}
     if unknown:
         raise TypeError(f"distributed() got unknown option(s): {', '.join(sorted(unknown))}")
-    if session and (whole_job := sorted({*options, *aliased} - {"output_ranks"})):
+    if session and (whole_job := sorted({*options, *aliased} - {"output_ranks", "debug_rank"})):
         raise TypeError(
             f"{', '.join(whole_job)} does not apply to distributed(session=True) "
             "(give it to %air_session start)"

@@ -15,8 +15,6 @@ from tests.kernel.conftest import Execution, Kernel
 from tests.kernel.test_distributed_magic import job_id_of
 from tests.waits import wait_done
 
-pytestmark = pytest.mark.heavy
-
 CELL = """%%air_distributed -n 2 --debug-rank 1
 import torch.distributed as dist
 dist.init_process_group("gloo")
@@ -53,6 +51,7 @@ def answered(
     return prompts, kernel.collect(msg_id, timeout)
 
 
+@pytest.mark.heavy
 def test_a_ranks_breakpoint_opens_pdb_in_the_cell_and_continues(
     kernel: Kernel, air_home: Path
 ) -> None:
@@ -90,3 +89,13 @@ def test_a_ranks_breakpoint_opens_pdb_in_the_cell_and_continues(
     finally:
         kernel.run("%air_session stop")
     assert list((air_home / "debug").iterdir()) == []
+
+
+def test_a_session_function_takes_its_debug_rank_as_a_session_cell_does() -> None:
+    from jupyter_air import distributed
+
+    def train() -> None: ...
+
+    assert distributed(session=True, debug_rank=1)(train)._options.debug_rank == 1
+    with pytest.raises(TypeError, match="nproc_per_node does not apply"):
+        distributed(session=True, debug_rank=1, nproc_per_node=2)
