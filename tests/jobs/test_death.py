@@ -6,11 +6,13 @@ kernel's OOM killer enforcing a memory cgroup's limit, and an XID of the rank's 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,6 +163,28 @@ def test_a_plain_exit_and_a_kill_are_said_as_before() -> None:
     assert explain(2, -15, [], watch) == "rank 2 was killed by SIGTERM"
     assert explain(2, -9, [], watch) == "rank 2 was killed by SIGKILL", "no OOM seen: no guess"
     assert crash_frame(["no report here"]) is None
+
+
+def test_the_crash_is_placed_in_the_thread_faulthandler_calls_current() -> None:
+    """A rank has other threads (the flight recorder's listener): faulthandler lists
+    them first; the crash is in the current thread's frames."""
+    report = [
+        "Fatal Python error: Segmentation fault",
+        "",
+        "Thread 0x00007f0000000001 (most recent call first):",
+        f'  File "{threading.__file__}", line 331 in wait',
+        '  File "/x/jupyter_air/jobs/node/flight_recorder.py", line 151 in _listen',
+        "",
+        "Current thread 0x00007f0000000002 (most recent call first):",
+        f'  File "{ctypes.__file__}", line 519 in string_at',
+        '  File "/work/segfault.py", line 5 in read_nothing',
+        '  File "/work/segfault.py", line 10 in <module>',
+        "",
+        "Extension modules: numpy (total: 1)",
+    ]
+    assert crash_frame(report) == (
+        "segfault.py:5 in read_nothing (in string_at, ctypes/__init__.py:519)"
+    )
 
 
 @pytest.mark.heavy

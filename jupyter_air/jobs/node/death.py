@@ -178,11 +178,18 @@ def _exit(code: int | None) -> str:
 def crash_frame(lines: list[str]) -> str | None:
     """Where faulthandler's report says the crash was: the innermost frame of the user's
     code, with the library frame under it (``train.py:12 in step (in string_at,
-    ctypes/__init__.py:519)``)."""
+    ctypes/__init__.py:519)``). With several threads, faulthandler lists each; the
+    crash is in the one it calls the current thread."""
     start = max((i for i, line in enumerate(lines) if "Fatal Python error" in line), default=None)
     if start is None:
         return None
-    frames = [m for line in lines[start:] if (m := _FRAME.match(line))]
+    report = lines[start:]
+    current = next((i for i, line in enumerate(report) if line.startswith("Current thread")), None)
+    if current is not None:
+        block = report[current + 1 :]
+        end = next((i for i, line in enumerate(block) if not _FRAME.match(line)), len(block))
+        report = block[:end]
+    frames = [m for line in report if (m := _FRAME.match(line))]
     if not frames:
         return None
     inner = frames[0]
