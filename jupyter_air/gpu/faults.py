@@ -239,8 +239,10 @@ class XidWatch:
             return self
         if thread is not None:
             thread.join()  # a stopped one ends within one wait
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="air-gpu-xids", daemon=True)
+        self._stop = stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(stop,), name="air-gpu-xids", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -277,24 +279,26 @@ class XidWatch:
                 self._turn.wait(left)
         return True
 
-    def _run(self) -> None:
+    def _run(self, stop: threading.Event) -> None:
         event_set = None
         failing: str | None = None
         try:
-            while not self._stop.is_set():
+            while not stop.is_set():
                 if event_set is None:
-                    event_set = self._open()
+                    event_set = self._open(stop)
                     if event_set is None:
-                        self._stop.wait(self._retry)
+                        stop.wait(self._retry)
                         continue
                 began = time.time()
                 try:
                     event = self._nvml.wait_xid(event_set, self._wait_ms)
                 except pynvml.NVMLError as err:  # a lost GPU: said once, tried again
+                    if stop.is_set():
+                        break
                     if str(err) != failing:
                         log.warning("waiting for GPU XID events failed: %s", err)
                     failing = str(err)
-                    self._stop.wait(1.0)
+                    stop.wait(1.0)
                     event = None
                 else:
                     failing = None
@@ -317,7 +321,7 @@ class XidWatch:
             self._waiting = waiting
             self._turn.notify_all()
 
-    def _open(self) -> Any:
+    def _open(self, stop: threading.Event) -> Any:
         try:
             event_set, refused = self._nvml.xid_events()
         except pynvml.NVMLError as err:
@@ -326,7 +330,7 @@ class XidWatch:
         self.refused, self.reason = refused, None
         watched = len(self._nvml.inventory()) - len(refused)
         if watched <= 0:  # every GPU refused (MIG, vGPU) or none: nothing to wait for
-            self._stop.wait()
+            stop.wait()
         else:
             self._waited(True)
         return event_set
