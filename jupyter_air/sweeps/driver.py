@@ -37,7 +37,7 @@ from optuna.trial import TrialState
 from ..identity import Identity
 from ..jobs import backends
 from ..jobs.env import gpu_count, job_free_env, visible_gpus
-from ..jobs.follow import outcome
+from ..jobs.follow import LOOK_EVERY, _Changes, outcome
 from ..jobs.service import Conflict, JobService, Refused
 from ..jobs.store import JobStore, UnknownJob
 from ..paths import private_opener, write_private
@@ -50,8 +50,10 @@ from .sweep_file import PrunerName
 
 log = logging.getLogger("jupyter_air.sweeps.driver")
 
-#: Seconds between two looks at the running trials.
+#: Seconds between two looks at the running trials' journals, for a pruner.
 POLL = 0.5
+#: Seconds between two asks whether the job store changed (a few microseconds each).
+QUICK = 0.1
 CUDA = "CUDA_VISIBLE_DEVICES"
 #: Seconds before a look that failed is tried again.
 RETRY = 5.0
@@ -152,6 +154,8 @@ class Driver:
         self.readers: dict[int, trials.MetricReader] = {}
         self.cancelled: set[str] = set()
         self.gpus = self._gpus()
+        self.changes = _Changes(jobs.path)
+        self.woken = False
         self.stopping = False
         #: The sweep's run, once made: the trials' runs' parent.
         self.parent: str | None = None
@@ -176,7 +180,19 @@ class Driver:
                 log.exception("look failed")
                 wakeup.sleep(RETRY)
                 continue
-            wakeup.sleep(POLL)
+            self._wait(wakeup)
+
+    def _wait(self, wakeup: Wakeup) -> None:
+        """Until the job store changed (a trial's job may have ended: the next starts at
+        once), ``POLL`` seconds passed (a pruner reads the trials' journals, which the
+        store does not see), or a signal came (``air sweep stop``)."""
+        limit = POLL if self.sweep.spec.pruner.name is not PrunerName.NONE else LOOK_EVERY
+        deadline = time.monotonic() + limit
+        self.woken = False
+        while not (self.stopping or self.woken) and time.monotonic() < deadline:
+            wakeup.sleep(QUICK)
+            if self.changes.since_last_look():
+                return
 
     def _look(self) -> bool:
         """Follow the running trials, start the next ones; True once the sweep ended."""
@@ -461,7 +477,9 @@ class Driver:
 
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
         """Only a flag: the signal itself ends the sleep (``Wakeup``)."""
-        if signum != signal.SIGUSR1:
+        if signum == signal.SIGUSR1:
+            self.woken = True
+        else:
             self.stopping = True
 
 
