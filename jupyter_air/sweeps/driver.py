@@ -171,9 +171,10 @@ class Driver:
         return visible_gpus(os.environ, gpu_count())
 
     def run(self, wakeup: Wakeup) -> None:
-        self.parent = self._sweep_run()
         while not self.stopping:
             try:
+                if self.parent is None:
+                    self.parent = self._sweep_run()
                 if self._look():
                     return
             except Exception:  # a locked store, a tracking server gone: again soon, stay up
