@@ -1,6 +1,7 @@
 """A sweep is its owner's: another user sees it only through a grant (the workload's
 ``permissions:``), stops or resumes it only with CAN_MANAGE_RUN, as for jobs; its
-store is private to the user on disk."""
+store is private to the user on disk; it cannot hold more ranks at once than the
+machine."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from jupyter_air.identity import Identity
+from jupyter_air.jobs.capacity import CPU_RANKS_PER_CORE, usable_cores
 from jupyter_air.jobs.permissions import Forbidden, Level
+from jupyter_air.jobs.service import Refused
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.sweeps.service import SweepService
 from jupyter_air.sweeps.store import Sweep, SweepStatus, SweepStore, UnknownSweep
@@ -70,3 +73,28 @@ def test_the_sweeps_store_is_private_to_its_user(jobs: JobStore) -> None:
     folder = jobs.home / "sweeps"
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert stat.S_IMODE((folder / "optuna.db").stat().st_mode) == 0o600
+
+
+def test_a_sweep_cannot_run_more_ranks_at_once_than_this_machine_holds(
+    jobs: JobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``parallel`` trials of ``nproc_per_node`` ranks each are refused, naming
+    ``parallel``, before anything is made (here: no GPU, 4 CPU ranks a core)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the CPU's rule, on any machine
+    too_many = usable_cores() * CPU_RANKS_PER_CORE // 2 + 1
+    spec = SweepFile.model_validate(
+        {
+            "experiment_name": "toy",
+            "command": "python train.py",
+            "compute": {"nproc_per_node": 2},
+            "space": {"x": [1, 2]},
+            "objective": {"minimize": "loss"},
+            "trials": 4,
+            "parallel": too_many,
+        }
+    )
+    with pytest.raises(Refused) as err:
+        SweepService(jobs, ALICE).create(spec, jobs.home, "sqlite:///x.db", "alice")
+    assert err.value.field == "parallel"
+    assert str(err.value).startswith(f"{too_many} trials of 2 rank(s) at once: ")
+    assert SweepStore(jobs.home).sweeps() == []
