@@ -3,8 +3,9 @@
 Detached like a job's supervisor and the scheduler (a session of its own, no terminal),
 so a closed shell or a dead kernel does not stop the sweep. One per sweep: it holds
 ``sweeps/ID.lock`` (flock) while it lives and writes its pid and start time to
-``sweeps/ID.driver.json``. Every ``POLL`` seconds, or at once when woken (SIGUSR1), it
-looks at each running trial's job: the objective's new points from its journal go to
+``sweeps/ID.driver.json``. Once the job store changed (a trial's job may have ended),
+at least every second (every ``POLL`` seconds with a pruner), or at once when woken
+(SIGUSR1), it looks at each running trial's job: the objective's new points from its journal go to
 the pruner (a trial to prune is cancelled through the jobs service and recorded PRUNED
 at its step), an ended job is told to Optuna (its last point, or FAIL); then it starts
 trials until ``parallel`` run or ``trials`` were asked. Everything it decides is in the
@@ -54,6 +55,7 @@ log = logging.getLogger("jupyter_air.sweeps.driver")
 POLL = 0.5
 #: Seconds between two asks whether the job store changed (a few microseconds each).
 QUICK = 0.1
+#: What a trial's job is submitted with: the GPUs its ranks take theirs among.
 CUDA = "CUDA_VISIBLE_DEVICES"
 #: Seconds before a look that failed is tried again.
 RETRY = 5.0
