@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from typing import Any
+
+from traitlets import TraitError
 
 from ..identity import Identity
 from ..jobs.api_models import change_document
@@ -23,8 +26,10 @@ from ..jobs.permissions import (
 from ..jobs.service import Conflict, JobService
 from ..jobs.spec import JobKind
 from ..jobs.store import Job, JobStore, UnknownJob
+from ..metrics.settings import AirMetrics
 from ..redact import redact
 from ..status import JobStatus, Outcome
+from ..tracking.energy import RunEnergy, run_energy
 from .common import CliError, _job, _output, _service, _time
 
 
@@ -150,9 +155,17 @@ def _get(args: argparse.Namespace) -> int:
     service = _service(settle=True)
     job = _job(service, args.job_id)
     doc = service.document(job)
+    energy = _energies(service.store, doc)
     if args.output == "json":
+        for a in doc["attempts"]:
+            found = energy.get(a["attempt"])
+            a["gpu_energy"] = None if found is None else asdict(found)
         print(json.dumps(doc, indent=2))
         return 0
+    try:
+        grams_per_kwh = AirMetrics().grams_co2_per_kwh
+    except TraitError as err:  # a bad $AIR_GRAMS_CO2_PER_KWH
+        raise CliError(str(err)) from None
     notes = [doc["message"]] if doc["message"] else []
     if doc["finishing"]:
         notes.append("finishing: ending its MLflow run, attaching logs")
@@ -185,6 +198,8 @@ def _get(args: argparse.Namespace) -> int:
         if a["resumed_from"]:
             step = f", step {a['resumed_step']}" if a["resumed_step"] is not None else ""
             print(f"    resumed from {a['resumed_from']}{step}")
+        if a["attempt"] in energy:
+            print(f"    energy:   {energy[a['attempt']].line(grams_per_kwh)}")
         if a["progress"]:
             _print_progress(a["progress"])
         if a["hang"]:  # where its ranks were last seen waiting (air stacks ID --saved)
@@ -285,6 +300,15 @@ def _sync(args: argparse.Namespace) -> int:
             said += f"; still waiting: {', '.join(e['left'])}: {e['error']}"
         print(said)
     return 1 if any(e["left"] for e in report) else 0
+
+
+def _energies(store: JobStore, doc: dict[str, Any]) -> dict[int, RunEnergy]:
+    """Each attempt's GPU energy, where its samples measured some (docs/prometheus.md)."""
+    from ..job_dir import JobDir
+
+    files = JobDir(store.job_dir(doc["id"]))
+    found = {a["attempt"]: run_energy(files.attempt(a["attempt"])) for a in doc["attempts"]}
+    return {number: energy for number, energy in found.items() if energy is not None}
 
 
 def _print_progress(progress: dict[str, Any]) -> None:

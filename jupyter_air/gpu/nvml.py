@@ -179,6 +179,10 @@ class GpuReading:
     processes: tuple[GpuProcess, ...] = ()
     unavailable: dict[str, str] = field(default_factory=dict)
     health: GpuHealth = field(default_factory=GpuHealth)
+    #: ``nvmlDeviceGetTotalEnergyConsumption``: mJ since the driver loaded (Volta on);
+    #: None where the GPU has no such counter (not listed in ``unavailable``: no field
+    #: of the panel's).
+    energy_mj: int | None = None
 
 
 @dataclass
@@ -387,6 +391,7 @@ class Nvml:
             values.get("processes") or (),
             unavailable,
             health,
+            self._lib.optional(_ENERGY, device.handle),  # a counter, not a panel field
         )
 
     def _health(self, index: int, device: _Device) -> GpuHealth | None:
@@ -505,6 +510,7 @@ _EVENT_SET_WAIT = (_pynvml("nvmlEventSetWait_v2"),)
 _EVENT_SET_FREE = (_pynvml("nvmlEventSetFree"),)
 _DEVICE_INDEX = (_pynvml("nvmlDeviceGetIndex"),)
 _POWER = (_pynvml("nvmlDeviceGetPowerUsage"),)
+_ENERGY = (_pynvml("nvmlDeviceGetTotalEnergyConsumption"),)
 #: Memory info v2 separates reserved memory from used; older drivers have only v1.
 _MEMORY = (("nvmlDeviceGetMemoryInfo_v2", _memory_v2), _pynvml("nvmlDeviceGetMemoryInfo"))
 #: ``nvmlDeviceGetTemperatureV`` on new drivers, the deprecated call on old ones.

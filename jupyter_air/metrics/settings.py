@@ -52,9 +52,40 @@ class AirMetrics(Configurable):
         ),
     ).tag(config=True)
 
+    grams_co2_per_kwh = Float(
+        None,
+        allow_none=True,
+        help=(
+            "The grid's carbon intensity (grams of CO2 per kWh): with it, a run's GPU "
+            "energy is shown with its grams of CO2 (air get). None: not shown. Default: "
+            "$AIR_GRAMS_CO2_PER_KWH."
+        ),
+    ).tag(config=True)
+
     @default("token_file")
     def _token_file_default(self) -> str:
         return os.environ.get("AIR_METRICS_TOKEN_FILE", "")
+
+    @default("grams_co2_per_kwh")
+    def _intensity_default(self) -> float | None:
+        text = os.environ.get("AIR_GRAMS_CO2_PER_KWH", "").strip()
+        if not text:
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            raise TraitError(
+                f"AIR_GRAMS_CO2_PER_KWH must be a number of grams per kWh, got {text!r}"
+            ) from None
+
+    @validate("grams_co2_per_kwh")
+    def _intensity(self, proposal: dict[str, Any]) -> float | None:
+        value = proposal["value"]
+        if value is None:
+            return None
+        if not 0 <= float(value) < 10_000:
+            raise TraitError(f"AirMetrics.grams_co2_per_kwh must be 0..10000 g/kWh, got {value}")
+        return float(value)
 
     @validate("idle_threshold")
     def _percent(self, proposal: dict[str, Any]) -> float:

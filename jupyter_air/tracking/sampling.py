@@ -14,7 +14,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -60,8 +60,11 @@ class SampleLoop:
         interval: float,
         on_sample: Callable[[Sample], None],
         on_gpu_sample: GpuListener | None = None,
+        gpus: Collection[int] | None = None,
     ) -> None:
         self._interval = interval
+        #: The job's GPUs (NVML indices) whose energy the samples carry; None: all.
+        self.gpus = gpus
         self._on_sample = on_sample
         self._on_gpu_sample = on_gpu_sample
         self._stop = threading.Event()
@@ -116,7 +119,7 @@ class SampleLoop:
                 from ..gpu.nvml import Nvml
                 from .system_metrics import SystemSampler
 
-                self._sampler = SystemSampler(Nvml(), self._on_gpu_sample)
+                self._sampler = SystemSampler(Nvml(), self._on_gpu_sample, self.gpus)
             return self._sampler
 
     def take(self) -> None:

@@ -28,7 +28,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import replace
 from typing import Protocol
 
@@ -36,6 +36,7 @@ import psutil
 
 from ..gpu.nvml import MIB, GpuInfo, GpuReading, Nvml
 from ..job_dir import AttemptDir
+from .energy import EnergyMeter
 from .journal import append_samples
 from .sampling import CPU_PERCENT, GpuListener, Sample, prefix
 
@@ -115,21 +116,36 @@ class NetworkMonitor:
 
 
 class GpuMonitor(Averaged):
-    """MLflow's GPU metrics and GPU temperature, for every GPU NVML reads."""
+    """MLflow's GPU metrics and GPU temperature, for every GPU NVML reads, and the energy
+    of the job's GPUs (``gpus``, NVML indices; None: every GPU) since the first sample
+    (``tracking.energy``): a counter, so a sample carries its latest figure, not a mean."""
 
-    def __init__(self, nvml: Nvml, on_sample: GpuListener | None = None) -> None:
+    def __init__(
+        self,
+        nvml: Nvml,
+        on_sample: GpuListener | None = None,
+        gpus: Collection[int] | None = None,
+    ) -> None:
         super().__init__()
         self._nvml = nvml
         self._on_sample = on_sample
+        self._gpus = None if gpus is None else frozenset(gpus)
+        self._energy = EnergyMeter()
 
     def read(self) -> Iterator[tuple[str, float]]:
         inventory = {g.index: g for g in self._nvml.inventory()}
         readings = self._nvml.read_all()
+        now = time.monotonic()
         for index, reading in enumerate(readings):
             for name, value in _gpu_metrics(reading, inventory.get(index)):
                 yield f"gpu_{index}_{name}", value
+            if self._gpus is None or index in self._gpus:
+                self._energy.add(index, now, reading.energy_mj, reading.power_w)
         if self._on_sample is not None:  # the supervisor's hints read the same samples
             self._on_sample(readings, inventory)
+
+    def aggregate_metrics(self) -> dict[str, float]:
+        return super().aggregate_metrics() | self._energy.metrics()
 
 
 def _gpu_metrics(reading: GpuReading, info: GpuInfo | None) -> Iterator[tuple[str, float]]:
@@ -166,13 +182,18 @@ def _rocm_monitor() -> Monitor | None:
 class SystemSampler:
     """The metrics of the machine it runs on, as MLflow's own system-metrics monitor
     takes them (one collection per sample, aggregated): CPU, disk and network, and the
-    GPUs where NVML answers (else AMD's, where ROCm answers)."""
+    GPUs where NVML answers (else AMD's, where ROCm answers); energy of ``gpus`` only."""
 
-    def __init__(self, nvml: Nvml, on_gpu_sample: GpuListener | None = None) -> None:
+    def __init__(
+        self,
+        nvml: Nvml,
+        on_gpu_sample: GpuListener | None = None,
+        gpus: Collection[int] | None = None,
+    ) -> None:
         self._nvml = nvml
         self.monitors: list[Monitor] = [CpuMonitor(), DiskMonitor(), NetworkMonitor()]
         gpu = (
-            GpuMonitor(nvml, on_gpu_sample)  # its samples also feed the job's hints
+            GpuMonitor(nvml, on_gpu_sample, gpus)  # its samples also feed the job's hints
             if nvml.status().available
             else _rocm_monitor()
         )

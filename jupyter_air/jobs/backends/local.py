@@ -40,14 +40,15 @@ class LocalNode:
     ) -> None:
         specs = node_specs(launch, files, cwd=cwd)
         self._ranks = LocalRanks(specs, reaper)
+        gpus = rank_gpus({spec.rank: spec.env.get("CUDA_VISIBLE_DEVICES") for spec in specs})
         if hints is not None:
-            cuda = {spec.rank: spec.env.get("CUDA_VISIBLE_DEVICES") for spec in specs}
-            hints.start(rank_gpus(cuda), self._ranks.last_output)
+            hints.start(gpus, self._ranks.last_output)
         self._metrics = (
             SampleLoop(
                 metrics_interval,
                 lambda sample: on_metrics(0, [sample]),
                 hints.on_nvml if hints is not None else None,
+                set(gpus.values()),  # the energy of the job's GPUs
             )
             if on_metrics is not None
             else None

@@ -87,6 +87,7 @@ class NodeAgent:
         self._logs = {spec.rank: spec.log_path for spec in specs}
         self._rank_gpus = rank_gpus({s.rank: s.env.get("CUDA_VISIBLE_DEVICES") for s in specs})
         self._ranks = LocalRanks(specs)
+        self._metrics.loop.gpus = set(self._rank_gpus.values())  # the energy of the job's GPUs
         self._metrics.loop.start()
         threading.Thread(target=self._run, name="air-node-ranks", daemon=True).start()
 
