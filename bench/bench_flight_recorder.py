@@ -7,8 +7,9 @@ item 1; see docs/benchmarks.md).
    rank's ``sitecustomize`` starting its answering thread) or off
    (``AIR_FLIGHT_RECORDER=0``: neither). ``AIR_PERF=0`` in both arms, so that only the
    recorder differs. Each rank times its own steps in wall time and in its own CPU time;
-   arms alternate within each round (the order rotates); the figure is each round's
-   on/off ratio of the median step time, and the median of the rounds.
+   in each round both jobs run at once (4 ranks), so that the machine's load weighs on
+   both alike (the order they start in rotates); the figure is each round's on/off
+   ratio of the median step time, and the median of the rounds.
 2. ``micro``: one rank alone (a gloo group of 1) times ``all_reduce`` of one float in its
    own CPU time, the recorder on and off, each arm's best run: what recording one
    collective costs, without the machine's noise; times the collectives a DDP step of
@@ -103,9 +104,15 @@ def environment(folder: Path, rank: int, ranks: int, port: int, on: bool) -> dic
 
 
 def run(script: str, args: list[str], folder: Path, on: bool, ranks: int) -> list[dict[str, Any]]:
+    return results(launch(script, args, folder, on, ranks))
+
+
+def launch(
+    script: str, args: list[str], folder: Path, on: bool, ranks: int
+) -> list[subprocess.Popen[str]]:
     (folder / "train.py").write_text(script)
     port = free_port()
-    procs = [
+    return [
         subprocess.Popen(
             [sys.executable, "train.py", *args],
             cwd=folder,
@@ -116,6 +123,9 @@ def run(script: str, args: list[str], folder: Path, on: bool, ranks: int) -> lis
         )
         for rank in range(ranks)
     ]
+
+
+def results(procs: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
     found = []
     for proc in procs:
         out, _ = proc.communicate(timeout=1200)
@@ -131,9 +141,13 @@ def overhead(rounds: int, steps: int) -> None:
         k: {True: [], False: []} for k in ("steps", "cpu")
     }
     for r in range(rounds):
-        for on in (True, False) if r % 2 == 0 else (False, True):
-            with tempfile.TemporaryDirectory(prefix="bench-fr-") as tmp:
-                got = run(LOOP, [str(steps)], Path(tmp), on, 2)
+        with tempfile.TemporaryDirectory(prefix="bench-fr-") as tmp:
+            both = {}  # the two arms at once: the machine's load is the same for both
+            for on in (True, False) if r % 2 == 0 else (False, True):
+                (Path(tmp) / str(on)).mkdir()
+                both[on] = launch(LOOP, [str(steps)], Path(tmp) / str(on), on, 2)
+            runs = {on: results(procs) for on, procs in both.items()}
+        for on, got in runs.items():
             listening = all("air-flight-recorder" in g["threads"] for g in got)
             if listening != on:
                 raise SystemExit(f"recorder {'on' if on else 'off'}, threads: {got[0]['threads']}")
@@ -172,6 +186,17 @@ def micro(pairs: int = 4) -> None:
             f"== all_reduce of one float, one rank, recorder {'on' if on else 'off'}: "
             f"{best[on]:.2f} us of CPU (best of {pairs} runs)"
         )
+    step: dict[bool, float] = {}  # the loop of ``overhead`` on one rank: its own CPU a step
+    for _ in range(pairs):
+        for on in (False, True):
+            with tempfile.TemporaryDirectory(prefix="bench-fr-") as tmp:
+                (got,) = run(LOOP, ["600"], Path(tmp), on, 1)
+            cpu = statistics.median(got["cpu"][60:])
+            step[on] = min(step.get(on, cpu), cpu)
+    print(
+        f"== the DDP loop's step on one rank, CPU: on {step[True] * 1e6:.0f} us, off "
+        f"{step[False] * 1e6:.0f} us ({step[True] / step[False]:.4f}x, best of {pairs} runs)"
+    )
 
 
 HUNG = """\
@@ -194,7 +219,8 @@ def hang(silent_after: float) -> None:
     from tests.fake_nvml import FakeGpu, Scenario, build_library, env_for
 
     air = [sys.executable, "-m", "jupyter_air.cli"]
-    with tempfile.TemporaryDirectory(prefix="bench-fr-") as tmp:
+    # the job's run tail may still write there as it goes
+    with tempfile.TemporaryDirectory(prefix="bench-fr-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         (work / "train.py").write_text(HUNG)
         Scenario(gpus=[FakeGpu(util=100), FakeGpu(util=100)]).write(work / "nvml.txt")
