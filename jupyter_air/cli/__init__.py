@@ -1,9 +1,9 @@
 """``air``: submit and inspect jobs from a shell.
 
 ``air run -f workload.yaml``, ``air list``, ``air get ID``, ``air logs ID``, ``air cancel ID``,
-``air permissions ID``, ``air profile ID``, ``air sweep``, ``air exporter``. The caller is
-the OS user (with its OS groups): a store on a shared disk may hold others' jobs, shown and
-touched only as their permissions allow.
+``air permissions ID``, ``air profile ID``, ``air sweep``, ``air exporter``, ``air usage``.
+The caller is the OS user (with its OS groups): a store on a shared disk may hold others'
+jobs, shown and touched only as their permissions allow.
 Exit status 0 on success; otherwise non-zero with a one-line reason on stderr.
 """
 
@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from . import exporter, jobs, logs, profile, run, sweep
+from . import exporter, jobs, logs, profile, run, sweep, usage
 from .common import CliError, _run_link
 
 __all__ = ["CliError", "_run_link", "main"]
@@ -46,6 +46,7 @@ def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     profile.add_commands(sub)
     sweep.add_commands(sub)
     exporter.add_commands(sub)
+    usage.add_commands(sub)
 
     # air schedule ..., air scheduler status|stop: their parsers (cron, pydantic models)
     # load only for them or the list of commands, not for every other command.

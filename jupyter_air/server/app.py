@@ -24,6 +24,7 @@ from .notifications_handlers import notifications_handlers
 from .profile_handlers import profile_handlers
 from .runs_handlers import runs_handlers
 from .schedules_handlers import keep_scheduler_running, schedules_handlers
+from .usage_handlers import usage_handlers
 
 
 class AirExtension(ExtensionApp):
@@ -78,6 +79,7 @@ class AirExtension(ExtensionApp):
         self.handlers.extend(schedules_handlers(self.store))
         self.handlers.extend(notifications_handlers(self.store))
         self.handlers.extend(metrics_handlers(self.sampler, self.store, AirMetrics(parent=self)))
+        self.handlers.extend(usage_handlers(self.store, AirMetrics(parent=self)))
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         self.sampler.start()
