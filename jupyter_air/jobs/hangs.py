@@ -192,13 +192,14 @@ def analyse(
 ) -> HangReport | None:
     """The report of one moment of a job's ranks: ``recorders`` by rank (``slim``'s
     documents, None where none was read, ``errors`` saying why), their py-spy dumps.
-    None when no rank has a recorder and none failed to give one (the recorder is off)."""
+    None when no rank has a recorder and none failed to give one (the recorder is off, or
+    no rank runs a process group: a job that is not distributed)."""
     groups = {rank: parse(trace) for rank, trace in recorders.items() if trace is not None}
     missing = {rank: errors.get(rank) or "no recorder" for rank in recorders if rank not in groups}
     if not groups:
-        from .node.flight_recorder import OFF
+        from .node.flight_recorder import NO_GROUP, OFF
 
-        said = sorted(set(missing.values()) - {OFF})
+        said = sorted(set(missing.values()) - {OFF, NO_GROUP})
         if not said:
             return None
         return HangReport(HangKind.UNKNOWN, f"no flight recorder read: {said[0]}", ())

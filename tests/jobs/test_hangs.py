@@ -106,6 +106,8 @@ def test_a_rank_without_a_recorder_is_said_and_no_recorder_at_all_says_nothing()
     assert report.line.endswith("every rank entered it; no recorder from rank 1")
     assert "rank 1: no recorder: no answer in 20 s" in report.details
     assert analyse({0: None, 1: None}, {0: OFF, 1: OFF}, {}, NOW) is None
+    not_distributed = {0: flight_recorder.NO_GROUP, 1: flight_recorder.NO_GROUP}
+    assert analyse({0: None, 1: None}, not_distributed, {}, NOW) is None, "nothing to say"
     unknown = analyse({0: None}, {0: "not asked: boom"}, {}, NOW)
     assert unknown is not None
     assert unknown.kind is HangKind.UNKNOWN
@@ -201,7 +203,7 @@ def test_a_real_rank_answers_from_its_thread_privately_and_not_when_off(tmp_path
             ["Half"],
             True,
         )
-        assert found[1].error == "no process group in this rank (yet)"
+        assert found[1].error == flight_recorder.NO_GROUP
         started = time.monotonic()
         assert flight_recorder.gather({2: ranks[2].pid})[2].error == OFF
         assert time.monotonic() - started < 2, "a rank with the recorder off is not waited for"

@@ -75,6 +75,8 @@ TORCH_DUMP = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 
 REQUEST_ID = re.compile(r"[0-9A-Za-z-]{1,64}")
 OFF = "no flight recorder in this rank (AIR_FLIGHT_RECORDER=0, or a Python without jupyter_air)"
+#: A rank that runs no process group (yet): it has no collective to tell.
+NO_GROUP = "no process group in this rank (yet)"
 
 
 def entries(environ: Mapping[str, str]) -> int:
@@ -196,7 +198,7 @@ def own_trace() -> dict[str, Any]:
     """This process's recorder, its latest entries by process group (``slim``)."""
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
-        raise NoRecorder("no process group in this rank (yet)")
+        raise NoRecorder(NO_GROUP)
     c10d = importlib.import_module("torch._C._distributed_c10d")  # untyped: private
     # collectives, their Python frames, done ones too
     return slim(pickle.loads(c10d._dump_fr_trace(True, True, False)))
