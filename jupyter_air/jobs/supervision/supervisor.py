@@ -415,7 +415,10 @@ class Supervisor:
         if hang is None or hang.kind not in NAMED:
             self.notifier.hint(number, key, hint)
             return
-        hints.hang(Hint(HANG_HINT, hang.line, float(hang.seq or 0)))
+        try:
+            hints.hang(Hint(HANG_HINT, hang.line, float(hang.seq or 0)))
+        except Exception:  # the notification still says it
+            log.exception("the named hang is not in the hints")
         self.notifier.hint(number, key, hang.line, (hint, hang.line, *hang.details))
 
     def _with_grants(self, recipe: NewRun) -> NewRun:
