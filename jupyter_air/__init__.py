@@ -13,7 +13,15 @@ try:
 except ImportError:  # a source tree that was never built
     __version__ = "0.0.0.dev0"
 
-__all__ = ["__version__", "distributed", "log_metrics", "params", "rank_zero_only", "step"]
+__all__ = [
+    "__version__",
+    "distributed",
+    "log_metrics",
+    "params",
+    "rank_zero_only",
+    "step",
+    "sweep",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -29,6 +37,10 @@ def __getattr__(name: str) -> Any:
         from .perf.hooks import step
 
         return step
+    if name == "sweep":
+        from .kernel.sweep_function import sweep
+
+        return sweep
     if name == "params":
         from .sweeps.params import params
 
@@ -48,14 +60,15 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext jupyter_air``: registers ``%%air_distributed``, ``%air_gpu``,
-    ``%air_runs`` and ``%air_schedule`` (MLflow, NVML, ipywidgets and plotly are imported
-    at their first use). The kernel's runs go to the user's one default store unless
-    it names another (see ``tracking.targets``)."""
+    ``%air_runs``, ``%air_schedule`` and ``%%air_sweep`` (MLflow, NVML, ipywidgets and
+    plotly are imported at their first use). The kernel's runs go to the user's one
+    default store unless it names another (see ``tracking.targets``)."""
     from .kernel.gpu_magic import AirGpuMagics
     from .kernel.magics import AirMagics
     from .kernel.runs_magic import AirRunsMagics
     from .kernel.schedule_magic import AirScheduleMagics
     from .kernel.session_magic import AirSessionMagics
+    from .kernel.sweep_magic import AirSweepMagics
     from .paths import air_home
     from .tracking.run_tails import resume_pending
     from .tracking.targets import adopt_default_store, bound_requests
@@ -69,3 +82,4 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(AirRunsMagics)
     ipython.register_magics(AirScheduleMagics)
     ipython.register_magics(AirSessionMagics)
+    ipython.register_magics(AirSweepMagics)

@@ -153,6 +153,7 @@ class Driver:
         self.study = sweeps.study(self.sweep)
         self.distributions = space.distributions(self.sweep.spec)
         self.planned = space.planned(self.sweep.spec)
+        self.payload = sweeps.payload(self.sweep)
         self.readers: dict[int, trials.MetricReader] = {}
         self.cancelled: set[str] = set()
         self.gpus = self._gpus()
@@ -248,7 +249,7 @@ class Driver:
         from ..tracking.probe import Unreachable
 
         assert self.parent is not None
-        request = trials.request(self.sweep, number, params, self.parent)
+        request = trials.request(self.sweep, number, params, self.parent, self.payload)
         gpus = self.sweeps.storage.get_trial_user_attrs(
             self.sweeps.trial_id(self.sweep.id, number)
         ).get(store.GPUS)

@@ -20,7 +20,7 @@ from ..jobs.service import Conflict, Refused, place, tracking_down
 from ..jobs.store import JobStore
 from . import driver, space
 from .driver import DriverInfo
-from .store import STATUS, Sweep, SweepStatus, SweepStore, TrialRecord, UnknownSweep
+from .store import STATUS, Code, Sweep, SweepStatus, SweepStore, TrialRecord, UnknownSweep
 from .sweep_file import SweepFile
 
 __all__ = ["Conflict", "Forbidden", "Refused", "SweepService", "UnknownSweep"]
@@ -35,10 +35,20 @@ class SweepService:
         self.store = SweepStore(jobs.home)
 
     def create(
-        self, spec: SweepFile, working_dir: Path, tracking_uri: str, user: str
+        self,
+        spec: SweepFile,
+        working_dir: Path,
+        tracking_uri: str,
+        user: str,
+        *,
+        payload: bytes | None = None,
+        code: Code | None = None,
+        key: str | None = None,
     ) -> tuple[Sweep, DriverInfo]:
         """Record the sweep and start its driver, or refuse it with nothing made:
-        ``Refused`` (a field at fault), ``probe.Unreachable`` (the tracking store)."""
+        ``Refused`` (a field at fault), ``probe.Unreachable`` (the tracking store). A
+        notebook's sweep gives the ``payload`` its trials run, its ``code`` and the
+        ``key`` its cell finds it again by (``latest``)."""
         nproc = spec.compute.nproc_per_node
         place(spec, self.caller.name, nproc_per_node=nproc, reach=False)
         if not backends.get(spec.backend).multi_node and not spec.compute.oversubscribe:
@@ -55,6 +65,9 @@ class SweepService:
             working_dir=working_dir,
             tracking_uri=tracking_uri,
             user=user,
+            payload=payload,
+            code=code,
+            key=key,
         )
         return sweep, driver.ensure_driver(self.jobs.home, sweep.id)
 
@@ -67,6 +80,11 @@ class SweepService:
     def sweeps(self) -> list[Sweep]:
         """The sweeps the caller may view, newest first."""
         return [s for s in self.store.sweeps() if s.access.level_of(self.caller) is not None]
+
+    def latest(self, key: str) -> Sweep | None:
+        """The newest sweep the caller owns that was started with ``key``."""
+        mine = [s for s in self.store.by_key(key) if s.owner == self.caller.name]
+        return mine[0] if mine else None
 
     def trials(self, sweep: Sweep) -> list[TrialRecord]:
         return self.store.trials(sweep.id)
@@ -92,11 +110,7 @@ class SweepService:
     def document(self, sweep: Sweep, with_trials: bool = False) -> dict[str, Any]:
         """What the caller sees of a sweep they may view."""
         trials = self.store.trials(sweep.id)
-        complete = [t for t in trials if t.value is not None]
-        best = None
-        if complete:
-            pick = min if sweep.spec.direction.value == "minimize" else max
-            best = pick(complete, key=lambda t: t.value or 0.0)
+        best = best_of(sweep, trials)
         info = driver.running(self.jobs.home, sweep.id)
         doc: dict[str, Any] = {
             "id": sweep.id,
@@ -121,3 +135,12 @@ class SweepService:
 
 
 _STATES = ("RUNNING", "COMPLETE", "PRUNED", "FAIL")
+
+
+def best_of(sweep: Sweep, trials: list[TrialRecord]) -> TrialRecord | None:
+    """The completed trial with the best objective, None before one completed."""
+    complete = [t for t in trials if t.value is not None]
+    if not complete:
+        return None
+    pick = min if sweep.spec.direction.value == "minimize" else max
+    return pick(complete, key=lambda t: t.value or 0.0)

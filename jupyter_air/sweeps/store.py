@@ -7,6 +7,11 @@ submitted (``air.sweep``: its owner, grants, file, working directory, tracking s
 its status, its MLflow run; and of each trial, its job and its run (the trial's user
 attributes). A trial is asked of Optuna (RUNNING, durable) before its job is
 submitted, so a driver killed in between finds the trial again and submits it once.
+
+A sweep started from a notebook runs the cell's or the function's payload (pickled as a
+cell's job sends it) in every trial: kept beside the study as ``ID.payload`` (0600),
+read by each trial's job; and it carries the key its cell is found again by
+(``kernel.sweep_launch``), so re-running the cell follows the same sweep.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 import optuna
 
 from ..jobs.permissions import Grant, JobAccess, parse_grant
-from ..paths import make_private, private_dir
+from ..paths import make_private, private_dir, write_private
 from . import space
 from .sweep_file import SweepFile
 
@@ -36,6 +41,8 @@ STATUS = "air.status"
 MESSAGE = "air.message"
 ENDED = "air.ended"
 RUN_ID = "air.run_id"
+#: What finds a notebook's sweep again: its notebook and cell (``kernel.sweep_launch``).
+KEY = "air.key"
 EXPERIMENT_ID = "air.experiment_id"
 #: Trial user attributes.
 JOB_ID = "air.job_id"
@@ -62,6 +69,14 @@ class SweepStatus(enum.StrEnum):
         return self in (SweepStatus.RUNNING, SweepStatus.STOPPING)
 
 
+@dataclass(frozen=True)
+class Code:
+    """A notebook's sweep: what every trial runs, a cell or a function (its payload is
+    ``SweepStore.payload``), and its text, kept with each trial's run."""
+
+    source: str
+
+
 class UnknownSweep(KeyError):
     """No sweep has this id here."""
 
@@ -82,6 +97,9 @@ class Sweep:
     ended: float | None
     run_id: str | None
     experiment_id: str | None
+    #: A notebook's sweep: the cell or function its trials run; None: the file's command.
+    code: Code | None = None
+    key: str | None = None
 
     @property
     def access(self) -> JobAccess:
@@ -133,8 +151,15 @@ class SweepStore:
         working_dir: Path,
         tracking_uri: str,
         user: str,
+        payload: bytes | None = None,
+        code: Code | None = None,
+        key: str | None = None,
     ) -> Sweep:
+        """A new sweep; with ``payload`` and ``code``, a notebook's, whose every trial runs
+        that payload (written before the study exists: a driver never finds one missing)."""
         sweep_id = new_sweep_id()
+        if payload is not None:
+            write_private(self.payload_path(sweep_id), payload)
         optuna.create_study(
             storage=self.storage, study_name=sweep_id, direction=space.direction(spec)
         )
@@ -146,11 +171,25 @@ class SweepStore:
             "tracking_uri": tracking_uri,
             "user": user,
             "created": time.time(),
+            "code": None if code is None else {"source": code.source},
         }
         study_id = self.storage.get_study_id_from_name(sweep_id)
         self.storage.set_study_user_attr(study_id, SWEEP, doc)
         self.storage.set_study_user_attr(study_id, STATUS, SweepStatus.RUNNING.value)
+        if key is not None:
+            self.storage.set_study_user_attr(study_id, KEY, key)
         return self.get(sweep_id)
+
+    def payload_path(self, sweep_id: str) -> Path:
+        return self.dir / f"{sweep_id}.payload"
+
+    def payload(self, sweep: Sweep) -> bytes | None:
+        """What a notebook's sweep runs in every trial; None for a file's sweep."""
+        return None if sweep.code is None else self.payload_path(sweep.id).read_bytes()
+
+    def by_key(self, key: str) -> list[Sweep]:
+        """The sweeps started with ``key`` (one notebook's cell), newest first."""
+        return [s for s in self.sweeps() if s.key == key]
 
     def get(self, sweep_id: str) -> Sweep:
         if not SWEEP_ID.fullmatch(sweep_id):
@@ -213,6 +252,8 @@ def _sweep(sweep_id: str, attrs: dict[str, Any]) -> Sweep:
         ended=attrs.get(ENDED),
         run_id=attrs.get(RUN_ID),
         experiment_id=attrs.get(EXPERIMENT_ID),
+        code=Code(**code) if (code := doc.get("code")) else None,
+        key=attrs.get(KEY),
     )
 
 

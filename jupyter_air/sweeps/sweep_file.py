@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -229,12 +230,15 @@ def load(path: Path) -> SweepFile:
         raise WorkloadError(f"{path}: " + workload_file.describe(err, _where(node))) from None
 
 
-def from_dict(doc: dict[str, Any]) -> SweepFile:
-    """A sweep given as data (the kernel): errors name the fields without lines."""
+def from_dict(doc: dict[str, Any], name: Callable[[str], str] = str) -> SweepFile:
+    """A sweep given as data (the kernel): errors name the fields without lines, each
+    dotted field as ``name`` says it (the magic's flags)."""
     try:
         return SweepFile.model_validate(doc)
     except ValidationError as err:
-        raise WorkloadError(workload_file.describe(err, lambda loc: _dotted(_named(loc)))) from None
+        raise WorkloadError(
+            workload_file.describe(err, lambda loc: name(_dotted(_named(loc))))
+        ) from None
 
 
 def _where(node: yaml.Node | None) -> Any:

@@ -30,11 +30,18 @@ TRIAL_TAG = "air.sweep_trial"
 PARENT_TAG = "mlflow.parentRunId"
 
 
-def request(sweep: Sweep, number: int, params: dict[str, Any], parent_run_id: str) -> JobRequest:
+def request(
+    sweep: Sweep,
+    number: int,
+    params: dict[str, Any],
+    parent_run_id: str,
+    payload: bytes | None = None,
+) -> JobRequest:
     """Trial ``number``'s job: the sweep's workload with ``params``, its runs children of
     the sweep's run, telling nobody of its end unless the workload says whom (the sweep
     is what its owner follows). Its runs are made as any ``air run`` job's are, off the
-    driver's path: the next trial starts as soon as one ends."""
+    driver's path: the next trial starts as soon as one ends. A notebook's sweep runs
+    its cell's or function's ``payload`` there, as that cell's own job would."""
     spec = sweep.spec
     submission = spec.model_copy(
         update={
@@ -45,8 +52,10 @@ def request(sweep: Sweep, number: int, params: dict[str, Any], parent_run_id: st
     return JobRequest(
         submission,
         Program(
-            JobKind.COMMAND,
-            command=spec.argv,
+            JobKind.COMMAND if sweep.code is None else JobKind.PYTHON,
+            command=spec.argv if sweep.code is None else (),
+            payload=payload,
+            source=None if sweep.code is None else sweep.code.source,
             background=True,  # nobody's kernel: it outlives whoever started the sweep
             working_dir=sweep.working_dir,
             run_name=f"{spec.run_name}-trial-{number}",

@@ -1,0 +1,140 @@
+"""What a sweep shows in its cell: one line on the sweep, and a table of its trials
+(number, state, parameters, objective, the best so far marked), redrawn in place.
+
+One display, updated as the sweep goes (IPython's display id), as HTML with a text
+fallback for frontends that show no HTML (a terminal console, a saved notebook's text).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+from IPython.display import DisplayHandle, display
+
+from ..sweeps.service import best_of
+from ..sweeps.store import Sweep, TrialRecord
+from .display import LINK_STYLE
+
+#: The best trial's mark, in both forms.
+BEST = "★"
+
+
+def value_text(value: Any) -> str:
+    """A parameter's or objective's value, short: floats to 4 significant digits."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def state_text(trial: TrialRecord) -> str:
+    if trial.state == "PRUNED" and trial.pruned_step is not None:
+        return f"PRUNED at step {trial.pruned_step}"
+    return trial.state
+
+
+def summary(sweep: Sweep, trials: Sequence[TrialRecord], planned: int) -> str:
+    """``sweep sw-1 RUNNING: 5 of 12 trials ended, 2 running; best val_loss = 0.12 (trial
+    3)``."""
+    metric = sweep.spec.objective.metric
+    ended = sum(t.state != "RUNNING" for t in trials)
+    running = len(trials) - ended
+    line = f"sweep {sweep.id} {sweep.status.value}: {ended} of {planned} trials ended"
+    if running:
+        line += f", {running} running"
+    best = best_of(sweep, list(trials))
+    if best is not None:
+        line += f"; best {metric} = {value_text(best.value)} (trial {best.number})"
+    line += f" · {sweep.spec.direction.value} {metric}"
+    if sweep.message:
+        line += f" · {sweep.message}"
+    return line
+
+
+def bundle(sweep: Sweep, trials: Sequence[TrialRecord], planned: int) -> dict[str, str]:
+    """The line and the table, as HTML and as text."""
+    names = list(sweep.spec.space)
+    metric = sweep.spec.objective.metric
+    best = best_of(sweep, list(trials))
+    head = ["trial", "state", *names, metric, "job"]
+    rows = []
+    for t in trials:
+        mark = f" {BEST}" if best is not None and t.number == best.number else ""
+        shown = "" if t.value is None else value_text(t.value) + mark
+        rows.append(
+            [
+                str(t.number),
+                state_text(t),
+                *(value_text(t.params[n]) if n in t.params else "" for n in names),
+                shown,
+                t.job_id or "",
+            ]
+        )
+    line = summary(sweep, trials, planned)
+    return {
+        "text/plain": _text(line, head, rows),
+        "text/html": _html(line, head, rows, best, trials),
+    }
+
+
+def _text(line: str, head: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    lines = [line, "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def _html(
+    line: str,
+    head: list[str],
+    rows: list[list[str]],
+    best: TrialRecord | None,
+    trials: Sequence[TrialRecord],
+) -> str:
+    cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = []
+    for trial, row in zip(trials, rows, strict=True):
+        is_best = best is not None and trial.number == best.number
+        style = ' style="font-weight: bold"' if is_best else ""
+        title = f' title="{html.escape(trial.message)}"' if trial.message else ""
+        tds = "".join(f"<td>{html.escape(c)}</td>" for c in row)
+        body.append(f"<tr{style}{title}>{tds}</tr>")
+    return (
+        f'<div class="jp-air-Sweep"><div>{html.escape(line)}</div>'
+        f'<table class="jp-air-SweepTrials"><thead><tr>{cells}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+class SweepView:
+    """The cell's one display of a sweep, drawn again only when it changed; with a link
+    to the sweep's run once it exists, where an MLflow UI shows it."""
+
+    def __init__(self) -> None:
+        self._handle: DisplayHandle | None = None
+        self._shown: dict[str, str] | None = None
+        self._link: str | None = None
+
+    def update(self, sweep: Sweep, trials: Sequence[TrialRecord], planned: int) -> None:
+        shown = bundle(sweep, trials, planned)
+        if self._link is None and sweep.run_id and sweep.experiment_id:
+            from ..tracking.ui_links import run_url, ui_base
+
+            base = ui_base(sweep.tracking_uri)
+            self._link = run_url(base, sweep.experiment_id, sweep.run_id) if base else ""
+        if self._link:
+            anchor = (
+                f'<a href="{html.escape(self._link)}" target="_blank" rel="noopener" '
+                f'style="{LINK_STYLE}">run {html.escape(sweep.spec.run_name)}-sweep</a>'
+            )
+            shown["text/html"] = shown["text/html"].replace(
+                "<table", f"<div>{anchor}</div><table", 1
+            )
+        if shown == self._shown:
+            return
+        self._shown = shown
+        if self._handle is None:
+            self._handle = display(shown, raw=True, display_id=True)
+        else:
+            self._handle.update(shown, raw=True)
