@@ -99,6 +99,11 @@ def test_the_chip_icon_opens_the_panel_with_the_values_of_the_driver(
     assert cpu.endswith("%")
     assert "GiB" in page.text_content('.jp-air-HostCard [data-metric="mem"] .jp-air-value')
     page.screenshot(path=str(artifacts / "gpu-panel.png"))
+    # The usage view asks jupyter-air/gpu/usage once opened (no job here: none held a GPU)
+    page.click(".jp-air-GpuUsage-summary")
+    status = ".jp-air-GpuUsage-status"
+    page.wait_for_selector(f"{status}:has-text('No job held a GPU in this window.')")
+    page.click(".jp-air-GpuUsage-summary")  # folded again: it asks nothing more
 
 
 def test_every_time_in_the_panel_is_24_hour_in_an_en_us_browser(page: Any) -> None:

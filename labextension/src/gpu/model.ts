@@ -73,6 +73,11 @@ export class GpuResourcesModel extends PollingModel {
     this._range = settings.defaultRange;
   }
 
+  /** The server API this model asks (the panel's usage view asks it too). */
+  get request(): Requester {
+    return this._request;
+  }
+
   /** Emitted after the history changed (a merge, or cleared for another node). */
   get dataChanged(): ISignal<this, IMergeResult> {
     return this._dataChanged;

@@ -9,11 +9,12 @@ import { activateWhileShown } from '../common/activation';
 import { GpuBody } from './body';
 import { GpuHeader } from './header';
 import { GpuResourcesModel } from './model';
+import { GpuUsageView } from './usageView';
 
 /**
  * Live per-GPU utilization, memory, temperature and power, the processes on
  * each GPU, and the host CPU and memory of `model`. The model polls while
- * the panel is shown.
+ * the panel is shown. Above the cards, the GPU-hours of the last day or week.
  */
 export class GpuPanel extends Panel {
   constructor(options: GpuPanel.IOptions) {
@@ -24,6 +25,7 @@ export class GpuPanel extends Panel {
     this.model = options.model;
     this._body = new GpuBody(this.model);
     this.addWidget(new GpuHeader(this.model));
+    this.addWidget(new GpuUsageView(this.model.request));
     this.addWidget(this._body);
     this.model.stateChanged.connect(this._onState, this);
     activateWhileShown(this, this.model);
