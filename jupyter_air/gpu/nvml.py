@@ -104,6 +104,24 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class MigDevice:
+    """One MIG device (slice) of a MIG-enabled GPU, as NVML lists it under its parent:
+    ``index`` among them, its GPU and compute instance ids (dcgm-exporter's ``GPU_I_ID``),
+    its profile (``1g.10gb``, dcgm-exporter's ``GPU_I_PROFILE``, read from its name), its
+    memory, and the processes on it (which a user may read on a slice, not on its parent).
+    None: not reported."""
+
+    index: int
+    uuid: str | None
+    gpu_instance: int | None
+    compute_instance: int | None
+    profile: str | None
+    mem_total_mib: int | None
+    mem_used_mib: float | None
+    processes: tuple[GpuProcess, ...] = ()
+
+
+@dataclass(frozen=True)
 class EccCounts:
     """``nvmlDeviceGetTotalEccErrors``: volatile counts since the driver loaded, aggregate
     over the GPU's life; None where NVML does not report that counter."""
@@ -183,6 +201,8 @@ class GpuReading:
     #: None where the GPU has no such counter (not listed in ``unavailable``: no field
     #: of the panel's).
     energy_mj: int | None = None
+    #: A MIG-enabled GPU's slices; () for any other GPU.
+    mig_devices: tuple[MigDevice, ...] = ()
 
 
 @dataclass
@@ -392,6 +412,41 @@ class Nvml:
             unavailable,
             health,
             self._lib.optional(_ENERGY, device.handle),  # a counter, not a panel field
+            self._mig_devices(index, device),
+        )
+
+    def _mig_devices(self, index: int, device: _Device) -> tuple[MigDevice, ...]:
+        """The slices of a GPU the inventory says is in MIG mode; one that cannot be read
+        (gone since, refused) is left out, never the GPU's reading."""
+        info = self._inventory[index] if index < len(self._inventory) else None
+        if info is None or not info.mig_mode:
+            return ()
+        found = []
+        for slot in range(self._lib.optional(_MAX_MIG_DEVICES, device.handle) or 0):
+            try:
+                handle = self._lib.call(_MIG_HANDLE, device.handle, slot)
+            except pynvml.NVMLError:  # NOT_FOUND: no slice in that place
+                continue
+            found.append(self._mig_device(slot, handle))
+        return tuple(found)
+
+    def _mig_device(self, slot: int, handle: Any) -> MigDevice:
+        optional = self._lib.optional
+        name = optional(_NAME, handle)
+        memory = optional(_MEMORY, handle)
+        try:
+            processes = _processes(self._lib, handle)
+        except pynvml.NVMLError:
+            processes = ()
+        return MigDevice(
+            index=slot,
+            uuid=optional(_UUID, handle),
+            gpu_instance=optional(_GPU_INSTANCE_ID, handle),
+            compute_instance=optional(_COMPUTE_INSTANCE_ID, handle),
+            profile=_mig_profile(name),
+            mem_total_mib=round(memory.total / MIB) if memory is not None else None,
+            mem_used_mib=memory.used / MIB if memory is not None else None,
+            processes=processes,
         )
 
     def _health(self, index: int, device: _Device) -> GpuHealth | None:
@@ -490,6 +545,10 @@ _NAME = (_pynvml("nvmlDeviceGetName"),)
 _UUID = (_pynvml("nvmlDeviceGetUUID"),)
 _POWER_LIMIT = (_pynvml("nvmlDeviceGetEnforcedPowerLimit"),)
 _MIG_MODE = (_pynvml("nvmlDeviceGetMigMode"),)
+_MAX_MIG_DEVICES = (_pynvml("nvmlDeviceGetMaxMigDeviceCount"),)
+_MIG_HANDLE = (_pynvml("nvmlDeviceGetMigDeviceHandleByIndex"),)
+_GPU_INSTANCE_ID = (_pynvml("nvmlDeviceGetGpuInstanceId"),)
+_COMPUTE_INSTANCE_ID = (_pynvml("nvmlDeviceGetComputeInstanceId"),)
 _VIRTUALIZATION = (_pynvml("nvmlDeviceGetVirtualizationMode"),)
 _UTILIZATION = (_pynvml("nvmlDeviceGetUtilizationRates"),)
 _CLOCK = (_pynvml("nvmlDeviceGetClockInfo"),)
@@ -523,6 +582,13 @@ _PROCESS_QUERIES = tuple(
     )
     for kind in ("GetCompute", "GetGraphics")
 )
+
+
+def _mig_profile(name: Any) -> str | None:
+    """The profile in a MIG device's name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb")."""
+    if not isinstance(name, str) or " MIG " not in name:
+        return None
+    return name.rpartition(" MIG ")[2].strip() or None
 
 
 def _processes(lib: _Library, handle: Any) -> tuple[GpuProcess, ...]:

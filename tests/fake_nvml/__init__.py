@@ -52,6 +52,10 @@ The format is line based; blank lines and lines starting with ``#`` are ignored:
     memory_v2 1                      # 0: nvmlDeviceGetMemoryInfo_v2 -> FUNCTION_NOT_FOUND
     mig 1                            # optional: MIG mode; 1 also makes utilization
                                      # NOT_SUPPORTED and process queries NO_PERMISSION
+    mig_device 1 0 3g.40gb 42949672960 1073741824 4242 1073741824
+                                     # a MIG device (slice): GPU and compute instance
+                                     # ids, profile, memory total and used, and the
+                                     # process on it (pid, bytes; optional), repeatable
     lost 0                           # 1: every call on this GPU -> GPU_IS_LOST
     clock_reasons 64                 # optional: clocks event (throttle) reasons, a bitmask
     ecc_uncorrected_volatile 2       # optional: ecc_{corrected,uncorrected}_{volatile,aggregate}
@@ -111,6 +115,7 @@ __all__ = [
     "OLD_DRIVER_LACKS",
     "VIRTUALIZATION_MODES",
     "FakeGpu",
+    "MigSlice",
     "Scenario",
     "build_library",
     "call_count",
@@ -118,6 +123,7 @@ __all__ = [
     "default_uuid",
     "env_for",
     "error_code",
+    "h100_mig_slices",
     "load_in_process",
     "read_call_log",
     "reset_call_counts",
@@ -250,6 +256,40 @@ def default_uuid(index: int) -> str:
     return f"GPU-fa4e{index:04x}-0000-4000-8000-{index:012x}"
 
 
+@dataclass(frozen=True)
+class MigSlice:
+    """One MIG device of a MIG-enabled GPU: its GPU and compute instance ids, its profile
+    (``1g.10gb``), its memory (bytes), and the process on it (pid, used bytes)."""
+
+    gpu_instance: int
+    compute_instance: int
+    profile: str
+    mem_total: int
+    mem_used: int = 0
+    process: tuple[int, int] | None = None
+
+    def render(self) -> str:
+        if not self.profile or any(c.isspace() for c in self.profile):
+            raise ValueError(f"a MIG profile is one word (1g.10gb), got {self.profile!r}")
+        numbers = (self.gpu_instance, self.compute_instance, self.mem_total, self.mem_used)
+        first = " ".join(str(int(n)) for n in numbers[:2])
+        line = f"mig_device {first} {self.profile} {int(numbers[2])} {int(numbers[3])}"
+        if self.process is not None:
+            line += f" {int(self.process[0])} {int(self.process[1])}"
+        return line
+
+
+def h100_mig_slices(pid: int) -> tuple[MigSlice, ...]:
+    """An H100 80GB's three MIG slices (issue 41's example): 3g.40gb with process ``pid``
+    holding 12 GiB, 2g.20gb and 1g.10gb free."""
+    gib = 1024**3
+    return (
+        MigSlice(1, 0, "3g.40gb", 40 * gib, 12 * gib, (pid, 12 * gib)),
+        MigSlice(5, 0, "2g.20gb", 20 * gib, 0),
+        MigSlice(13, 0, "1g.10gb", 10 * gib, 0),
+    )
+
+
 @dataclass
 class FakeGpu:
     """One device of a scenario. Numeric fields take a :data:`Value`."""
@@ -274,6 +314,7 @@ class FakeGpu:
     memory_v2: bool = True  # False: nvmlDeviceGetMemoryInfo_v2 -> FUNCTION_NOT_FOUND
     lost: bool = False  # True: every call on this GPU -> GPU_IS_LOST
     mig: bool | None = None  # MIG mode; None: not MIG-capable (NOT_SUPPORTED)
+    mig_devices: Sequence[MigSlice] = ()  # its MIG devices (slices), with mig=True
     virtualization: str | None = None  # a key of VIRTUALIZATION_MODES; None: "none"
     #: Clocks event (throttle) reasons: a bitmask, or names of CLOCK_REASONS; None:
     #: NOT_SUPPORTED.
@@ -346,6 +387,7 @@ class FakeGpu:
         lines.append(f"lost {int(self.lost)}")
         if self.mig is not None:
             lines.append(f"mig {int(self.mig)}")
+        lines += [device.render() for device in self.mig_devices]
         if self.virtualization is not None:
             if self.virtualization not in VIRTUALIZATION_MODES:
                 raise ValueError(

@@ -65,6 +65,13 @@
  *                                 MIG-enabled GPU, utilization is NOT_SUPPORTED and
  *                                 the process queries (the parent's aggregate, which
  *                                 needs privileges) answer NO_PERMISSION
+ *     mig_device <gi> <ci> <profile> <total bytes> <used bytes> [<pid> <bytes>]
+ *                                 one MIG device (slice) of a MIG-enabled GPU (repeatable,
+ *                                 7 at most): its GPU and compute instance ids, its profile
+ *                                 (1g.10gb), memory, and the process on it, if any.
+ *                                 nvmlDeviceGetMigDeviceHandleByIndex gives its handle, on
+ *                                 which name ("<GPU name> MIG <profile>"), UUID, memory info,
+ *                                 instance ids and the compute processes answer
  *     processes_error <ERR>       the compute-process query fails with ERR
  *     graphics_processes_error <ERR>
  *   and numeric fields, each a sequence of one or more tokens:
@@ -293,6 +300,8 @@ static int error_code_by_name(const char *name)
     X(nvmlDeviceGetTotalEnergyConsumption) X(nvmlDeviceGetFanSpeed)                       \
     X(nvmlDeviceGetClockInfo) X(nvmlDeviceGetMaxClockInfo)                                \
     X(nvmlDeviceGetMigMode) X(nvmlDeviceGetVirtualizationMode)                           \
+    X(nvmlDeviceGetMaxMigDeviceCount) X(nvmlDeviceGetMigDeviceHandleByIndex)              \
+    X(nvmlDeviceGetGpuInstanceId) X(nvmlDeviceGetComputeInstanceId)                       \
     X(nvmlDeviceGetCurrentClocksEventReasons) X(nvmlDeviceGetCurrentClocksThrottleReasons) \
     X(nvmlDeviceGetTotalEccErrors) X(nvmlDeviceGetRetiredPages)                           \
     X(nvmlDeviceGetRetiredPagesPendingStatus) X(nvmlDeviceGetRemappedRows)                \
@@ -360,6 +369,16 @@ typedef struct {
     unsigned int xid;
 } xid_t;
 
+#define MAX_MIG 7 /* an H100's most MIG devices */
+
+typedef struct {
+    unsigned int gi, ci;  /* GPU and compute instance ids */
+    char profile[32];     /* "1g.10gb" */
+    unsigned long long total, used;
+    int has_proc;
+    proc_t proc;          /* the process on it, if has_proc */
+} mig_t;
+
 typedef struct {
     char name[TEXT_LEN];
     char uuid[TEXT_LEN];
@@ -374,6 +393,8 @@ typedef struct {
     xid_t *xids;
     unsigned int nxids;
     unsigned int capxids;
+    mig_t migs[MAX_MIG];
+    unsigned int nmigs;
 } gpu_t;
 
 typedef struct {
@@ -404,6 +425,7 @@ static scenario_t g_sc;
 static int g_init_count;
 static unsigned long long g_calls[FN_COUNT];
 static struct fake_device g_handles[MAX_GPUS];
+static struct fake_device g_mig_handles[MAX_GPUS * MAX_MIG];
 
 static void scenario_free(scenario_t *sc)
 {
@@ -532,6 +554,39 @@ static int parse_field(parse_ctx_t *ctx, char **cursor, field_t *field)
     }
     if (field->n == 0)
         return parse_fail(ctx, "missing value", NULL);
+    return 0;
+}
+
+static int parse_mig_device(parse_ctx_t *ctx, char **cursor, gpu_t *g)
+{
+    char *tok[7] = {NULL};
+    int n = 0;
+    while (n < 7 && (tok[n] = next_token(cursor)) != NULL)
+        n++;
+    if ((n != 5 && n != 7) || next_token(cursor))
+        return parse_fail(ctx, "expected <gi> <ci> <profile> <total> <used> [<pid> <bytes>]", NULL);
+    if (g->nmigs == MAX_MIG)
+        return parse_fail(ctx, "too many MIG devices", NULL);
+    mig_t *m = &g->migs[g->nmigs];
+    long long v[6] = {0};
+    const int numeric[6] = {0, 1, 3, 4, 5, 6};
+    for (int i = 0; i < (n == 7 ? 6 : 4); i++)
+        if (parse_int(tok[numeric[i]], &v[i]) < 0 || v[i] < 0)
+            return parse_fail(ctx, "bad number", tok[numeric[i]]);
+    if (strlen(tok[2]) >= sizeof m->profile)
+        return parse_fail(ctx, "profile too long", tok[2]);
+    memset(m, 0, sizeof *m);
+    m->gi = (unsigned int)v[0];
+    m->ci = (unsigned int)v[1];
+    snprintf(m->profile, sizeof m->profile, "%s", tok[2]);
+    m->total = (unsigned long long)v[2];
+    m->used = (unsigned long long)v[3];
+    if (n == 7) {
+        m->has_proc = 1;
+        m->proc.pid = (unsigned int)v[4];
+        m->proc.used = (unsigned long long)v[5];
+    }
+    g->nmigs++;
     return 0;
 }
 
@@ -687,6 +742,8 @@ static int parse_line(parse_ctx_t *ctx, scenario_t *sc, char *line)
         return parse_flag(ctx, &cursor, &g->mig);
     if (strcmp(key, "process") == 0)
         return parse_process(ctx, &cursor, g, P_COMPUTE);
+    if (strcmp(key, "mig_device") == 0)
+        return parse_mig_device(ctx, &cursor, g);
     if (strcmp(key, "graphics_process") == 0)
         return parse_process(ctx, &cursor, g, P_GRAPHICS);
     if (strcmp(key, "xid") == 0)
@@ -899,6 +956,53 @@ static nvmlReturn_t enter_device(int fn, nvmlDevice_t dev, gpu_t **gpu)
     *gpu = &g_sc.gpus[index];
     return NVML_SUCCESS;
 }
+
+/* A MIG device's handle: its parent's index (and *slot), or -1 for any other pointer. */
+static int mig_handle(nvmlDevice_t dev, unsigned int *slot)
+{
+    uintptr_t p = (uintptr_t)dev, base = (uintptr_t)g_mig_handles;
+    if (p < base || p >= base + sizeof g_mig_handles ||
+        (p - base) % sizeof g_mig_handles[0] != 0)
+        return -1;
+    unsigned int i = (unsigned int)((p - base) / sizeof g_mig_handles[0]);
+    *slot = i % MAX_MIG;
+    return (int)(i / MAX_MIG);
+}
+
+static int is_mig(nvmlDevice_t dev)
+{
+    unsigned int slot;
+    return mig_handle(dev, &slot) >= 0;
+}
+
+/* enter_device() for a MIG device's handle: its parent and its slice. */
+static nvmlReturn_t enter_mig(int fn, nvmlDevice_t dev, gpu_t **gpu, mig_t **mig)
+{
+    unsigned int slot = 0;
+    int index = mig_handle(dev, &slot);
+    enter(fn, index);
+    nvmlReturn_t ret = ready();
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (index < 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if ((unsigned int)index >= g_sc.ngpus || g_sc.gpus[index].lost)
+        return NVML_ERROR_GPU_IS_LOST;
+    if (g_sc.gpus[index].mig != 1 || slot >= g_sc.gpus[index].nmigs)
+        return NVML_ERROR_NOT_FOUND; /* the slice is gone (a rewritten scenario) */
+    *gpu = &g_sc.gpus[index];
+    *mig = &g_sc.gpus[index].migs[slot];
+    return NVML_SUCCESS;
+}
+
+#define MIG_CALL(fn, dev)                                        \
+    gpu_t *g = NULL;                                             \
+    mig_t *m = NULL;                                             \
+    do {                                                         \
+        nvmlReturn_t early_ = enter_mig(FN_##fn, dev, &g, &m);   \
+        if (early_ != NVML_SUCCESS)                              \
+            return leave(early_);                                \
+    } while (0)
 
 /* Next item of a field; returns its error code (NOT_SUPPORTED when not given). */
 static nvmlReturn_t take(gpu_t *g, int f, long long *out)
@@ -1154,14 +1258,38 @@ EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t dev, unsigned int *index)
     return leave(NVML_SUCCESS);
 }
 
+/* A MIG device's name, as NVML gives it: "<GPU name> MIG <profile>". */
+static nvmlReturn_t mig_name(nvmlDevice_t dev, char *name, unsigned int length)
+{
+    MIG_CALL(nvmlDeviceGetName, dev);
+    char text[TEXT_LEN + 48];
+    snprintf(text, sizeof text, "%s MIG %s", g->name, m->profile);
+    return leave(copy_out(name, length, text));
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t dev, char *name, unsigned int length)
 {
+    if (is_mig(dev))
+        return mig_name(dev, name, length);
     DEVICE_CALL(nvmlDeviceGetName, dev);
     return leave(copy_out(name, length, g->name));
 }
 
+/* A MIG device's UUID: "MIG-" and one of its own, made of its GPU's index and its slot. */
+static nvmlReturn_t mig_uuid(nvmlDevice_t dev, char *uuid, unsigned int length)
+{
+    MIG_CALL(nvmlDeviceGetUUID, dev);
+    char text[TEXT_LEN];
+    unsigned int index = (unsigned int)(g - g_sc.gpus);
+    snprintf(text, sizeof text, "MIG-fa4e%04x-0000-4000-8000-%012x", index,
+             (unsigned int)(m - g->migs));
+    return leave(copy_out(uuid, length, text));
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char *uuid, unsigned int length)
 {
+    if (is_mig(dev))
+        return mig_uuid(dev, uuid, length);
     DEVICE_CALL(nvmlDeviceGetUUID, dev);
     return leave(copy_out(uuid, length, g->uuid));
 }
@@ -1186,8 +1314,34 @@ static nvmlReturn_t read_memory(gpu_t *g, unsigned long long *total, unsigned lo
     return NVML_SUCCESS;
 }
 
+/* A MIG device's memory, v1 or v2 (none reserved): fixed, not a sequence. */
+static nvmlReturn_t mig_memory(int fn, nvmlDevice_t dev, unsigned long long *total,
+                               unsigned long long *used)
+{
+    gpu_t *g = NULL;
+    mig_t *m = NULL;
+    nvmlReturn_t ret = enter_mig(fn, dev, &g, &m);
+    if (ret == NVML_SUCCESS) {
+        *total = m->total;
+        *used = m->used;
+    }
+    return ret;
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *memory)
 {
+    if (is_mig(dev)) {
+        unsigned long long total = 0, used = 0;
+        nvmlReturn_t ret = mig_memory(FN_nvmlDeviceGetMemoryInfo, dev, &total, &used);
+        if (ret == NVML_SUCCESS && !memory)
+            ret = NVML_ERROR_INVALID_ARGUMENT;
+        if (ret == NVML_SUCCESS) {
+            memory->total = total;
+            memory->used = used;
+            memory->free = used < total ? total - used : 0;
+        }
+        return leave(ret);
+    }
     DEVICE_CALL(nvmlDeviceGetMemoryInfo, dev);
     REQUIRE(memory);
     unsigned long long total, used, reserved;
@@ -1202,6 +1356,19 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *memo
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *memory)
 {
+    if (is_mig(dev)) {
+        unsigned long long total = 0, used = 0;
+        nvmlReturn_t ret = mig_memory(FN_nvmlDeviceGetMemoryInfo_v2, dev, &total, &used);
+        if (ret == NVML_SUCCESS && (!memory || memory->version != NVML_MEMORY_V2))
+            ret = memory ? NVML_ERROR_ARGUMENT_VERSION_MISMATCH : NVML_ERROR_INVALID_ARGUMENT;
+        if (ret == NVML_SUCCESS) {
+            memory->total = total;
+            memory->reserved = 0;
+            memory->used = used;
+            memory->free = used < total ? total - used : 0;
+        }
+        return leave(ret);
+    }
     DEVICE_CALL(nvmlDeviceGetMemoryInfo_v2, dev);
     if (!g->memory_v2)
         return leave(NVML_ERROR_FUNCTION_NOT_FOUND);
@@ -1324,9 +1491,36 @@ EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t dev, int type, unsign
  * INSUFFICIENT_SIZE -- or SUCCESS when there are none. Otherwise it fills infos
  * and stores the number written.
  */
+/* The compute process on a MIG device, with its instance ids (none for other kinds). */
+static nvmlReturn_t mig_processes(int fn, nvmlDevice_t dev, unsigned int *count,
+                                  nvmlProcessInfo_t *infos, int kind)
+{
+    gpu_t *g = NULL;
+    mig_t *m = NULL;
+    nvmlReturn_t ret = enter_mig(fn, dev, &g, &m);
+    if (ret != NVML_SUCCESS)
+        return leave(ret);
+    REQUIRE(count);
+    unsigned int n = kind == P_COMPUTE && m->has_proc ? 1 : 0;
+    if (*count < n || (n > 0 && !infos)) {
+        *count = n;
+        return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    if (n) {
+        infos[0].pid = m->proc.pid;
+        infos[0].usedGpuMemory = m->proc.used;
+        infos[0].gpuInstanceId = m->gi;
+        infos[0].computeInstanceId = m->ci;
+    }
+    *count = n;
+    return leave(NVML_SUCCESS);
+}
+
 static nvmlReturn_t running_processes(int fn, nvmlDevice_t dev, unsigned int *count,
                                       nvmlProcessInfo_t *infos, int kind)
 {
+    if (is_mig(dev))
+        return mig_processes(fn, dev, count, infos, kind);
     gpu_t *g = NULL;
     nvmlReturn_t ret = enter_device(fn, dev, &g);
     if (ret != NVML_SUCCESS)
@@ -1399,6 +1593,49 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned int *current
     if (g->mig < 0)
         return leave(NVML_ERROR_NOT_SUPPORTED);
     *current = *pending = (unsigned int)g->mig;
+    return leave(NVML_SUCCESS);
+}
+
+/* The most MIG devices a MIG-capable GPU can have (an H100's 7), enabled or not. */
+EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t dev, unsigned int *count)
+{
+    DEVICE_CALL(nvmlDeviceGetMaxMigDeviceCount, dev);
+    REQUIRE(count);
+    if (g->mig < 0)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    *count = MAX_MIG;
+    return leave(NVML_SUCCESS);
+}
+
+/* The handle of MIG device `index` of a MIG-enabled GPU; NOT_FOUND where there is none. */
+EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t dev, unsigned int index,
+                                                        nvmlDevice_t *mig)
+{
+    DEVICE_CALL(nvmlDeviceGetMigDeviceHandleByIndex, dev);
+    REQUIRE(mig);
+    if (g->mig != 1)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (index >= g->nmigs)
+        return leave(NVML_ERROR_NOT_FOUND);
+    unsigned int slot = (unsigned int)(g - g_sc.gpus) * MAX_MIG + index;
+    g_mig_handles[slot].index = slot;
+    *mig = &g_mig_handles[slot];
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t dev, unsigned int *id)
+{
+    MIG_CALL(nvmlDeviceGetGpuInstanceId, dev);
+    REQUIRE(id);
+    *id = m->gi;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t dev, unsigned int *id)
+{
+    MIG_CALL(nvmlDeviceGetComputeInstanceId, dev);
+    REQUIRE(id);
+    *id = m->ci;
     return leave(NVML_SUCCESS);
 }
 
