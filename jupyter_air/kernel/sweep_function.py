@@ -25,6 +25,7 @@ from typing import Any
 
 from ..jobs.service import Refused
 from ..jobs.workload_file import WorkloadError
+from ..notify.targets import parse_all
 from ..sweeps.params import call_with_params
 from ..sweeps.space_text import BadSpace, parse_space
 from ..sweeps.store import Code
@@ -68,10 +69,11 @@ def sweep(
     (``direction``: minimize or maximize), ``trials`` trials in all, ``parallel`` at once.
     A parameter is a form (``"loguniform(1e-4, 1e-1)"``, ``"int(1, 4)"``,
     ``"choice(adam, sgd)"``), a list of choices, or a sweep file's mapping. ``args`` and
-    ``kwargs`` go to every call. The sweep runs in a process of its own; this shows its
-    trials as they go and returns the best parameters. Called again with the same
-    arguments (after a kernel restart), it follows that sweep, or shows its result;
-    ``new=True`` searches again."""
+    ``kwargs`` go to every call; ``notify``: whom the sweep's end is told, with its best
+    trial (``--notify``'s forms: ``"jupyterlab"``, ``"email:ADDRESS"``, ...). The sweep
+    runs in a process of its own; this shows its trials as they go and returns the best
+    parameters. Called again with the same arguments (after a kernel restart), it
+    follows that sweep, or shows its result; ``new=True`` searches again."""
     if isinstance(fn, DistributedFunction):
         function, options = fn._fn, fn._options
     elif callable(fn):
@@ -92,7 +94,7 @@ def sweep(
         sampler=sampler,
         pruner=pruner,
         seed=seed,
-        notify=None if notify is None else list(notify),
+        notify=parse_all(list(notify or [])),
     )
     submission = options.validate()
     run_name = str(options.run_name or getattr(function, "__name__", "function"))
@@ -125,10 +127,13 @@ def sweep(
             Code(source=source),
             sweep_key(f"{source}\n{described}", notebook_path()),
             new=new,
+            notify=search.notify,
         )
     except WorkloadError as err:
         raise ValueError(str(err)) from None
     except Refused as err:
+        if err.field == "notify":
+            raise ValueError(f"notify=: {err}") from None
         raise ValueError(str(option_error(err))) from None
 
 

@@ -17,7 +17,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +25,10 @@ from ..identity import Identity, mlflow_user, server_owner
 from ..jobs.service import Conflict
 from ..jobs.store import JobStore
 from ..jobs.workload_file import Submission
+from ..notify.targets import Target
 from ..sweeps import driver, space
-from ..sweeps.service import SweepService, best_of
-from ..sweeps.store import Code, Sweep, SweepStatus
+from ..sweeps.service import SweepService
+from ..sweeps.store import Code, Sweep, SweepStatus, best_of
 from ..sweeps.sweep_file import SweepFile, from_dict
 from .launch import Interrupted
 from .session import notebook_path
@@ -62,8 +63,8 @@ class Search:
     sampler: str = "tpe"
     pruner: str = "none"
     seed: int | None = None
-    #: Whom the sweep's end is told (``notify.targets``' forms); None: nobody.
-    notify: list[str] | None = field(default=None)
+    #: Whom the sweep's end is told, with its best trial (``sweeps.notices``).
+    notify: tuple[Target, ...] = ()
 
 
 def sweep_spec(
@@ -128,6 +129,7 @@ def start_or_follow(
     code: Code,
     key: str,
     new: bool = False,
+    notify: tuple[Target, ...] = (),
 ) -> dict[str, Any] | None:
     """Follow this cell's running sweep, show its completed one, or start one (``new``:
     always), then follow it in the cell until it ends; the best trial's parameters.
@@ -154,6 +156,7 @@ def start_or_follow(
         payload=payload(),
         code=code,
         key=key,
+        notify=notify,
     )
     print(
         f"Sweep {sweep.id}: {space.planned(spec)} trial(s), {spec.parallel} at a time, "

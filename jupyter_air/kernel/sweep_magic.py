@@ -24,6 +24,7 @@ from IPython.core.magic_arguments import argument, kwds, magic_arguments, parse_
 
 from ..jobs.service import Refused
 from ..jobs.workload_file import WorkloadError
+from ..notify.targets import BadTarget, Target, parse_all
 from ..sweeps.space_text import FORMS, BadSpace, parse_line
 from ..sweeps.store import Code
 from ..sweeps.sweep_file import SweepFile
@@ -105,7 +106,7 @@ def search_from(args: Any) -> Search:
         sampler=args.sampler,
         pruner=args.pruner,
         seed=args.seed,
-        notify=args.notify,
+        notify=_targets(args.told or []),
     )
 
 
@@ -141,6 +142,7 @@ class AirSweepMagics(Magics):
     )
     @argument(
         "--notify",
+        dest="told",  # the sweep's end; not an option of each trial's job (options_from)
         action="append",
         default=None,
         metavar="TARGET",
@@ -197,12 +199,23 @@ class AirSweepMagics(Magics):
                 Code(source=cell),
                 sweep_key(f"{_without_new(line)}\n{cell}", notebook_path()),
                 new=args.new,
+                notify=search.notify,
             )
         except (OptionError, UnpicklableName, SyntaxError, WorkloadError) as err:
             raise UsageError(f"{err}; {SEE_HELP}") from None
         except Refused as err:
-            said = f"--parallel: {err}" if err.field == "parallel" else str(option_error(err))
+            if err.field in ("parallel", "notify"):
+                said = f"--{err.field}: {err}"
+            else:
+                said = str(option_error(err))
             raise UsageError(f"{said}; {SEE_HELP}") from None
+
+
+def _targets(given: list[str]) -> tuple[Target, ...]:
+    try:
+        return parse_all(given)
+    except BadTarget as err:
+        raise UsageError(f"--notify: {err}; {SEE_HELP}") from None
 
 
 def parsed(line: str) -> tuple[Any, Search]:

@@ -13,8 +13,7 @@ from typing import Any
 
 from IPython.display import DisplayHandle, display
 
-from ..sweeps.service import best_of
-from ..sweeps.store import Sweep, TrialRecord
+from ..sweeps.store import Sweep, TrialRecord, best_of
 from .display import LINK_STYLE
 
 #: The best trial's mark, in both forms.

@@ -45,7 +45,7 @@ from ..paths import private_opener, write_private
 from ..procs import alive
 from ..schedules.scheduler import Wakeup
 from ..status import JobStatus
-from . import space, store, trials
+from . import notices, space, store, trials
 from .store import Sweep, SweepStatus, SweepStore
 from .sweep_file import PrunerName
 
@@ -468,6 +468,7 @@ class Driver:
         )
         self.sweeps.end(sweep.id, status, sweep.message)
         log.info("sweep %s %s", sweep.id, status.value.lower())
+        notices.post_end(self.jobs, self.sweeps.get(sweep.id), self.sweeps.trials(sweep.id))
 
     def _importances(self, completed: int) -> dict[str, float]:
         """Optuna's importance of each parameter, once two trials or more completed."""

@@ -18,9 +18,20 @@ from ..jobs.capacity import TooManyRanks, check_here
 from ..jobs.permissions import Forbidden, Level
 from ..jobs.service import Conflict, Refused, place, tracking_down
 from ..jobs.store import JobStore
+from ..jobs.workload_file import check_targets
+from ..notify.targets import BadTarget, Target
 from . import driver, space
 from .driver import DriverInfo
-from .store import STATUS, Code, Sweep, SweepStatus, SweepStore, TrialRecord, UnknownSweep
+from .store import (
+    STATUS,
+    Code,
+    Sweep,
+    SweepStatus,
+    SweepStore,
+    TrialRecord,
+    UnknownSweep,
+    best_of,
+)
 from .sweep_file import SweepFile
 
 __all__ = ["Conflict", "Forbidden", "Refused", "SweepService", "UnknownSweep"]
@@ -44,11 +55,17 @@ class SweepService:
         payload: bytes | None = None,
         code: Code | None = None,
         key: str | None = None,
+        notify: tuple[Target, ...] = (),
     ) -> tuple[Sweep, DriverInfo]:
         """Record the sweep and start its driver, or refuse it with nothing made:
         ``Refused`` (a field at fault), ``probe.Unreachable`` (the tracking store). A
         notebook's sweep gives the ``payload`` its trials run, its ``code`` and the
-        ``key`` its cell finds it again by (``latest``)."""
+        ``key`` its cell finds it again by (``latest``); ``notify``: whom its end is told
+        (``notices``), each checked as a job's."""
+        try:
+            check_targets(notify)
+        except BadTarget as err:
+            raise Refused("notify", str(err)) from None
         nproc = spec.compute.nproc_per_node
         place(spec, self.caller.name, nproc_per_node=nproc, reach=False)
         if not backends.get(spec.backend).multi_node and not spec.compute.oversubscribe:
@@ -68,6 +85,7 @@ class SweepService:
             payload=payload,
             code=code,
             key=key,
+            notify=notify,
         )
         return sweep, driver.ensure_driver(self.jobs.home, sweep.id)
 
@@ -135,12 +153,3 @@ class SweepService:
 
 
 _STATES = ("RUNNING", "COMPLETE", "PRUNED", "FAIL")
-
-
-def best_of(sweep: Sweep, trials: list[TrialRecord]) -> TrialRecord | None:
-    """The completed trial with the best objective, None before one completed."""
-    complete = [t for t in trials if t.value is not None]
-    if not complete:
-        return None
-    pick = min if sweep.spec.direction.value == "minimize" else max
-    return pick(complete, key=lambda t: t.value or 0.0)

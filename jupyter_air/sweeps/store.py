@@ -27,6 +27,7 @@ from typing import Any
 import optuna
 
 from ..jobs.permissions import Grant, JobAccess, parse_grant
+from ..notify.targets import Target, parse_all
 from ..paths import make_private, private_dir, write_private
 from . import space
 from .sweep_file import SweepFile
@@ -100,6 +101,8 @@ class Sweep:
     #: A notebook's sweep: the cell or function its trials run; None: the file's command.
     code: Code | None = None
     key: str | None = None
+    #: Whom its end is told (``notices``).
+    notify: tuple[Target, ...] = ()
 
     @property
     def access(self) -> JobAccess:
@@ -154,6 +157,7 @@ class SweepStore:
         payload: bytes | None = None,
         code: Code | None = None,
         key: str | None = None,
+        notify: tuple[Target, ...] = (),
     ) -> Sweep:
         """A new sweep; with ``payload`` and ``code``, a notebook's, whose every trial runs
         that payload (written before the study exists: a driver never finds one missing)."""
@@ -172,6 +176,7 @@ class SweepStore:
             "user": user,
             "created": time.time(),
             "code": None if code is None else {"source": code.source},
+            "notify": [t.to_json() for t in notify],
         }
         study_id = self.storage.get_study_id_from_name(sweep_id)
         self.storage.set_study_user_attr(study_id, SWEEP, doc)
@@ -236,6 +241,15 @@ class SweepStore:
         return [_record(t) for t in self.storage.get_all_trials(study_id, deepcopy=False)]
 
 
+def best_of(sweep: Sweep, trials: list[TrialRecord]) -> TrialRecord | None:
+    """The completed trial with the best objective, None before one completed."""
+    complete = [t for t in trials if t.value is not None]
+    if not complete:
+        return None
+    pick = min if sweep.spec.direction.value == "minimize" else max
+    return pick(complete, key=lambda t: t.value or 0.0)
+
+
 def _sweep(sweep_id: str, attrs: dict[str, Any]) -> Sweep:
     doc = attrs[SWEEP]
     return Sweep(
@@ -254,6 +268,7 @@ def _sweep(sweep_id: str, attrs: dict[str, Any]) -> Sweep:
         experiment_id=attrs.get(EXPERIMENT_ID),
         code=Code(**code) if (code := doc.get("code")) else None,
         key=attrs.get(KEY),
+        notify=parse_all(doc.get("notify") or []),
     )
 
 

@@ -6,7 +6,8 @@ trials, its kernel is killed mid-sweep, and the same cell run in a new kernel fo
 the same sweep (its driver never stopped) to its end, with every trial run once; the
 table's last state marks the best, and the cell's value is the best parameters. Then
 ``sweep()`` over a ``@distributed`` function whose return value is the objective, and
-the Stop button, which stops a sweep as ``air sweep stop`` does.
+the Stop button, which stops a sweep as ``air sweep stop`` does. The sweep's end is
+told (``--notify jupyterlab``) with its best trial.
 """
 
 from __future__ import annotations
@@ -25,8 +26,13 @@ from tests.waits import until
 
 pytestmark = [pytest.mark.heavy, pytest.mark.slow]
 
-CELL = """\
-%%air_sweep --trials 6 --parallel 2 --sampler grid --minimize loss --space 'x: int(0, 5)'
+MAGIC = (
+    "%%air_sweep --trials 6 --parallel 2 --sampler grid --minimize loss "
+    "--space 'x: int(0, 5)' --notify jupyterlab\n"
+)
+CELL = (
+    MAGIC
+    + """\
 import time, torch.distributed as dist
 from jupyter_air import log_metrics, params
 
@@ -36,6 +42,7 @@ time.sleep(1)
 log_metrics({"loss": (x - 2) ** 2 + 0.5}, step=1)
 dist.destroy_process_group()
 """
+)
 
 
 def started_kernel(env: dict[str, str], air_home: Path) -> Kernel:  # noqa: F811
@@ -89,6 +96,11 @@ def test_a_cell_sweep_follows_its_table_survives_a_kernel_restart_and_returns_th
         jobs = [j for j in JobStore(air_home).jobs() if j.spec.tracking.tags.get(SWEEP_TAG)]
         numbers = sorted(int(j.spec.tracking.tags[TRIAL_TAG]) for j in jobs)
         assert numbers == list(range(6)), "every trial ran once, none twice"
+        outbox = JobStore(air_home).outbox
+        told = until(lambda: outbox.for_lab(sweep.owner, 0), "the sweep's end told", 60)
+        assert [r.message.title for r in told] == [
+            f"sweep {sweep.id} done: best loss = 0.5 (trial {best[0][0]}: x=2)"
+        ]
 
         function = second.run(
             "from jupyter_air import distributed, sweep\n"

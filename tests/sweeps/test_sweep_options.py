@@ -89,6 +89,7 @@ def test_a_grid_needs_no_trials_and_sweep_takes_the_same_forms() -> None:
         ),
         ("--trials three --minimize loss --space 'x: int(0, 1)'", "--trials: invalid int value"),
         ("--trials 3 --minimize loss --space 'x: int(0,1)' --bogus", "unrecognized arguments"),
+        ("--trials 3 --minimize loss --space 'x: int(0,1)' --notify pager:me", "--notify: "),
     ],
 )
 def test_bad_flags_are_refused_in_one_line_naming_the_flag(line: str, said: str) -> None:
