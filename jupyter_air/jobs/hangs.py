@@ -457,6 +457,30 @@ def where_in(dump: str | None) -> str | None:
     return f"{shown[0]}, from {shown[user]}"
 
 
+_MAIN_STATE = re.compile(r'^Thread \S+ \((?P<state>[^)]*)\): "MainThread"')
+
+
+def busy_in(dump: str | None) -> bool:
+    """Whether the rank's main thread was running when py-spy looked (``active``), not
+    waiting in a system call (``idle``: asleep, blocked on a lock, a socket, a file)."""
+    for raw in _ANSI.sub("", dump or "").splitlines():
+        if found := _MAIN_STATE.match(raw):
+            return found["state"].startswith("active")
+    return False
+
+
+def stuck(report: HangReport, stacks: Mapping[int, str | None]) -> bool:
+    """Whether ranks that all went silent are stuck where ``report`` says: ranks that
+    disagree, every rank in one collective, or ranks waiting for one that is idle
+    elsewhere; not for one that never entered it but is busy (an evaluation, a
+    checkpoint of its own: the others wait for it as they should)."""
+    if report.kind not in NAMED:
+        return False
+    if report.kind is HangKind.ABSENT:
+        return not any(busy_in(stacks.get(rank)) for rank in report.culprits)
+    return True
+
+
 def library_file(path: str) -> bool:
     """Whether a frame's file is Python's or an installed package's (as py-spy shows
     it, relative to its ``sys.path`` entry, or in full), not the user's code."""

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_air.jobs.hangs import HangKind, HangReport, analyse, where_in
+from jupyter_air.jobs.hangs import HangKind, HangReport, analyse, stuck, where_in
 from jupyter_air.jobs.node import flight_recorder, stacks
 from jupyter_air.jobs.node.flight_recorder import OFF
 from tests.waits import until
@@ -51,6 +51,21 @@ def test_the_rank_that_never_entered_the_collective_is_named_with_where_it_is() 
     assert (report.group, report.seq, report.op) == ("0", 5, "all_reduce")
     assert (report.waiting, report.culprits) == ((0,), (1,))
     assert HangReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+
+
+def test_silent_ranks_are_stuck_unless_the_one_they_wait_for_is_busy_elsewhere() -> None:
+    recorders, dumps = recorded("absent")
+    report = analyse(recorders, {}, dumps, NOW)
+    assert report is not None
+    assert stuck(report, dumps), "rank 1 idles in load_batch: the others wait for nothing"
+    working = {**dumps, 1: dumps[1].replace('(idle): "MainThread"', '(active+gil): "MainThread"')}
+    assert working != dumps
+    assert not stuck(report, working), "rank 1 computes (an evaluation): they wait for it"
+    mismatch, mismatched_dumps = recorded("mismatch")
+    disagree = analyse(mismatch, {}, mismatched_dumps, NOW)
+    assert disagree is not None
+    assert stuck(disagree, {}), "ranks in different collectives never meet, busy or not"
+    assert not stuck(HangReport(HangKind.NONE, "no rank waits in a collective", ()), dumps)
 
 
 def test_with_four_ranks_the_waiting_ones_are_listed_and_the_absent_one_named() -> None:

@@ -119,6 +119,37 @@ def test_the_recorder_writes_a_private_file_and_tags_each_kind_once(tmp_path: Pa
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_every_rank_silent_a_while_is_told_once_till_one_is_heard_from(tmp_path: Path) -> None:
+    now, heard, told = [1000.0], {0: 1000.0, 1: 1000.0}, []
+    recorder = HintRecorder(
+        tmp_path,
+        lambda key, text: None,
+        Thresholds(stalled_after=60),
+        clock=lambda: now[0],
+        marks=lambda: tmp_path / "perf",
+        on_stall=told.append,
+        straggler_interval=3600,
+    )
+    recorder.start({}, lambda: dict(heard))  # no GPU: told all the same
+    heard[1], now[0] = 1040.0, 1090.0  # rank 1 printed 50 s ago
+    recorder.stall_check()
+    assert told == []
+    now[0] = 1101.0
+    recorder.stall_check()
+    now[0] = 1200.0
+    recorder.stall_check()
+    assert told == [61.0], "once while they stay silent"
+    (tmp_path / "perf").mkdir()
+    mark = tmp_path / "perf" / "rank-0.jsonl"  # a step mark is a rank heard from
+    mark.write_text("{}\n")
+    os.utime(mark, (1195.0, 1195.0))
+    recorder.stall_check()
+    now[0] = 1256.0
+    recorder.stall_check()
+    assert told == [61.0, 61.0]
+    recorder.close()
+
+
 def test_a_damaged_hints_file_reads_as_none(tmp_path: Path) -> None:
     (tmp_path / "hints.json").write_text('{"gpus": ["x", 1], "hints": [{"no": "text"}, 3]}')
     assert read_hints(tmp_path) == {"gpus": [1], "hints": []}

@@ -69,6 +69,7 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_nvml_dir: Path
     for key, value in env_for(fake_nvml_dir, tmp_path / "nvml.txt").items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
+    monkeypatch.setenv("AIR_HINT_STALLED_AFTER", "3600")  # only the sets a test asks for
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
@@ -176,16 +177,32 @@ def test_a_likely_hang_takes_the_stacks_and_so_does_its_cancel(
     assert RANK_0_WAITS in by_rank[0]
 
 
-def test_ranks_that_call_different_collectives_are_named_as_a_mismatch(workdir: Path) -> None:
+def test_ranks_that_call_different_collectives_are_named_as_a_mismatch(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Named by the supervisor itself once every rank has been silent a while (on busy
+    GPUs, or none: their recorders, not the GPUs' idleness, say they are stuck)."""
+    monkeypatch.setenv("AIR_HINT_STALLED_AFTER", "3")
+    Scenario(gpus=[FakeGpu(util=100), FakeGpu(util=100)]).write(workdir / "nvml.txt")
     (workdir / "train.py").write_text(MISMATCHED)
     job_id = start(workdir)
+    mismatch = (
+        "ranks disagree at collective #1: rank 0 in all_reduce "
+        "(float32[2, 5], gloo); rank 1 in broadcast (int64[3], gloo)"
+    )
+    attempt_dir = JobStore(workdir / "air").attempt_dir(job_id, 1)
     try:
+
+        def hang_hint() -> list[str]:
+            return [h["text"] for h in read_hints(attempt_dir)["hints"] if h["kind"] == "hang"]
+
+        assert until(hang_hint, "the hints name the mismatch", timeout=120) == [mismatch]
+        (taken,) = [stacks.read(attempt_dir, name) for name in stacks.sets(attempt_dir)]
+        assert taken is not None
+        assert taken.reason.startswith("every rank silent for ")
         shown = air("stacks", job_id)
         assert shown.returncode == 0, shown.stderr
-        assert (
-            "Collectives: ranks disagree at collective #1: rank 0 in all_reduce "
-            "(float32[2, 5], gloo); rank 1 in broadcast (int64[3], gloo)\n"
-        ) in shown.stdout, shown.stdout
+        assert f"Collectives: {mismatch}\n" in shown.stdout, shown.stdout
     finally:
         air("cancel", job_id)
     wait_settled(workdir / "air", job_id)

@@ -19,6 +19,7 @@ side, below the backends and the supervisor, since every backend's nodes feed it
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 TAG_PREFIX = "air.hint."
 #: The kind of the hint that names where a likely hang waits (``jobs.hangs``).
 HANG_HINT = "hang"
+#: The kind of the hint of a rank silent on an idle GPU: a likely hang.
+SILENT_HINT = "silent_rank"
 #: Seconds between two reads of the ranks' step marks for stragglers.
 STRAGGLER_INTERVAL = 5.0
 
@@ -47,6 +50,7 @@ ENV = {
     "idle_window": "AIR_HINT_IDLE_WINDOW",
     "memory_full": "AIR_HINT_MEMORY_FULL",
     "silent_after": "AIR_HINT_SILENT_AFTER",
+    "stalled_after": "AIR_HINT_STALLED_AFTER",
 }
 
 
@@ -60,12 +64,16 @@ class Thresholds:
     memory_full: float = 95.0
     #: Seconds without output from a rank whose GPU is idle before it looks hung.
     silent_after: float = 600.0
+    #: Seconds without output or a step mark from any rank before their flight
+    #: recorders are read for a collective they are stuck in (GPUs or not).
+    stalled_after: float = 90.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Thresholds:
         """``$AIR_HINT_IDLE_UTILIZATION`` (%), ``$AIR_HINT_IDLE_WINDOW`` (s),
-        ``$AIR_HINT_MEMORY_FULL`` (%), ``$AIR_HINT_SILENT_AFTER`` (s); a value that is not
-        a positive number keeps the default."""
+        ``$AIR_HINT_MEMORY_FULL`` (%), ``$AIR_HINT_SILENT_AFTER`` (s),
+        ``$AIR_HINT_STALLED_AFTER`` (s); a value that is not a positive number keeps the
+        default."""
         env = os.environ if environ is None else environ
         values: dict[str, float] = {}
         for field, name in ENV.items():
@@ -177,7 +185,7 @@ class HintWatch:
             if sample.util < self.thresholds.idle_util:
                 hints.append(
                     Hint(
-                        "silent_rank",
+                        SILENT_HINT,
                         f"rank {rank} has printed nothing for {_duration(silent)} while "
                         f"GPU {index} is idle ({sample.util:.0f} %): a likely hang",
                         round(silent),
@@ -245,6 +253,7 @@ class HintRecorder:
         nnodes: int = 1,
         straggler_interval: float = STRAGGLER_INTERVAL,
         marks: Callable[[], Path] | None = None,
+        on_stall: Callable[[float], None] | None = None,
     ) -> None:
         self._dir = attempt_dir
         #: Where the ranks' step marks are now: the attempt's, a warm session's cell's.
@@ -259,6 +268,11 @@ class HintRecorder:
         self._tagged: set[str] = set()
         self._stragglers: list[Hint] = []
         self._hang: list[Hint] = []
+        #: Told once every rank has been silent ``stalled_after`` seconds (again only
+        #: after a rank was heard from since), with how long.
+        self._on_stall = on_stall
+        self._started: float | None = None
+        self._stalled = False
         self._straggler_interval = straggler_interval
         self._lock = threading.Lock()  # the samples' thread and the stragglers' share the file
         self._closed = threading.Event()
@@ -274,10 +288,11 @@ class HintRecorder:
         with self._lock:
             self._watches[node] = HintWatch(self._thresholds, rank_gpus, self._clock())
             self._last_output[node] = last_output
+            self._started = self._started or self._clock()
             self._write(self._clock())
         if self._poll is None:
             self._poll = threading.Thread(
-                target=self._watch_stragglers, name="air-stragglers", daemon=True
+                target=self._watch_marks, name="air-stragglers", daemon=True
             )
             self._poll.start()
 
@@ -313,13 +328,33 @@ class HintRecorder:
             self._write(self._clock())
         self._tag_new([hint])
 
-    def _watch_stragglers(self) -> None:
-        """The stragglers that the ranks' step marks show, until ``close``."""
+    def stall_check(self) -> None:
+        """Tell ``on_stall`` once no rank has printed or marked a step for
+        ``stalled_after`` seconds; a rank heard from since allows the next time."""
+        if self._on_stall is None or self._started is None:
+            return
+        heard = [self._started, *(t for out in self._last_output.values() for t in out().values())]
+        with contextlib.suppress(OSError):  # a step mark is a rank heard from
+            heard += [path.stat().st_mtime for path in self._marks().glob("rank-*.jsonl")]
+        silent = self._clock() - max(heard)
+        if silent < self._thresholds.stalled_after:
+            self._stalled = False
+        elif not self._stalled:
+            self._stalled = True
+            self._on_stall(silent)
+
+    def _watch_marks(self) -> None:
+        """The stragglers that the ranks' step marks show, and whether every rank went
+        silent, until ``close``."""
         from ...perf.stragglers import Watch  # the supervisor's only: not the kernel's
 
         watch: Watch | None = None
         failing = False
         while not self._closed.wait(self._straggler_interval):
+            try:
+                self.stall_check()
+            except Exception:  # the stragglers are still read
+                log.exception("could not tell whether the ranks are silent")
             try:
                 folder = self._marks()
                 if watch is None or watch.perf_dir != folder:

@@ -53,9 +53,9 @@ from ...tracking.targets import bound_requests, quiet_retries
 from .. import backends, checkpoints, debugger, guard_hook
 from ..attempt_progress import of_session
 from ..backends.base import AttemptContext, Nodes
-from ..hangs import NAMED
+from ..hangs import NAMED, stuck
 from ..node import stacks
-from ..node.hints import HANG_HINT, Hint, HintRecorder
+from ..node.hints import HANG_HINT, SILENT_HINT, Hint, HintRecorder
 from ..node.outcome import AttemptEnd
 from ..node.reaper import Reaper
 from ..sharing import as_changes, mirror
@@ -421,6 +421,32 @@ class Supervisor:
             log.exception("the named hang is not in the hints")
         self.notifier.hint(number, key, hang.line, (hint, hang.line, *hang.details))
 
+    def _name_stall(self, number: int, silent: float, hints: HintRecorder) -> None:
+        """Every rank silent a while (GPUs or none): a likely hang when their recorders
+        show them stuck in a collective (``hangs.stuck``), said as the silent-rank hint's
+        is, with its stacks kept; nothing is kept or said otherwise."""
+        ranks = self._ranks
+        if self._hang is not None or ranks is None or self._open != number:
+            return
+        try:
+            taken = ranks.stacks()
+            hang = stacks.hang_of(taken, time.time())
+            if hang is None or not stuck(hang, {s.rank: s.text for s in taken}):
+                return
+            reason = f"every rank silent for {silent:.0f} s"
+            self._hang = reason
+            stacks.save(
+                self.store.attempt_dir(self.job.id, number), stacks.new_name(), reason, taken
+            )
+            hints.hang(Hint(HANG_HINT, hang.line, float(hang.seq or 0)))
+        except Exception:
+            log.exception("the silent ranks' recorders were not read")
+            return
+        key = Hint(SILENT_HINT, reason, silent).tag  # one notification, as the silent rank's
+        self.notifier.hint(
+            number, key, hang.line, (f"likely hang: {reason}", hang.line, *hang.details)
+        )
+
     def _with_grants(self, recipe: NewRun) -> NewRun:
         """The recipe of a run the tail process makes late, with the job's grants as they
         are now: that process mirrors them on the run's experiment."""
@@ -542,7 +568,7 @@ class Supervisor:
         guard = RunGuard()
 
         def tag(key: str, value: str) -> None:
-            if key.endswith("silent_rank"):  # where the ranks are stuck, while they are
+            if key.endswith(SILENT_HINT):  # where the ranks are stuck, while they are
                 self._hang = value
                 threading.Thread(  # notified once the collective they wait in is named
                     target=self._name_hang,
@@ -561,6 +587,9 @@ class Supervisor:
             tag,
             nnodes=spec.compute.nnodes,
             marks=lambda: (cell[0] if session and (cell := of_session(session)) else files).perf,
+            on_stall=lambda silent: threading.Thread(
+                target=self._name_stall, args=(number, silent, hints), name="air-stall", daemon=True
+            ).start(),
         )
         metrics = SystemMetricsFeed(
             run.id or journal.ATTEMPT_RUN,
