@@ -469,15 +469,23 @@ def busy_in(dump: str | None) -> bool:
     return False
 
 
+#: Frames of a rank stopped at a ``breakpoint()``, its user at the prompt.
+_DEBUGGER = re.compile(r"\((?:\S*/)?(?:bdb|pdb|rank_pdb)\.py:\d+\)")
+
+
 def stuck(report: HangReport, stacks: Mapping[int, str | None]) -> bool:
     """Whether ranks that all went silent are stuck where ``report`` says: ranks that
     disagree, every rank in one collective, or ranks waiting for one that is idle
     elsewhere; not for one that never entered it but is busy (an evaluation, a
-    checkpoint of its own: the others wait for it as they should)."""
+    checkpoint of its own: the others wait for it as they should) or stopped in the
+    debugger."""
     if report.kind not in NAMED:
         return False
     if report.kind is HangKind.ABSENT:
-        return not any(busy_in(stacks.get(rank)) for rank in report.culprits)
+        return not any(
+            busy_in(dump := stacks.get(rank)) or _DEBUGGER.search(dump or "")
+            for rank in report.culprits
+        )
     return True
 
 

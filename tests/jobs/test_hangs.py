@@ -61,6 +61,11 @@ def test_silent_ranks_are_stuck_unless_the_one_they_wait_for_is_busy_elsewhere()
     working = {**dumps, 1: dumps[1].replace('(idle): "MainThread"', '(active+gil): "MainThread"')}
     assert working != dumps
     assert not stuck(report, working), "rank 1 computes (an evaluation): they wait for it"
+    at_prompt = dumps[1].replace(
+        "load_batch (ranks.py:12)", "readline (jupyter_air/jobs/rank_pdb.py:80)\n    load_batch"
+    )
+    assert at_prompt != dumps[1]
+    assert not stuck(report, {**dumps, 1: at_prompt}), "rank 1 is stopped in the debugger"
     mismatch, mismatched_dumps = recorded("mismatch")
     disagree = analyse(mismatch, {}, mismatched_dumps, NOW)
     assert disagree is not None
