@@ -23,7 +23,7 @@ from traitlets.config import LoggingConfigurable
 
 from .faults import FaultTracker, Problem, XidWatch, xid_problem
 from .history import Row, SampleHistory
-from .nvml import MIB, GpuHealth, GpuInfo, GpuReading, Nvml, NvmlStatus
+from .nvml import MIB, GpuHealth, GpuInfo, GpuReading, MigDevice, Nvml, NvmlStatus
 
 
 class GpuSampler(LoggingConfigurable):
@@ -276,16 +276,30 @@ def _problem(problem: Problem) -> dict[str, Any]:
 
 
 def _state(reading: GpuReading, health: dict[str, Any]) -> dict[str, Any]:
-    return {
+    processes = {p.pid: p for p in reading.processes}
+    for device in reading.mig_devices:  # a MIG GPU's processes are its slices'
+        processes.update({p.pid: p for p in device.processes if p.pid not in processes})
+    state = {
         "status": reading.status,
         "message": reading.message,
         "unavailable": reading.unavailable,
         "processes": [
             {"pid": p.pid, "name": _process_name(p.pid), "mem_mib": p.used_mib, "owner": None}
-            for p in reading.processes
+            for p in processes.values()
         ],
         "health": health,
     }
+    if reading.mig_devices:  # only a GPU in MIG mode has the key
+        state["mig"] = [_slice(device, list(processes)) for device in reading.mig_devices]
+    return state
+
+
+def _slice(device: MigDevice, pids: list[int]) -> dict[str, Any]:
+    """A MIG slice; its processes by their place in the GPU's list, so that what the
+    server hides of another user's process there is hidden here too."""
+    state = asdict(device)
+    state["processes"] = [pids.index(p.pid) for p in device.processes]
+    return state
 
 
 def _process_name(pid: int) -> str | None:

@@ -6,7 +6,10 @@ GPU gauges carry dcgm-exporter's names, units and labels (``gpu``, ``UUID``,
 values joined with ``,``); ``air_job``, not ``job``, which Prometheus gives every series
 (the scrape's job), as dcgm-exporter's ``hpc_job``. Who holds a GPU is said as the GPU
 panel says it: the job a process runs for (``AIR_JOB_ID``), else the kernel it descends
-from; its user is the job's owner, else the process's OS user.
+from; its user is the job's owner, else the process's OS user. A MIG-enabled GPU's
+slices have memory series of their own with dcgm-exporter's ``GPU_I_ID`` and
+``GPU_I_PROFILE`` labels (empty on a whole GPU's series), held by the processes on each,
+in place of the GPU's memory series (a sum over series counts each MiB once).
 """
 
 from __future__ import annotations
@@ -29,7 +32,18 @@ from ..jobs.store import UnknownJob
 from .settings import AirMetrics
 from .usage import GpuUsage, Holder
 
-GPU_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname", "user", "air_job", "notebook")
+GPU_LABELS = (
+    "gpu",
+    "UUID",
+    "device",
+    "modelName",
+    "Hostname",
+    "GPU_I_ID",
+    "GPU_I_PROFILE",
+    "user",
+    "air_job",
+    "notebook",
+)
 USAGE_LABELS = ("Hostname", "user", "air_job", "notebook")
 JOB_LABELS = ("state", "user")
 
@@ -81,20 +95,20 @@ class AirCollector(Collector):
             self.usage.charge(
                 doc["samples"]["t"],
                 [gpu["util"] for gpu in doc["samples"]["gpu"]],
-                holders,
+                [frozenset(held) for held in holders],
                 self.sampler.interval,
             )
             yield from self._gauges(doc, holders)
         yield from self._usage(str(doc["host"]["hostname"]))
         yield self._jobs()
 
-    def _holders(self, doc: dict[str, Any]) -> list[frozenset[Holder]]:
-        """Each GPU's holders. A job's owner and notebook never change: each job is read
-        once while its processes hold GPUs (kept from one scrape to the next)."""
+    def _holders(self, doc: dict[str, Any]) -> list[list[Holder]]:
+        """The holder of each process of each GPU. A job's owner and notebook never
+        change: each job is read once while its processes hold GPUs (kept from one scrape
+        to the next)."""
         jobs: dict[str, Holder] = {}
         holders = [
-            frozenset(self._holder(p["pid"], jobs) for p in state["processes"])
-            for state in doc["state"]
+            [self._holder(p["pid"], jobs) for p in state["processes"]] for state in doc["state"]
         ]
         self._job_holders = jobs
         return holders
@@ -114,23 +128,22 @@ class AirCollector(Collector):
             return Holder(_user_of(pid), job_id, "")
         return Holder(job.owner, job_id, dict(job.spec.tracking.tags).get("air.notebook", ""))
 
-    def _gauges(self, doc: dict[str, Any], holders: list[frozenset[Holder]]) -> Iterator[Metric]:
+    def _gauges(self, doc: dict[str, Any], holders: list[list[Holder]]) -> Iterator[Metric]:
         host = str(doc["host"]["hostname"])
         families = {
             name: GaugeMetricFamily(name, text, labels=GPU_LABELS) for name, text in DCGM_GAUGES
         }
-        for info, latest, held in zip(doc["gpus"], self._latest, holders, strict=True):
-            labels = [
-                str(info["index"]),
-                info["uuid"] or "",
-                f"nvidia{info['index']}",
-                info["name"] or "",
-                host,
-                _joined(h.user for h in held),
-                _joined(h.job for h in held),
-                _joined(h.notebook for h in held),
-            ]
-            total, used = info["mem_total_mib"], latest.get("mem")
+        gpus = zip(doc["gpus"], self._latest, holders, doc["state"], strict=True)
+        for info, latest, held, state in gpus:
+            gpu = [str(info["index"]), info["uuid"] or "", f"nvidia{info['index']}"]
+            gpu += [info["name"] or "", host]
+            labels = [*gpu, "", "", *_holder_labels(held)]
+            for mig in state.get("mig", []):  # each slice: its memory, its holders
+                on_it = [held[i] for i in mig["processes"]]
+                instance = [str(mig["gpu_instance"]), mig["profile"] or ""]
+                _add_memory(families, [*gpu, *instance, *_holder_labels(on_it)], mig)
+            # A MIG GPU's memory is its slices' (summed by user, it must count once)
+            total, used = info["mem_total_mib"], None if state.get("mig") else latest.get("mem")
             values = {
                 "DCGM_FI_DEV_GPU_UTIL": latest.get("util"),
                 "DCGM_FI_DEV_FB_USED": used,
@@ -172,6 +185,27 @@ class AirCollector(Collector):
         for (state, user), count in sorted(counts.items()):
             jobs.add_metric([state, user], count)
         return jobs
+
+
+def _holder_labels(held: list[Holder]) -> list[str]:
+    """The user, air_job and notebook labels of these holders."""
+    return [
+        _joined(h.user for h in held),
+        _joined(h.job for h in held),
+        _joined(h.notebook for h in held),
+    ]
+
+
+def _add_memory(
+    families: dict[str, GaugeMetricFamily], labels: list[str], mig: dict[str, Any]
+) -> None:
+    """A MIG slice's memory series (NVML reports no utilization, power or temperature of
+    a slice)."""
+    total, used = mig["mem_total_mib"], mig["mem_used_mib"]
+    if used is not None:
+        families["DCGM_FI_DEV_FB_USED"].add_metric(labels, float(used))
+        if total is not None:
+            families["DCGM_FI_DEV_FB_FREE"].add_metric(labels, float(total - used))
 
 
 def _joined(values: Iterator[str]) -> str:

@@ -3,8 +3,18 @@ it, read through jupyter_air's NVML module: each slice's profile, memory and pro
 
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
+
 from jupyter_air.gpu.nvml import MIB, GpuProcess, MigDevice, Nvml
+from jupyter_air.gpu.sampler import GpuSampler
+from jupyter_air.identity import Identity
+from jupyter_air.jobs.service import JobService
+from jupyter_air.jobs.store import JobStore
+from jupyter_air.server.gpu_handlers import hide_others
 from tests.conftest import WriteScenario
+from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, MigSlice, Scenario, h100_mig_slices
 
 GIB = 1024**3
@@ -49,3 +59,33 @@ def test_a_mig_capable_gpu_with_mig_off_has_no_slices(scenario: WriteScenario) -
     finally:
         nvml.shutdown()
     assert (reading.util, reading.mig_devices) == (40.0, ())
+
+
+def test_the_panels_state_lists_each_slice_and_hides_another_users_process_on_it(
+    scenario: WriteScenario, tmp_path: Path
+) -> None:
+    """A slice names its processes by their place in the GPU's list, so that a process of
+    a job the caller may not view, hidden there, is hidden on its slice too."""
+    store = JobStore(tmp_path / "air")
+    job = store.create(job_spec("command", command=["true"]), owner="alice")
+    scenario(Scenario(gpus=[FakeGpu(mig=True, mig_devices=h100_mig_slices(4242))]))
+    sampler = GpuSampler(interval=3600.0)
+    try:
+        doc = sampler.snapshot()
+    finally:
+        sampler.stop()
+    (state,) = doc["state"]
+    assert [(s["profile"], s["mem_total_mib"], s["processes"]) for s in state["mig"]] == [
+        ("3g.40gb", 40 * 1024, [0]),
+        ("2g.20gb", 20 * 1024, []),
+        ("1g.10gb", 10 * 1024, []),
+    ]
+    assert [(p["pid"], p["mem_mib"]) for p in state["processes"]] == [(4242, 12 * 1024)]
+
+    state["processes"][0]["owner"] = {"kind": "job", "id": job.id, "name": "secret"}
+    asyncio.run(hide_others(JobService(store, Identity("bob")), doc))
+    assert state["processes"] == [
+        {"pid": None, "name": None, "mem_mib": 12 * 1024, "owner": {"kind": "other"}}
+    ]
+    assert state["mig"][0]["processes"] == [0]  # a place, not a pid
+    assert "4242" not in json.dumps(doc["state"])

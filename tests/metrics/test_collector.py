@@ -21,6 +21,7 @@ from jupyter_air.metrics.collector import EXPORTED, AirCollector
 from jupyter_air.metrics.settings import AirMetrics, TokenError, bearer_matches, read_token
 from jupyter_air.metrics.usage import GpuUsage, Holder
 from tests.conftest import WriteScenario
+from tests.fake_nvml import FakeGpu, Scenario, h100_mig_slices
 from tests.metrics.conftest import TwoUsers
 
 ALICE = Holder("alice", "job-a", "")
@@ -58,6 +59,8 @@ def test_gpu_gauges_carry_dcgm_names_units_and_the_holder_of_each_gpu(
         "device": "nvidia0",
         "modelName": "NVIDIA H100 80GB HBM3",
         "Hostname": socket.gethostname(),
+        "GPU_I_ID": "",  # a whole GPU, not a MIG slice
+        "GPU_I_PROFILE": "",
         "user": "alice",
         "air_job": two_users.alice_job,
         "notebook": "",
@@ -74,6 +77,30 @@ def test_gpu_gauges_carry_dcgm_names_units_and_the_holder_of_each_gpu(
     assert {s.name for s in samples} <= EXPORTED
     jobs = {(s.labels["state"], s.labels["user"]): s.value for s in find(samples, "air_jobs")}
     assert jobs == {("PENDING", "alice"): 1, ("PENDING", "bob"): 1}
+
+
+def test_a_mig_gpus_slices_have_memory_series_with_instance_labels_and_holders(
+    scenario: WriteScenario, two_users: TwoUsers, store: JobStore, sampler: GpuSampler
+) -> None:
+    """An H100 in MIG mode with three slices, alice's job on the 3g.40gb one: as
+    dcgm-exporter labels a MIG device's series (GPU_I_ID, GPU_I_PROFILE)."""
+    mig = FakeGpu(mig=True, mig_devices=h100_mig_slices(two_users.pids[0]))
+    scenario(Scenario(gpus=[mig]))
+    collector = AirCollector(sampler, JobService(store, os_identity()), AirMetrics())
+    samples = scrape(collector)
+
+    (busy,) = find(samples, "DCGM_FI_DEV_FB_USED", GPU_I_PROFILE="3g.40gb")
+    assert busy.value == 12 * 1024  # MiB
+    assert busy.labels["GPU_I_ID"] == "1"
+    assert (busy.labels["user"], busy.labels["air_job"]) == ("alice", two_users.alice_job)
+    (free,) = find(samples, "DCGM_FI_DEV_FB_FREE", GPU_I_PROFILE="1g.10gb")
+    assert free.value == 10 * 1024
+    assert (free.labels["GPU_I_ID"], free.labels["user"]) == ("13", "")
+    profiles = {s.labels["GPU_I_PROFILE"] for s in find(samples, "DCGM_FI_DEV_FB_USED")}
+    assert profiles == {"3g.40gb", "2g.20gb", "1g.10gb"}  # the GPU's memory is theirs
+    (whole,) = find(samples, "DCGM_FI_DEV_POWER_USAGE", GPU_I_ID="")
+    assert whole.labels["user"] == "alice"  # the GPU is held by whoever holds a slice
+    assert not find(samples, "DCGM_FI_DEV_GPU_UTIL")  # NVML has none for a MIG GPU
 
 
 def test_gpu_seconds_are_charged_to_each_holder_and_idle_ones_counted(
