@@ -4,7 +4,8 @@ of a toy objective with a known optimum (x = 2), 2 at a time.
 One sweep is checked for most things at once: the cell shows a live table of its
 trials, its kernel is killed mid-sweep, and the same cell run in a new kernel follows
 the same sweep (its driver never stopped) to its end, with every trial run once; the
-table's last state marks the best, and the cell's value is the best parameters. Then
+table's last state marks the best, and the cell's value is the best parameters; the
+runs panel's rows nest the trials' runs under the sweep's. Then
 ``sweep()`` over a ``@distributed`` function whose return value is the objective, and
 the Stop button, which stops a sweep as ``air sweep stop`` does. The sweep's end is
 told (``--notify jupyterlab``) with its best trial.
@@ -17,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mlflow import MlflowClient
 
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.sweeps.store import SweepStatus, SweepStore
 from jupyter_air.sweeps.trials import SWEEP_TAG, TRIAL_TAG
+from jupyter_air.tracking.experiment_runs import RunQuery, search_page
 from tests.kernel.conftest import Execution, Kernel, air_home, kernel_env  # noqa: F401
 from tests.waits import until
 
@@ -96,6 +99,14 @@ def test_a_cell_sweep_follows_its_table_survives_a_kernel_restart_and_returns_th
         jobs = [j for j in JobStore(air_home).jobs() if j.spec.tracking.tags.get(SWEEP_TAG)]
         numbers = sorted(int(j.spec.tracking.tags[TRIAL_TAG]) for j in jobs)
         assert numbers == list(range(6)), "every trial ran once, none twice"
+        runs_panel = search_page(
+            MlflowClient(kernel_env["MLFLOW_TRACKING_URI"]),
+            RunQuery(str(SweepStore(air_home).get(sweep.id).experiment_id)),
+        ).runs
+        at = [r["run_id"] for r in runs_panel].index(SweepStore(air_home).get(sweep.id).run_id)
+        trial_rows = runs_panel[at + 1 : at + 7]
+        assert [r["depth"] for r in runs_panel[at : at + 7]] == [0] + [1] * 6, "nested"
+        assert sorted(int(r["params"]["x"]) for r in trial_rows) == list(range(6))
         outbox = JobStore(air_home).outbox
         told = until(lambda: outbox.for_lab(sweep.owner, 0), "the sweep's end told", 60)
         assert [r.message.title for r in told] == [
