@@ -25,7 +25,7 @@ from typing import Any
 
 from ..jobs.service import Refused
 from ..jobs.workload_file import WorkloadError
-from ..notify.targets import parse_all
+from ..notify.targets import BadTarget, parse_all
 from ..sweeps.params import call_with_params
 from ..sweeps.space_text import BadSpace, parse_space
 from ..sweeps.store import Code
@@ -74,6 +74,11 @@ def sweep(
     runs in a process of its own; this shows its trials as they go and returns the best
     parameters. Called again with the same arguments (after a kernel restart), it
     follows that sweep, or shows its result; ``new=True`` searches again."""
+    if isinstance(fn, DistributedFunction) and fn._session:
+        raise TypeError(
+            "sweep() runs each trial as a job of its own: use @distributed(...) without "
+            "session=True"
+        )
     if isinstance(fn, DistributedFunction):
         function, options = fn._fn, fn._options
     elif callable(fn):
@@ -86,6 +91,10 @@ def sweep(
         parsed = parse_space(space)
     except BadSpace as err:
         raise ValueError(f"space {err}") from None
+    try:
+        targets = parse_all(list(notify or []))
+    except BadTarget as err:
+        raise ValueError(f"notify=: {err}") from None
     search = Search(
         space=parsed,
         objective={direction: objective},
@@ -94,7 +103,7 @@ def sweep(
         sampler=sampler,
         pruner=pruner,
         seed=seed,
-        notify=parse_all(list(notify or [])),
+        notify=targets,
     )
     submission = options.validate()
     run_name = str(options.run_name or getattr(function, "__name__", "function"))

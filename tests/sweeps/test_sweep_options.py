@@ -1,16 +1,22 @@
-"""``%%air_sweep``'s flags and ``sweep()``'s space, read into a sweep (fast: no kernel,
-no job): the inline space's forms, and bad input refused in one line naming the flag."""
+"""``%%air_sweep``'s flags and ``sweep()``'s arguments, read into a sweep (fast: no
+kernel, no job): the inline space's forms, and bad input refused in one line naming the
+flag or the argument, with no sweep made."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import pytest
 from IPython.core.error import UsageError
 
+from jupyter_air import distributed, sweep
 from jupyter_air.jobs.workload_file import WorkloadError
 from jupyter_air.kernel.options import Options
 from jupyter_air.kernel.sweep_launch import Search, sweep_key, sweep_spec
 from jupyter_air.kernel.sweep_magic import flag_of, parsed
 from jupyter_air.sweeps.space_text import BadSpace, parse_line, parse_space
+from jupyter_air.sweeps.store import SweepStore
 from jupyter_air.sweeps.sweep_file import FloatParam, IntParam, SamplerName
 
 
@@ -132,3 +138,39 @@ def test_a_sweeps_key_is_its_notebook_and_its_text() -> None:
     assert sweep_key(cell, "a.ipynb") == sweep_key(cell, "a.ipynb")
     assert sweep_key(cell, "a.ipynb") != sweep_key(cell, "b.ipynb")
     assert sweep_key(cell, "a.ipynb") != sweep_key(cell + " ", "a.ipynb")
+
+
+def no_call(x: int = 0) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "said"),
+    [
+        ({"space": {"x": "int(1)"}}, ValueError, "space x: int() takes (LOW, HIGH)"),
+        ({"space": {"x": {"type": "int", "low": 3, "high": 1}}}, ValueError, "space['x']: low"),
+        ({"trials": None}, TypeError, "sweep() needs trials=N"),
+        ({"trials": 0}, ValueError, "trials=: Input should be greater than or equal to 1"),
+        ({"direction": "down"}, ValueError, "direction= must be minimize or maximize"),
+        ({"sampler": "cmaes"}, ValueError, "sampler=: Input should be"),
+        ({"notify": ["pager:me"]}, ValueError, "notify=: say one of jupyterlab"),
+    ],
+)
+def test_sweep_refuses_bad_arguments_naming_them_before_anything_starts(
+    arguments: dict[str, Any],
+    error: type[Exception],
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    given = {"space": {"x": "int(0, 3)"}, "objective": "loss", "trials": 2, **arguments}
+    with pytest.raises(error) as caught:
+        sweep(no_call, **given)
+    assert said in str(caught.value)
+    assert SweepStore(tmp_path / "air").sweeps() == []
+
+
+def test_sweep_runs_no_trial_on_a_sessions_ranks() -> None:
+    with pytest.raises(TypeError, match="without session=True"):
+        sweep(distributed(session=True)(no_call), {"x": [1, 2]}, objective="loss", trials=2)
