@@ -19,9 +19,13 @@ item 1; see docs/benchmarks.md).
    rank 0 waits in, on two fake idle GPUs, ``AIR_HINT_SILENT_AFTER`` seconds of silence
    for the likely-hang hint: the seconds from the hint (in the attempt's hints file) to
    the named hang there, and the seconds ``air stacks`` takes to answer with it.
+4. ``stall``: the same job with every threshold at its default and the fake GPUs kept
+   busy (the likely-hang hint cannot fire): the seconds from the hang's beginning to the
+   named hang in the hints, which the supervisor's check of ranks silent for
+   ``AIR_HINT_STALLED_AFTER`` (90 s) gives: the issue's whole report within 2 minutes.
 
 Run: ``.venv/bin/python bench/bench_flight_recorder.py [--rounds 6] [--steps 400]
-[--only overhead|micro|hang]``.
+[--only overhead|micro|hang|stall]``.
 """
 
 from __future__ import annotations
@@ -213,7 +217,9 @@ dist.all_reduce(torch.ones(1024))
 """
 
 
-def hang(silent_after: float) -> None:
+def hang(silent_after: float | None) -> None:
+    """The likely-hang hint's path (``silent_after`` s), or with None every default and
+    busy GPUs: the silent ranks' check's."""
     from jupyter_air.jobs.node.hints import read_hints
     from jupyter_air.jobs.store import JobStore
     from tests.fake_nvml import FakeGpu, Scenario, build_library, env_for
@@ -225,14 +231,15 @@ def hang(silent_after: float) -> None:
         (work / "train.py").write_text(HUNG)
         Scenario(gpus=[FakeGpu(util=100), FakeGpu(util=100)]).write(work / "nvml.txt")
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if not k.startswith("AIR_HINT_")},
             **env_for(build_library(), work / "nvml.txt"),
             "AIR_HOME": str(work / "air"),
             "MLFLOW_TRACKING_URI": f"sqlite:///{work}/mlflow.db",
-            "AIR_HINT_SILENT_AFTER": str(silent_after),
-            "AIR_HINT_IDLE_UTILIZATION": "50",
-            "AIR_SYSTEM_METRICS_INTERVAL": "1",
         }
+        if silent_after is not None:
+            env["AIR_HINT_SILENT_AFTER"] = str(silent_after)
+            env["AIR_HINT_IDLE_UTILIZATION"] = "50"
+            env["AIR_SYSTEM_METRICS_INTERVAL"] = "1"
         workload = {"command": f"{sys.executable} train.py", "compute": {"nproc_per_node": 2}}
         (work / "w.yaml").write_text(json.dumps({"experiment_name": "bench", **workload}))
 
@@ -246,7 +253,8 @@ def hang(silent_after: float) -> None:
             while cli("logs", job_id).count(" ready") < 2:
                 time.sleep(0.5)
             began = time.time()  # both ranks in the process group: the hang begins
-            Scenario(gpus=[FakeGpu(util=0), FakeGpu(util=0)]).write(work / "nvml.txt")
+            if silent_after is not None:
+                Scenario(gpus=[FakeGpu(util=0), FakeGpu(util=0)]).write(work / "nvml.txt")
             hinted = named = None
             while named is None and time.time() - began < 600:
                 kinds = {h["kind"] for h in read_hints(attempt)["hints"]}
@@ -260,10 +268,17 @@ def hang(silent_after: float) -> None:
         finally:
             cli("cancel", job_id)
     line = next((x for x in shown.splitlines() if x.startswith("Collectives: ")), "none")
-    if hinted is None or named is None:
+    if named is None:
         raise SystemExit("no named hang in 10 min")
-    print(f"== hint {hinted - began:.1f} s after the hang began (silent after {silent_after:g} s)")
-    print(f"== named in the hints {named - hinted:.1f} s after the hint, {named - began:.1f} s")
+    if silent_after is None:
+        print(f"== every default: named in the hints {named - began:.1f} s after the hang began")
+    elif hinted is None:
+        raise SystemExit("named, but the likely-hang hint never fired")
+    else:
+        print(
+            f"== hint {hinted - began:.1f} s after the hang began (silent after {silent_after:g} s)"
+        )
+        print(f"== named in the hints {named - hinted:.1f} s after the hint, {named - began:.1f} s")
     print(f"== air stacks answered in {answered:.1f} s: {line}")
 
 
@@ -272,7 +287,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--silent-after", type=float, default=5.0)
-    parser.add_argument("--only", choices=("overhead", "micro", "hang"))
+    parser.add_argument("--only", choices=("overhead", "micro", "hang", "stall"))
     args = parser.parse_args()
     if args.only in (None, "micro"):
         micro()
@@ -280,6 +295,8 @@ def main() -> None:
         overhead(args.rounds, args.steps)
     if args.only in (None, "hang"):
         hang(args.silent_after)
+    if args.only in (None, "stall"):
+        hang(None)
 
 
 if __name__ == "__main__":
