@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.fake_nvml import FakeGpu, Scenario
+from tests.fake_nvml import FakeGpu, Scenario, h100_mig_slices
 from tests.ui.conftest import Lab
 
 GIB = 1024**3
@@ -148,6 +149,31 @@ def test_a_lost_gpu_shows_as_lost_while_the_other_keeps_reporting(page: Any, gpu
         "s => document.querySelector(s)?.textContent === '64 %'", arg=value(0, "util")
     )
     gpu_lab.write(two_gpus(util=64))
+
+
+def test_a_mig_gpu_shows_its_slices_with_profile_memory_and_process(
+    page: Any, gpu_lab: Lab, artifacts: Path
+) -> None:
+    """Issue 41: an H100 in MIG mode with three slices comes in beside the two GPUs."""
+    mig = FakeGpu(mig=True, mig_devices=h100_mig_slices(os.getpid()), mem_used=12 * GIB)
+    gpu_lab.write(Scenario(gpus=[*two_gpus(util=64).gpus, mig]))
+    page.click(".jp-air-GpuPanel-refresh")
+    slices = f"{card(2)} .jp-air-GpuCard-migSlice"
+    page.wait_for_function("s => document.querySelectorAll(s).length === 3", arg=slices)
+    rows = page.eval_on_selector_all(
+        slices, "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
+    )
+    assert rows == [
+        ["3g.40gb (GI 1)", "12.0 / 40.0 GiB", f"pid {os.getpid()} · — (12.0 GiB)"],
+        ["2g.20gb (GI 5)", "0.0 / 20.0 GiB", "free"],
+        ["1g.10gb (GI 13)", "0.0 / 10.0 GiB", "free"],
+    ]
+    assert page.text_content(value(2, "util")) == "n/a"  # NVML has none for a MIG GPU
+    page.locator(card(2)).screenshot(path=str(artifacts / "gpu-panel-mig.png"))
+    assert page.query_selector(f"{card(0)} .jp-air-GpuCard-migSlice") is None
+    gpu_lab.write(two_gpus(util=64))
+    page.click(".jp-air-GpuPanel-refresh")
+    page.wait_for_selector(card(2), state="detached")
 
 
 def test_polling_pauses_when_idle_and_resumes_when_the_panel_is_reopened(

@@ -15,12 +15,10 @@ import {
 } from './format';
 import { healthBadges, healthLine } from './health';
 import { GpuHistory } from './history';
+import { migRows, OTHER_USERS_JOB } from './mig';
 import { ISessionView, sessionsOn } from './sessions';
 import type { IGpuInfo, IGpuProcess } from './types';
 import { el } from '../dom';
-
-/** What a process of a job the caller may not view is shown as. */
-const OTHER_USERS_JOB = "another user's job";
 
 /** A process of a job the caller may not view: only its memory is known. */
 function isOtherUsers(process: IGpuProcess): boolean {
@@ -143,6 +141,9 @@ export class GpuCard extends Card {
     this._processes = el('tbody');
     table.appendChild(this._processes);
     this.node.appendChild(table);
+    this._mig = el('table', 'jp-air-GpuCard-mig');
+    this._mig.hidden = true;
+    this.node.appendChild(this._mig);
   }
 
   /** Update the texts from the model. */
@@ -225,6 +226,34 @@ export class GpuCard extends Card {
     );
     setText(this._health, healthLine(state?.health));
     this._updateProcesses(state?.processes ?? [], sessions);
+    this._updateMig(migRows(state));
+  }
+
+  /** A GPU in MIG mode: a row per slice (profile, memory, its processes). */
+  private _updateMig(rows: ReturnType<typeof migRows>): void {
+    const key = rows
+      .map(r => [r.slice, r.memory, r.processes].join('\u0000'))
+      .join('\u0001');
+    if (key === this._migKey) {
+      return;
+    }
+    this._migKey = key;
+    this._mig.hidden = rows.length === 0;
+    const head = el('tr');
+    for (const label of ['MIG slice', 'Memory', 'Processes']) {
+      head.appendChild(el('th', '', label));
+    }
+    const body = rows.map(row => {
+      const tr = el('tr', 'jp-air-GpuCard-migSlice');
+      tr.title = row.title;
+      for (const text of [row.slice, row.memory, row.processes]) {
+        const td = el('td', '', text);
+        td.title = text;
+        tr.appendChild(td);
+      }
+      return tr;
+    });
+    this._mig.replaceChildren(head, ...body);
   }
 
   rows(model: GpuHistory, window: TimeWindow, theme: IChartTheme): IChartRow[] {
@@ -335,6 +364,8 @@ export class GpuCard extends Card {
   private _health: HTMLDivElement;
   private _processes: HTMLTableSectionElement;
   private _processKey: string | null = null;
+  private _mig: HTMLTableElement;
+  private _migKey: string | null = null;
 }
 
 /** The host: CPU and memory, shown with or without GPUs. */

@@ -125,12 +125,30 @@ export interface IGpuHealth {
   unavailable?: Record<string, string>;
 }
 
+/**
+ * One MIG slice of a GPU in MIG mode: its instance ids, profile ("1g.10gb"),
+ * memory, and the processes on it, by their place in its GPU's `processes`
+ * (so that what is hidden there stays hidden here).
+ */
+export interface IMigSlice {
+  index: number;
+  uuid: string | null;
+  gpu_instance: number | null;
+  compute_instance: number | null;
+  profile: string | null;
+  mem_total_mib: number | null;
+  mem_used_mib: number | null;
+  processes: number[];
+}
+
 /** Latest state of one GPU. */
 export interface IGpuState {
   status: 'ok' | 'lost' | 'error' | string;
   message: string | null;
   processes: IGpuProcess[];
   health?: IGpuHealth;
+  /** Its MIG slices; only a GPU in MIG mode has them. */
+  mig?: IMigSlice[];
 }
 
 /** A node of a running multi-node job, whose GPUs the panel can show. */
