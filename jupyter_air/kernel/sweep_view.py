@@ -1,5 +1,6 @@
-"""What a sweep shows in its cell: one line on the sweep, and a table of its trials
-(number, state, parameters, objective, the best so far marked), redrawn in place.
+"""What a sweep shows in its cell: one line on the sweep, a table of its trials (number,
+state, parameters, objective, the best so far marked) and a chart of the objective by
+trial with the best so far (inline SVG: no library, nothing to load), redrawn in place.
 
 One display, updated as the sweep goes (IPython's display id), as HTML with a text
 fallback for frontends that show no HTML (a terminal console, a saved notebook's text).
@@ -14,6 +15,7 @@ from typing import Any
 from IPython.display import DisplayHandle, display
 
 from ..sweeps.store import Sweep, TrialRecord, best_of
+from ..sweeps.sweep_file import Direction
 from .display import LINK_STYLE
 
 #: The best trial's mark, in both forms.
@@ -73,7 +75,8 @@ def bundle(sweep: Sweep, trials: Sequence[TrialRecord], planned: int) -> dict[st
     line = summary(sweep, trials, planned)
     return {
         "text/plain": _text(line, head, rows),
-        "text/html": _html(line, head, rows, best, trials),
+        "text/html": _html(line, head, rows, best, trials)
+        + chart(trials, sweep.spec.direction is Direction.MINIMIZE),
     }
 
 
@@ -103,6 +106,47 @@ def _html(
         f'<div class="jp-air-Sweep"><div>{html.escape(line)}</div>'
         f'<table class="jp-air-SweepTrials"><thead><tr>{cells}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+#: The chart's size and margin, in pixels.
+WIDTH, HEIGHT, MARGIN = 360, 140, 28
+
+
+def chart(trials: Sequence[TrialRecord], minimize: bool) -> str:
+    """The objective of each completed trial by its number (dots) and the best so far (a
+    step line), as an SVG; nothing before a trial completed."""
+    done = [(t.number, t.value) for t in trials if t.value is not None]
+    if not done:
+        return ""
+    low, high = min(v for _, v in done), max(v for _, v in done)
+    span, last = (high - low) or 1.0, max(max(n for n, _ in done), 1)
+
+    def x(n: int) -> float:
+        return MARGIN + n / last * (WIDTH - 2 * MARGIN)
+
+    def y(v: float) -> float:
+        return HEIGHT - MARGIN - (v - low) / span * (HEIGHT - 2 * MARGIN)
+
+    dots = "".join(
+        f'<circle cx="{x(n):.1f}" cy="{y(v):.1f}" r="3" fill="currentColor" opacity="0.6"/>'
+        for n, v in done
+    )
+    steps, so_far = [], None
+    for n, v in done:
+        if so_far is None or (v < so_far if minimize else v > so_far):
+            so_far = v
+        steps.append(f"{x(n):.1f},{y(so_far):.1f}")
+    return (
+        f'<svg class="jp-air-SweepChart" width="{WIDTH}" height="{HEIGHT}" '
+        'role="img" aria-label="objective by trial">'
+        f'<polyline points="{" ".join(steps)}" fill="none" stroke="#1976d2" stroke-width="2"/>'
+        f"{dots}"
+        f'<text x="2" y="{MARGIN}" font-size="10" fill="currentColor">{value_text(high)}</text>'
+        f'<text x="2" y="{HEIGHT - MARGIN}" font-size="10" fill="currentColor">'
+        f"{value_text(low)}</text>"
+        f'<text x="{WIDTH / 2}" y="{HEIGHT - 6}" font-size="10" fill="currentColor">trial</text>'
+        "</svg>"
     )
 
 

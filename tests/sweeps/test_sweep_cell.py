@@ -92,6 +92,7 @@ def test_a_cell_sweep_follows_its_table_survives_a_kernel_restart_and_returns_th
         assert [r[1:4] for r in best] == [["COMPLETE", "2", "0.5"]], text
         assert "<table" in table["text/html"]
         assert "font-weight: bold" in table["text/html"]  # the best row
+        assert table["text/html"].count("<circle") == 6  # the chart: each trial's objective
 
         trials = SweepStore(air_home).trials(sweep.id)
         assert sorted(t.params["x"] for t in trials) == list(range(6))
