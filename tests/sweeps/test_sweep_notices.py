@@ -10,9 +10,9 @@ import pytest
 
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.notify.targets import parse_all
-from jupyter_air.sweeps import notices, space
-from jupyter_air.sweeps.store import SweepStatus, SweepStore
-from jupyter_air.sweeps.sweep_file import SweepFile
+from jupyter_air.sweeps import notices
+from jupyter_air.sweeps.store import SweepStatus
+from tests.sweeps.told import lr_sweep
 
 
 @pytest.fixture
@@ -23,29 +23,7 @@ def jobs(tmp_path: Path) -> JobStore:
 def ended(jobs: JobStore, status: SweepStatus, values: dict[float, float], notify: str) -> str:
     """A sweep of ``lr`` whose trials ended with ``values`` (lr -> loss), ended ``status``
     and its end posted twice: its id."""
-    spec = SweepFile.model_validate(
-        {
-            "experiment_name": "toy",
-            "command": "python train.py",
-            "space": {"lr": {"type": "float", "low": 1e-4, "high": 1, "log": True}},
-            "objective": {"minimize": "val_loss"},
-            "trials": 3,
-        }
-    )
-    store = SweepStore(jobs.home)
-    sweep = store.create(
-        spec,
-        owner="alice",
-        working_dir=jobs.home,
-        tracking_uri="sqlite:///x.db",
-        user="alice",
-        notify=parse_all([notify]),
-    )
-    study = store.study(sweep)
-    for lr, loss in values.items():
-        study.enqueue_trial({"lr": lr})
-        trial = study.ask(space.distributions(spec))
-        study.tell(trial, loss)
+    store, sweep = lr_sweep(jobs.home, list(values.items()), parse_all([notify]))
     store.end(sweep.id, status, "stopped by alice" if status is SweepStatus.STOPPED else None)
     for _ in range(2):  # a driver started again posts it again
         notices.post_end(jobs, store.get(sweep.id), store.trials(sweep.id))

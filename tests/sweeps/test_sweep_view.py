@@ -8,31 +8,11 @@ import re
 from pathlib import Path
 
 from jupyter_air.kernel.sweep_view import BEST, bundle
-from jupyter_air.sweeps import space
-from jupyter_air.sweeps.store import SweepStore
-from jupyter_air.sweeps.sweep_file import SweepFile
+from tests.sweeps.told import lr_sweep
 
 
 def test_the_table_marks_the_best_and_the_chart_steps_down_to_it(tmp_path: Path) -> None:
-    spec = SweepFile.model_validate(
-        {
-            "experiment_name": "toy",
-            "command": "python train.py",
-            "space": {"lr": {"type": "float", "low": 1e-4, "high": 1, "log": True}},
-            "objective": {"minimize": "val_loss"},
-            "trials": 4,
-        }
-    )
-    store = SweepStore(tmp_path)
-    sweep = store.create(
-        spec, owner="ada", working_dir=tmp_path, tracking_uri="sqlite:///x.db", user="ada"
-    )
-    study = store.study(sweep)
-    for lr, loss in [(0.1, 0.9), (0.01, 0.3), (0.5, 0.7)]:
-        study.enqueue_trial({"lr": lr})
-        study.tell(study.ask(space.distributions(spec)), loss)
-    study.enqueue_trial({"lr": 0.02})
-    study.ask(space.distributions(spec))  # running
+    store, sweep = lr_sweep(tmp_path, [(0.1, 0.9), (0.01, 0.3), (0.5, 0.7), (0.02, None)])
 
     shown = bundle(store.get(sweep.id), store.trials(sweep.id), 4)
 
