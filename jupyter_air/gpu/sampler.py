@@ -279,7 +279,7 @@ def _state(reading: GpuReading, health: dict[str, Any]) -> dict[str, Any]:
     processes = {p.pid: p for p in reading.processes}
     for device in reading.mig_devices:  # a MIG GPU's processes are its slices'
         processes.update({p.pid: p for p in device.processes if p.pid not in processes})
-    state = {
+    state: dict[str, Any] = {
         "status": reading.status,
         "message": reading.message,
         "unavailable": reading.unavailable,
@@ -289,6 +289,8 @@ def _state(reading: GpuReading, health: dict[str, Any]) -> dict[str, Any]:
         ],
         "health": health,
     }
+    if reading.energy_mj is not None:  # NVML's energy counter, for the metrics' gauge
+        state["energy_mj"] = reading.energy_mj
     if reading.mig_devices:  # only a GPU in MIG mode has the key
         state["mig"] = [_slice(device, list(processes)) for device in reading.mig_devices]
     return state

@@ -54,6 +54,7 @@ DCGM_GAUGES: tuple[tuple[str, str], ...] = (
     ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB): total less used."),
     ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)."),
     ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)."),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ)."),
 )
 
 #: Every metric name a scrape can hold, as Prometheus stores it (a counter's with _total).
@@ -150,6 +151,7 @@ class AirCollector(Collector):
                 "DCGM_FI_DEV_FB_FREE": None if total is None or used is None else total - used,
                 "DCGM_FI_DEV_GPU_TEMP": latest.get("temp"),
                 "DCGM_FI_DEV_POWER_USAGE": latest.get("power"),
+                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": state.get("energy_mj"),
             }
             for name, value in values.items():
                 if value is not None:  # not reported, or the GPU is lost

@@ -21,6 +21,8 @@ from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
 
 GIB = 1024**3
+#: alice's GPU's energy counter (mJ), one reading a call: 4 kJ more each (bob's has none).
+ENERGY_MJ = [10**9 + 4_000_000 * k for k in range(1000)]
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,11 @@ class TwoUsers:
         return Scenario(
             gpus=[
                 FakeGpu(
-                    util=80, mem_used=30 * GIB, power=400_000, processes=[(self.pids[0], 29 * GIB)]
+                    util=80,
+                    mem_used=30 * GIB,
+                    power=400_000,
+                    energy=ENERGY_MJ,
+                    processes=[(self.pids[0], 29 * GIB)],
                 ),
                 FakeGpu(util=0, mem_used=10 * GIB, temp=35, processes=[(self.pids[1], 9 * GIB)]),
                 FakeGpu(name="NVIDIA A100-SXM4-40GB", mem_total=40 * GIB),

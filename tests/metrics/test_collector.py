@@ -22,7 +22,7 @@ from jupyter_air.metrics.settings import AirMetrics, TokenError, bearer_matches,
 from jupyter_air.metrics.usage import GpuUsage, Holder
 from tests.conftest import WriteScenario
 from tests.fake_nvml import FakeGpu, Scenario, h100_mig_slices
-from tests.metrics.conftest import TwoUsers
+from tests.metrics.conftest import ENERGY_MJ, TwoUsers
 
 ALICE = Holder("alice", "job-a", "")
 BOB = Holder("bob", "job-b", "bob/tune.ipynb")
@@ -74,6 +74,9 @@ def test_gpu_gauges_carry_dcgm_names_units_and_the_holder_of_each_gpu(
     assert find(samples, "DCGM_FI_DEV_FB_FREE", gpu="0")[0].value == 50 * 1024
     assert find(samples, "DCGM_FI_DEV_POWER_USAGE", gpu="0")[0].value == 400.0  # W
     assert find(samples, "DCGM_FI_DEV_GPU_TEMP", gpu="1")[0].value == 35  # C
+    (energy,) = find(samples, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")  # bob's GPU has none
+    assert (energy.labels["gpu"], energy.labels["user"]) == ("0", "alice")
+    assert energy.value in ENERGY_MJ  # mJ, the counter's latest reading
     assert {s.name for s in samples} <= EXPORTED
     jobs = {(s.labels["state"], s.labels["user"]): s.value for s in find(samples, "air_jobs")}
     assert jobs == {("PENDING", "alice"): 1, ("PENDING", "bob"): 1}

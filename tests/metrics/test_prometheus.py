@@ -183,3 +183,6 @@ async def test_prometheus_scrapes_both_and_the_dashboard_answers_for_two_users(
     )
     assert found["Jobs by state"] == {("PENDING",): 4.0}  # two jobs, seen by both targets
     assert set(found["GPU power, by user"]) == {("alice",), ("bob",)}
+    energy = found["GPU energy by user, kWh (time range)"]  # bob's GPU has no counter
+    assert set(energy) == {("alice",)}
+    assert energy[("alice",)] > 0
