@@ -21,12 +21,13 @@ from jupyter_air.tracking.energy import (
     RunEnergy,
     run_energy,
 )
-from jupyter_air.tracking.sampling import Sample, prefix
+from jupyter_air.tracking.sampling import Sample, SampleLoop, prefix
 from jupyter_air.tracking.system_metrics import GpuMonitor
 from tests.air_cli import air
 from tests.conftest import WriteScenario
 from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
+from tests.waits import until
 
 
 def sampled(monitor: GpuMonitor, times: int) -> dict[str, float]:
@@ -151,3 +152,30 @@ def test_air_get_shows_each_attempts_energy_and_its_co2(
     refused = air("get", job.id)
     assert refused.returncode != 0
     assert "AIR_GRAMS_CO2_PER_KWH must be a number of grams per kWh, got 'lots'" in refused.stderr
+
+
+def test_a_nodes_sample_loop_carries_the_energy_of_the_jobs_gpus_only(
+    scenario: WriteScenario,
+) -> None:
+    """What every backend samples with: the job's GPU (1) given to the loop, as the local
+    backend and the node agent give its ranks' GPUs."""
+    scenario(
+        Scenario(
+            gpus=[
+                FakeGpu(energy=[0, 50_000_000, 90_000_000]),
+                FakeGpu(energy=[2_000_000, 3_800_000, 5_600_000]),
+            ]
+        )
+    )
+    samples: list[Sample] = []
+    loop = SampleLoop(3600, samples.append, gpus={1})
+    loop.start()
+    try:
+        loop.sample_now()
+        until(lambda: len(samples) == 1, "a first sample")
+        loop.sample_now()
+        until(lambda: len(samples) == 2, "a second sample")
+    finally:
+        loop.finish(last=False)
+    assert ENERGY_KWH not in samples[0].metrics  # one reading: no span yet
+    assert samples[1].metrics[ENERGY_KWH] == 1_800_000 / 1000 / J_PER_KWH
