@@ -152,7 +152,7 @@ class AirSweepMagics(Magics):
     @argument(
         "--new",
         action="store_true",
-        help="Start another sweep, even where this cell's runs or completed.",
+        help="Start another sweep, even where this cell's sweep runs or completed.",
     )
     @cell_magic
     def air_sweep(self, line: str, cell: str) -> Any:
