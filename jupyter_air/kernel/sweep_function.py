@@ -63,7 +63,7 @@ def sweep(
     new: bool = False,
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
-) -> dict[str, Any] | None:
+) -> dict[str, Any]:
     """Search ``space`` for the parameters of ``fn`` (a ``@distributed`` function, or a
     plain one run as ``@distributed()`` would) that make the metric ``objective`` best
     (``direction``: minimize or maximize), ``trials`` trials in all, ``parallel`` at once.

@@ -130,7 +130,7 @@ def start_or_follow(
     key: str,
     new: bool = False,
     notify: tuple[Target, ...] = (),
-) -> dict[str, Any] | None:
+) -> dict[str, Any]:
     """Follow this cell's running sweep, show its completed one, or start one (``new``:
     always), then follow it in the cell until it ends; the best trial's parameters.
     ``make_spec(tracking_uri)`` and ``payload()`` are only made for a new sweep."""
@@ -139,12 +139,18 @@ def start_or_follow(
     service = kernel_sweeps()
     found = None if new else service.latest(key)
     if found is not None and found.status.active:
-        print(f"Following sweep {found.id}, started from this cell (--new starts another)")
+        print(
+            f"Following sweep {found.id}, started from this cell "
+            "(--new, or new=True, starts another)"
+        )
         with contextlib.suppress(Conflict):  # it ended meanwhile
             service.resume(found.id)
         return follow(service, found.id)
     if found is not None and found.status is SweepStatus.COMPLETED:
-        print(f"Sweep {found.id} of this cell completed: its result (--new searches again)")
+        print(
+            f"Sweep {found.id} of this cell completed: its result "
+            "(--new, or new=True, searches again)"
+        )
         return follow(service, found.id)
     tracking_uri = current_tracking_uri()
     spec = make_spec(tracking_uri)
@@ -167,7 +173,7 @@ def start_or_follow(
     return follow(service, sweep.id)
 
 
-def follow(service: SweepService, sweep_id: str) -> dict[str, Any] | None:
+def follow(service: SweepService, sweep_id: str) -> dict[str, Any]:
     """The sweep's table in the cell until it ends; its best trial's parameters. The
     kernel's interrupt (Stop) stops the sweep, as ``air sweep stop`` does."""
     view = SweepView()
@@ -205,7 +211,7 @@ def _show(service: SweepService, sweep_id: str, view: SweepView) -> Sweep:
     return sweep
 
 
-def _result(service: SweepService, sweep: Sweep) -> dict[str, Any] | None:
+def _result(service: SweepService, sweep: Sweep) -> dict[str, Any]:
     """The best trial's parameters; a sweep that failed, or in which no trial completed,
     raises ``SweepFailed`` with why."""
     best = best_of(sweep, service.trials(sweep))
