@@ -17,6 +17,8 @@ from typing import Any
 from traitlets import Float, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
+from ..tracking.energy import env_grams_co2_per_kwh
+
 #: Fewer characters than this is guessable over the network.
 MIN_TOKEN_CHARS = 32
 
@@ -56,9 +58,10 @@ class AirMetrics(Configurable):
         None,
         allow_none=True,
         help=(
-            "The grid's carbon intensity (grams of CO2 per kWh): with it, a run's GPU "
-            "energy is shown with its grams of CO2 (air get). None: not shown. Default: "
-            "$AIR_GRAMS_CO2_PER_KWH."
+            "The grid's carbon intensity (grams of CO2 per kWh): with it, air get shows a "
+            "run's grams of CO2 beside its GPU energy. None: not shown. Default: "
+            "$AIR_GRAMS_CO2_PER_KWH (which jobs started with it set also log as "
+            "system/gpu_co2_grams)."
         ),
     ).tag(config=True)
 
@@ -68,15 +71,10 @@ class AirMetrics(Configurable):
 
     @default("grams_co2_per_kwh")
     def _intensity_default(self) -> float | None:
-        text = os.environ.get("AIR_GRAMS_CO2_PER_KWH", "").strip()
-        if not text:
-            return None
         try:
-            return float(text)
-        except ValueError:
-            raise TraitError(
-                f"AIR_GRAMS_CO2_PER_KWH must be a number of grams per kWh, got {text!r}"
-            ) from None
+            return env_grams_co2_per_kwh()
+        except ValueError as err:
+            raise TraitError(str(err)) from None
 
     @validate("grams_co2_per_kwh")
     def _intensity(self, proposal: dict[str, Any]) -> float | None:

@@ -8,6 +8,7 @@ integrated energy says how much of it (``gpu_energy_integrated_kwh``).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +21,25 @@ J_PER_KWH = 3.6e6
 ENERGY_KWH = "gpu_energy_kwh"
 #: The part of it integrated from power samples, logged only where there is such a part.
 INTEGRATED_KWH = "gpu_energy_integrated_kwh"
+#: Its grams of CO2, logged where the grid's carbon intensity is set.
+CO2_GRAMS = "gpu_co2_grams"
+#: The grid's carbon intensity (g CO2 per kWh); ``c.AirMetrics.grams_co2_per_kwh``'s default.
+INTENSITY_ENV = "AIR_GRAMS_CO2_PER_KWH"
+
+
+def env_grams_co2_per_kwh() -> float | None:
+    """``$AIR_GRAMS_CO2_PER_KWH``, or None when unset; ValueError when not a number."""
+    text = os.environ.get(INTENSITY_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(
+            f"{INTENSITY_ENV} must be a number of grams per kWh, got {text!r}"
+        ) from None
+
+
 _RUN_KEY = re.compile(rf"system/(?:node_\d+/)?({ENERGY_KWH}|{INTEGRATED_KWH})")
 
 
@@ -29,7 +49,8 @@ class EnergyMeter:
     had counted), or, for a GPU that never gave a counter, its power integrated between
     readings."""
 
-    def __init__(self) -> None:
+    def __init__(self, grams_co2_per_kwh: float | None = None) -> None:
+        self._grams_co2_per_kwh = grams_co2_per_kwh
         self._base_mj: dict[int, int] = {}
         self._last_mj: dict[int, int] = {}
         self._carried_j: dict[int, float] = {}
@@ -63,7 +84,8 @@ class EnergyMeter:
 
     def metrics(self) -> dict[str, float]:
         """The figures a sample carries: none before a second reading (one reading has no
-        span), the integrated part only where some GPU had no counter."""
+        span), the integrated part only where some GPU had no counter, the grams of CO2
+        where the grid's intensity is known."""
         if max(self._readings.values(), default=0) < 2:
             return {}
         if not (self._base_mj or self._integrated_j or self._last_power):
@@ -73,6 +95,8 @@ class EnergyMeter:
         figures = {ENERGY_KWH: (counted + integrated) / J_PER_KWH}
         if any(index not in self._base_mj for index in self._last_power) or integrated:
             figures[INTEGRATED_KWH] = integrated / J_PER_KWH
+        if self._grams_co2_per_kwh is not None:
+            figures[CO2_GRAMS] = figures[ENERGY_KWH] * self._grams_co2_per_kwh
         return figures
 
 

@@ -36,7 +36,7 @@ import psutil
 
 from ..gpu.nvml import MIB, GpuInfo, GpuReading, Nvml
 from ..job_dir import AttemptDir
-from .energy import EnergyMeter
+from .energy import EnergyMeter, env_grams_co2_per_kwh
 from .journal import append_samples
 from .sampling import CPU_PERCENT, GpuListener, Sample, prefix
 
@@ -130,7 +130,7 @@ class GpuMonitor(Averaged):
         self._nvml = nvml
         self._on_sample = on_sample
         self._gpus = None if gpus is None else frozenset(gpus)
-        self._energy = EnergyMeter()
+        self._energy = EnergyMeter(_grid_intensity())
 
     def read(self) -> Iterator[tuple[str, float]]:
         inventory = {g.index: g for g in self._nvml.inventory()}
@@ -146,6 +146,15 @@ class GpuMonitor(Averaged):
 
     def aggregate_metrics(self) -> dict[str, float]:
         return super().aggregate_metrics() | self._energy.metrics()
+
+
+def _grid_intensity() -> float | None:
+    """The job's ``$AIR_GRAMS_CO2_PER_KWH``; a bad one costs the CO2 figure only."""
+    try:
+        return env_grams_co2_per_kwh()
+    except ValueError as err:
+        log.warning("no CO2 figure: %s", err)
+        return None
 
 
 def _gpu_metrics(reading: GpuReading, info: GpuInfo | None) -> Iterator[tuple[str, float]]:

@@ -14,6 +14,7 @@ from jupyter_air.job_dir import AttemptDir, JobDir
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.tracking import journal
 from jupyter_air.tracking.energy import (
+    CO2_GRAMS,
     ENERGY_KWH,
     INTEGRATED_KWH,
     J_PER_KWH,
@@ -179,3 +180,20 @@ def test_a_nodes_sample_loop_carries_the_energy_of_the_jobs_gpus_only(
         loop.finish(last=False)
     assert ENERGY_KWH not in samples[0].metrics  # one reading: no span yet
     assert samples[1].metrics[ENERGY_KWH] == 1_800_000 / 1000 / J_PER_KWH
+
+
+def test_with_the_grids_intensity_a_sample_carries_its_grams_of_co2(
+    scenario: WriteScenario, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job started with $AIR_GRAMS_CO2_PER_KWH logs system/gpu_co2_grams beside the
+    energy, so the runs panel and MLflow show it with the run's system metrics."""
+    monkeypatch.setenv("AIR_GRAMS_CO2_PER_KWH", "400")
+    scenario(Scenario(gpus=[FakeGpu(energy=[0, 3_600_000_000])]))  # 1 kWh
+    nvml = Nvml(retry_interval=0)
+    try:
+        metrics = sampled(GpuMonitor(nvml), 2)
+        monkeypatch.setenv("AIR_GRAMS_CO2_PER_KWH", "a lot")
+        assert CO2_GRAMS not in sampled(GpuMonitor(nvml), 2)  # said in the log, not raised
+    finally:
+        nvml.shutdown()
+    assert (metrics[ENERGY_KWH], metrics[CO2_GRAMS]) == (1.0, 400.0)
