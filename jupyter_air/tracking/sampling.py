@@ -63,8 +63,7 @@ class SampleLoop:
         gpus: Collection[int] | None = None,
     ) -> None:
         self._interval = interval
-        #: The job's GPUs (NVML indices) whose energy the samples carry; None: all.
-        self.gpus = gpus
+        self._gpus = gpus
         self._on_sample = on_sample
         self._on_gpu_sample = on_gpu_sample
         self._stop = threading.Event()
@@ -103,6 +102,20 @@ class SampleLoop:
                 failing = True
         self._take_last()
 
+    @property
+    def gpus(self) -> Collection[int] | None:
+        """The job's GPUs (NVML indices) whose energy the samples carry; None: all."""
+        return self._gpus
+
+    @gpus.setter
+    def gpus(self, gpus: Collection[int] | None) -> None:
+        """Known once the ranks are: a sampler loaded before (a node agent loads it as it
+        starts) counts their energy alone from now on, as one loaded after would."""
+        with self._loading:
+            self._gpus = gpus
+            if self._sampler is not None:
+                self._sampler.energy_of(gpus)
+
     def sample_now(self) -> None:
         """Take the next sample at once (a session cell ended with none in its span)."""
         self._wake.set()
@@ -119,7 +132,7 @@ class SampleLoop:
                 from ..gpu.nvml import Nvml
                 from .system_metrics import SystemSampler
 
-                self._sampler = SystemSampler(Nvml(), self._on_gpu_sample, self.gpus)
+                self._sampler = SystemSampler(Nvml(), self._on_gpu_sample, self._gpus)
             return self._sampler
 
     def take(self) -> None:

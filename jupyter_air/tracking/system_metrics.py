@@ -147,6 +147,11 @@ class GpuMonitor(Averaged):
     def aggregate_metrics(self) -> dict[str, float]:
         return super().aggregate_metrics() | self._energy.metrics()
 
+    def energy_of(self, gpus: Collection[int] | None) -> None:
+        """Count the energy of ``gpus`` alone from now on (None: every GPU's)."""
+        self._gpus = None if gpus is None else frozenset(gpus)
+        self._energy = EnergyMeter(_grid_intensity())
+
 
 def _grid_intensity() -> float | None:
     """The job's ``$AIR_GRAMS_CO2_PER_KWH``; a bad one costs the CO2 figure only."""
@@ -210,6 +215,12 @@ class SystemSampler:
             self.monitors.append(gpu)
         self._failed: set[str] = set()
         self._step = 0
+
+    def energy_of(self, gpus: Collection[int] | None) -> None:
+        """The job's GPUs, once known: the energy of those alone, from now on."""
+        for monitor in self.monitors:
+            if isinstance(monitor, GpuMonitor):
+                monitor.energy_of(gpus)
 
     def collect(self) -> None:
         """Each monitor collects once; one that raises loses only its own figures."""

@@ -159,7 +159,7 @@ def test_a_nodes_sample_loop_carries_the_energy_of_the_jobs_gpus_only(
     scenario: WriteScenario,
 ) -> None:
     """What every backend samples with: the job's GPU (1) given to the loop, as the local
-    backend and the node agent give its ranks' GPUs."""
+    backend and the node agent give its ranks' GPUs (the agent's loop already loaded)."""
     scenario(
         Scenario(
             gpus=[
@@ -169,7 +169,10 @@ def test_a_nodes_sample_loop_carries_the_energy_of_the_jobs_gpus_only(
         )
     )
     samples: list[Sample] = []
-    loop = SampleLoop(3600, samples.append, gpus={1})
+    loop = SampleLoop(3600, samples.append)
+    loop.prepare()  # a node agent loads its sampler before its ranks start,
+    until(lambda: loop.loaded, "the sampler loaded")
+    loop.gpus = {1}  # then learns their GPUs
     loop.start()
     try:
         loop.sample_now()
