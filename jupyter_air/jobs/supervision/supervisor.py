@@ -582,14 +582,24 @@ class Supervisor:
             journal.append_tags(files, run.id or journal.ATTEMPT_RUN, {key: value})
 
         session = JobDir(self.store.job_dir(job.id)) if spec.kind is JobKind.SESSION else None
+
+        def stalled(silent: float) -> None:
+            """Every rank silent: read where they are (a session between cells waits for
+            its next cell, as it should)."""
+            if session is None or ((cell := of_session(session)) is not None and cell[1]):
+                threading.Thread(
+                    target=self._name_stall,
+                    args=(number, silent, hints),
+                    name="air-stall",
+                    daemon=True,
+                ).start()
+
         hints = HintRecorder(  # a warm session's step marks are its latest cell's
             files.path,
             tag,
             nnodes=spec.compute.nnodes,
             marks=lambda: (cell[0] if session and (cell := of_session(session)) else files).perf,
-            on_stall=lambda silent: threading.Thread(
-                target=self._name_stall, args=(number, silent, hints), name="air-stall", daemon=True
-            ).start(),
+            on_stall=stalled,
         )
         metrics = SystemMetricsFeed(
             run.id or journal.ATTEMPT_RUN,
