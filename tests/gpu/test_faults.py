@@ -250,6 +250,22 @@ def test_the_panel_shows_an_xid_with_its_time(scenario: WriteScenario, sampler: 
     assert problem["severity"] == "error"
 
 
+def test_an_event_set_is_freed_even_once_its_driver_is_gone(scenario: WriteScenario) -> None:
+    """A watch stopped after the driver went (a test's next scenario, a driver unloaded)
+    gives its set back: the fake driver holds 128, as a process of many servers' samplers
+    would run out of."""
+    nvml = Nvml(retry_interval=0)
+    try:
+        for _ in range(200):
+            path = scenario(Scenario(gpus=[FakeGpu()]))
+            made, refused = nvml.xid_events()
+            assert refused == {}
+            path.unlink()  # the driver is gone before the watch frees its set
+            nvml.free_events(made)
+    finally:
+        nvml.shutdown()
+
+
 @pytest.mark.parametrize(
     "gpu",
     [FakeGpu(mig=True), FakeGpu(virtualization="vgpu")],
