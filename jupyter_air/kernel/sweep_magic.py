@@ -16,7 +16,7 @@ anything starts.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
@@ -26,7 +26,6 @@ from ..jobs.service import Refused
 from ..jobs.workload_file import WorkloadError
 from ..notify.targets import BadTarget, Target, parse_all
 from ..sweeps.space_text import FORMS, BadSpace, parse_line
-from ..sweeps.store import Code
 from ..sweeps.sweep_file import SweepFile
 from .capture import UnpicklableName, cell_payload
 from .job_options import options_from, whole_job_options
@@ -34,7 +33,10 @@ from .launch import cell_run_name
 from .magics import CellMagicHelpFormatter
 from .options import OptionError, option_error
 from .session import notebook_path
-from .sweep_launch import Search, experiment_name, start_or_follow, sweep_key, sweep_spec
+
+if TYPE_CHECKING:  # imported at the magic's first use: they import Optuna, and it tqdm,
+    # which imports ipywidgets in a kernel (%load_ext stays light)
+    from .sweep_launch import Search
 
 #: Where a refused option points the user.
 SEE_HELP = "see %%air_sweep? for the options"
@@ -98,6 +100,8 @@ def search_from(args: Any) -> Search:
         found[name] = param
     if args.trials is None and args.sampler != "grid":
         raise UsageError(f"--trials N is needed: how many trials in all; {SEE_HELP}")
+    from .sweep_launch import Search
+
     return Search(
         space=found,
         objective=objective,
@@ -170,6 +174,9 @@ class AirSweepMagics(Magics):
             p = params()
             log_metrics({"val_loss": (p["lr"] - 0.01) ** 2 + p["layers"]})
         """
+        from ..sweeps.store import Code
+        from .sweep_launch import experiment_name, start_or_follow, sweep_key, sweep_spec
+
         args, search = parsed(line)
         assert self.shell is not None
         user_ns = self.shell.user_ns

@@ -39,10 +39,11 @@ def view_threads(kernel: Kernel) -> list[str]:
     return names
 
 
-def test_load_ext_imports_neither_widgets_nor_plotly_nor_nvml(kernel: Kernel) -> None:
+def test_load_ext_imports_none_of_widgets_plotly_nvml_or_optuna(kernel: Kernel) -> None:
     loaded = value(
         kernel,
-        "[m for m in ('ipywidgets', 'plotly', 'pynvml') if m in __import__('sys').modules]",
+        "[m for m in ('ipywidgets', 'plotly', 'pynvml', 'optuna')"
+        " if m in __import__('sys').modules]",
     )
     assert loaded == []
 
