@@ -119,7 +119,9 @@ def test_the_recorder_writes_a_private_file_and_tags_each_kind_once(tmp_path: Pa
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def test_every_rank_silent_a_while_is_told_once_till_one_is_heard_from(tmp_path: Path) -> None:
+def test_every_rank_silent_a_while_is_told_and_again_each_while_till_one_is_heard_from(
+    tmp_path: Path,
+) -> None:
     now, heard, told = [1000.0], {0: 1000.0, 1: 1000.0}, []
     recorder = HintRecorder(
         tmp_path,
@@ -136,9 +138,12 @@ def test_every_rank_silent_a_while_is_told_once_till_one_is_heard_from(tmp_path:
     assert told == []
     now[0] = 1101.0
     recorder.stall_check()
+    now[0] = 1160.0
+    recorder.stall_check()
+    assert told == [61.0], "once in each while they stay silent"
     now[0] = 1200.0
     recorder.stall_check()
-    assert told == [61.0], "once while they stay silent"
+    assert told == [61.0, 160.0], "again a while later: the first look may be too early"
     (tmp_path / "perf").mkdir()
     mark = tmp_path / "perf" / "rank-0.jsonl"  # a step mark is a rank heard from
     mark.write_text("{}\n")
@@ -146,7 +151,7 @@ def test_every_rank_silent_a_while_is_told_once_till_one_is_heard_from(tmp_path:
     recorder.stall_check()
     now[0] = 1256.0
     recorder.stall_check()
-    assert told == [61.0, 61.0]
+    assert told == [61.0, 160.0, 61.0]
     recorder.close()
 
 

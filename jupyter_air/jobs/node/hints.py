@@ -268,11 +268,12 @@ class HintRecorder:
         self._tagged: set[str] = set()
         self._stragglers: list[Hint] = []
         self._hang: list[Hint] = []
-        #: Told once every rank has been silent ``stalled_after`` seconds (again only
-        #: after a rank was heard from since), with how long.
+        #: Told once every rank has been silent ``stalled_after`` seconds, and again each
+        #: ``stalled_after`` more they stay silent (a look too early, before the ranks'
+        #: recorders could say where they wait, is not the last), with how long.
         self._on_stall = on_stall
         self._started: float | None = None
-        self._stalled = False
+        self._told_silent: float | None = None
         self._straggler_interval = straggler_interval
         self._lock = threading.Lock()  # the samples' thread and the stragglers' share the file
         self._closed = threading.Event()
@@ -330,17 +331,18 @@ class HintRecorder:
 
     def stall_check(self) -> None:
         """Tell ``on_stall`` once no rank has printed or marked a step for
-        ``stalled_after`` seconds; a rank heard from since allows the next time."""
+        ``stalled_after`` seconds, then each ``stalled_after`` more till one is heard."""
         if self._on_stall is None or self._started is None:
             return
         heard = [self._started, *(t for out in self._last_output.values() for t in out().values())]
         with contextlib.suppress(OSError):  # a step mark is a rank heard from
             heard += [path.stat().st_mtime for path in self._marks().glob("rank-*.jsonl")]
         silent = self._clock() - max(heard)
-        if silent < self._thresholds.stalled_after:
-            self._stalled = False
-        elif not self._stalled:
-            self._stalled = True
+        after = self._thresholds.stalled_after
+        if silent < after:
+            self._told_silent = None
+        elif self._told_silent is None or silent >= self._told_silent + after:
+            self._told_silent = silent
             self._on_stall(silent)
 
     def _watch_marks(self) -> None:
