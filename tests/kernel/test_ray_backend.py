@@ -100,7 +100,7 @@ RAY_START_LIMITS = {
     # long (GlobalStateAccessor::GetNode; node.py adds a 30 s loop of its own around it), then
     # raises "The current node timed out during startup". Default 30 s: the raylet needs
     # that much alone under load (up to 15 s for each of its two agents, see below).
-    "RAY_raylet_start_wait_time_s": "60",
+    "RAY_raylet_start_wait_time_s": "120",
     # The head waits this long for the GCS to write its port, and every node tries about
     # once a second, as many times, to connect to the GCS. Defaults 30 s and 20 tries.
     "RAY_gcs_server_port_wait_time_s": "60",
@@ -126,10 +126,21 @@ def start_two_nodes(env: pytest.MonkeyPatch) -> tuple[Any, str]:
         ray_cluster.add_node(num_cpus=1, num_gpus=0, include_dashboard=False)
         ray_cluster.add_node(num_cpus=1, num_gpus=0)
         ray_cluster.wait_for_nodes(timeout=120)
-    except BaseException:
+    except BaseException as error:
+        error.add_note(raylet_logs(Path(ray_tmp)))
         stop_cluster(ray_cluster, ray_tmp)
         raise
     return ray_cluster, ray_tmp
+
+
+def raylet_logs(ray_tmp: Path, lines: int = 15) -> str:
+    """The last lines each raylet and agent logged: why a node did not come up."""
+    tails = []
+    for log in sorted(ray_tmp.glob("session_*/logs/*")):
+        if log.is_file() and log.name.startswith(("raylet", "gcs_server", "dashboard_agent")):
+            text = log.read_text(errors="replace").splitlines()[-lines:]
+            tails.append(f"--- {log.name}\n" + "\n".join(text))
+    return "\n".join(tails) or f"no raylet logs under {ray_tmp}"
 
 
 def stop_cluster(ray_cluster: Any, ray_tmp: str) -> None:
@@ -155,6 +166,20 @@ def stop_cluster(ray_cluster: Any, ray_tmp: str) -> None:
         assert not alive, f"Ray processes outlived SIGKILL: {alive}"
 
 
+def start_with_retries(env: pytest.MonkeyPatch, tries: int = 3) -> tuple[Any, str]:
+    """Two Ray nodes, started again where a start timed out (at most ``tries`` in all);
+    each failed start warns with what its raylets last logged."""
+    for _ in range(tries - 1):
+        try:
+            return start_two_nodes(env)
+        except Exception as error:
+            if not start_timed_out(error):
+                raise
+            notes = "\n".join(getattr(error, "__notes__", ()))
+            warnings.warn(f"Ray cluster start, once more: {error}\n{notes}", stacklevel=1)
+    return start_two_nodes(env)
+
+
 def start_timed_out(error: Exception) -> bool:
     """Whether one of Ray's waits for a starting node ran out (see RAY_START_LIMITS)."""
     return isinstance(error, TimeoutError) or "timed out" in str(error).lower()
@@ -173,13 +198,7 @@ def cluster(fake_nvml_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
             **RAY_START_LIMITS,
         }.items():
             env.setenv(name, value)
-        try:
-            ray_cluster, ray_tmp = start_two_nodes(env)
-        except Exception as error:
-            if not start_timed_out(error):
-                raise
-            warnings.warn(f"Ray cluster start, once more: {error}", stacklevel=1)
-            ray_cluster, ray_tmp = start_two_nodes(env)
+        ray_cluster, ray_tmp = start_with_retries(env)
     yield ray_cluster
     stop_cluster(ray_cluster, ray_tmp)
 
@@ -264,10 +283,10 @@ def test_ddp_across_two_nodes_agrees_and_logs_per_node(kernel: Kernel, air_home:
     assert sorted(m.step for m in losses) == [0, 1, 2, 3, 4]
     # The supervisor logs the nodes' last samples until its end, after the cell's return.
     metrics = set(client.get_run(run.info.run_id).data.metrics)
-    for node in ("node_0", "node_1"):
-        assert f"system/{node}/cpu_utilization_percentage" in metrics
-        assert f"system/{node}/gpu_0_utilization_percentage" in metrics
-        assert f"system/{node}/gpu_0_temperature_celsius" in metrics
+    for name in ("node_0", "node_1"):
+        assert f"system/{name}/cpu_utilization_percentage" in metrics
+        assert f"system/{name}/gpu_0_utilization_percentage" in metrics
+        assert f"system/{name}/gpu_0_temperature_celsius" in metrics
     assert not any(m.startswith("system/cpu") for m in metrics), "the driver is not a node"
     assert job_processes(job_id) == []
 
