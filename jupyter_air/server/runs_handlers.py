@@ -249,6 +249,35 @@ class RunsHandler(RunsBase):
         return [f"job {job.id}: {line}" for job, line in zip(jobs, lines, strict=True) if line]
 
 
+class SweepsHandler(RunsBase):
+    """The sweeps of one experiment the caller may view (CAN_VIEW on each, as for
+    ``air sweep get``), each with its trials: the runs panel groups a sweep's trial runs
+    under its run from these. The study is the truth of a trial's state (PRUNED, a trial
+    whose run is not made yet), not the tags its driver sets on the runs."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        uri = self.tracking_uri()
+        experiment_id = self.experiment_id()
+        who = self.caller()
+        self.write_json({"sweeps": await in_store_thread(self.sweeps, who, uri, experiment_id)})
+
+    def sweeps(self, who: Identity, uri: str, experiment_id: str) -> list[dict[str, Any]]:
+        from ..sweeps import store as sweep_store
+
+        if not (self.store.home / sweep_store.DIR / sweep_store.DATABASE).exists():
+            return []  # no sweep yet: never create the study database from here
+        from ..sweeps.service import SweepService
+
+        service = SweepService(self.store, who)
+        return [
+            service.document(sweep, with_trials=True)
+            for sweep in service.sweeps()
+            if sweep.tracking_uri == uri and sweep.experiment_id == experiment_id
+        ]
+
+
 class CompareHandler(RunsBase):
     """Metric histories of 1 to 10 runs and the params that differ between them."""
 
@@ -287,4 +316,5 @@ def runs_handlers(store: JobStore) -> list[tuple[str, type[RunsBase], dict[str, 
         (r"/jupyter-air/runs/stores", StoresHandler, kwargs),
         (r"/jupyter-air/runs/experiments", ExperimentsHandler, kwargs),
         (r"/jupyter-air/runs/compare", CompareHandler, kwargs),
+        (r"/jupyter-air/runs/sweeps", SweepsHandler, kwargs),
     ]

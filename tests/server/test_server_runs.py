@@ -328,3 +328,87 @@ async def test_bad_input_is_a_400(
 async def test_a_store_no_job_registered_is_not_read(jp_fetch: Any, key: str) -> None:
     code, _ = await refused(jp_fetch, "runs", store="0123456789abcdef", experiment="1")
     assert code == 404
+
+
+def sweep_in(
+    home: Path, tracked: Tracked, experiment_id: str, grants: list[str]
+) -> tuple[str, list[str]]:
+    """A sweep of ``x`` in ``experiment_id`` of the tracked store, owned by alice, its
+    trials told by hand: 0 completed (loss 0.5), 1 pruned at step 3, 2 running; its id
+    and its trials' job ids."""
+    from optuna.trial import TrialState
+
+    from jupyter_air.sweeps import space
+    from jupyter_air.sweeps import store as sweep_store
+    from jupyter_air.sweeps.sweep_file import SweepFile
+
+    spec = SweepFile.model_validate(
+        {
+            "experiment_name": "/Users/alice/train",
+            "command": "python train.py",
+            "space": {"x": {"type": "int", "low": 0, "high": 9}},
+            "objective": {"minimize": "loss"},
+            "trials": 3,
+            "permissions": grants,
+        }
+    )
+    store = sweep_store.SweepStore(home)
+    sweep = store.create(
+        spec, owner="alice", working_dir=home, tracking_uri=tracked.uri, user="alice"
+    )
+    store.set(
+        sweep.id,
+        **{sweep_store.RUN_ID: "f" * 32, sweep_store.EXPERIMENT_ID: experiment_id},
+    )
+    study = store.study(sweep)
+    jobs = []
+    for number in range(3):
+        study.enqueue_trial({"x": number})
+        trial = study.ask(space.distributions(spec))
+        job_id = f"20261130-11000{number}-{sweep.id[3:9]}"
+        jobs.append(job_id)
+        trial_id = store.trial_id(sweep.id, number)
+        store.storage.set_trial_user_attr(trial_id, sweep_store.JOB_ID, job_id)
+        if number == 0:
+            study.tell(trial, 0.5)
+        elif number == 1:
+            store.storage.set_trial_user_attr(trial_id, sweep_store.PRUNED_STEP, 3)
+            study.tell(trial, state=TrialState.PRUNED)
+    return sweep.id, jobs
+
+
+@pytest.mark.heavy
+async def test_an_experiments_sweeps_come_with_their_trials_to_those_who_may_view_them(
+    jp_fetch: Any, key: str, tracked: Tracked, store: JobStore
+) -> None:
+    from jupyter_air.sweeps import store as sweep_store
+
+    exp = tracked.experiment_id
+    assert await get(jp_fetch, "runs/sweeps", store=key, experiment=exp) == {"sweeps": []}
+    assert not (store.home / sweep_store.DIR / sweep_store.DATABASE).exists(), "nothing made"
+
+    mine, jobs = sweep_in(store.home, tracked, exp, [])
+    shared, _ = sweep_in(store.home, tracked, exp, ["bob:CAN_VIEW"])
+    sweep_in(store.home, tracked, tracked.other_experiment_id, ["bob:CAN_VIEW"])
+
+    found = (await get(jp_fetch, "runs/sweeps", store=key, experiment=exp))["sweeps"]
+    assert [s["id"] for s in found] == [shared, mine], "newest first, this experiment's only"
+    sweep = found[1]
+    assert (sweep["status"], sweep["run_id"], sweep["trials_planned"]) == ("RUNNING", "f" * 32, 3)
+    assert sweep["objective"] == {"minimize": "loss"}
+    assert sweep["counts"] == {"RUNNING": 1, "COMPLETE": 1, "PRUNED": 1, "FAIL": 0}
+    assert (sweep["best"]["number"], sweep["best"]["value"]) == (0, 0.5)
+    assert [
+        (t["number"], t["state"], t["params"], t["value"], t["pruned_step"], t["job_id"])
+        for t in sweep["trials"]
+    ] == [
+        (0, "COMPLETE", {"x": 0}, 0.5, None, jobs[0]),
+        (1, "PRUNED", {"x": 1}, None, 3, jobs[1]),
+        (2, "RUNNING", {"x": 2}, None, None, jobs[2]),
+    ]
+
+    seen_by_bob = (await get(jp_fetch, "runs/sweeps", "bob", store=key, experiment=exp))["sweeps"]
+    assert [s["id"] for s in seen_by_bob] == [shared], "only the sweep granted to him"
+    assert (await get(jp_fetch, "runs/sweeps", "eve", store=key, experiment=exp)) == {"sweeps": []}
+    assert (await refused(jp_fetch, "runs/sweeps", store=key, experiment=""))[0] == 400
+    assert (await refused(jp_fetch, "runs/sweeps", store="0" * 16, experiment=exp))[0] == 404
