@@ -85,7 +85,7 @@ def _start(args: argparse.Namespace) -> int:
     from ..identity import mlflow_user
     from ..jobs.service import Refused
     from ..jobs.workload_file import WorkloadError
-    from ..sweeps import sweep_file
+    from ..sweeps import storage, sweep_file
     from ..tracking.probe import Unreachable
     from ..tracking.targets import current_tracking_uri
 
@@ -111,6 +111,8 @@ def _start(args: argparse.Namespace) -> int:
             f"{spec.direction.value} {spec.objective.metric} ({spec.sampler.value}, pruner "
             f"{spec.pruner.name.value}), experiment {spec.experiment_name!r}"
         )
+        if spec.storage:
+            print(f"  study:  {sweep.id} at {storage.shown(sweep.spec.storage or '')}")
         print(f"  driver: pid {driver.pid}, log {driver.log}")
         print(f"  follow: air sweep get {sweep.id}")
     if args.watch:
@@ -200,6 +202,8 @@ def _get(args: argparse.Namespace) -> int:
         f"{doc['parallel']} at a time"
     )
     print(f"  run:       {doc['run_id'] or 'made as its driver starts'}")
+    if doc["storage"]:
+        print(f"  study:     {doc['id']} at {doc['storage']}")
     driver = doc["driver"]
     print(f"  driver:    {'pid ' + str(driver['pid']) if driver else 'not running'}")
     if doc["best"]:

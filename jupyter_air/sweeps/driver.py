@@ -250,9 +250,7 @@ class Driver:
 
         assert self.parent is not None
         request = trials.request(self.sweep, number, params, self.parent, self.payload)
-        gpus = self.sweeps.storage.get_trial_user_attrs(
-            self.sweeps.trial_id(self.sweep.id, number)
-        ).get(store.GPUS)
+        gpus = self.sweeps.trial_attrs(self.sweep.id, number).get(store.GPUS)
         try:
             with _visible(gpus):
                 started = self.service.start(request)
@@ -364,9 +362,7 @@ class Driver:
         self._tag_run(number, tags)
 
     def _attrs(self, number: int, attrs: dict[str, Any]) -> None:
-        trial_id = self.sweeps.trial_id(self.sweep.id, number)
-        for key, value in attrs.items():
-            self.sweeps.storage.set_trial_user_attr(trial_id, key, value)
+        self.sweeps.set_trial_attrs(self.sweep.id, number, attrs)
 
     # -- MLflow ------------------------------------------------------------------------
 
@@ -430,8 +426,7 @@ class Driver:
         these (the trial's state is in the study)."""
         from mlflow.exceptions import MlflowException
 
-        trial_id = self.sweeps.trial_id(self.sweep.id, number)
-        run_id = self.sweeps.storage.get_trial_user_attrs(trial_id).get(store.TRIAL_RUN_ID)
+        run_id = self.sweeps.trial_attrs(self.sweep.id, number).get(store.TRIAL_RUN_ID)
         if not run_id:
             return
         try:

@@ -4,7 +4,8 @@ A sweep is its owner's; its grants (the workload's ``permissions:``) are given t
 trial's job too. The levels are the jobs': CAN_VIEW to see it and its trials,
 CAN_MANAGE_RUN to stop or resume it. What cannot start is refused before anything
 exists: the workload as ``air run`` would refuse it, more ranks at once (``parallel``
-trials) than this machine holds, a tracking server that does not answer.
+trials) than this machine holds, a tracking server that does not answer, a ``storage:``
+that cannot hold the study (its URL shown masked, ``storage.shown``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from ..jobs.store import JobStore
 from ..jobs.workload_file import check_targets
 from ..notify.targets import BadTarget, Target
 from . import driver, space
+from . import storage as storage_url
 from .driver import DriverInfo
 from .store import (
+    DATABASE,
     STATUS,
     Code,
     Sweep,
@@ -76,18 +79,33 @@ class SweepService:
                     "parallel", f"{spec.parallel} trials of {nproc} rank(s) at once: {err}"
                 ) from None
         tracking_down(tracking_uri, spec, deferrable=False)
-        sweep = self.store.create(
-            spec,
-            owner=self.caller.name,
-            working_dir=working_dir,
-            tracking_uri=tracking_uri,
-            user=user,
-            payload=payload,
-            code=code,
-            key=key,
-            notify=notify,
-        )
+        if spec.storage is not None:
+            spec = spec.model_copy(update={"storage": self._storage(spec.storage, working_dir)})
+        try:
+            sweep = self.store.create(
+                spec,
+                owner=self.caller.name,
+                working_dir=working_dir,
+                tracking_uri=tracking_uri,
+                user=user,
+                payload=payload,
+                code=code,
+                key=key,
+                notify=notify,
+            )
+        except storage_url.BadStorage as err:
+            raise Refused("storage", str(err)) from None
         return sweep, driver.ensure_driver(self.jobs.home, sweep.id)
+
+    def _storage(self, url: str, working_dir: Path) -> str:
+        """The URL as the driver will open it (a SQLite path made absolute), not this
+        AIR_HOME's own store (leave ``storage:`` out for that)."""
+        url = storage_url.absolute(url, working_dir)
+        path = storage_url.sqlite_file(url)
+        own = self.store.dir / DATABASE
+        if path is not None and path.exists() and path.resolve() == own.resolve():
+            raise Refused("storage", "that is AIR_HOME's own store: leave storage out to use it")
+        return url
 
     def get(self, sweep_id: str, needed: Level = Level.CAN_VIEW) -> Sweep:
         """The sweep, if the caller holds ``needed`` on it (``Forbidden`` otherwise)."""
@@ -143,6 +161,7 @@ class SweepService:
             "objective": {sweep.spec.direction.value: sweep.spec.objective.metric},
             "trials_planned": space.planned(sweep.spec),
             "parallel": sweep.spec.parallel,
+            "storage": storage_url.shown(sweep.spec.storage) if sweep.spec.storage else None,
             "counts": {s: sum(t.state == s for t in trials) for s in _STATES},
             "best": best.as_json() if best else None,
             "driver": info.to_json() if info else None,

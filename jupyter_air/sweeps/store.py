@@ -1,12 +1,15 @@
 """Sweeps kept durable: Optuna's RDB storage in ``AIR_HOME/sweeps/optuna.db``.
 
 One SQLite file per AIR_HOME (0600, in a 0700 folder), one study per sweep, named by
-the sweep's id. What Optuna does not know of a sweep is kept as the study's user
-attributes, one key each so that two processes never rewrite each other's: the sweep as
-submitted (``air.sweep``: its owner, grants, file, working directory, tracking store),
-its status, its MLflow run; and of each trial, its job and its run (the trial's user
-attributes). A trial is asked of Optuna (RUNNING, durable) before its job is
-submitted, so a driver killed in between finds the trial again and submits it once.
+the sweep's id. A sweep whose file gives ``storage:`` (an Optuna RDB URL, ``storage``)
+keeps its record here and its trials in the study of the same name at that URL: every
+trial's read and write goes through ``storage_of``. What Optuna does not know of a
+sweep is kept as the study's user attributes, one key each so that two processes never
+rewrite each other's: the sweep as submitted (``air.sweep``: its owner, grants, file,
+working directory, tracking store), its status, its MLflow run; and of each trial, its
+job and its run (the trial's user attributes). A trial is asked of Optuna (RUNNING,
+durable) before its job is submitted, so a driver killed in between finds the trial
+again and submits it once.
 
 A sweep started from a notebook runs the cell's or the function's payload (pickled as a
 cell's job sends it) in every trial: kept beside the study as ``ID.payload`` (0600),
@@ -30,6 +33,7 @@ from ..jobs.permissions import Grant, JobAccess, parse_grant
 from ..notify.targets import Target, parse_all
 from ..paths import make_private, private_dir, write_private
 from . import space
+from . import storage as storage_url
 from .sweep_file import SweepFile
 
 DIR = "sweeps"
@@ -145,6 +149,10 @@ class SweepStore:
             # A CLI reading while the driver writes waits for it, not "database is locked".
             engine_kwargs={"connect_args": {"timeout": 30}},
         )
+        #: The storages of the sweeps' studies, by sweep id (a sweep's never changes),
+        #: and those open, by URL.
+        self._of: dict[str, optuna.storages.BaseStorage] = {}
+        self._open: dict[str, optuna.storages.BaseStorage] = {}
 
     def create(
         self,
@@ -160,8 +168,16 @@ class SweepStore:
         notify: tuple[Target, ...] = (),
     ) -> Sweep:
         """A new sweep; with ``payload`` and ``code``, a notebook's, whose every trial runs
-        that payload (written before the study exists: a driver never finds one missing)."""
+        that payload (written before the study exists: a driver never finds one missing).
+        With ``spec.storage``, its study is made there first: a storage that cannot be
+        used (``storage.BadStorage``) leaves no record here."""
         sweep_id = new_sweep_id()
+        if spec.storage is not None:
+            optuna.create_study(
+                storage=self._connect(spec.storage),
+                study_name=sweep_id,
+                direction=space.direction(spec),
+            )
         if payload is not None:
             write_private(self.payload_path(sweep_id), payload)
         optuna.create_study(
@@ -223,22 +239,48 @@ class SweepStore:
     def end(self, sweep_id: str, status: SweepStatus, message: str | None = None) -> None:
         self.set(sweep_id, **{STATUS: status.value, MESSAGE: message, ENDED: time.time()})
 
+    def storage_of(self, sweep_id: str) -> optuna.storages.BaseStorage:
+        """Where the sweep's trials live: AIR_HOME's store, or its file's ``storage:``."""
+        found = self._of.get(sweep_id)
+        if found is None:
+            url = self.get(sweep_id).spec.storage
+            found = self._of[sweep_id] = self.storage if url is None else self._connect(url)
+        return found
+
+    def _connect(self, url: str) -> optuna.storages.BaseStorage:
+        found = self._open.get(url)
+        if found is None:
+            found = self._open[url] = storage_url.connect(url)
+        return found
+
     def study(self, sweep: Sweep) -> optuna.Study:
         """The sweep's study, with its sampler and pruner."""
         return optuna.load_study(
             study_name=sweep.id,
-            storage=self.storage,
+            storage=self.storage_of(sweep.id),
             sampler=space.sampler(sweep.spec),
             pruner=space.pruner(sweep.spec),
         )
 
     def trial_id(self, sweep_id: str, number: int) -> int:
-        study_id = self.storage.get_study_id_from_name(sweep_id)
-        return self.storage.get_trial_id_from_study_id_trial_number(study_id, number)
+        storage = self.storage_of(sweep_id)
+        study_id = storage.get_study_id_from_name(sweep_id)
+        return storage.get_trial_id_from_study_id_trial_number(study_id, number)
+
+    def trial_attrs(self, sweep_id: str, number: int) -> dict[str, Any]:
+        """What we keep of a trial (``JOB_ID``, ``GPUS``, ...)."""
+        trial_id = self.trial_id(sweep_id, number)
+        return dict(self.storage_of(sweep_id).get_trial_user_attrs(trial_id))
+
+    def set_trial_attrs(self, sweep_id: str, number: int, attrs: dict[str, Any]) -> None:
+        trial_id = self.trial_id(sweep_id, number)
+        for key, value in attrs.items():
+            self.storage_of(sweep_id).set_trial_user_attr(trial_id, key, value)
 
     def trials(self, sweep_id: str) -> list[TrialRecord]:
-        study_id = self.storage.get_study_id_from_name(sweep_id)
-        return [_record(t) for t in self.storage.get_all_trials(study_id, deepcopy=False)]
+        storage = self.storage_of(sweep_id)
+        study_id = storage.get_study_id_from_name(sweep_id)
+        return [_record(t) for t in storage.get_all_trials(study_id, deepcopy=False)]
 
 
 def best_of(sweep: Sweep, trials: list[TrialRecord]) -> TrialRecord | None:

@@ -14,6 +14,7 @@
     parallel: 2
     sampler: tpe                      # tpe, random, grid
     pruner: median                    # median, hyperband, none; or {name: median, ...}
+    storage: sqlite:///studies.db     # optional: the study at this Optuna RDB URL
 
 Checked as workload files are (pydantic, strict, unknown fields refused), each error in
 one line naming the field and its line, before anything starts. Optuna is not imported
@@ -44,6 +45,7 @@ from pydantic import (
 
 from ..jobs import workload_file
 from ..jobs.workload_file import WorkloadError, WorkloadFile
+from . import storage as storage_url
 
 #: The most parameters a space holds (each becomes an MLflow param of every trial).
 MAX_PARAMS = 100
@@ -194,6 +196,22 @@ class SweepFile(WorkloadFile):
     parallel: int = Field(1, ge=1, le=256, description="trials running at once")
     seed: int | None = Field(None, description="the sampler's seed, for a search that repeats")
     space: dict[str, Param] = Field(min_length=1, max_length=MAX_PARAMS)
+    storage: str | None = Field(
+        None,
+        min_length=1,
+        description="an Optuna RDB URL the study lives at (sqlite:///PATH, relative to "
+        "working_dir; postgresql://...); by default AIR_HOME's own",
+    )
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                storage_url.parse(value)
+            except storage_url.BadStorage as err:
+                raise ValueError(str(err)) from None
+        return value
 
     @field_validator("pruner", mode="before")
     @classmethod
