@@ -8,8 +8,6 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from traitlets import TraitError
-
 from ..identity import Identity
 from ..jobs.api_models import change_document
 from ..jobs.attempt_progress import percent, with_mfu
@@ -26,10 +24,9 @@ from ..jobs.permissions import (
 from ..jobs.service import Conflict, JobService
 from ..jobs.spec import JobKind
 from ..jobs.store import Job, JobStore, UnknownJob
-from ..metrics.settings import AirMetrics
 from ..redact import redact
 from ..status import JobStatus, Outcome
-from ..tracking.energy import RunEnergy, run_energy
+from ..tracking.energy import RunEnergy, grid_intensity, run_energy
 from .common import CliError, _job, _output, _service, _time
 
 
@@ -155,17 +152,17 @@ def _get(args: argparse.Namespace) -> int:
     service = _service(settle=True)
     job = _job(service, args.job_id)
     doc = service.document(job)
-    energy = _energies(service.store, doc)
+    try:
+        grams_per_kwh = grid_intensity(service.store.home)
+    except ValueError as err:  # a bad $AIR_GRAMS_CO2_PER_KWH, or the server's file
+        raise CliError(str(err)) from None
+    energy = {n: e.priced(grams_per_kwh) for n, e in _energies(service.store, doc).items()}
     if args.output == "json":
         for a in doc["attempts"]:
             found = energy.get(a["attempt"])
             a["gpu_energy"] = None if found is None else asdict(found)
         print(json.dumps(doc, indent=2))
         return 0
-    try:
-        grams_per_kwh = AirMetrics().grams_co2_per_kwh
-    except TraitError as err:  # a bad $AIR_GRAMS_CO2_PER_KWH
-        raise CliError(str(err)) from None
     notes = [doc["message"]] if doc["message"] else []
     if doc["finishing"]:
         notes.append("finishing: ending its MLflow run, attaching logs")
@@ -199,7 +196,7 @@ def _get(args: argparse.Namespace) -> int:
             step = f", step {a['resumed_step']}" if a["resumed_step"] is not None else ""
             print(f"    resumed from {a['resumed_from']}{step}")
         if a["attempt"] in energy:
-            print(f"    energy:   {energy[a['attempt']].line(grams_per_kwh)}")
+            print(f"    energy:   {energy[a['attempt']].line()}")
         if a["progress"]:
             _print_progress(a["progress"])
         if a["hang"]:  # where its ranks were last seen waiting (air stacks ID --saved)

@@ -17,7 +17,7 @@ from typing import Any
 from traitlets import Float, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
-from ..tracking.energy import env_grams_co2_per_kwh
+from ..tracking.energy import checked_intensity, env_grams_co2_per_kwh, keep_grid_intensity
 
 #: Fewer characters than this is guessable over the network.
 MIN_TOKEN_CHARS = 32
@@ -58,10 +58,11 @@ class AirMetrics(Configurable):
         None,
         allow_none=True,
         help=(
-            "The grid's carbon intensity (grams of CO2 per kWh): with it, air get shows a "
-            "run's grams of CO2 beside its GPU energy. None: not shown. Default: "
-            "$AIR_GRAMS_CO2_PER_KWH (which jobs started with it set also log as "
-            "system/gpu_co2_grams)."
+            "The grid's carbon intensity (grams of CO2 per kWh): with it, the runs of this "
+            "user's jobs log system/gpu_co2_grams beside system/gpu_energy_kwh, and air get "
+            "shows it (the server keeps it in AIR_HOME for jobs and air commands however "
+            "started; $AIR_GRAMS_CO2_PER_KWH, where set, wins for them). None: no CO2. "
+            "Default: $AIR_GRAMS_CO2_PER_KWH."
         ),
     ).tag(config=True)
 
@@ -81,9 +82,15 @@ class AirMetrics(Configurable):
         value = proposal["value"]
         if value is None:
             return None
-        if not 0 <= float(value) < 10_000:
-            raise TraitError(f"AirMetrics.grams_co2_per_kwh must be 0..10000 g/kWh, got {value}")
-        return float(value)
+        try:
+            return checked_intensity(float(value), "AirMetrics.grams_co2_per_kwh")
+        except ValueError as err:
+            raise TraitError(str(err)) from None
+
+    def share_with_jobs(self, home: Path) -> None:
+        """Keep ``grams_co2_per_kwh`` in AIR_HOME ``home``, where the user's jobs and
+        ``air`` commands read it, whoever started them (none: removed)."""
+        keep_grid_intensity(home, self.grams_co2_per_kwh)
 
     @validate("idle_threshold")
     def _percent(self, proposal: dict[str, Any]) -> float:

@@ -61,6 +61,7 @@ class AirExtension(ExtensionApp):
         self.mlflow_ui = MlflowUi(parent=self, log=self.log, base_url=self.serverapp.base_url)
         self.mlflow_ui.share_with_kernels()
         self.store = JobStore(busy_timeout=REQUEST_BUSY_TIMEOUT)
+        AirMetrics(parent=self).share_with_jobs(self.store.home)  # the grid's CO2 intensity
         self._settling = threading.Event()
 
     def initialize_handlers(self) -> None:

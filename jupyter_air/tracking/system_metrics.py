@@ -36,7 +36,7 @@ import psutil
 
 from ..gpu.nvml import MIB, GpuInfo, GpuReading, Nvml
 from ..job_dir import AttemptDir
-from .energy import EnergyMeter, env_grams_co2_per_kwh
+from .energy import EnergyMeter
 from .journal import append_samples
 from .sampling import CPU_PERCENT, GpuListener, Sample, prefix
 
@@ -130,7 +130,7 @@ class GpuMonitor(Averaged):
         self._nvml = nvml
         self._on_sample = on_sample
         self._gpus = None if gpus is None else frozenset(gpus)
-        self._energy = EnergyMeter(_grid_intensity())
+        self._energy = EnergyMeter()
 
     def read(self) -> Iterator[tuple[str, float]]:
         inventory = {g.index: g for g in self._nvml.inventory()}
@@ -150,16 +150,7 @@ class GpuMonitor(Averaged):
     def energy_of(self, gpus: Collection[int] | None) -> None:
         """Count the energy of ``gpus`` alone from now on (None: every GPU's)."""
         self._gpus = None if gpus is None else frozenset(gpus)
-        self._energy = EnergyMeter(_grid_intensity())
-
-
-def _grid_intensity() -> float | None:
-    """The job's ``$AIR_GRAMS_CO2_PER_KWH``; a bad one costs the CO2 figure only."""
-    try:
-        return env_grams_co2_per_kwh()
-    except ValueError as err:
-        log.warning("no CO2 figure: %s", err)
-        return None
+        self._energy = EnergyMeter()
 
 
 def _gpu_metrics(reading: GpuReading, info: GpuInfo | None) -> Iterator[tuple[str, float]]:

@@ -114,5 +114,5 @@ def jp_server_config(
             "allow_unauthenticated_access": allow_unauthenticated_access,
         },
         "GpuSampler": {"interval": sampler_interval},
-        "AirMetrics": {"token_file": configured_token_file},
+        "AirMetrics": {"token_file": configured_token_file, "grams_co2_per_kwh": 400.0},
     }

@@ -4,6 +4,7 @@ the metrics token opens no other route."""
 
 from __future__ import annotations
 
+import json
 from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tornado.httpclient import HTTPClientError
 
+from jupyter_air.jobs.store import JobStore
+from jupyter_air.tracking.energy import GRID_FILE
 from tests.metrics.conftest import TwoUsers
 
 pytestmark = pytest.mark.heavy  # a Jupyter server per test
@@ -33,7 +36,7 @@ async def refused(jp_fetch: Any, *route: str, **kwargs: Any) -> HTTPClientError:
 
 @pytest.mark.parametrize("allow_unauthenticated_access", [True, False])
 async def test_the_metrics_token_reads_the_metrics_with_the_holders_of_the_gpus(
-    jp_fetch: Any, two_users: TwoUsers, token_file: Path
+    jp_fetch: Any, two_users: TwoUsers, token_file: Path, store: JobStore
 ) -> None:
     response = await jp_fetch("jupyter-air", "metrics", headers=bearer(token_file))
     assert response.code == 200
@@ -44,6 +47,8 @@ async def test_the_metrics_token_reads_the_metrics_with_the_holders_of_the_gpus(
     assert utils["0"].labels["air_job"] == two_users.alice_job
     assert utils["1"].labels["notebook"] == "bob/tune.ipynb"
     assert {s.labels["user"] for s in families["air_jobs"].samples} == {"alice", "bob"}
+    # c.AirMetrics.grams_co2_per_kwh, kept where the user's jobs and air commands read it
+    assert json.loads((store.home / GRID_FILE).read_text()) == {"grams_co2_per_kwh": 400.0}
 
 
 async def test_the_notebook_token_a_login_cookie_or_a_guess_are_refused(

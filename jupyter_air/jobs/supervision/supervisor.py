@@ -39,6 +39,7 @@ from ...perf.marks import PERF_DIR_ENV
 from ...procs import alive
 from ...status import JobStatus, Outcome
 from ...tracking import backlog, journal, probe
+from ...tracking.energy import jobs_grid_intensity
 from ...tracking.guard import RunGuard
 from ...tracking.run_tails import (
     Answer,
@@ -608,6 +609,7 @@ class Supervisor:
             guard,
             tracking.client,
             session,
+            jobs_grid_intensity(self.store.home),  # for its grams of CO2
         )
         shipper = JournalShipper(files, tracking, spec.tracking.tracking_uri or "", run)
         deferred = None

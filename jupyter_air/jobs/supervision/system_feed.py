@@ -5,7 +5,9 @@ node in the supervisor, each Ray node agent on its node. The supervisor hands ea
 node's samples to this feed, which writes them on a thread of its own into the
 attempt's metrics journal (``tracking.journal``), shipped to MLflow with rank 0's
 points, so a tracking server that is down delays them and loses none; under MLflow's
-names: ``system/<metric>`` for one node, ``system/node_N/<metric>`` for each of several.
+names: ``system/<metric>`` for one node, ``system/node_N/<metric>`` for each of several,
+and the job's energy (``tracking.energy.JobEnergy``: its nodes' sum under ``system/``,
+and grams of CO2 where the grid's intensity is known).
 
 A warm session's cells are child runs of its run. Each sample goes to the session's run,
 and also to the run of the cell whose span holds its time (``session_cells``: the
@@ -29,6 +31,7 @@ from dataclasses import replace
 from typing import Any
 
 from ...job_dir import AttemptDir, JobDir
+from ...tracking.energy import JobEnergy
 from ...tracking.guard import RunGuard
 from ...tracking.journal import append_samples
 from ...tracking.sampling import Sample, prefix
@@ -58,16 +61,19 @@ class SystemMetricsFeed:
         guard: RunGuard,
         client: Callable[[], Any],
         session: JobDir | None = None,
+        grams_co2_per_kwh: float | None = None,
     ) -> None:
         """``files``: the attempt's, whose journal takes the samples; ``client`` gives
         the MLflow client (loading MLflow on the first sample); ``session``: the
-        directory of a session job, whose cells get their samples."""
+        directory of a session job, whose cells get their samples; ``grams_co2_per_kwh``:
+        the grid's carbon intensity, if known."""
         self.run_id = run_id
         self._files = files
         self._nnodes = nnodes
         self._guard = guard
         self._client = client
         self._session = session
+        self._energy = JobEnergy(nnodes, grams_co2_per_kwh)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-metrics-log")
         self._pending: list[Future[None]] = []
         self._lock = threading.Lock()
@@ -100,8 +106,11 @@ class SystemMetricsFeed:
         return future
 
     def _log(self, node: int, samples: list[Sample]) -> None:
+        samples, totals = self._energy.add(node, samples)
         steps = [s.step for s in samples]
         append_samples(self._files, self.run_id, prefix(node, self._nnodes), samples, steps)
+        if totals:  # a job of several nodes: its GPUs' energy, all nodes summed
+            append_samples(self._files, self.run_id, "system/", totals, [s.step for s in totals])
         if self._session is not None:
             self._log_cells([(node, sample) for sample in samples])
         client = self._client()  # MLflow loaded: the journal is shipped from now on
