@@ -10,6 +10,7 @@ import type { IJobsResponse, IProgress } from '../logs/types';
 import { FetchKind, PollingModel, pollFrequency } from '../common/model';
 import { XAxis } from './curves';
 import { defaultMetric, primaryMetric, splitMetrics } from './metrics';
+import { comparedTrials, tableRows, TableRow } from './sweeps';
 import type {
   ICompare,
   IExperiment,
@@ -17,6 +18,8 @@ import type {
   IRun,
   IRunsPage,
   IStoresResponse,
+  ISweep,
+  ISweepsResponse,
   ITrackingStore,
   RunStatus
 } from './types';
@@ -146,6 +149,58 @@ export class RunsModel extends PollingModel {
   }
   get xAxis(): XAxis {
     return this._xAxis;
+  }
+  /** The experiment's sweeps the caller may view, newest first. */
+  get sweeps(): readonly ISweep[] {
+    return this._sweeps;
+  }
+  /**
+   * The table's rows: the page's runs, each sweep's as one row, its trials
+   * under it while expanded (see `tableRows`).
+   */
+  get rows(): readonly TableRow[] {
+    const key = [this._page, this._sweeps, this._expanded];
+    if (!key.every((v, i) => v === this._rowsOf[i])) {
+      this._rowsOf = key;
+      this._rows = tableRows(
+        this._page?.runs ?? [],
+        this._sweeps,
+        this._expanded
+      );
+    }
+    return this._rows;
+  }
+
+  isExpanded(sweepId: string): boolean {
+    return this._expanded.has(sweepId);
+  }
+
+  /** Show or hide a sweep's trials under it. */
+  toggleSweep(sweepId: string): void {
+    const expanded = new Set(this._expanded);
+    if (!expanded.delete(sweepId)) {
+      expanded.add(sweepId);
+    }
+    this._expanded = expanded;
+    this.emitChanged();
+  }
+
+  /**
+   * Compare a sweep's trials (see `comparedTrials`: the best first, up to
+   * ten), in place of the runs picked before.
+   */
+  compareTrials(sweepId: string): void {
+    const sweep = this._sweeps.find(s => s.id === sweepId);
+    if (sweep === undefined) {
+      return;
+    }
+    this._selected = comparedTrials(sweep, this._page?.runs ?? []);
+    this._compare = null;
+    this._compareDue = this._selected.length >= 2;
+    this.emitChanged();
+    if (this._compareDue) {
+      void this.refresh().catch(() => undefined);
+    }
   }
 
   /**
@@ -281,20 +336,24 @@ export class RunsModel extends PollingModel {
       return;
     }
     await this._rereadExperiments(path, store);
-    const page = await this._request<IRunsPage>('runs', undefined, {
-      store,
-      experiment,
-      search: this._search || undefined,
-      status: this._status ?? undefined,
-      max_results: this._pageSize,
-      page_token: this._token ?? undefined
-    });
+    const [page, sweeps] = await Promise.all([
+      this._request<IRunsPage>('runs', undefined, {
+        store,
+        experiment,
+        search: this._search || undefined,
+        status: this._status ?? undefined,
+        max_results: this._pageSize,
+        page_token: this._token ?? undefined
+      }),
+      this._sweepsOf(store, experiment)
+    ]);
     const progress = await this._progressOfRunning(page);
     if (path !== this._path || experiment !== this._experimentId) {
       return; // the panel moved on meanwhile
     }
     this._progress = progress;
     this._page = page;
+    this._sweeps = sweeps;
     if (this._selected.length >= 2 && (this._compareDue || this._live())) {
       this._compareDue = false;
       this._compare = await this._request<ICompare>('runs/compare', undefined, {
@@ -330,6 +389,30 @@ export class RunsModel extends PollingModel {
       }
     }
     return found;
+  }
+
+  /**
+   * The experiment's sweeps; what was known when they cannot be read: the
+   * runs are what matters.
+   */
+  private async _sweepsOf(
+    store: string,
+    experiment: string
+  ): Promise<ISweep[]> {
+    try {
+      const answer = await this._request<ISweepsResponse>(
+        'runs/sweeps',
+        undefined,
+        { store, experiment }
+      );
+      return answer.sweeps;
+    } catch (error) {
+      console.warn(
+        "jupyter-air: could not read the experiment's sweeps",
+        error
+      );
+      return this._sweeps;
+    }
   }
 
   /** Whether a compared run is still running (its curves grow). */
@@ -404,6 +487,7 @@ export class RunsModel extends PollingModel {
 
   private _reset(): void {
     this._page = null;
+    this._sweeps = [];
     this._tokens = [];
     this._token = null;
     this._selected = [];
@@ -428,6 +512,11 @@ export class RunsModel extends PollingModel {
   private _experiments: IExperiment[] = [];
   private _experimentsRead = 0;
   private _page: IRunsPage | null = null;
+  private _sweeps: ISweep[] = [];
+  /** The sweeps whose trials are shown under them. */
+  private _expanded: ReadonlySet<string> = new Set();
+  private _rows: TableRow[] = [];
+  private _rowsOf: unknown[] = [];
   private _progress = new Map<string, IProgress>();
   private _search = '';
   private _status: RunStatus | null = null;

@@ -12,7 +12,20 @@ import type { IProgress } from '../logs/types';
 import { formatMetric, formatRunDuration, formatStart } from './format';
 import { isSystemMetric } from './metrics';
 import { RunsModel } from './model';
-import type { IRun, IRunsPage } from './types';
+import {
+  objectiveOf,
+  sweepSummary,
+  TableRow,
+  trialOutcome,
+  trialParams
+} from './sweeps';
+import type {
+  IRun,
+  IRunsPage,
+  ISweep,
+  ISweepTrial,
+  SweepStatus
+} from './types';
 
 /** What a row's buttons open; the plugin knows the shell and the notebook. */
 export interface IRunActions {
@@ -38,6 +51,15 @@ const HEAD_CLASSES: Record<string, string> = {
   Attempt: 'jp-air-RunsPanel-attemptHead'
 };
 
+/** A sweep's state as the run status it is drawn like (its color, its dot). */
+const SWEEP_LOOK: Record<SweepStatus, string> = {
+  RUNNING: 'running',
+  STOPPING: 'running',
+  COMPLETED: 'finished',
+  STOPPED: 'killed',
+  FAILED: 'failed'
+};
+
 export class RunsTable extends Widget {
   constructor(
     readonly model: RunsModel,
@@ -55,11 +77,13 @@ export class RunsTable extends Widget {
 
   private _update(): void {
     const page = this.model.page;
+    const rows = this.model.rows;
     const selected = this.model.selected;
     const system = this.model.showSystemMetrics;
     const primary = this.model.primaryMetric;
     if (
       page === this._page &&
+      rows === this._rows &&
       selected === this._selected &&
       system === this._system &&
       primary === this._primary
@@ -67,6 +91,7 @@ export class RunsTable extends Widget {
       return;
     }
     this._page = page;
+    this._rows = rows;
     this._selected = selected;
     this._system = system;
     this._primary = primary;
@@ -109,8 +134,14 @@ export class RunsTable extends Widget {
       );
     }
     const body = table.createTBody();
-    for (const run of page.runs) {
-      body.appendChild(this._row(run, page, primary, metrics));
+    for (const row of this._rows) {
+      body.appendChild(
+        row.kind === 'run'
+          ? this._row(row.run, page, metrics)
+          : row.kind === 'sweep'
+            ? this._sweepRow(row.sweep, row.run, row.expanded, page, metrics)
+            : this._trialRow(row.sweep, row.trial, row.run, page, metrics)
+      );
     }
     return table;
   }
@@ -136,7 +167,6 @@ export class RunsTable extends Widget {
   private _row(
     run: IRun,
     page: IRunsPage,
-    primary: string | null,
     metrics: readonly string[]
   ): HTMLTableRowElement {
     const tr = document.createElement('tr');
@@ -147,37 +177,10 @@ export class RunsTable extends Widget {
       tr.dataset.kind = run.kind;
     }
 
-    const pick = document.createElement('input');
-    pick.type = 'checkbox';
-    pick.className = 'jp-air-RunsPanel-pick';
-    pick.title = 'Compare this run';
-    pick.checked = this.model.isSelected(run.run_id);
-    pick.addEventListener('change', () =>
-      this.model.toggleSelected(run.run_id)
-    );
-    tr.insertCell().appendChild(pick);
-
-    const status = tr.insertCell();
-    status.className = `jp-air-RunsPanel-runStatus jp-mod-${run.status.toLowerCase()}`;
-    status.textContent = run.status.toLowerCase();
-    status.title = status.textContent; // shown as a dot in a narrow sidebar
-
-    const name = tr.insertCell();
-    name.className = 'jp-air-RunsPanel-name';
-    name.style.paddingLeft = `${4 + 12 * run.depth}px`;
-    const label = run.name ?? run.run_id;
-    // A long name is cut with an ellipsis (runs.css): the whole name is its tooltip.
-    if (run.run_url) {
-      const a = el('a', 'jp-air-RunsPanel-label', label);
-      a.href = run.run_url;
-      a.target = '_blank';
-      a.rel = 'noopener';
-      a.title = `${label}: open the run in MLflow`;
-      name.appendChild(a);
-    } else {
-      name.appendChild(el('span', 'jp-air-RunsPanel-label', label)).title =
-        label;
-    }
+    tr.insertCell().appendChild(this._pick(run.run_id, 'Compare this run'));
+    const status = run.status.toLowerCase();
+    this._statusCell(tr, status, status);
+    const name = this._nameCell(tr, run, run.name ?? run.run_id, run.depth);
     if (run.kind === 'session') {
       const badge = el('span', 'jp-air-RunsPanel-kind', 'session');
       badge.title =
@@ -197,7 +200,165 @@ export class RunsTable extends Widget {
     if (progress) {
       name.appendChild(this._progress(progress));
     }
+    this._cells(tr, run, page, metrics);
+    return tr;
+  }
 
+  /**
+   * A sweep: its expander, its state, its run's name with a `sweep` badge,
+   * a Compare button and a line of its trials and best objective; the rest
+   * of its run's cells.
+   */
+  private _sweepRow(
+    sweep: ISweep,
+    run: IRun | null,
+    expanded: boolean,
+    page: IRunsPage,
+    metrics: readonly string[]
+  ): HTMLTableRowElement {
+    const tr = document.createElement('tr');
+    tr.className = 'jp-air-RunsPanel-run jp-air-RunsPanel-sweep';
+    tr.dataset.sweepId = sweep.id;
+    tr.dataset.status = sweep.status;
+    if (run) {
+      tr.dataset.runId = run.run_id;
+    }
+    const count = sweep.trials.length;
+    const expand = this._button(
+      expanded ? '▾' : '▸',
+      `${expanded ? 'Hide' : 'Show'} the sweep's ${count} trial${count === 1 ? '' : 's'}`
+    );
+    expand.classList.add('jp-air-RunsPanel-expand');
+    expand.setAttribute('aria-expanded', String(expanded));
+    expand.addEventListener('click', () => this.model.toggleSweep(sweep.id));
+    tr.insertCell().appendChild(expand);
+
+    this._statusCell(tr, SWEEP_LOOK[sweep.status], sweep.status.toLowerCase());
+
+    const { metric, minimize } = objectiveOf(sweep);
+    const name = this._nameCell(tr, run, run?.name ?? sweep.id, 0);
+    const badge = el('span', 'jp-air-RunsPanel-kind', 'sweep');
+    badge.title = `Sweep ${sweep.id}: ${minimize ? 'minimize' : 'maximize'} ${metric}; its trials are listed under it`;
+    name.append(' ', badge);
+    if (sweep.trials.filter(t => t.run_id).length >= 2) {
+      const compare = this._button(
+        'compare',
+        "Compare the sweep's trials (the best first, up to ten)"
+      );
+      compare.classList.add('jp-air-RunsPanel-compareTrials');
+      compare.addEventListener('click', () =>
+        this.model.compareTrials(sweep.id)
+      );
+      name.append(' ', compare);
+    }
+    const summary = sweepSummary(sweep);
+    const line = el('div', 'jp-air-RunsPanel-sweepSummary', summary);
+    line.title = sweep.message ? `${summary}. ${sweep.message}` : summary;
+    name.appendChild(line);
+    this._cells(tr, run, page, metrics);
+    return tr;
+  }
+
+  /**
+   * A trial under its sweep: picked for comparison as any run, its state
+   * (PRUNED included), its parameters and its objective under its name.
+   */
+  private _trialRow(
+    sweep: ISweep,
+    trial: ISweepTrial,
+    run: IRun | null,
+    page: IRunsPage,
+    metrics: readonly string[]
+  ): HTMLTableRowElement {
+    const tr = document.createElement('tr');
+    tr.className = 'jp-air-RunsPanel-run jp-air-RunsPanel-trial';
+    tr.dataset.trial = String(trial.number);
+    tr.dataset.status = trial.state;
+    const runId = run?.run_id ?? trial.run_id;
+    const pickCell = tr.insertCell();
+    if (runId) {
+      tr.dataset.runId = runId;
+      pickCell.appendChild(this._pick(runId, 'Compare this trial'));
+    }
+    this._statusCell(tr, trial.state.toLowerCase(), trial.state.toLowerCase());
+    const name = this._nameCell(tr, run, `trial ${trial.number}`, 1);
+    const outcome = trialOutcome(sweep, trial);
+    const params = trialParams(trial);
+    const line = el(
+      'div',
+      'jp-air-RunsPanel-trialLine',
+      params ? `${params} · ${outcome}` : outcome
+    );
+    line.title = trial.message ?? line.textContent ?? '';
+    name.appendChild(line);
+    this._cells(tr, run, page, metrics);
+    return tr;
+  }
+
+  private _pick(runId: string, title: string): HTMLInputElement {
+    const pick = document.createElement('input');
+    pick.type = 'checkbox';
+    pick.className = 'jp-air-RunsPanel-pick';
+    pick.title = title;
+    pick.checked = this.model.isSelected(runId);
+    pick.addEventListener('change', () => this.model.toggleSelected(runId));
+    return pick;
+  }
+
+  private _statusCell(
+    tr: HTMLTableRowElement,
+    look: string,
+    text: string
+  ): void {
+    const status = tr.insertCell();
+    status.className = `jp-air-RunsPanel-runStatus jp-mod-${look}`;
+    status.textContent = text;
+    status.title = text; // shown as a dot in a narrow sidebar
+  }
+
+  /**
+   * A row's name cell: its run's link, else the label. A long name is cut
+   * with an ellipsis (runs.css): the whole name is its tooltip.
+   */
+  private _nameCell(
+    tr: HTMLTableRowElement,
+    run: IRun | null,
+    label: string,
+    depth: number
+  ): HTMLTableCellElement {
+    const name = tr.insertCell();
+    name.className = 'jp-air-RunsPanel-name';
+    name.style.paddingLeft = `${4 + 12 * depth}px`;
+    if (run?.run_url) {
+      const a = el('a', 'jp-air-RunsPanel-label', label);
+      a.href = run.run_url;
+      a.target = '_blank';
+      a.rel = 'noopener';
+      a.title = `${label}: open the run in MLflow`;
+      name.appendChild(a);
+    } else {
+      name.appendChild(el('span', 'jp-air-RunsPanel-label', label)).title =
+        label;
+    }
+    return name;
+  }
+
+  /** A row's cells after its name: its run's, blank where it has none yet. */
+  private _cells(
+    tr: HTMLTableRowElement,
+    run: IRun | null,
+    page: IRunsPage,
+    metrics: readonly string[]
+  ): void {
+    const primary = this._primary;
+    if (run === null) {
+      // Duration, Attempt, the primary metric, Start, Job; params, metrics.
+      const fixed = primary === null ? 4 : 5;
+      for (let i = 0; i < fixed + page.params.length + metrics.length; i++) {
+        tr.insertCell();
+      }
+      return;
+    }
     const duration = tr.insertCell();
     duration.className = 'jp-air-RunsPanel-duration';
     duration.textContent = formatRunDuration(run.duration_ms);
@@ -240,7 +401,6 @@ export class RunsTable extends Widget {
       cell.className = 'jp-air-RunsPanel-metric';
       cell.textContent = formatMetric(run.metrics[key]);
     }
-    return tr;
   }
 
   /** A running run's progress under its name: a bar, `42 % · ETA 18:40`. */
@@ -270,6 +430,7 @@ export class RunsTable extends Widget {
   }
 
   private _page: IRunsPage | null = null;
+  private _rows: readonly TableRow[] = [];
   private _selected: readonly string[] = [];
   private _system = false;
   private _primary: string | null = null;

@@ -103,3 +103,44 @@ export interface ICompare {
   params: Record<string, Record<string, string | null>>;
   metrics: Record<string, Record<string, IMetricPoint[]>>;
 }
+
+/** Optuna's states of a sweep's trial. */
+export type TrialState = 'RUNNING' | 'COMPLETE' | 'PRUNED' | 'FAIL';
+
+/** A sweep's states (`air sweep get`). */
+export type SweepStatus =
+  'RUNNING' | 'STOPPING' | 'COMPLETED' | 'STOPPED' | 'FAILED';
+
+/** One trial of a sweep, as its study records it. */
+export interface ISweepTrial {
+  number: number;
+  state: TrialState;
+  params: Record<string, unknown>;
+  /** The objective of a completed trial. */
+  value: number | null;
+  job_id: string | null;
+  /** The run of the trial's job's first attempt, once made. */
+  run_id: string | null;
+  pruned_step: number | null;
+  message: string | null;
+}
+
+/** A sweep of the experiment (`GET jupyter-air/runs/sweeps`). */
+export interface ISweep {
+  id: string;
+  owner: string;
+  status: SweepStatus;
+  message: string | null;
+  /** The sweep's own run: its trials' runs are its children. */
+  run_id: string | null;
+  /** `{"minimize": "val_loss"}` or `{"maximize": ...}`. */
+  objective: Record<string, string>;
+  trials_planned: number;
+  best: ISweepTrial | null;
+  trials: ISweepTrial[];
+}
+
+/** `GET jupyter-air/runs/sweeps?store=&experiment=`: newest first. */
+export interface ISweepsResponse {
+  sweeps: ISweep[];
+}

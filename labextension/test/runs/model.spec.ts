@@ -2,7 +2,8 @@ import type { Query } from '../../src/common/api';
 import { RunsModel } from '../../src/runs/model';
 import { sleep, until } from '../helpers';
 import type { IProgress } from '../../src/logs/types';
-import type { IRun, IRunsPage } from '../../src/runs/types';
+import type { IRun, IRunsPage, ISweep } from '../../src/runs/types';
+import { sweepOf, sweepPage } from './sweepRuns';
 import {
   formatMetric,
   formatRunDuration,
@@ -52,6 +53,9 @@ class FakeServer {
     id: string;
     attempts: { attempt: number; progress: IProgress | null }[];
   }[] = [];
+  /** `runs/sweeps`' answer; a page of a sweep's runs in place of the first. */
+  sweeps: ISweep[] = [];
+  sweepRuns: IRun[] | null = null;
 
   request = async <T>(
     endPoint: string,
@@ -100,11 +104,9 @@ class FakeServer {
       case 'runs': {
         const second = query.page_token === 'p2';
         const page: IRunsPage = {
-          runs: [
-            second
-              ? run('b', 'second', 'FAILED')
-              : run('a', 'first', this.firstStatus)
-          ],
+          runs: second
+            ? [run('b', 'second', 'FAILED')]
+            : (this.sweepRuns ?? [run('a', 'first', this.firstStatus)]),
           next_page_token: second ? null : 'p2',
           params: ['lr'],
           metrics: ['loss', 'system/cpu_utilization_percentage'],
@@ -114,6 +116,8 @@ class FakeServer {
       }
       case 'jobs':
         return { jobs: this.jobs } as T;
+      case 'runs/sweeps':
+        return { sweeps: this.sweeps } as T;
       case 'runs/compare':
         return {
           runs: [
@@ -256,6 +260,35 @@ describe('RunsModel', () => {
     expect(model.primaryMetric).toBe('loss');
     model.toggleSelected('a');
     expect(model.comparison).toBeNull();
+  });
+
+  it("groups a sweep's trials under it, and compares them in one click", async () => {
+    server.sweeps = [sweepOf()];
+    server.sweepRuns = sweepPage();
+    model.notebookPath = 'train.ipynb';
+    model.active = true;
+    await until(() => model.page !== null);
+    expect(last(server.queries('runs/sweeps'))).toEqual({
+      store: 'k',
+      experiment: '1'
+    });
+    const kinds = () => model.rows.map(row => row.kind);
+    expect(kinds()).toEqual(['run', 'sweep', 'run']);
+    expect(model.rows).toBe(model.rows); // the same rows until something changes
+
+    model.toggleSweep('sw-0000abcd');
+    expect(model.isExpanded('sw-0000abcd')).toBe(true);
+    expect(kinds()).toEqual(['run', 'sweep', 'trial', 'trial', 'trial', 'run']);
+    await model.refresh(); // a poll keeps it open
+    expect(kinds()).toHaveLength(6);
+
+    model.compareTrials('sw-0000abcd');
+    expect(model.selected).toEqual(['t0', 't1', 't2']);
+    await until(() => model.comparison !== null);
+    expect(last(server.queries('runs/compare')).runs).toBe('t0,t1,t2');
+
+    model.toggleSweep('sw-0000abcd');
+    expect(kinds()).toEqual(['run', 'sweep', 'run']);
   });
 
   it("reads its running runs' progress from their jobs, and only while some run", async () => {

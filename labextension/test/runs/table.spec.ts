@@ -3,7 +3,9 @@ import { Signal } from '@lumino/signaling';
 import type { RunsModel } from '../../src/runs/model';
 import type { RunsTable as RunsTableType } from '../../src/runs/table';
 import type { IProgress } from '../../src/logs/types';
-import type { IRun, IRunsPage } from '../../src/runs/types';
+import { tableRows } from '../../src/runs/sweeps';
+import type { IRun, IRunsPage, ISweep } from '../../src/runs/types';
+import { sweepOf, sweepPage } from './sweepRuns';
 
 let RunsTable: typeof RunsTableType;
 beforeAll(async () => {
@@ -50,6 +52,16 @@ class FakeModel {
   isSelected(): boolean {
     return false;
   }
+  sweeps: ISweep[] = [];
+  expanded = new Set<string>();
+  get rows() {
+    return tableRows(this.page?.runs ?? [], this.sweeps, this.expanded);
+  }
+  toggleSweep = jest.fn((id: string) => {
+    this.expanded.add(id);
+    this.stateChanged.emit();
+  });
+  compareTrials = jest.fn();
   /** By run id. */
   progress: Record<string, IProgress> = {};
   progressOf(run: IRun): IProgress | null {
@@ -195,5 +207,56 @@ describe('RunsTable', () => {
       'step 4,210 / 10,000 (42 %), ETA 09:31 (32 min)\n0.33 s/step, 194 samples/s\nMFU: none: no GPU'
     );
     expect(rows[1].querySelector('.jp-air-RunsPanel-progress')).toBeNull();
+  });
+
+  it('shows a sweep as one row: its state, trials and best; its trials under it, PRUNED with its step', () => {
+    model.sweeps = [sweepOf()];
+    model.page = { ...model.page!, runs: sweepPage(), params: ['x'] };
+    model.stateChanged.emit();
+    const rows = () => [
+      ...table.node.querySelectorAll<HTMLTableRowElement>(
+        'tr.jp-air-RunsPanel-run'
+      )
+    ];
+    expect(rows().map(tr => tr.dataset.runId)).toEqual([
+      'after',
+      's',
+      'before'
+    ]);
+    const sweep = rows()[1];
+    expect(sweep.classList).toContain('jp-air-RunsPanel-sweep');
+    const cells = [...sweep.cells].map(td => td.textContent);
+    expect(cells[1]).toBe('running');
+    expect(cells[2]).toBe(
+      'cell-sweep sweep compare2 of 4 trials · 1 running · best loss 0.5 (trial 0)'
+    );
+    expect(sweep.cells.length).toBe(rows()[0].cells.length); // the columns line up
+    const expand = sweep.querySelector<HTMLButtonElement>(
+      '.jp-air-RunsPanel-expand'
+    )!;
+    expect(expand.getAttribute('aria-expanded')).toBe('false');
+
+    expand.click();
+    expect(model.toggleSweep).toHaveBeenCalledWith('sw-0000abcd');
+    const trials = rows().filter(tr => tr.dataset.trial !== undefined);
+    expect(
+      trials.map(tr => [
+        tr.dataset.runId,
+        tr.cells[1].textContent,
+        tr.querySelector('.jp-air-RunsPanel-trialLine')!.textContent
+      ])
+    ).toEqual([
+      ['t0', 'complete', 'x=0 lr=0.0001234 · loss 0.5 ★'],
+      ['t1', 'pruned', 'x=1 lr=0.0001234 · pruned at step 3'],
+      ['t2', 'running', 'x=2 lr=0.0001234 · running']
+    ]);
+    expect(trials[1].cells[1].className).toContain('jp-mod-pruned');
+    expect(trials[0].querySelector('.jp-air-RunsPanel-pick')).not.toBeNull();
+    expect(trials[0].cells.length).toBe(rows()[0].cells.length);
+
+    rows()[1]
+      .querySelector<HTMLButtonElement>('.jp-air-RunsPanel-compareTrials')!
+      .click();
+    expect(model.compareTrials).toHaveBeenCalledWith('sw-0000abcd');
   });
 });
