@@ -53,6 +53,7 @@ from tests.kernel.test_distributed_magic import (
     runs_of_job,
 )
 from tests.kernel.test_session import SESSION_JOB, cell, two_node_session_keeps_its_group
+from tests.sweeps.test_sweep_jobs import a_sweep_side_by_side
 from tests.waits import (
     assert_gone_within,
     job_processes,
@@ -585,6 +586,25 @@ def test_the_ray_notebook_trains_on_two_nodes(
     results = [o["data"]["text/plain"] for o in outputs if o["output_type"] == "execute_result"]
     assert float(results[0]) < 1.0, "the loss went down"
     assert results[1] == "[('0', '0'), ('1', '1')]"
+
+
+def test_a_sweep_runs_its_trials_as_concurrent_ray_jobs(
+    kernel_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 40: 1-node trials, 2 at a time, one on each of the cluster's 1-CPU nodes."""
+    for name in ("AIR_HOME", "MLFLOW_TRACKING_URI", "RAY_ADDRESS", "RAY_AUTH_MODE"):
+        monkeypatch.setenv(name, kernel_env[name])
+    monkeypatch.chdir(tmp_path)
+    home = Path(kernel_env["AIR_HOME"])
+    backend = {"backend": "ray", "compute": {"nnodes": 1, "nproc_per_node": 1}}
+    jobs = a_sweep_side_by_side(tmp_path, home, backend)
+    assert {j.spec.backend.name for j in jobs} == {"ray"}
+    store = JobStore(home)
+    first, second = (AttemptDir(store.attempt_dir(j.id, 1)).read_nodes() for j in jobs[:2])
+    assert first[0]["node_id"] != second[0]["node_id"], "each on a node of its own"
+    for job in jobs:
+        assert job_processes(job.id) == []
+    wait_released(kernel_env)
 
 
 # A warm session (issue 16) on the same cluster, before a node is killed below:

@@ -50,6 +50,7 @@ from tests.kernel.test_ray_backend import RAY_DDP_CELL
 from tests.kernel.test_session import SESSION_JOB, two_node_session_keeps_its_group
 from tests.mlflow_store import fresh_store
 from tests.slurm_cluster import SlurmCluster, available, slurm_cluster
+from tests.sweeps.test_sweep_jobs import a_sweep_side_by_side
 from tests.waits import job_processes, supervised_until_its_end, until, wait_done
 
 pytestmark = [
@@ -281,6 +282,24 @@ def test_air_run_places_a_workload_with_slurm_settings_on_two_nodes(
     refused = air("run", "-f", str(workload))
     assert refused.returncode != 0
     assert "Requested node configuration is not available" in refused.stderr, refused.stderr
+
+
+def test_a_sweep_runs_its_2_node_trials_as_concurrent_slurm_jobs(
+    cluster: SlurmCluster, tmp_path: Path, mlflow_template: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 40: two trials at once, each a Slurm job on both nodes."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("AIR_HOME", str(home))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", fresh_store(mlflow_template, tmp_path))
+    monkeypatch.chdir(tmp_path)
+    backend = {"backend": "slurm", "compute": {"nnodes": 2, "nproc_per_node": 1}}
+    jobs = a_sweep_side_by_side(tmp_path, home, backend)
+    store = JobStore(home)
+    for job in jobs:
+        assert job.spec.backend.name == "slurm"
+        nodes = AttemptDir(store.attempt_dir(job.id, 1)).read_nodes()
+        assert [n["node_id"] for n in nodes] == ["air-n1", "air-n2"]
+    until(lambda: not any(job_processes(j.id) for j in jobs), "the trials' ranks gone", 30)
 
 
 def agents() -> list[psutil.Process]:

@@ -22,7 +22,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from jupyter_air.jobs.store import JobStore
+from jupyter_air.jobs.store import Job, JobStore
 from jupyter_air.procs import alive
 from jupyter_air.sweeps import driver, space
 from jupyter_air.sweeps.store import SweepStatus, SweepStore
@@ -31,7 +31,7 @@ from jupyter_air.sweeps.trials import SWEEP_TAG, MetricReader
 from tests.air_cli import air
 from tests.fake_nvml import FakeGpu, Scenario, build_library, env_for
 from tests.mlflow_store import fresh_store, migrated_template  # noqa: F401  (a fixture)
-from tests.waits import until
+from tests.waits import supervised_until_its_end, until
 
 pytestmark = [pytest.mark.heavy, pytest.mark.slow]
 
@@ -88,10 +88,10 @@ def started(workdir: Path, script: str, sweep: dict[str, Any]) -> str:
     return found[1]
 
 
-def ended(workdir: Path, sweep_id: str, timeout: float) -> dict[str, Any]:
-    """``air sweep get --output json`` once the sweep ended."""
-    store = SweepStore(workdir / "air")
-    log = workdir / "air" / "sweeps" / f"{sweep_id}.log"
+def ended(home: Path, sweep_id: str, timeout: float) -> dict[str, Any]:
+    """``air sweep get --output json`` once the sweep (in ``home``) ended."""
+    store = SweepStore(home)
+    log = home / "sweeps" / f"{sweep_id}.log"
     until(
         lambda: not store.get(sweep_id).status.active,
         f"sweep {sweep_id} to end",
@@ -139,7 +139,7 @@ def test_a_sweep_of_2_rank_trials_finds_the_best_nests_its_runs_and_survives_its
     assert resumed.returncode == 0, resumed.stderr
     assert driver.running(home, sweep_id) != first
 
-    doc = ended(workdir, sweep_id, 600)
+    doc = ended(workdir / "air", sweep_id, 600)
     assert (doc["status"], doc["message"]) == ("COMPLETED", None)
     trials = doc["trials"]
     assert [t["state"] for t in trials] == ["COMPLETE"] * 4, trials
@@ -182,6 +182,67 @@ def first_asked(sweep: dict[str, Any]) -> Any:
     return study.ask(space.distributions(spec)).params["x"]
 
 
+#: Trial x's loss is (x - 2)^2, logged by rank 0 once it saw another trial's rank 0 up
+#: in ``folder`` (the first two trials): they can only end if they ran at once.
+SIDE_BY_SIDE_TRIAL = """\
+import os, pathlib, time
+from jupyter_air import log_metrics, params
+
+x = params()["x"]
+if os.environ["RANK"] == "0":
+    folder = pathlib.Path({folder!r})
+    (folder / f"up-{{x}}").touch()
+    deadline = time.monotonic() + 240
+    while len(list(folder.glob("up-*"))) < 2:
+        assert time.monotonic() < deadline, "no other trial ran beside this one"
+        time.sleep(0.2)
+    log_metrics({{"loss": (x - 2) ** 2}}, step=1)
+"""
+
+
+def a_sweep_side_by_side(
+    workdir: Path, home: Path, backend: dict[str, Any], timeout: float = 600
+) -> list[Job]:
+    """3 trials of x in 1..3, 2 at a time, as jobs of ``backend`` (a workload's
+    ``backend:`` and ``compute:``), from ``air sweep -f`` in ``workdir``: checked that
+    it finds x = 2, its first two trials' jobs ran at once, and each trial's run is
+    nested under the sweep's run. The trials' jobs, by trial."""
+    (workdir / "up").mkdir()
+    sweep_id = started(
+        workdir,
+        SIDE_BY_SIDE_TRIAL.format(folder=str(workdir / "up")),
+        {
+            **backend,
+            "space": {"x": [1, 2, 3]},
+            "objective": {"minimize": "loss"},
+            "trials": 3,
+            "parallel": 2,
+            "sampler": "grid",
+        },
+    )
+    doc = ended(home, sweep_id, timeout)
+    assert (doc["status"], doc["message"]) == ("COMPLETED", None), doc
+    trials = doc["trials"]
+    assert [t["state"] for t in trials] == ["COMPLETE"] * 3, trials
+    assert (doc["best"]["params"], doc["best"]["value"]) == ({"x": 2}, 0.0)
+
+    store = JobStore(home)
+    jobs = [store.get(t["job_id"]) for t in trials]
+    assert {j.status for j in jobs} == {"SUCCEEDED"}
+    for job in jobs:
+        supervised_until_its_end(job, 120)
+    first, second = (store.attempts(j.id)[-1] for j in jobs[:2])
+    overlap = min(first.ended or 0, second.ended or 0) - max(first.started, second.started)
+    assert overlap > 0, "the first two trials' attempts ran side by side"
+
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    for t in trials:
+        run = client.get_run(t["run_id"])
+        assert run.data.tags["mlflow.parentRunId"] == doc["run_id"]
+        assert run.data.params["x"] == str(t["params"]["x"])
+    return jobs
+
+
 def test_the_median_pruner_cancels_a_trial_whose_points_are_worse(workdir: Path) -> None:
     sweep: dict[str, Any] = {
         "space": {"x": [2, 5]},
@@ -194,7 +255,7 @@ def test_the_median_pruner_cancels_a_trial_whose_points_are_worse(workdir: Path)
     sweep["seed"] = next(s for s in range(100) if first_asked({**sweep, "seed": s}) == 2)
     sweep_id = started(workdir, PRUNED_TRIAL, sweep)
 
-    doc = ended(workdir, sweep_id, 300)
+    doc = ended(workdir / "air", sweep_id, 300)
     assert doc["status"] == "COMPLETED"
     good, weak = doc["trials"]
     assert (good["params"], good["state"]) == ({"x": 2}, "COMPLETE")
@@ -258,7 +319,7 @@ def test_parallel_trials_hold_a_gpu_each_and_air_sweep_stop_cancels_them(
     assert stopped.returncode == 0, stopped.stderr
     assert stopped.stdout.startswith(f"Sweep {sweep_id} stopping")
 
-    doc = ended(workdir, sweep_id, 180)
+    doc = ended(workdir / "air", sweep_id, 180)
     assert doc["status"] == "STOPPED"
     assert [t["state"] for t in doc["trials"]] == ["FAIL", "FAIL"], "no third trial"
     for t in doc["trials"]:
