@@ -3,7 +3,7 @@ import { RunsModel } from '../../src/runs/model';
 import { sleep, until } from '../helpers';
 import type { IProgress } from '../../src/logs/types';
 import type { IRun, IRunsPage, ISweep } from '../../src/runs/types';
-import { sweepOf, sweepPage } from './sweepRuns';
+import { runOf, sweepOf, sweepPage } from './sweepRuns';
 import {
   formatMetric,
   formatRunDuration,
@@ -18,27 +18,13 @@ function run(
   name: string,
   status: IRun['status'] = 'FINISHED'
 ): IRun {
-  return {
-    run_id: id,
+  return runOf(id, {
     name,
     status,
-    start_time: 1000,
-    end_time: 2000,
-    duration_ms: 1000,
-    attempt: 1,
-    resumed_from: null,
-    resumed_step: null,
     job_id: `job-${id}`,
-    cell_id: null,
-    notebook: null,
-    parent_run_id: null,
-    kind: null,
-    experiment_id: '1',
     params: { lr: id === 'a' ? '0.1' : '0.2' },
-    metrics: { loss: 0.5 },
-    depth: 0,
-    run_url: null
-  };
+    metrics: { loss: 0.5 }
+  });
 }
 
 /** Answers like the runs routes: two pages of one run each for train.ipynb. */

@@ -5,7 +5,7 @@ import type { RunsTable as RunsTableType } from '../../src/runs/table';
 import type { IProgress } from '../../src/logs/types';
 import { tableRows } from '../../src/runs/sweeps';
 import type { IRun, IRunsPage, ISweep } from '../../src/runs/types';
-import { sweepOf, sweepPage } from './sweepRuns';
+import { runOf, sweepOf, sweepPage } from './sweepRuns';
 
 let RunsTable: typeof RunsTableType;
 beforeAll(async () => {
@@ -15,27 +15,7 @@ beforeAll(async () => {
 });
 
 function run(id: string, name: string, url: string | null): IRun {
-  return {
-    run_id: id,
-    name,
-    status: 'FINISHED',
-    start_time: 1000,
-    end_time: 2000,
-    duration_ms: 1000,
-    attempt: 1,
-    resumed_from: null,
-    resumed_step: null,
-    job_id: null,
-    cell_id: null,
-    notebook: null,
-    parent_run_id: null,
-    kind: null,
-    experiment_id: '1',
-    params: {},
-    metrics: { loss: 0.5 },
-    depth: 0,
-    run_url: url
-  };
+  return runOf(id, { name, metrics: { loss: 0.5 }, run_url: url });
 }
 
 /** What the table reads of its model. */
