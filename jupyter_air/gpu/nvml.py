@@ -377,6 +377,15 @@ class Nvml:
                 return []
             return [self._read(i, device) for i, device in enumerate(self._devices)]
 
+    def mig_devices(self, index: int) -> tuple[MigDevice, ...]:
+        """The slices of GPU ``index`` and the processes on each, without reading the
+        rest of the GPU (a job's placement); () for a GPU not in MIG mode or not here."""
+        with self._lock:
+            if not self._ensure() or not 0 <= index < len(self._devices):
+                return ()
+            device = self._devices[index]
+            return () if device.handle is None else self._mig_devices(index, device)
+
     def _read(self, index: int, device: _Device) -> GpuReading:
         if device.handle is None:
             return GpuReading(

@@ -7,16 +7,30 @@ GPUs share them, and usually run out of GPU memory. Without GPUs, ranks share th
 the usual 2- or 4-rank tests, while thousands of ranks, which exhaust processes, memory
 and file descriptors long before they train anything, are refused. Either limit can be
 lifted on purpose (``--oversubscribe``).
+
+On a GPU in MIG mode the ranks are placed on its free slices instead, one each
+(``gpu.placement``); the job's spec keeps each rank's slice (``DEVICES``), which makes
+it busy for the next job until this one ends.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..gpu.placement import Unit
+    from .store import Job
 
 #: CPU ranks per usable core. Each rank is a whole interpreter with its framework
 #: (0.3 to 0.5 GB with torch) running one busy thread (OMP_NUM_THREADS=1): past 4 per
 #: core it mostly waits for the CPU, and memory is usually the next limit.
 CPU_RANKS_PER_CORE = 4
+
+#: The local backend's setting, in the job's spec, that lists each local rank's device
+#: (its ``CUDA_VISIBLE_DEVICES``) where the job was placed on MIG slices.
+DEVICES = "devices"
 
 
 class TooManyRanks(ValueError):
@@ -40,13 +54,70 @@ def check(nproc_per_node: int, gpus: int, cores: int, override: str) -> None:
         )
 
 
-def check_here(nproc_per_node: int, override: str) -> None:
-    """``check`` against this machine: the GPUs a job may use here and the cores this
-    process may run on."""
-    from .env import gpu_count, visible_gpus
+def check_here(
+    nproc_per_node: int,
+    override: str,
+    *,
+    mig: str | None = None,
+    oversubscribe: bool = False,
+    held: Mapping[str, str] | None = None,
+) -> list[Unit] | None:
+    """``check`` against this machine (the GPUs a job may use here and the cores this
+    process may run on), unless ``oversubscribe``; or, where the job asks for MIG slices
+    (``mig``) or may use a GPU in MIG mode, the slice of each local rank, ``held`` ones
+    busy (``gpu.placement.choose``; too few free raise ``TooManyRanks`` naming the free
+    ones). None: each rank gets its visible GPU by local rank."""
+    from ..gpu import placement
 
-    gpus = len(visible_gpus(os.environ, gpu_count()))
-    check(nproc_per_node, gpus, usable_cores(), override)
+    found = units_here(held or {})
+    try:
+        chosen = placement.choose(
+            found, nproc_per_node, mig, oversubscribe=oversubscribe, override=override
+        )
+    except placement.NoRoom as err:
+        raise TooManyRanks(str(err)) from None
+    if chosen is None and not oversubscribe:
+        check(nproc_per_node, len(found), usable_cores(), override)
+    return chosen
+
+
+def default_ranks(mig: str | None = None, held: Mapping[str, str] | None = None) -> int:
+    """Ranks when the submitter says nothing: one per visible GPU, or per free MIG slice
+    the job may take on a GPU in MIG mode; 1 without GPUs."""
+    from ..gpu import placement
+
+    found = units_here(held or {})
+    if placement.involved(found, mig):
+        return placement.default_count(found, mig)
+    return max(1, len(found))
+
+
+def units_here(held: Mapping[str, str]) -> list[Unit]:
+    """The GPUs a job may use here (``env.visible_gpus``), a GPU in MIG mode as its slices."""
+    from ..gpu import placement
+    from ..gpu.nvml import Nvml
+    from .env import visible_gpus
+
+    nvml = Nvml()
+    try:
+        inventory = nvml.inventory()
+        slices = {info.index: nvml.mig_devices(info.index) for info in inventory if info.mig_mode}
+    finally:
+        nvml.shutdown()
+    return placement.units(visible_gpus(os.environ, len(inventory)), inventory, slices, held)
+
+
+def held_by(jobs: Iterable[Job], caller: str) -> dict[str, str]:
+    """The devices that live jobs supervised on this machine were placed on, each with
+    whose job holds it: its id for the caller's own, no name for another's."""
+    held = {}
+    for job in jobs:
+        if job.done or not job.supervised_here:
+            continue
+        whose = f"job {job.id}" if job.owner == caller else "another user's job"
+        for device in job.spec.backend.settings.get(DEVICES) or ():
+            held[str(device)] = whose
+    return held
 
 
 def usable_cores() -> int:

@@ -24,6 +24,7 @@ from ..perf.profiles import Profile
 from ..tracking.targets import ExperimentRef, RunTarget
 from . import backends, cancel, checkpoints, running
 from .backends.base import Backend, BackendRefused, Placement
+from .capacity import held_by
 from .checkpoint_settings import checkpoint_root
 from .documents import RunLink, job_document, job_documents
 from .env import submitting_job
@@ -116,6 +117,7 @@ class Placed:
             resume_job=s.resume,
             debug_ticket=None if program.debug is None else str(program.debug),
             guards=resolved_guards(s.guard, has_targets=bool(targets)),
+            tags=self.backend.tags(self.settings),
         )
 
     @property
@@ -136,15 +138,18 @@ def place(
     override: str = "--oversubscribe",
     settings: Mapping[str, Any] | None = None,
     reach: bool = True,
+    held: Mapping[str, str] | None = None,
 ) -> Placed:
     """Refuse what ``owner`` cannot start: grants they may not give (never to themself),
     more ranks than the backend holds, a cluster that does not answer (``reach=False``
     leaves it alone: a dry run). ``nproc_per_node`` None is the backend's default (one
     per GPU here); ``settings`` are the backend's as the caller resolved them (a
-    kernel's configured Ray address), under the submission's own."""
+    kernel's configured Ray address), under the submission's own; ``held``: the devices
+    live jobs hold (``capacity.held_by``), not given to this one."""
     check_grants(owner, submission)
     backend = backends.get(submission.backend)
-    nproc = nproc_per_node or backend.default_nproc()
+    mig = submission.compute.mig
+    nproc = nproc_per_node or backend.default_nproc(mig, held)
     placement = Placement(
         nproc_per_node=nproc,
         nnodes=submission.compute.nnodes,
@@ -152,6 +157,8 @@ def place(
         oversubscribe=oversubscribe or submission.compute.oversubscribe,
         override=override,
         reach=reach,
+        mig=mig,
+        held=held or {},
     )
     try:
         resolved = backend.prepare(placement)
@@ -273,8 +280,10 @@ class JobService:
         )
 
     def place(self, submission: Submission, **options: Any) -> Placed:
-        """``place`` as this service's caller (``start`` does it; a dry run stops here)."""
-        return place(submission, self.caller.name, **options)
+        """``place`` as this service's caller (``start`` does it; a dry run stops here),
+        given no device a live job of this store holds."""
+        held = held_by(self.store.jobs(active_only=True), self.caller.name)
+        return place(submission, self.caller.name, held=held, **options)
 
     def submit(
         self,

@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..gpu import placement
 from ..notify import settings as notify_settings
 from ..notify.targets import BadTarget, Channel, Target, parse_all
 from . import backends, guards
@@ -43,6 +44,7 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FILE_NAMES = {
     "compute.nnodes": "compute.nnodes",
     "compute.oversubscribe": "compute.oversubscribe",
+    "compute.mig": "compute.mig",
     #: A backend's setting, in the generic form and in an alias (``Backend.aliases``).
     "backend setting": "backend.{key}",
     "alias": "{field}",
@@ -76,6 +78,18 @@ class Compute(BaseModel):
     nproc_per_node: int = Field(1, ge=1, description="ranks on each node")
     nnodes: int = Field(1, ge=1, description="nodes (more than 1 needs a cluster's backend)")
     oversubscribe: bool = Field(False, description="more ranks than this machine holds")
+    mig: str | None = Field(
+        None,
+        description="MIG slices for the ranks, one each: a profile (1g.10gb) or any; "
+        "default: a GPU in MIG mode gives its free slices of any profile",
+    )
+
+    @field_validator("mig")
+    @classmethod
+    def _profile(cls, value: str | None) -> str | None:
+        if value is None or value == placement.ANY or placement.PROFILE.fullmatch(value):
+            return value
+        raise ValueError(f"{value!r} is no MIG profile: write one as 1g.10gb, or any")
 
 
 class TrackingMode(enum.StrEnum):
@@ -93,7 +107,7 @@ class Submission(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     compute: Compute = Field(
-        default_factory=lambda: Compute(nproc_per_node=1, nnodes=1, oversubscribe=False)
+        default_factory=lambda: Compute(nproc_per_node=1, nnodes=1, oversubscribe=False, mig=None)
     )
     max_retries: int = Field(0, ge=0)
     env: dict[str, str] = Field(default_factory=dict)
@@ -256,11 +270,15 @@ class Submission(BaseModel):
                 f"{choose(lambda b: b.multi_node)} (the {chosen.name} backend runs on this "
                 "machine only)"
             )
-        if self.compute.oversubscribe and chosen.multi_node:
-            raise ValueError(
-                f"{names['compute.oversubscribe']} is for "
-                f"{choose(lambda b: not b.multi_node, 'a backend')} (this machine)"
-            )
+        for flag, given in (
+            ("compute.oversubscribe", self.compute.oversubscribe),
+            ("compute.mig", self.compute.mig is not None),
+        ):
+            if given and chosen.multi_node:
+                raise ValueError(
+                    f"{names[flag]} is for "
+                    f"{choose(lambda b: not b.multi_node, 'a backend')} (this machine)"
+                )
         return self
 
     @property

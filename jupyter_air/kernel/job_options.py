@@ -96,6 +96,16 @@ WHOLE_JOB: dict[str, Callable[[Any], Any]] = {
             "than 4 per core without GPUs (refused otherwise)."
         ),
     ),
+    "mig": argument(
+        "--mig",
+        default=None,
+        metavar="PROFILE",
+        help=(
+            "Run each rank on a free MIG slice of this profile (1g.10gb), or of any "
+            "profile (any), never on a whole GPU (default: a GPU in MIG mode gives its "
+            "free slices, one per rank; refused, saying which are free, when too few are)."
+        ),
+    ),
     "tracking": argument(
         "--tracking",
         default="required",

@@ -24,6 +24,7 @@ FLAGS = {
     "compute.nproc_per_node": "--nproc-per-node",
     "compute.nnodes": "--nnodes",
     "compute.oversubscribe": "--oversubscribe",
+    "compute.mig": "--mig",
     "backend": "--backend",
     "backend named": "--backend {}",
     "a backend": "the {} backend",
@@ -82,6 +83,8 @@ class Options:
     out: list[str] = field(default_factory=list)
     #: Start more ranks than this machine holds (see ``jobs.capacity``).
     oversubscribe: bool = False
+    #: MIG slices for the ranks: a profile (``1g.10gb``) or ``any`` (see ``gpu.placement``).
+    mig: str | None = None
     #: Grants at submission: ``bob:CAN_VIEW``, ``group:ml-team:CAN_MANAGE_RUN``.
     share: list[str] = field(default_factory=list)
     #: ``deferred``: run even when the tracking server does not answer.
@@ -134,6 +137,7 @@ class Options:
                 "nproc_per_node": 1 if self.nproc_per_node is None else self.nproc_per_node,
                 "nnodes": self.nnodes,
                 "oversubscribe": self.oversubscribe,
+                "mig": self.mig,
             },
             "backend": self.backend,
             "backend_settings": dict(self.backend_settings),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
@@ -50,6 +50,10 @@ class Placement:
     override: str = "--oversubscribe"
     #: False: a dry run, which reaches no cluster.
     reach: bool = True
+    #: The MIG slices it asks for: a profile (``1g.10gb``), ``any``, or None (``compute.mig``).
+    mig: str | None = None
+    #: The devices live jobs hold (a MIG slice's UUID), each with whose job (``capacity.held_by``).
+    held: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,15 +130,20 @@ class Backend(abc.ABC):
     #: local attempt's last sample is left to its run's tail when none was taken.
     samples_at_close: ClassVar[bool] = False
 
-    def default_nproc(self) -> int:
-        """Ranks per node when the submitter says nothing: one per GPU where the GPUs are
-        known from here, else one."""
+    def default_nproc(self, mig: str | None = None, held: Mapping[str, str] | None = None) -> int:
+        """Ranks per node when the submitter says nothing: one per GPU (or free MIG slice,
+        ``Placement``'s ``mig`` and ``held``) where the GPUs are known from here, else one."""
         return 1
 
     @abc.abstractmethod
     def prepare(self, placement: Placement) -> dict[str, Any]:
         """Check the placement against this backend's world (``BackendRefused`` says
         why not) and return the settings the job's spec keeps."""
+
+    def tags(self, settings: Mapping[str, Any]) -> dict[str, str]:
+        """The tags every run of a job with these settings (``prepare``'s) carries: where
+        its ranks were placed, where that is the backend's to say."""
+        return {}
 
     def kernel_host(self, settings: Mapping[str, Any]) -> str | None:
         """The address at which this backend's nodes reach the kernel (a warm session's

@@ -3,13 +3,12 @@ node side's ``LocalRanks`` (``node.ranks``) in the supervisor's process."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...job_dir import JobDir
 from ...tracking.sampling import Sample, SampleLoop
-from ..capacity import TooManyRanks, check_here
+from ..capacity import DEVICES, TooManyRanks, check_here, default_ranks
 from ..env import free_port
 from ..node.hints import HintRecorder, rank_gpus
 from ..node.launch import NodeLaunch, node_specs
@@ -19,6 +18,9 @@ from ..node.reaper import Reaper
 from ..node.stacks import RankStacks, dump_ranks
 from ..spec import JobKind
 from .base import AttemptContext, Backend, BackendRefused, Nodes, Placement
+
+#: The setting that names each rank's slice as people read it (``GPU 0 slice 2 (1g.10gb)``).
+SLICES = "slices"
 
 
 class LocalNode:
@@ -85,19 +87,36 @@ class LocalBackend(Backend):
     summary = "ranks on this machine"
     multi_node = False
 
-    def default_nproc(self) -> int:
-        """One rank per visible GPU, or 1 without GPUs."""
-        from ..env import gpu_count, visible_gpus
-
-        return max(1, len(visible_gpus(os.environ, gpu_count())))
+    def default_nproc(self, mig: str | None = None, held: Mapping[str, str] | None = None) -> int:
+        """One rank per visible GPU (per free MIG slice on a GPU in MIG mode), or 1
+        without GPUs."""
+        return default_ranks(mig, held)
 
     def prepare(self, placement: Placement) -> dict[str, Any]:
-        if not placement.oversubscribe:
-            try:
-                check_here(placement.nproc_per_node, placement.override)
-            except TooManyRanks as err:
-                raise BackendRefused("compute.nproc_per_node", str(err)) from None
-        return {}
+        """This machine's capacity checked; on MIG slices, the slice of each rank."""
+        try:
+            chosen = check_here(
+                placement.nproc_per_node,
+                placement.override,
+                mig=placement.mig,
+                oversubscribe=placement.oversubscribe,
+                held=placement.held,
+            )
+        except TooManyRanks as err:
+            field = "compute.mig" if placement.mig is not None else "compute.nproc_per_node"
+            raise BackendRefused(field, str(err)) from None
+        if chosen is None:
+            return {}
+        return {DEVICES: [unit.device for unit in chosen], SLICES: [str(unit) for unit in chosen]}
+
+    def tags(self, settings: Mapping[str, Any]) -> dict[str, str]:
+        """Each rank's MIG slice, in rank order: its ``CUDA_VISIBLE_DEVICES`` and its name."""
+        if DEVICES not in settings:
+            return {}
+        return {
+            "air.cuda_visible_devices": ",".join(settings[DEVICES]),
+            "air.mig_slices": ", ".join(settings.get(SLICES) or ()),
+        }
 
     def start(self, attempt: AttemptContext) -> Nodes:
         spec = attempt.spec
@@ -113,6 +132,7 @@ class LocalBackend(Backend):
             env=dict(attempt.env),
             command=list(spec.program.command) if spec.kind is not JobKind.PYTHON else [],
             working_dir=spec.program.working_dir,
+            gpus=list(devices) if (devices := spec.backend.settings.get(DEVICES)) else None,
         )
         return LocalNode(
             launch,

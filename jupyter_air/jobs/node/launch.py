@@ -46,6 +46,9 @@ class NodeLaunch:
     #: The pickled cell or function, for a node that may not see the job's directory.
     payload: bytes | None = None
     working_dir: str | None = None
+    #: Each local rank's device, as its ``CUDA_VISIBLE_DEVICES`` (a MIG slice's UUID),
+    #: where the job was placed on MIG slices; None: this node's visible GPUs by local rank.
+    gpus: list[str] | None = None
 
 
 def rank_argv(launch: NodeLaunch, files: JobDir) -> list[str]:
@@ -71,7 +74,8 @@ def node_specs(
     launch: NodeLaunch, files: JobDir, *, cwd: str | None, ray_actor: bool = False
 ) -> list[RankSpec]:
     """The ranks of one node: global ranks ``node_rank * nproc_per_node + local_rank``,
-    logging into ``files``' attempt directory, with this machine's GPUs."""
+    logging into ``files``' attempt directory, with this machine's GPUs (or the slices
+    the job was placed on)."""
     base_env = inherited_env()
     if ray_actor:
         # Ray sets OMP_NUM_THREADS to the actor's CPUs (all of the node's ranks): the
@@ -82,7 +86,7 @@ def node_specs(
         base_env.pop("PYTHONBREAKPOINT", None)
     argv = rank_argv(launch, files)
     attempt = files.attempt(launch.attempt)
-    gpus = visible_gpus(os.environ, gpu_count())
+    gpus = launch.gpus if launch.gpus is not None else visible_gpus(os.environ, gpu_count())
     specs = []
     for local_rank in range(launch.nproc_per_node):
         place = RankPlace(
