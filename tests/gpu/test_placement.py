@@ -22,6 +22,7 @@ from jupyter_air.jobs.service import JobService, Refused
 from jupyter_air.jobs.spec import JobKind
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.workload_file import Submission
+from jupyter_air.kernel.options import OptionError, Options
 from tests.conftest import WriteScenario
 from tests.fake_nvml import FakeGpu, Scenario, h100_mig_slices
 
@@ -152,6 +153,10 @@ def test_a_mig_option_that_is_no_profile_or_on_a_cluster_is_refused_before_anyth
         Submission.model_validate({"compute": {"mig": "any"}, "backend": "ray"})
     for profile in ("1g.10gb", "1c.3g.40gb", "1g.10gb+me", "any"):
         assert Submission.model_validate({"compute": {"mig": profile}}).compute.mig == profile
+    with pytest.raises(OptionError, match=r"^--mig: '3gb' is no MIG profile"):
+        Options(mig="3gb").validate()
+    with pytest.raises(OptionError, match=r"^--mig is for the local backend"):
+        Options(mig="any", backend="ray").validate()
 
 
 def test_each_rank_of_a_node_gets_the_device_it_was_placed_on(tmp_path: Path) -> None:
