@@ -275,7 +275,7 @@ def _show(s: Schedules, schedule: Schedule, args: Args, said: str | None) -> int
     print("  next:   " + (", ".join(t.isoformat() for t in times) if times else "- (paused)"))
     for t in spec.tasks:
         after = f" after {', '.join(t.depends_on)} ({t.run_if.value})" if t.depends_on else ""
-        what = f"notebook {t.notebook_path}" if t.notebook is not None else "workload"
+        what = f"notebook {t.notebook_path}" if t.notebook is not None else t.kind
         print(f"  task {t.task_key}: {what}{after}")
     return 0
 
@@ -299,7 +299,7 @@ def _show_runs(s: Schedules, runs: list[ScheduleRun], args: Args, said: str | No
         children = s.jobs.children([t.job_id for t in r.tasks if t.job_id], os_identity())
         for t in r.tasks:
             note = f" ({t.message})" if t.message else ""
-            print(f"    {t.task_key:20} {t.status.value:10} {t.job_id or '-'}{note}")
+            print(f"    {t.task_key:20} {t.status.value:10} {t.job_id or t.sweep_id or '-'}{note}")
             kept = executed.latest(s.jobs, t.job_id) if t.job_id else None
             if kept is not None:
                 print(f"      executed notebook: {kept.path}")

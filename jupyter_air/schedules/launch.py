@@ -31,7 +31,8 @@ NOTEBOOK_ENV = "AIR_SCHEDULE_EXPERIMENT"
 
 
 class Launcher:
-    """``tick.Launch`` for real: submits a task's job into ``jobs``."""
+    """``tick.Launch`` for real: submits a task's job into ``jobs``, or starts a sweep
+    task's sweep (``sweep_task``)."""
 
     def __init__(self, jobs: JobStore) -> None:
         self.jobs = jobs
@@ -53,6 +54,10 @@ class Launcher:
             "air.scheduled_time": datetime.fromtimestamp(run.scheduled_time, UTC).isoformat(),
         }
         tracking_uri = spec.tracking_uri or current_tracking_uri()
+        if task.sweep is not None:
+            from .sweep_task import start
+
+            return start(self.jobs, schedule, task, tracking_uri)
         if task.notebook is not None:
             request = notebook_request(schedule, task, experiment, tracking_uri)
         else:

@@ -80,9 +80,11 @@ MISSED = "missed while the scheduler was down"
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One task as stored: what runs (a workload's fields, or a notebook's snapshot) and
-    when. ``workload`` holds the validated fields of a workload file plus an absolute
-    ``working_dir``; a notebook task's ``notebook`` is its snapshot (the .ipynb JSON)."""
+    """One task as stored: what runs (a workload's fields, a notebook's snapshot, or a
+    sweep's fields) and when. ``workload`` holds the validated fields of a workload file
+    plus an absolute ``working_dir``, and ``sweep`` those of a sweep file (each firing
+    starts a new sweep of them); a notebook task's ``notebook`` is its snapshot (the
+    .ipynb JSON)."""
 
     task_key: str
     depends_on: tuple[str, ...] = ()
@@ -92,6 +94,14 @@ class TaskSpec:
     notebook: str | None = None
     notebook_path: str | None = None  # where the snapshot was taken from (shown only)
     parameters: dict[str, Any] = field(default_factory=dict)
+    sweep: dict[str, Any] | None = None
+
+    @property
+    def kind(self) -> str:
+        """What it runs: workload, notebook or sweep."""
+        if self.notebook is not None:
+            return "notebook"
+        return "sweep" if self.sweep is not None else "workload"
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "depends_on": list(self.depends_on)}
@@ -175,8 +185,9 @@ class Schedule:
 
 @dataclass(frozen=True)
 class TaskRun:
-    """A task of one schedule run; ``job_id`` once submitted (a repair submits a new job
-    and keeps the earlier ones in ``previous_job_ids``)."""
+    """A task of one schedule run; ``job_id`` once submitted, or ``sweep_id`` for a sweep
+    task once its sweep started (a repair starts a new one and keeps the earlier ones in
+    ``previous_job_ids`` / ``previous_sweep_ids``)."""
 
     run_id: int
     task_key: str
@@ -185,6 +196,8 @@ class TaskRun:
     message: str | None
     previous_job_ids: tuple[str, ...] = ()
     claimed_by: str | None = None  # who submits it: "host:pid:start time"
+    sweep_id: str | None = None
+    previous_sweep_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,7 @@ def run_message(
         facts.append(("Duration", duration(run.ended - run.created)))
     for task in run.tasks:
         its_job = f", job {task.job_id}" if task.job_id else ""
+        its_job += f", sweep {task.sweep_id}" if task.sweep_id else ""
         said = task.message if task.status is not TaskStatus.SUCCEEDED else None
         outcome = task.status.value + its_job + (f": {said}" if said else "")
         facts.append((f"Task {task.task_key}", outcome))

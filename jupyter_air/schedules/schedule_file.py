@@ -2,15 +2,18 @@
 
 pydantic checks the fields (unknown ones refused); the rules across fields (one cron
 form, a valid cron and time zone, task keys unique, ``depends_on`` naming known tasks
-without a cycle) follow. A task's ``workload:`` is what ``air run -f`` takes, inline or
-``file:`` relative to the schedule file; its fields are read in now, and a ``notebook:``
-is snapshotted now, so later edits of those files change nothing until ``update``.
+without a cycle) follow. A task's ``workload:`` is what ``air run -f`` takes, and its
+``sweep:`` what ``air sweep -f`` takes (each firing starts a new sweep), inline or
+``file:`` relative to the schedule file; their fields are read in and checked now, and a
+``notebook:`` is snapshotted now, so later edits of those files change nothing until
+``update``.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +24,9 @@ from ..jobs import workload_file
 from ..jobs.permissions import BadGrant, merged, parse_grant
 from ..jobs.workload_file import WorkloadError, WorkloadFile, check_targets
 from ..notify.targets import BadTarget, parse_all
+from ..sweeps import storage as storage_url
+from ..sweeps import sweep_file
+from ..sweeps.sweep_file import SweepFile
 from .cron import Cron, CronError, Dialect, parse
 from .model import CatchUp, PauseStatus, RunIf, ScheduleSpec, TaskSpec
 
@@ -70,6 +76,13 @@ class TaskWorkload(WorkloadFile):
     experiment_name: str | None = Field(None, min_length=1)  # type: ignore[assignment]
 
 
+class TaskSweep(SweepFile):
+    """An inline sweep: a sweep file's fields; its experiment may come from the task or
+    the schedule instead."""
+
+    experiment_name: str | None = Field(None, min_length=1)  # type: ignore[assignment]
+
+
 class TaskModel(_Strict):
     task_key: str
     depends_on: list[DependsOn] = Field(default_factory=list)
@@ -77,6 +90,7 @@ class TaskModel(_Strict):
     experiment_name: str | None = Field(None, min_length=1)
     workload: dict[str, Any] | None = None
     notebook: str | None = Field(None, min_length=1)
+    sweep: dict[str, Any] | None = None
     parameters: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("task_key")
@@ -88,8 +102,11 @@ class TaskModel(_Strict):
 
     @model_validator(mode="after")
     def _what(self) -> TaskModel:
-        if (self.workload is None) == (self.notebook is None):
-            raise ValueError(f"task {self.task_key!r}: give exactly one of workload or notebook")
+        given = [x for x in (self.workload, self.notebook, self.sweep) if x is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"task {self.task_key!r}: give exactly one of workload, notebook or sweep"
+            )
         if self.parameters and self.notebook is None:
             raise ValueError(f"task {self.task_key!r}: parameters are for notebook tasks")
         try:
@@ -182,9 +199,11 @@ def _resolve(model: ScheduleFile, base: Path, prefix: str) -> ScheduleSpec:
     tasks = []
     for i, t in enumerate(model.tasks):
         where = f"{prefix}tasks.{i} ({t.task_key})"
-        workload = notebook = notebook_path = None
+        workload = notebook = notebook_path = sweep = None
         if t.workload is not None:
             workload = _workload(t.workload, base, where)
+        elif t.sweep is not None:
+            sweep = _sweep(t.sweep, base, where)
         else:
             assert t.notebook is not None
             notebook_path, notebook = _snapshot(base / t.notebook, where)
@@ -198,6 +217,7 @@ def _resolve(model: ScheduleFile, base: Path, prefix: str) -> ScheduleSpec:
                 notebook=notebook,
                 notebook_path=notebook_path,
                 parameters=t.parameters,
+                sweep=sweep,
             )
         )
     try:
@@ -222,26 +242,56 @@ def _resolve(model: ScheduleFile, base: Path, prefix: str) -> ScheduleSpec:
 
 def _workload(doc: dict[str, Any], base: Path, where: str) -> dict[str, Any]:
     """A workload's validated fields with an absolute ``working_dir``."""
-    if "file" in doc:
-        if set(doc) != {"file"} or not isinstance(doc["file"], str):
-            raise ScheduleFileError(f"{where}: workload: 'file: PATH' stands alone")
-        path = base / doc["file"]
+
+    def inline(fields: dict[str, Any]) -> WorkloadFile:
         try:
-            spec: WorkloadFile = workload_file.load(path)
-        except WorkloadError as err:
-            raise ScheduleFileError(f"{where}: workload: {err}") from None
-        base = path.parent.resolve()
-    else:
-        try:
-            spec = TaskWorkload.model_validate(doc)
+            return TaskWorkload.model_validate(fields)
         except ValidationError as err:
-            raise ScheduleFileError(
-                f"{where}: workload: "
-                + workload_file.describe(err, lambda loc: ".".join(map(str, loc)))
+            raise WorkloadError(
+                workload_file.describe(err, lambda loc: ".".join(map(str, loc)))
             ) from None
+
+    return _read(doc, base, f"{where}: workload", workload_file.load, inline)
+
+
+def _sweep(doc: dict[str, Any], base: Path, where: str) -> dict[str, Any]:
+    """A sweep's validated fields with an absolute ``working_dir`` (and a SQLite
+    ``storage:`` made absolute from it)."""
+
+    def inline(fields: dict[str, Any]) -> SweepFile:
+        return sweep_file.from_dict(fields, model=TaskSweep)
+
+    fields = _read(doc, base, f"{where}: sweep", sweep_file.load, inline)
+    storage = fields.get("storage")
+    if storage is not None:
+        fields["storage"] = storage_url.absolute(storage, Path(fields["working_dir"]))
+    return fields
+
+
+def _read(
+    doc: dict[str, Any],
+    base: Path,
+    where: str,
+    from_file: Callable[[Path], WorkloadFile],
+    inline: Callable[[dict[str, Any]], WorkloadFile],
+) -> dict[str, Any]:
+    """A task's workload or sweep, ``file: PATH`` (relative to ``base``) or inline,
+    checked (``WorkloadError`` from either reader); its fields with an absolute
+    ``working_dir``, relative to its file's folder."""
+    try:
+        if "file" in doc:
+            if set(doc) != {"file"} or not isinstance(doc["file"], str):
+                raise WorkloadError("'file: PATH' stands alone")
+            path = base / doc["file"]
+            spec = from_file(path)
+            base = path.parent.resolve()
+        else:
+            spec = inline(doc)
+    except WorkloadError as err:
+        raise ScheduleFileError(f"{where}: {err}") from None
     working_dir = (base / spec.working_dir).resolve()
     if not working_dir.is_dir():
-        raise ScheduleFileError(f"{where}: workload: working_dir {working_dir} is not a directory")
+        raise ScheduleFileError(f"{where}: working_dir {working_dir} is not a directory")
     return {**spec.model_dump(mode="json"), "working_dir": str(working_dir)}
 
 

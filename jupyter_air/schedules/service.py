@@ -5,8 +5,9 @@ Who may do what: the owner holds CAN_MANAGE; a grant (``permissions:`` in the fi
 gives a user or group CAN_VIEW (see the schedule, its runs and their jobs),
 CAN_MANAGE_RUN (also run it now, repair a run) or CAN_MANAGE (also update, pause,
 resume, delete). Bad input raises ``ScheduleFileError`` / ``CronError`` (one line,
-nothing changed); an unknown id ``UnknownSchedule``; a missing level
-``ScheduleForbidden``; a name the owner already uses ``NameTaken``.
+nothing changed; a sweep task its owner could not start included); an unknown id
+``UnknownSchedule``; a missing level ``ScheduleForbidden``; a name the owner already
+uses ``NameTaken``.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ class Schedules:
         from ..tracking.targets import current_tracking_uri
 
         check_change(who.name, spec.grants, ())
+        self._check_sweeps(who.name, spec)
         spec = replace(
             spec, tracking_uri=tracking_uri or spec.tracking_uri or current_tracking_uri()
         )
@@ -118,6 +120,7 @@ class Schedules:
 
         before = self.get(who, schedule_id, Level.CAN_MANAGE)
         check_change(before.owner, spec.grants, ())
+        self._check_sweeps(before.owner, spec)
         spec = replace(spec, tracking_uri=spec.tracking_uri or before.spec.tracking_uri)
         try:
             self.store.replace(schedule_id, spec, _next_due(spec, self.clock()), self.clock())
@@ -125,6 +128,14 @@ class Schedules:
             raise NameTaken(f"{before.owner} already has a schedule named {spec.name!r}") from None
         wake(self.jobs.home)
         return self.store.get(schedule_id)
+
+    def _check_sweeps(self, owner: str, spec: ScheduleSpec) -> None:
+        """Its sweep tasks as their owner could start them (``sweep_task.check``): what
+        would refuse one at every firing is refused now."""
+        if any(t.sweep is not None for t in spec.tasks):
+            from .sweep_task import check
+
+            check(self.jobs, Identity(owner), spec)
 
     def pause(self, who: Identity, schedule_id: str) -> Schedule:
         return self._set_pause(who, schedule_id, PauseStatus.PAUSED)

@@ -11,6 +11,7 @@ to SUBMITTING.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import sqlite3
@@ -69,9 +70,13 @@ CREATE TABLE IF NOT EXISTS schedule_tasks (
     message TEXT,
     claimed_by TEXT,
     previous_job_ids TEXT NOT NULL DEFAULT '[]',
+    sweep_id TEXT,
+    previous_sweep_ids TEXT NOT NULL DEFAULT '[]',
     PRIMARY KEY (run_id, task_key)
 );
 """
+#: Columns a store made by an earlier version lacks: (name, declaration).
+ADDED = (("sweep_id", "TEXT"), ("previous_sweep_ids", "TEXT NOT NULL DEFAULT '[]'"))
 
 SCHEDULE_ID_BYTES = 6
 
@@ -100,6 +105,11 @@ class ScheduleStore:
         self._held: sqlite3.Connection | None = None
         with jobs.connect() as db:
             db.executescript(SCHEMA)
+            columns = {row["name"] for row in db.execute("PRAGMA table_info(schedule_tasks)")}
+            for column, declaration in ADDED:
+                if column not in columns:
+                    with contextlib.suppress(sqlite3.OperationalError):  # another added it
+                        db.execute(f"ALTER TABLE schedule_tasks ADD COLUMN {column} {declaration}")
 
     @contextmanager
     def held(self) -> Iterator[None]:
@@ -338,15 +348,20 @@ class ScheduleStore:
         status: TaskStatus,
         *,
         job_id: str | None = None,
+        sweep_id: str | None = None,
         message: str | None = None,
         only_if: TaskStatus | None = None,
     ) -> bool:
-        """Set a task's status (and job, message); with ``only_if``, only from that status."""
+        """Set a task's status (and job or sweep, message); with ``only_if``, only from
+        that status."""
         query = "UPDATE schedule_tasks SET status = ?, message = ?"
         params: list[object] = [status, message]
         if job_id is not None:
             query += ", job_id = ?"
             params.append(job_id)
+        if sweep_id is not None:
+            query += ", sweep_id = ?"
+            params.append(sweep_id)
         query += " WHERE run_id = ? AND task_key = ?"
         params += [run_id, task_key]
         if only_if is not None:
@@ -364,8 +379,8 @@ class ScheduleStore:
             )
 
     def reopen(self, run_id: int, task_keys: Iterable[str]) -> None:
-        """Repair: these tasks back to PENDING (their jobs kept as previous), the run
-        RUNNING again, in one transaction, only if the run has ended."""
+        """Repair: these tasks back to PENDING (their jobs and sweeps kept as previous),
+        the run RUNNING again, in one transaction, only if the run has ended."""
         with self._write() as db:
             cursor = db.execute(
                 "UPDATE schedule_runs SET status = ?, ended = NULL, message = NULL "
@@ -378,7 +393,10 @@ class ScheduleStore:
                 db.execute(
                     "UPDATE schedule_tasks SET status = ?, message = NULL, claimed_by = NULL, "
                     "previous_job_ids = CASE WHEN job_id IS NULL THEN previous_job_ids "
-                    "ELSE json_insert(previous_job_ids, '$[#]', job_id) END, job_id = NULL "
+                    "ELSE json_insert(previous_job_ids, '$[#]', job_id) END, job_id = NULL, "
+                    "previous_sweep_ids = CASE WHEN sweep_id IS NULL THEN previous_sweep_ids "
+                    "ELSE json_insert(previous_sweep_ids, '$[#]', sweep_id) END, "
+                    "sweep_id = NULL "
                     "WHERE run_id = ? AND task_key = ?",
                     (TaskStatus.PENDING, run_id, key),
                 )
@@ -444,6 +462,8 @@ def _tasks(db: sqlite3.Connection, run_ids: list[int]) -> dict[int, tuple[TaskRu
                 message=row["message"],
                 previous_job_ids=tuple(json.loads(row["previous_job_ids"])),
                 claimed_by=row["claimed_by"],
+                sweep_id=row["sweep_id"],
+                previous_sweep_ids=tuple(json.loads(row["previous_sweep_ids"])),
             )
         )
     return {k: tuple(v) for k, v in out.items()}

@@ -38,7 +38,8 @@ MISSED_KEPT = 100
 #: A time handled this late, at most, is on time (less for crons firing more often).
 ON_TIME = 60.0
 
-#: Submits one task of one run as a job; returns the job's id. Raises to fail the task.
+#: Submits one task of one run as a job; returns the job's id (a sweep task: its sweep's).
+#: Raises to fail the task.
 Launch = Callable[[Schedule, ScheduleRun, TaskSpec], str]
 
 
@@ -47,6 +48,7 @@ class TickResult:
     started: list[int] = field(default_factory=list)  # run ids fired
     skipped: list[int] = field(default_factory=list)  # run ids recorded SKIPPED
     submitted: list[str] = field(default_factory=list)  # job ids
+    sweeps: list[str] = field(default_factory=list)  # sweep ids (sweep tasks)
     ended: list[int] = field(default_factory=list)  # run ids that ended in this pass
 
 
@@ -108,23 +110,30 @@ def advance(
         claimed = _settle(store, now, claimer, result)
         if not claimed:
             return
-        outcomes: list[tuple[int, str, str | None, str | None]] = []
+        outcomes: list[tuple[int, str, str | None, str | None, bool]] = []
         for schedule, run, task in claimed:
+            sweep = task.sweep is not None
             try:
                 submitted = launch(schedule, run, task)
             except Exception as err:  # any failure to submit fails the task, says why
                 log.warning(
                     "schedule %s run %s task %s: %s", schedule.id, run.id, task.task_key, err
                 )
-                outcomes.append((run.id, task.task_key, None, f"could not submit: {err}"))
+                outcomes.append((run.id, task.task_key, None, f"could not submit: {err}", sweep))
                 continue
-            outcomes.append((run.id, task.task_key, submitted, None))
-            result.submitted.append(submitted)
+            outcomes.append((run.id, task.task_key, submitted, None, sweep))
+            (result.sweeps if sweep else result.submitted).append(submitted)
         with store.batch():
-            for run_id, key, job_id, message in outcomes:
-                status = TaskStatus.FAILED if job_id is None else TaskStatus.RUNNING
-                store.set_task(run_id, key, status, job_id=job_id, message=message)
-        if all(job_id is not None for _, _, job_id, _ in outcomes):
+            for run_id, key, started, message, sweep in outcomes:
+                store.set_task(
+                    run_id,
+                    key,
+                    TaskStatus.FAILED if started is None else TaskStatus.RUNNING,
+                    job_id=None if sweep else started,
+                    sweep_id=started if sweep else None,
+                    message=message,
+                )
+        if all(started is not None for _, _, started, _, _ in outcomes):
             return
 
 
@@ -180,11 +189,16 @@ def _settle_run(
 
 
 def _refreshed(store: ScheduleStore, task: TaskRun, known: bool) -> tuple[TaskStatus, str | None]:
-    """A task's status as its job (or its claimer) now says."""
+    """A task's status as its job or its sweep (or its claimer) now says."""
     if not known and not task.status.done and task.status is not TaskStatus.RUNNING:
         return TaskStatus.SKIPPED, "removed from the schedule by an update"
     if task.status is TaskStatus.SUBMITTING and not _claimer_alive(task.claimed_by):
         return TaskStatus.FAILED, "the scheduler submitting it stopped before it was submitted"
+    if task.status is TaskStatus.RUNNING and task.sweep_id is not None:
+        from .sweep_task import outcome
+
+        ended = outcome(store.jobs.home, task.sweep_id)
+        return (task.status, task.message) if ended is None else ended
     if task.status is not TaskStatus.RUNNING or task.job_id is None:
         return task.status, task.message
     try:

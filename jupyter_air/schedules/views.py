@@ -2,9 +2,9 @@
 routes, ``%air_schedule`` and ``air schedule ... --output json``.
 
 A document is what a caller sees of a schedule: its cron in words, its next fire times,
-its task graph, its last runs with each task's job (and the jobs it started: a notebook
-task's cells, and where it kept its executed notebook), and the caller's own level. Fire
-times are ISO 8601 in the schedule's time zone, with their offset.
+its task graph, its last runs with each task's job or sweep (and the jobs it started: a
+notebook task's cells, and where it kept its executed notebook), and the caller's own
+level. Fire times are ISO 8601 in the schedule's time zone, with their offset.
 """
 
 from __future__ import annotations
@@ -58,12 +58,13 @@ def schedule_document(
         "tasks": [
             {
                 "task_key": t.task_key,
-                "kind": "notebook" if t.notebook is not None else "workload",
+                "kind": t.kind,
                 "depends_on": list(t.depends_on),
                 "run_if": t.run_if.value,
                 "experiment_name": t.experiment_name,
                 "notebook": t.notebook_path,
-                "command": _shown(str(t.workload["command"])) if t.workload else None,
+                "command": _shown(str((t.workload or t.sweep or {}).get("command") or "")) or None,
+                "sweep": _sweep(t.sweep) if t.sweep else None,
                 "parameters": t.parameters,
             }
             for t in spec.tasks
@@ -102,6 +103,8 @@ def run_document(
                 "status": t.status.value,
                 "job_id": t.job_id,
                 "previous_job_ids": list(t.previous_job_ids),
+                "sweep_id": t.sweep_id,
+                "previous_sweep_ids": list(t.previous_sweep_ids),
                 "message": _shown(t.message),
                 **_mlflow(jobs, t.job_id, run_link),
                 "executed_notebook": _executed(jobs, t.job_id),
@@ -151,6 +154,20 @@ def _executed(jobs: JobStore, job_id: str | None) -> str | None:
     """Where a notebook task's job kept its executed notebook (its newest attempt's)."""
     found = executed.latest(jobs, job_id) if job_id else None
     return str(found.path) if found else None
+
+
+def _sweep(fields: dict[str, Any]) -> dict[str, Any]:
+    """What a sweep task searches: its objective, trials, parallel and where its study
+    lives (a URL's password masked)."""
+    from ..sweeps.storage import shown
+
+    storage = fields.get("storage")
+    return {
+        "objective": {k: v for k, v in fields["objective"].items() if v},
+        "trials": fields["trials"],
+        "parallel": fields["parallel"],
+        "storage": shown(storage) if storage else None,
+    }
 
 
 def _shown(text: str | None) -> str | None:

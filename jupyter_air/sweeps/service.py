@@ -65,19 +65,7 @@ class SweepService:
         notebook's sweep gives the ``payload`` its trials run, its ``code`` and the
         ``key`` its cell finds it again by (``latest``); ``notify``: whom its end is told
         (``notices``), each checked as a job's."""
-        try:
-            check_targets(notify)
-        except BadTarget as err:
-            raise Refused("notify", str(err)) from None
-        nproc = spec.compute.nproc_per_node
-        place(spec, self.caller.name, nproc_per_node=nproc, reach=False)
-        if not backends.get(spec.backend).multi_node and not spec.compute.oversubscribe:
-            try:
-                check_here(spec.parallel * nproc, "compute.oversubscribe: true")
-            except TooManyRanks as err:
-                raise Refused(
-                    "parallel", f"{spec.parallel} trials of {nproc} rank(s) at once: {err}"
-                ) from None
+        self.check(spec, notify)
         tracking_down(tracking_uri, spec, deferrable=False)
         if spec.storage is not None:
             spec = spec.model_copy(update={"storage": self._storage(spec.storage, working_dir)})
@@ -96,6 +84,25 @@ class SweepService:
         except storage_url.BadStorage as err:
             raise Refused("storage", str(err)) from None
         return sweep, driver.ensure_driver(self.jobs.home, sweep.id)
+
+    def check(self, spec: SweepFile, notify: tuple[Target, ...] = ()) -> None:
+        """``Refused`` for what the caller could not start, short of reaching anything
+        (the tracking store, the study's storage, a cluster): ``notify``, grants they may
+        not give, more ranks at once than this machine holds. A schedule's sweep task is
+        checked so as it is made, and again at each firing (``create``)."""
+        try:
+            check_targets(notify)
+        except BadTarget as err:
+            raise Refused("notify", str(err)) from None
+        nproc = spec.compute.nproc_per_node
+        place(spec, self.caller.name, nproc_per_node=nproc, reach=False)
+        if not backends.get(spec.backend).multi_node and not spec.compute.oversubscribe:
+            try:
+                check_here(spec.parallel * nproc, "compute.oversubscribe: true")
+            except TooManyRanks as err:
+                raise Refused(
+                    "parallel", f"{spec.parallel} trials of {nproc} rank(s) at once: {err}"
+                ) from None
 
     def _storage(self, url: str, working_dir: Path) -> str:
         """The URL as the driver will open it (a SQLite path made absolute), not this

@@ -248,11 +248,13 @@ def load(path: Path) -> SweepFile:
         raise WorkloadError(f"{path}: " + workload_file.describe(err, _where(node))) from None
 
 
-def from_dict(doc: dict[str, Any], name: Callable[[str], str] = str) -> SweepFile:
-    """A sweep given as data (the kernel): errors name the fields without lines, each
-    dotted field as ``name`` says it (the magic's flags)."""
+def from_dict(
+    doc: dict[str, Any], name: Callable[[str], str] = str, model: type[SweepFile] = SweepFile
+) -> SweepFile:
+    """A sweep given as data (the kernel, a schedule's task as ``model``): errors name
+    the fields without lines, each dotted field as ``name`` says it (the magic's flags)."""
     try:
-        return SweepFile.model_validate(doc)
+        return model.model_validate(doc)
     except ValidationError as err:
         raise WorkloadError(
             workload_file.describe(err, lambda loc: name(_dotted(_named(loc))))

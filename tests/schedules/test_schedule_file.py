@@ -155,3 +155,97 @@ def test_the_cli_refuses_in_one_line_and_creates_nothing(
     assert "unknown time zone 'Mars/Olympus'" in err
     assert main(["schedule", "list", "--output", "json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
+
+
+SEARCH = """\
+name: nightly-search
+schedule: {cron: "0 4 * * *"}
+experiment_name: searches
+tasks:
+  - task_key: search
+    sweep:
+      command: python train.py
+      space: {lr: {type: float, low: 1.0e-4, high: 0.1, log: true}}
+      objective: {minimize: val_loss}
+      trials: 2
+      storage: sqlite:///studies.db
+  - task_key: again
+    sweep: {file: sweep.yaml}
+"""
+
+SWEEP = """\
+experiment_name: sweep-exp
+command: python train.py
+space: {layers: [1, 2]}
+objective: {maximize: accuracy}
+trials: 2
+"""
+
+
+def test_a_sweep_task_is_a_sweep_file_inline_or_by_file_read_in_now(tmp_path: Path) -> None:
+    (tmp_path / "sweep.yaml").write_text(SWEEP)
+    (tmp_path / "s.yaml").write_text(SEARCH)
+    search, again = load(tmp_path / "s.yaml").tasks
+    assert (search.kind, again.kind) == ("sweep", "sweep")
+    assert search.sweep is not None
+    assert again.sweep is not None
+    assert search.sweep["experiment_name"] is None  # the schedule's, when it fires
+    assert search.sweep["working_dir"] == str(tmp_path.resolve())
+    assert search.sweep["storage"] == f"sqlite:///{tmp_path.resolve()}/studies.db"
+    assert again.sweep["objective"] == {"minimize": None, "maximize": "accuracy"}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        (
+            "low: 1.0e-4, high: 0.1",
+            "low: 0.1, high: 1.0e-4",
+            "tasks.0 (search): sweep: space.lr: low (0.1) must be below high (0.0001)",
+        ),
+        (
+            "objective: {minimize: val_loss}",
+            "objective: {lowest: val_loss}",
+            "tasks.0 (search): sweep: objective.lowest: Extra inputs are not permitted",
+        ),
+        (
+            "storage: sqlite:///studies.db",
+            "storage: redis://cache/0",
+            "tasks.0 (search): sweep: storage: 'redis' is not a database Optuna keeps",
+        ),
+        ("{file: sweep.yaml}", "{file: gone.yaml}", "tasks.1 (again): sweep: "),
+        (
+            "    sweep: {file: sweep.yaml}",
+            "    sweep: {file: sweep.yaml}\n    notebook: x.ipynb",
+            "task 'again': give exactly one of workload, notebook or sweep",
+        ),
+    ],
+)
+def test_a_bad_sweep_task_is_refused_in_one_line_naming_the_field(
+    tmp_path: Path, old: str, new: str, said: str
+) -> None:
+    (tmp_path / "sweep.yaml").write_text(SWEEP)
+    assert old in SEARCH
+    (tmp_path / "s.yaml").write_text(SEARCH.replace(old, new))
+    with pytest.raises(ScheduleFileError) as err:
+        load(tmp_path / "s.yaml")
+    assert said in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_sweep_task_its_owner_could_not_start_is_refused_when_the_schedule_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """More trials at once than this machine holds: the sweeps service's own check, at
+    ``air schedule create``, not at the first firing."""
+    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
+    (tmp_path / "sweep.yaml").write_text(SWEEP)
+    (tmp_path / "s.yaml").write_text(
+        SEARCH.replace("trials: 2\n", "trials: 2\n      parallel: 256\n", 1)
+    )
+    assert main(["schedule", "create", "-f", str(tmp_path / "s.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "tasks.0 (search): sweep: parallel: 256 trials of 1 rank(s) at once" in err
+    assert main(["schedule", "list", "--output", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []

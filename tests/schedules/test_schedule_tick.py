@@ -25,7 +25,10 @@ from jupyter_air.schedules.model import (
     TaskStatus,
 )
 from jupyter_air.schedules.service import ScheduleForbidden, Schedules
+from jupyter_air.schedules.sweep_task import sweep_of
 from jupyter_air.schedules.tick import tick
+from jupyter_air.sweeps import space
+from jupyter_air.sweeps.store import SweepStatus, SweepStore
 from tests.factories import job_spec
 
 ME = Identity("alice", frozenset({"ml"}))
@@ -42,6 +45,16 @@ class FakeLaunch:
     def __call__(self, schedule: Schedule, run: ScheduleRun, task: TaskSpec) -> str:
         if task.task_key in self.fail:
             raise RuntimeError("the tracking store is unreachable")
+        if task.sweep is not None:  # its sweep's record, with no driver
+            sweep = SweepStore(self.jobs.home).create(
+                sweep_of(schedule.spec, schedule.owner, task),
+                owner=schedule.owner,
+                working_dir=self.jobs.home,
+                tracking_uri="sqlite:///x.db",
+                user=schedule.owner,
+            )
+            self.launched.append((run.id, task.task_key, sweep.id))
+            return sweep.id
         job = self.jobs.create(job_spec("command"), owner=schedule.owner)
         self.launched.append((run.id, task.task_key, job.id))
         return job.id
@@ -279,6 +292,63 @@ def test_repair_reruns_the_failed_task_and_what_was_skipped_after_it(
     assert schedules.run(ME, run_id).status is RunStatus.SUCCEEDED
     with pytest.raises(ValueError, match="no failed task"):
         schedules.repair(ME, run_id)
+
+
+def test_a_sweep_task_starts_a_sweep_and_ends_as_it_does(
+    schedules: Schedules, launch: FakeLaunch, tmp_path: Path
+) -> None:
+    """Its run links the sweep; no trial completed fails it (and skips what follows),
+    a repair starts a new sweep, whose best trial succeeds it; a stopped one cancels."""
+    sweep = {
+        "command": "python train.py",
+        "space": {"lr": {"type": "float", "low": 0.001, "high": 0.1}},
+        "objective": {"minimize": "val_loss"},
+        "trials": 2,
+    }
+    doc = chain(experiment_name="searches")
+    doc["tasks"][0] = {"task_key": "prep", "sweep": sweep}
+    s = create(schedules, tmp_path, doc)
+    assert s.next_due is not None
+    fired = tick(schedules.store, launch, s.next_due)
+    run_id = fired.started[0]
+    first = launch.job("prep")
+    assert (fired.sweeps, fired.submitted) == ([first], [])
+    prep = schedules.run(ME, run_id).tasks[0]
+    assert (prep.status, prep.sweep_id, prep.job_id) == (TaskStatus.RUNNING, first, None)
+    sweeps = SweepStore(schedules.jobs.home)
+    found = sweeps.get(first)
+    assert (found.owner, found.spec.experiment_name) == ("alice", "searches")
+    tick(schedules.store, launch, s.next_due + 1)
+    assert schedules.run(ME, run_id).status is RunStatus.RUNNING  # while the sweep runs
+
+    sweeps.end(first, SweepStatus.COMPLETED)
+    tick(schedules.store, launch, s.next_due + 2)
+    run = schedules.run(ME, run_id)
+    assert run.status is RunStatus.FAILED
+    assert [(t.status, t.message) for t in run.tasks] == [
+        (TaskStatus.FAILED, f"no trial of sweep {first} completed"),
+        (TaskStatus.SKIPPED, "run_if ALL_SUCCESS: prep FAILED"),
+    ]
+
+    repaired = schedules.repair(ME, run_id)
+    assert repaired.tasks[0].previous_sweep_ids == (first,)
+    tick(schedules.store, launch, s.next_due + 3)
+    second = launch.job("prep")
+    assert second != first
+    study = sweeps.study(sweeps.get(second))
+    study.tell(study.ask(space.distributions(sweeps.get(second).spec)), 0.25)
+    sweeps.end(second, SweepStatus.COMPLETED)
+    tick(schedules.store, launch, s.next_due + 4)
+    prep = schedules.run(ME, run_id).tasks[0]
+    assert (prep.status, prep.sweep_id) == (TaskStatus.SUCCEEDED, second)
+    assert prep.message == "best: trial 0, val_loss 0.25"
+    assert [k for _, k, _ in launch.launched] == ["prep", "prep", "train"]
+
+    later = schedules.run_now(ME, s.id)
+    tick(schedules.store, launch, s.next_due + 5)
+    sweeps.end(launch.job("prep", later.id), SweepStatus.STOPPED)
+    tick(schedules.store, launch, s.next_due + 6)
+    assert schedules.run(ME, later.id).tasks[0].status is TaskStatus.CANCELLED
 
 
 def test_repair_rerun_dependent_also_reruns_what_succeeded_after(
