@@ -109,24 +109,34 @@ def _html(
     )
 
 
-#: The chart's size and margin, in pixels.
-WIDTH, HEIGHT, MARGIN = 360, 140, 28
+#: The chart's size, its margin, and the gutter at its left that holds the values.
+WIDTH, HEIGHT, MARGIN, GUTTER = 360, 140, 20, 48
 
 
 def chart(trials: Sequence[TrialRecord], minimize: bool) -> str:
     """The objective of each completed trial by its number (dots) and the best so far (a
-    step line), as an SVG; nothing before a trial completed."""
+    step line), as an SVG; nothing before a trial completed. The highest and lowest
+    values are written in a gutter at the left, the first and last trial numbers under
+    the axis: no dot is drawn over a word."""
     done = [(t.number, t.value) for t in trials if t.value is not None]
     if not done:
         return ""
     low, high = min(v for _, v in done), max(v for _, v in done)
-    span, last = (high - low) or 1.0, max(max(n for n, _ in done), 1)
+    span = (high - low) or 1.0
+    first, last = min(n for n, _ in done), max(n for n, _ in done)
+    bottom = HEIGHT - MARGIN
 
     def x(n: int) -> float:
-        return MARGIN + n / last * (WIDTH - 2 * MARGIN)
+        return GUTTER + 6 + (n - first) / ((last - first) or 1) * (WIDTH - GUTTER - 6 - MARGIN)
 
     def y(v: float) -> float:
-        return HEIGHT - MARGIN - (v - low) / span * (HEIGHT - 2 * MARGIN)
+        return bottom - 6 - (v - low) / span * (bottom - 6 - MARGIN)
+
+    def text(at_x: float, at_y: float, words: str, anchor: str) -> str:
+        return (
+            f'<text x="{at_x:.1f}" y="{at_y:.1f}" font-size="10" fill="currentColor" '
+            f'text-anchor="{anchor}">{html.escape(words)}</text>'
+        )
 
     dots = "".join(
         f'<circle cx="{x(n):.1f}" cy="{y(v):.1f}" r="3" fill="currentColor" opacity="0.6"/>'
@@ -137,15 +147,20 @@ def chart(trials: Sequence[TrialRecord], minimize: bool) -> str:
         if so_far is None or (v < so_far if minimize else v > so_far):
             so_far = v
         steps.append(f"{x(n):.1f},{y(so_far):.1f}")
+    labels = [text(GUTTER - 4, y(high) + 3, value_text(high), "end")]
+    if high != low:
+        labels.append(text(GUTTER - 4, y(low) + 3, value_text(low), "end"))
+    labels.append(text(x(first), bottom + 12, str(first), "middle"))
+    if last != first:
+        labels.append(text(x(last), bottom + 12, str(last), "middle"))
+    labels.append(text((GUTTER + WIDTH) / 2, bottom + 12, "trial", "middle"))
     return (
         f'<svg class="jp-air-SweepChart" width="{WIDTH}" height="{HEIGHT}" '
         'role="img" aria-label="objective by trial">'
+        f'<path d="M{GUTTER},{MARGIN} V{bottom} H{WIDTH - MARGIN}" '
+        'fill="none" stroke="currentColor" stroke-opacity="0.3"/>'
         f'<polyline points="{" ".join(steps)}" fill="none" stroke="#1976d2" stroke-width="2"/>'
-        f"{dots}"
-        f'<text x="2" y="{MARGIN}" font-size="10" fill="currentColor">{value_text(high)}</text>'
-        f'<text x="2" y="{HEIGHT - MARGIN}" font-size="10" fill="currentColor">'
-        f"{value_text(low)}</text>"
-        f'<text x="{WIDTH / 2}" y="{HEIGHT - 6}" font-size="10" fill="currentColor">trial</text>'
+        f"{dots}{''.join(labels)}"
         "</svg>"
     )
 
