@@ -25,6 +25,7 @@ from jupyter_air.schedules.model import (
     TaskStatus,
 )
 from jupyter_air.schedules.service import ScheduleForbidden, Schedules
+from jupyter_air.schedules.store import ScheduleStore
 from jupyter_air.schedules.sweep_task import sweep_of
 from jupyter_air.schedules.tick import tick
 from jupyter_air.sweeps import space
@@ -493,3 +494,24 @@ def test_a_task_claimed_by_a_scheduler_that_died_fails_one_on_another_host_waits
     assert prep[first.id].message == "the scheduler submitting it stopped before it was submitted"
     assert prep[second].status is TaskStatus.SUBMITTING  # its scheduler runs elsewhere
     assert launch.launched == []
+
+
+def test_a_store_made_before_sweep_tasks_gains_their_columns(tmp_path: Path) -> None:
+    jobs = JobStore(tmp_path / "air")
+    with jobs.connect() as db:
+        db.execute(
+            "CREATE TABLE schedule_tasks (run_id INTEGER NOT NULL, task_key TEXT NOT NULL, "
+            "status TEXT NOT NULL, job_id TEXT, message TEXT, claimed_by TEXT, "
+            "previous_job_ids TEXT NOT NULL DEFAULT '[]', PRIMARY KEY (run_id, task_key))"
+        )
+        db.execute(
+            "INSERT INTO schedule_tasks (run_id, task_key, status, job_id) "
+            "VALUES (1, 'train', 'SUCCEEDED', 'j-1')"
+        )
+    ScheduleStore(jobs)
+    ScheduleStore(jobs)  # a second opening finds them there
+    with jobs.connect() as db:
+        row = db.execute(
+            "SELECT job_id, sweep_id, previous_sweep_ids FROM schedule_tasks"
+        ).fetchone()
+    assert tuple(row) == ("j-1", None, "[]")
