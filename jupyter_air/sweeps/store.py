@@ -195,10 +195,12 @@ class SweepStore:
             "notify": [t.to_json() for t in notify],
         }
         study_id = self.storage.get_study_id_from_name(sweep_id)
-        self.storage.set_study_user_attr(study_id, SWEEP, doc)
+        # The record that lists it last: a caller killed meanwhile leaves none, or one
+        # with its status and the key its cell finds it again by.
         self.storage.set_study_user_attr(study_id, STATUS, SweepStatus.RUNNING.value)
         if key is not None:
             self.storage.set_study_user_attr(study_id, KEY, key)
+        self.storage.set_study_user_attr(study_id, SWEEP, doc)
         return self.get(sweep_id)
 
     def payload_path(self, sweep_id: str) -> Path:
