@@ -51,7 +51,7 @@ class Unit:
             return where
         return f"{where} slice {self.slice} ({self.profile or 'profile unknown'})"
 
-    def held(self) -> str:
+    def with_holder(self) -> str:
         """It, and who holds it: ``GPU 0 slice 0 (3g.40gb, a process)``."""
         text = str(self)
         return f"{text[:-1]}, {self.busy})" if text.endswith(")") else f"{text} ({self.busy})"
@@ -162,7 +162,7 @@ def _too_few(
     others = [u for u in found if u.busy is None and u.mig and u not in eligible]
     if others:
         text += f"; other free slices: {', '.join(map(str, others))}"
-    busy = [unit.held() for unit in eligible if unit.busy is not None]
+    busy = [unit.with_holder() for unit in eligible if unit.busy is not None]
     if busy:
         text += f"; busy: {', '.join(busy)}"
     fix = f"ask for at most {len(free)}" if free else "wait for one to be freed"
