@@ -60,6 +60,7 @@ def sweep(
     pruner: str = "none",
     seed: int | None = None,
     notify: Sequence[str] | None = None,
+    storage: str | None = None,
     new: bool = False,
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
@@ -70,7 +71,8 @@ def sweep(
     A parameter is a form (``"loguniform(1e-4, 1e-1)"``, ``"int(1, 4)"``,
     ``"choice(adam, sgd)"``), a list of choices, or a sweep file's mapping. ``args`` and
     ``kwargs`` go to every call; ``notify``: whom the sweep's end is told, with its best
-    trial (``--notify``'s forms: ``"jupyterlab"``, ``"email:ADDRESS"``, ...). The sweep
+    trial (``--notify``'s forms: ``"jupyterlab"``, ``"email:ADDRESS"``, ...); ``storage``:
+    an Optuna RDB URL to keep the study at instead of AIR_HOME's store. The sweep
     runs in a process of its own; this shows its trials as they go and returns the best
     parameters. Called again with the same arguments (after a kernel restart), it
     follows that sweep, or shows its result; ``new=True`` searches again."""
@@ -104,6 +106,7 @@ def sweep(
         pruner=pruner,
         seed=seed,
         notify=targets,
+        storage=storage,
     )
     submission = options.validate()
     run_name = str(options.run_name or getattr(function, "__name__", "function"))
@@ -141,8 +144,8 @@ def sweep(
     except WorkloadError as err:
         raise ValueError(str(err)) from None
     except Refused as err:
-        if err.field == "notify":
-            raise ValueError(f"notify=: {err}") from None
+        if err.field in ("notify", "storage"):
+            raise ValueError(f"{err.field}=: {err}") from None
         raise ValueError(str(option_error(err))) from None
 
 

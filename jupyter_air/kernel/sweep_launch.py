@@ -65,6 +65,9 @@ class Search:
     seed: int | None = None
     #: Whom the sweep's end is told, with its best trial (``sweeps.notices``).
     notify: tuple[Target, ...] = ()
+    #: Where its study lives: an Optuna RDB URL (a sweep file's ``storage:``); None:
+    #: AIR_HOME's own store.
+    storage: str | None = None
 
 
 def sweep_spec(
@@ -90,6 +93,7 @@ def sweep_spec(
         "sampler": search.sampler,
         "pruner": search.pruner,
         "seed": search.seed,
+        "storage": search.storage,
     }
     return from_dict(doc, name)
 

@@ -66,6 +66,7 @@ FLAGS = {
     "objective": "--minimize/--maximize",
     "space": "--space",
     "experiment_name": "--experiment",
+    "storage": "--storage",
 }
 
 
@@ -111,6 +112,7 @@ def search_from(args: Any) -> Search:
         pruner=args.pruner,
         seed=args.seed,
         notify=_targets(args.told or []),
+        storage=args.storage,
     )
 
 
@@ -143,6 +145,13 @@ class AirSweepMagics(Magics):
     )
     @argument(
         "--seed", type=int, default=None, help="The sampler's seed, for a search that repeats."
+    )
+    @argument(
+        "--storage",
+        metavar="URL",
+        default=None,
+        help="Keep the study at this Optuna RDB URL (sqlite:///PATH, postgresql://...) "
+        "instead of AIR_HOME's own store.",
     )
     @argument(
         "--notify",
@@ -211,7 +220,7 @@ class AirSweepMagics(Magics):
         except (OptionError, UnpicklableName, SyntaxError, WorkloadError) as err:
             raise UsageError(f"{err}; {SEE_HELP}") from None
         except Refused as err:
-            if err.field in ("parallel", "notify"):
+            if err.field in ("parallel", "notify", "storage"):
                 said = f"--{err.field}: {err}"
             else:
                 said = str(option_error(err))

@@ -114,3 +114,34 @@ def test_a_storage_that_cannot_hold_the_study_is_refused_with_nothing_made(
     own = f"sqlite:///{service.store.dir / DATABASE}"
     assert "AIR_HOME's own store" in refused(own)
     assert service.sweeps() == []
+
+
+def test_the_magics_storage_flag_and_sweeps_argument_give_the_sweep_its_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_air import sweep
+    from jupyter_air.jobs.workload_file import WorkloadError
+    from jupyter_air.kernel.options import Options
+    from jupyter_air.kernel.sweep_launch import sweep_spec
+    from jupyter_air.kernel.sweep_magic import flag_of, parsed
+
+    def magic(url: str) -> SweepFile:
+        line = f"--trials 2 --minimize loss --space 'x: int(0, 3)' --storage {url}"
+        return sweep_spec(
+            parsed(line)[1],
+            Options().validate(),
+            experiment="toy",
+            run_name="toy",
+            label="%%air_sweep",
+            name=flag_of,
+        )
+
+    assert magic("sqlite:///studies.db").storage == "sqlite:///studies.db"
+    with pytest.raises(WorkloadError, match=r"^--storage: 'redis' is not a database"):
+        magic("redis://cache/0")
+
+    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    with pytest.raises(ValueError, match=r"^storage=: a SQLite storage is a file"):
+        sweep(lambda: None, {"x": "int(0, 3)"}, objective="loss", trials=2, storage="sqlite://")
+    assert SweepStore(tmp_path / "air").sweeps() == []
