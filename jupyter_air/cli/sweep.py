@@ -204,6 +204,8 @@ def _get(args: argparse.Namespace) -> int:
     print(f"  run:       {doc['run_id'] or 'made as its driver starts'}")
     if doc["storage"]:
         print(f"  study:     {doc['id']} at {doc['storage']}")
+    if doc["storage_error"]:
+        print(f"  trials:    not read: {doc['storage_error']}")
     driver = doc["driver"]
     print(f"  driver:    {'pid ' + str(driver['pid']) if driver else 'not running'}")
     if doc["best"]:

@@ -14,6 +14,7 @@ only when a schedule has a sweep task: the scheduler stays light otherwise.
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +24,10 @@ from ..jobs.store import JobStore
 from .model import Schedule, ScheduleSpec, TaskSpec, TaskStatus
 from .schedule_file import ScheduleFileError
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
-    from ..sweeps.store import SweepStore
+    from ..sweeps.store import Sweep, SweepStore
     from ..sweeps.sweep_file import SweepFile
 
 
@@ -78,6 +81,9 @@ def start(jobs: JobStore, schedule: Schedule, task: TaskSpec, tracking_uri: str)
 
 def outcome(home: Path, sweep_id: str) -> tuple[TaskStatus, str | None] | None:
     """How the task's sweep ended; None while it runs."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from ..sweeps.storage import BadStorage
     from ..sweeps.store import SweepStatus, UnknownSweep, best_of
 
     store = _store(home)
@@ -91,11 +97,21 @@ def outcome(home: Path, sweep_id: str) -> tuple[TaskStatus, str | None] | None:
         return TaskStatus.CANCELLED, f"sweep {sweep_id} was stopped"
     if sweep.status is SweepStatus.FAILED:
         return TaskStatus.FAILED, f"sweep {sweep_id} failed: {sweep.message or 'no reason given'}"
-    best = best_of(sweep, store.trials(sweep_id))
+    try:
+        best = best_of(sweep, store.trials(sweep_id))
+    except (BadStorage, SQLAlchemyError) as err:  # its storage: down now, looked at again
+        log.warning("sweep %s: its trials could not be read: %s", sweep_id, _said(sweep, err))
+        return None
     if best is None:
         return TaskStatus.FAILED, f"no trial of sweep {sweep_id} completed"
     metric = sweep.spec.objective.metric
     return TaskStatus.SUCCEEDED, f"best: trial {best.number}, {metric} {best.value:g}"
+
+
+def _said(sweep: Sweep, err: Exception) -> str:
+    from ..sweeps.storage import said
+
+    return str(err) if sweep.spec.storage is None else said(sweep.spec.storage, err)
 
 
 @functools.cache

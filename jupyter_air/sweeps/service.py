@@ -152,7 +152,7 @@ class SweepService:
 
     def document(self, sweep: Sweep, with_trials: bool = False) -> dict[str, Any]:
         """What the caller sees of a sweep they may view."""
-        trials = self.store.trials(sweep.id)
+        trials, unread = self._trials(sweep)
         best = best_of(sweep, trials)
         info = driver.running(self.jobs.home, sweep.id)
         doc: dict[str, Any] = {
@@ -169,6 +169,7 @@ class SweepService:
             "trials_planned": space.planned(sweep.spec),
             "parallel": sweep.spec.parallel,
             "storage": storage_url.shown(sweep.spec.storage) if sweep.spec.storage else None,
+            "storage_error": unread,
             "counts": {s: sum(t.state == s for t in trials) for s in _STATES},
             "best": best.as_json() if best else None,
             "driver": info.to_json() if info else None,
@@ -176,6 +177,18 @@ class SweepService:
         if with_trials:
             doc["trials"] = [t.as_json() for t in trials]
         return doc
+
+    def _trials(self, sweep: Sweep) -> tuple[list[TrialRecord], str | None]:
+        """Its trials; none, and why, where its ``storage:`` cannot be read now (a
+        server down): the sweep is still listed, its record being here."""
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            return self.store.trials(sweep.id), None
+        except storage_url.BadStorage as err:
+            return [], str(err)
+        except SQLAlchemyError as err:
+            return [], storage_url.said(sweep.spec.storage or "", err)
 
 
 _STATES = ("RUNNING", "COMPLETE", "PRUNED", "FAIL")

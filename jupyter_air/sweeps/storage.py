@@ -101,11 +101,12 @@ def connect(url: str) -> optuna.storages.RDBStorage:
     try:
         return optuna.storages.RDBStorage(url, engine_kwargs=engine)
     except (SQLAlchemyError, ImportError, ValueError, RuntimeError) as err:
-        raise BadStorage(f"{shown(url)} could not be used: {_without_password(url, err)}") from None
+        raise BadStorage(f"{shown(url)} could not be used: {said(url, err)}") from None
 
 
-def _without_password(url: str, err: BaseException) -> str:
-    """The error's first line, the URL's password replaced by ``***`` wherever it shows."""
+def said(url: str, err: BaseException) -> str:
+    """An error of the storage at ``url`` in one line, its password replaced by ``***``
+    wherever it shows."""
     said = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     password = parse(url).password
     return said.replace(str(password), "***") if password else said

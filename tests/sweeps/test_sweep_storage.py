@@ -145,3 +145,31 @@ def test_the_magics_storage_flag_and_sweeps_argument_give_the_sweep_its_url(
     with pytest.raises(ValueError, match=r"^storage=: a SQLite storage is a file"):
         sweep(lambda: None, {"x": "int(0, 3)"}, objective="loss", trials=2, storage="sqlite://")
     assert SweepStore(tmp_path / "air").sweeps() == []
+
+
+def test_a_sweep_whose_study_cannot_be_read_now_is_still_shown_saying_why(tmp_path: Path) -> None:
+    """Its record is in AIR_HOME: ``air sweep list/get`` show it, and a schedule's task
+    waits for its trials rather than failing (a database server down for a while)."""
+    from jupyter_air.schedules import sweep_task
+    from jupyter_air.sweeps.store import SweepStatus
+
+    elsewhere = tmp_path / "team"
+    elsewhere.mkdir()
+    home = tmp_path / "air"
+    store = SweepStore(home)
+    sweep = store.create(
+        spec(f"sqlite:///{elsewhere}/studies.db"),
+        owner="alice",
+        working_dir=tmp_path,
+        tracking_uri="sqlite:///x.db",
+        user="alice",
+    )
+    store.end(sweep.id, SweepStatus.COMPLETED)
+    (elsewhere / "studies.db").unlink()
+    elsewhere.rmdir()
+    service = SweepService(JobStore(home), Identity("alice"))
+    doc = service.document(service.get(sweep.id), with_trials=True)
+    assert doc["status"] == "COMPLETED"
+    assert doc["trials"] == []
+    assert f"{elsewhere} is not a directory" in doc["storage_error"]
+    assert sweep_task.outcome(home, sweep.id) is None
