@@ -81,13 +81,22 @@ class AirCollector(Collector):
         self._latest: list[dict[str, Any]] = []
         #: The holder of each job whose processes held GPUs at the last scrape.
         self._job_holders: dict[str, Holder] = {}
+        #: The job of each GPU process at the last scrape, by (pid, start time): a
+        #: process's AIR_JOB_ID never changes, and reading its environment is a scrape's
+        #: dearest look at it.
+        self._pid_jobs: dict[tuple[int, float], str | None] = {}
+        #: The GPUs and host of the sampler's inventory, sent by it only when new.
+        self._inventory: tuple[str | None, list[dict[str, Any]], dict[str, Any]] = (None, [], {})
         #: A registry of this collector alone, never the process-wide default one.
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            doc = self.sampler.snapshot(since=self.usage.counted_until)
+            doc = self.sampler.snapshot(self.usage.counted_until, self._inventory[0])
+            if "gpus" in doc:  # the first scrape, or GPUs that changed
+                self._inventory = (doc["inventory"], doc["gpus"], doc["host"])
+            doc["gpus"], doc["host"] = self._inventory[1:]
             if len(self._latest) != len(doc["samples"]["gpu"]):  # another inventory
                 self._latest = [{} for _ in doc["samples"]["gpu"]]
             for latest, columns in zip(self._latest, doc["samples"]["gpu"], strict=True):
@@ -108,19 +117,33 @@ class AirCollector(Collector):
         change: each job is read once while its processes hold GPUs (kept from one scrape
         to the next)."""
         jobs: dict[str, Holder] = {}
+        pids: dict[tuple[int, float], str | None] = {}
         holders = [
-            [self._holder(p["pid"], jobs) for p in state["processes"]] for state in doc["state"]
+            [self._holder(p["pid"], jobs, pids) for p in state["processes"]]
+            for state in doc["state"]
         ]
-        self._job_holders = jobs
+        self._job_holders, self._pid_jobs = jobs, pids
         return holders
 
-    def _holder(self, pid: int, jobs: dict[str, Holder]) -> Holder:
-        job_id = job_of(pid)
+    def _holder(
+        self, pid: int, jobs: dict[str, Holder], pids: dict[tuple[int, float], str | None]
+    ) -> Holder:
+        job_id = self._job_of(pid, pids)
         if job_id is None:
             return Holder(_user_of(pid), "", owner_of(pid, self.kernels) or "")
         if job_id not in jobs:
             jobs[job_id] = self._job_holders.get(job_id) or self._job_holder(job_id, pid)
         return jobs[job_id]
+
+    def _job_of(self, pid: int, pids: dict[tuple[int, float], str | None]) -> str | None:
+        """``job_of(pid)``, read once in the life of the process."""
+        try:
+            key = (pid, psutil.Process(pid).create_time())
+        except (psutil.Error, OSError):  # gone
+            return None
+        if key not in pids:
+            pids[key] = self._pid_jobs[key] if key in self._pid_jobs else job_of(pid)
+        return pids[key]
 
     def _job_holder(self, job_id: str, pid: int) -> Holder:
         try:
