@@ -29,7 +29,6 @@ import math
 import os
 import re
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,7 +44,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_gpu import free_port  # noqa: E402
+
 from tests.fake_nvml import FakeGpu, Scenario, build_library, env_for, load_in_process  # noqa: E402
+from tests.waits import until  # noqa: E402
 
 GIB = 1024**3
 HOUR = 3600.0
@@ -178,12 +180,6 @@ def bench_scrape_in_process(work: Path, scrapes: int) -> dict[str, Any]:
     }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 #: tornado's request log line (jupyter_server's ``log_request``), its time in ms.
 REQUEST_LOG = re.compile(r"\b200 GET /(jupyter-air/metrics|api/status)\S* .*?([\d.]+)ms")
 
@@ -245,18 +241,16 @@ def bench_scrape_route(work: Path, lib_dir: Path, requests: int) -> dict[str, An
             return body, time.perf_counter() - start
 
         metrics_auth = f"Bearer {token_file.read_text().strip()}"
+
+        def sampling() -> bool:  # (the sampler's full ring: timed in process)
+            try:
+                rows = json.loads(get("jupyter-air/gpu", f"token {token}")[0])
+            except OSError:  # not listening yet
+                return False
+            return len(rows["samples"]["t"]) >= 10
+
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    rows = json.loads(get("jupyter-air/gpu", f"token {token}")[0])
-                    if len(rows["samples"]["t"]) >= 10:  # sampling (its ring: in process)
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the server did not fill its history in time")
-                time.sleep(0.5)
+            until(sampling, "the server sampling its GPUs", timeout=120, step=0.5)
             get("jupyter-air/metrics", metrics_auth)  # the first: jobs read from the store
             sizes: list[int] = []
             client: dict[str, list[float]] = {"metrics": [], "status": []}
