@@ -41,7 +41,13 @@ export function statusText(model: RunsModel): IStatus {
         : 'No runs yet: this notebook has no MLflow experiment.';
     } else {
       const count = model.page?.runs.length ?? 0;
-      text = `${count} run${count === 1 ? '' : 's'} · page ${model.pageNumber}`;
+      // A sweep's runs are one row: say how many of the rows are sweeps.
+      const sweeps = model.rows.filter(row => row.kind === 'sweep').length;
+      text = [
+        `${count} run${count === 1 ? '' : 's'}`,
+        ...(sweeps ? [`${sweeps} sweep${sweeps === 1 ? '' : 's'}`] : []),
+        `page ${model.pageNumber}`
+      ].join(' · ');
     }
     return { text, title: '' };
   });

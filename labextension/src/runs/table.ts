@@ -240,6 +240,9 @@ export class RunsTable extends Widget {
     const badge = el('span', 'jp-air-RunsPanel-kind', 'sweep');
     badge.title = `Sweep ${sweep.id}: ${minimize ? 'minimize' : 'maximize'} ${metric}; its trials are listed under it`;
     name.append(' ', badge);
+    const summary = sweepSummary(sweep);
+    const line = el('div', 'jp-air-RunsPanel-sweepSummary', summary);
+    line.title = sweep.message ? `${summary}. ${sweep.message}` : summary;
     if (sweep.trials.filter(t => t.run_id).length >= 2) {
       const compare = this._button(
         'compare',
@@ -249,11 +252,8 @@ export class RunsTable extends Widget {
       compare.addEventListener('click', () =>
         this.model.compareTrials(sweep.id)
       );
-      name.append(' ', compare);
+      line.append(' · ', compare);
     }
-    const summary = sweepSummary(sweep);
-    const line = el('div', 'jp-air-RunsPanel-sweepSummary', summary);
-    line.title = sweep.message ? `${summary}. ${sweep.message}` : summary;
     name.appendChild(line);
     this._cells(tr, run, page, metrics);
     return tr;

@@ -208,7 +208,7 @@ describe('RunsTable', () => {
     const cells = [...sweep.cells].map(td => td.textContent);
     expect(cells[1]).toBe('running');
     expect(cells[2]).toBe(
-      'cell-sweep sweep compare2 of 4 trials · 1 running · best loss 0.5 (trial 0)'
+      'cell-sweep sweep2 of 4 trials · 1 running · best loss 0.5 (trial 0) · compare'
     );
     expect(sweep.cells.length).toBe(rows()[0].cells.length); // the columns line up
     const expand = sweep.querySelector<HTMLButtonElement>(
