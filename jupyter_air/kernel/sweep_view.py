@@ -73,10 +73,10 @@ def bundle(sweep: Sweep, trials: Sequence[TrialRecord], planned: int) -> dict[st
             ]
         )
     line = summary(sweep, trials, planned)
+    drawn = chart(trials, sweep.spec.direction is Direction.MINIMIZE)
     return {
         "text/plain": _text(line, head, rows),
-        "text/html": _html(line, head, rows, best, trials)
-        + chart(trials, sweep.spec.direction is Direction.MINIMIZE),
+        "text/html": _html(line, head, rows, best, trials, drawn),
     }
 
 
@@ -93,7 +93,9 @@ def _html(
     rows: list[list[str]],
     best: TrialRecord | None,
     trials: Sequence[TrialRecord],
+    drawn: str,
 ) -> str:
+    """The line, the table and the chart ``drawn``, in one element."""
     cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     body = []
     for trial, row in zip(trials, rows, strict=True):
@@ -105,7 +107,7 @@ def _html(
     return (
         f'<div class="jp-air-Sweep"><div>{html.escape(line)}</div>'
         f'<table class="jp-air-SweepTrials"><thead><tr>{cells}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table></div>"
+        f"<tbody>{''.join(body)}</tbody></table>{drawn}</div>"
     )
 
 
