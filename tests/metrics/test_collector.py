@@ -151,6 +151,23 @@ def test_a_job_the_viewer_may_not_see_shows_its_process_user_and_id_only(
     assert not find(samples, "air_jobs")
 
 
+def test_a_gpu_that_comes_between_two_scrapes_has_its_series_and_its_holder(
+    scenario: WriteScenario, two_users: TwoUsers, store: JobStore, sampler: GpuSampler
+) -> None:
+    """The collector keeps the sampler's GPUs between scrapes (their names and UUIDs are
+    sent only when they change) and each process's job (read once in its life)."""
+    gpus = two_users.scenario().gpus
+    scenario(Scenario(gpus=gpus[:1]))
+    collector = AirCollector(sampler, JobService(store, os_identity()), AirMetrics())
+    assert [s.labels["gpu"] for s in find(scrape(collector), "DCGM_FI_DEV_GPU_UTIL")] == ["0"]
+    scenario(Scenario(gpus=gpus))
+    sampler.sample_now()
+    utils = {s.labels["gpu"]: s.labels for s in find(scrape(collector), "DCGM_FI_DEV_GPU_UTIL")}
+    assert sorted(utils) == ["0", "1", "2"]
+    assert (utils["0"]["user"], utils["1"]["user"]) == ("alice", "bob")
+    assert utils["2"]["modelName"] == "NVIDIA A100-SXM4-40GB"
+
+
 def test_usage_splits_a_shared_gpu_caps_a_gap_and_counts_each_sample_once() -> None:
     usage = GpuUsage(idle_threshold=5.0, forget_after=3600.0)
     both = frozenset({ALICE, BOB})
