@@ -261,7 +261,9 @@ class SweepsHandler(RunsBase):
         uri = self.tracking_uri()
         experiment_id = self.experiment_id()
         who = self.caller()
-        self.write_json({"sweeps": await in_store_thread(self.sweeps, who, uri, experiment_id)})
+        # Not on the job store's threads: a study kept at the user's own storage URL
+        # (``storage:``) may answer slowly, as a tracking server may.
+        self.write_json({"sweeps": await in_mlflow_thread(self.sweeps, who, uri, experiment_id)})
 
     def sweeps(self, who: Identity, uri: str, experiment_id: str) -> list[dict[str, Any]]:
         from ..sweeps import store as sweep_store
