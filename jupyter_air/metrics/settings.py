@@ -9,6 +9,7 @@ rotates it.
 from __future__ import annotations
 
 import hmac
+import logging
 import os
 import stat
 from pathlib import Path
@@ -18,6 +19,8 @@ from traitlets import Float, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
 from ..tracking.energy import checked_intensity, env_grams_co2_per_kwh, keep_grid_intensity
+
+log = logging.getLogger(__name__)
 
 #: Fewer characters than this is guessable over the network.
 MIN_TOKEN_CHARS = 32
@@ -89,8 +92,12 @@ class AirMetrics(Configurable):
 
     def share_with_jobs(self, home: Path) -> None:
         """Keep ``grams_co2_per_kwh`` in AIR_HOME ``home``, where the user's jobs and
-        ``air`` commands read it, whoever started them (none: removed)."""
-        keep_grid_intensity(home, self.grams_co2_per_kwh)
+        ``air`` commands read it, whoever started them (none: removed). A file that
+        cannot be written costs the jobs' CO2 figures only, said in the log."""
+        try:
+            keep_grid_intensity(home, self.grams_co2_per_kwh)
+        except OSError as err:
+            log.warning("jobs will not know the grid's CO2 intensity: %s", err)
 
     @validate("idle_threshold")
     def _percent(self, proposal: dict[str, Any]) -> float:

@@ -102,8 +102,11 @@ def keep_grid_intensity(home: Path, grams_per_kwh: float | None) -> None:
         path.unlink(missing_ok=True)
         return
     temporary = path.with_name(f".{GRID_FILE}.{os.getpid()}")
-    write_private(temporary, json.dumps({"grams_co2_per_kwh": grams_per_kwh}) + "\n")
-    os.replace(temporary, path)
+    try:
+        write_private(temporary, json.dumps({"grams_co2_per_kwh": grams_per_kwh}) + "\n")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 _RUN_KEY = re.compile(rf"system/(node_\d+/)?({ENERGY_KWH}|{INTEGRATED_KWH}|{CO2_GRAMS})")

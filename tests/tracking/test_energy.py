@@ -5,6 +5,7 @@ a job of several nodes their sum; grams of CO2 at the grid's intensity."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -171,7 +172,7 @@ def test_air_get_shows_each_attempts_energy_and_its_co2(
 
 
 def test_the_servers_intensity_is_kept_for_the_users_jobs_and_commands(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.delenv("AIR_GRAMS_CO2_PER_KWH", raising=False)
     assert grid_intensity(tmp_path) is None
@@ -189,6 +190,12 @@ def test_the_servers_intensity_is_kept_for_the_users_jobs_and_commands(
     assert jobs_grid_intensity(tmp_path) is None  # costs a job's CO2 figure only
     with pytest.raises(TraitError, match=r"AirMetrics\.grams_co2_per_kwh must be 0\.\.10000"):
         AirMetrics(grams_co2_per_kwh=float("nan"))
+    (tmp_path / GRID_FILE).unlink()
+    (tmp_path / GRID_FILE).mkdir()  # a file that cannot be written: said, not raised
+    with caplog.at_level(logging.WARNING, "jupyter_air.metrics.settings"):
+        AirMetrics(grams_co2_per_kwh=380.0).share_with_jobs(tmp_path)
+    assert "jobs will not know the grid's CO2 intensity" in caplog.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == [GRID_FILE], "no leftover"
 
 
 def test_a_nodes_sample_loop_carries_the_energy_of_the_jobs_gpus_only(
