@@ -153,7 +153,11 @@ async def test_prometheus_scrapes_both_and_the_dashboard_answers_for_two_users(
     )
     for job in ("jupyter", "exporter"):
         alice = f'DCGM_FI_DEV_GPU_UTIL{{job="{job}", user="alice"}}'
-        await until_async(lambda q=alice: list(query(prometheus, q).values()) == [80.0], alice)
+
+        def busy(q: str = alice) -> bool:
+            return list(query(prometheus, q).values()) == [80.0]
+
+        await until_async(busy, alice)
 
     panels = {title: as_run(expr, "20s", "1h") for title, expr in panel_queries(load()).items()}
 
