@@ -313,7 +313,7 @@ DAY = (
     Held("pretrain", "alice", (0, 1), -2.0 + 7 / 3600, 9.22, 92.0),  # began before the day
     Held("finetune", "alice", (2,), 10.055, 11.0, 85.0),  # failed, then retried:
     Held("finetune", "alice", (2,), 11.034, 13.685, 88.0, attempt=2),
-    Held("explore", "bob", (3,), 1.0 + 13 / 3600, 20.31, 1.0),  # a notebook's job, idle
+    Held("explore", "bob", (3,), 1.0 + 13 / 3600, 20.31, 1.0),  # idle all day
     Held("sweep", "bob", (0, 1), 15.0 + 21 / 3600, 23.5, 60.0),
     Held("late", "bob", (2,), 22.0 + 44 / 3600, 30.0, 3.0),  # running at the day's end
 )
