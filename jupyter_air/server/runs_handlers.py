@@ -154,8 +154,7 @@ class NotebookRunsHandler(RunsBase):
             from ..tracking.runs import default_experiment_name
 
             name = default_experiment_name(mlflow_user(), path)
-            client = er.client_for(uri)
-            doc = await in_mlflow_thread(er.experiment_by_name, client, name)
+            doc = await in_mlflow_thread(lambda: er.experiment_by_name(er.client_for(uri), name))
             experiment_id, source = (doc["id"], "default") if doc else (None, "none")
         self.write_json(
             {
@@ -209,7 +208,7 @@ class ExperimentsHandler(RunsBase):
             if self.is_owner(who)
             else await in_store_thread(self.granted_experiments, who, uri)
         )
-        found = await in_mlflow_thread(er.experiments, er.client_for(uri), ids)
+        found = await in_mlflow_thread(lambda: er.experiments(er.client_for(uri), ids))
         self.write_json({"experiments": found})
 
 
@@ -232,7 +231,8 @@ class RunsHandler(RunsBase):
         who = self.caller()
         await self.require_experiment(who, uri, query.experiment_id)
         waiting = await in_store_thread(self.tracking_lines, who, uri, query.experiment_id)
-        page = await in_mlflow_thread(er.search_page, er.client_for(uri), query, self.visible(who))
+        keep = self.visible(who)
+        page = await in_mlflow_thread(lambda: er.search_page(er.client_for(uri), query, keep))
         self.with_links(uri, page.runs)
         self.write_json({**page.to_json(), "tracking": waiting})
 
@@ -294,10 +294,10 @@ class CompareHandler(RunsBase):
         except er.BadQuery as err:
             raise web.HTTPError(400, str(err)) from None
         who = self.caller()
-        client = er.client_for(uri)
         keep = self.visible(who)
 
         def compared() -> dict[str, Any]:
+            client = er.client_for(uri)
             rows = er.get_runs(client, run_ids)
             if len(keep(rows)) != len(rows):
                 raise PermissionError

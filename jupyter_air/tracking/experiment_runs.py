@@ -109,9 +109,16 @@ class RunsPage:
 
 
 def client_for(tracking_uri: str) -> MlflowClient:
+    """A client of the store, opened under its lock: opening a new sqlite store migrates
+    it, and a job's supervisor or a sweep's driver may be making it at the same moment
+    (two migrations at once fail one of them). Blocks while another process migrates:
+    call it off the event loop."""
     from mlflow import MlflowClient
 
-    return MlflowClient(tracking_uri)
+    from .runs import quiet_store_setup
+
+    with quiet_store_setup(tracking_uri):
+        return MlflowClient(tracking_uri)
 
 
 def run_row(run: Run) -> dict[str, Any]:

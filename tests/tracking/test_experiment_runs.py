@@ -1,9 +1,12 @@
-"""The runs panel's domain rules, without a server or a store: the filter string a
-search makes, nesting, which params differ, the order of metrics and the names a
-comparison's legend shows."""
+"""The runs panel's domain rules, without a server: the filter string a search makes,
+nesting, which params differ, the order of metrics, the names a comparison's legend
+shows, and how its client opens a store another process is making."""
 
 from __future__ import annotations
 
+import sys
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +15,7 @@ from jupyter_air.tracking.experiment_runs import (
     BadQuery,
     RunQuery,
     check_compared,
+    client_for,
     differing_params,
     legend_names,
     nest,
@@ -19,6 +23,8 @@ from jupyter_air.tracking.experiment_runs import (
     time_origin,
     user_metrics_first,
 )
+from jupyter_air.tracking.stores import store_lock
+from tests.waits import until
 
 
 def row(run_id: str, parent: str | None = None, **params: str) -> dict[str, Any]:
@@ -173,3 +179,37 @@ def test_a_row_says_where_a_resumed_retry_started() -> None:
     assert (row["attempt"], row["resumed_from"], row["resumed_step"]) == (2, "/ckpt/step-6", 6)
     fresh = run_row(Run(info, RunData(tags=[RunTag("air.attempt", "1")])))
     assert (fresh["resumed_from"], fresh["resumed_step"]) == (None, None)
+
+
+def test_a_client_waits_for_a_store_another_process_is_making(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runs panel polls while a job's supervisor or a sweep's driver migrates a new
+    sqlite store: opening it then, outside the store's lock, migrated it a second time
+    and failed one of them."""
+    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
+    (tmp_path / "air").mkdir()
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    opened: list[Any] = []
+    with store_lock(uri):  # another process making the store
+        opener = threading.Thread(target=lambda: opened.append(client_for(uri)))
+        opener.start()
+        where = until(
+            lambda: (not opener.is_alive() and "ended") or waiting_for_the_lock(opener),
+            "the client waiting for the store's lock, or opened",
+        )
+        assert where == "waiting", "the client opened the store while it was being made"
+        assert not (tmp_path / "mlflow.db").exists()
+    opener.join(timeout=120)
+    assert not opener.is_alive()
+    assert [e.name for e in opened[0].search_experiments()] == ["Default"]
+
+
+def waiting_for_the_lock(thread: threading.Thread) -> str | None:
+    """``waiting`` once ``thread`` is in ``store_lock``, asking for it."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    while frame is not None:
+        if frame.f_code.co_name == store_lock.__name__ and "stores" in frame.f_code.co_filename:
+            return "waiting"
+        frame = frame.f_back
+    return None
