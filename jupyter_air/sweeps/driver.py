@@ -160,8 +160,16 @@ class Driver:
         self.changes = _Changes(jobs.path)
         self.woken = False
         self.stopping = False
-        #: The sweep's run, once made: the trials' runs' parent.
-        self.parent: str | None = None
+        #: The sweep's run, once made (a driver started again knows it): the trials' runs'
+        #: parent.
+        self.parent: str | None = self.sweep.run_id
+        #: Trials' runs not yet nested under the sweep's: their jobs were submitted
+        #: before it existed (``nested``: those done; ``own_parent``: each job's answer).
+        self.nested: set[str] = set()
+        self.own_parent: dict[str, bool] = {}
+        #: Tags for the trials' runs, set once this look's trials have started.
+        self.due_tags: list[tuple[int, dict[str, Any]]] = []
+        self.client: Any = None
 
     def _gpus(self) -> list[str]:
         """The GPUs this machine's trials share out, none to two at once: those the
@@ -176,8 +184,6 @@ class Driver:
     def run(self, wakeup: Wakeup) -> None:
         while not self.stopping:
             try:
-                if self.parent is None:
-                    self.parent = self._sweep_run()
                 if self._look():
                     return
             except Exception:  # a locked store, a tracking server gone: again soon, stay up
@@ -199,13 +205,17 @@ class Driver:
                 return
 
     def _look(self) -> bool:
-        """Follow the running trials, start the next ones; True once the sweep ended."""
+        """Follow the running trials, start the next ones; True once the sweep ended.
+        The sweep's run is made after its first trials were submitted (MLflow's start in
+        this process takes seconds they need not wait), and trials are followed once it
+        exists (their runs nest under it); tags go to MLflow after the starts."""
         sweep = self.sweeps.get(self.sweep.id)
         if not sweep.status.active:
             return True  # ended by a driver that held the lock before
-        active = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        for frozen in active:
-            self._follow(frozen, cancel=sweep.status is SweepStatus.STOPPING)
+        if self.parent is not None:
+            active = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            for frozen in active:
+                self._follow(frozen, cancel=sweep.status is SweepStatus.STOPPING)
         running = len(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
         asked = len(self.study.get_trials(deepcopy=False))
         if sweep.status is SweepStatus.RUNNING:
@@ -213,6 +223,11 @@ class Driver:
                 if not self._start():
                     break
                 running, asked = running + 1, asked + 1
+        if self.parent is None:
+            self.parent = self._sweep_run()
+            return False
+        while self.due_tags:
+            self._tag_run(*self.due_tags.pop(0))
         sweep = self.sweeps.get(self.sweep.id)
         if running == 0 and (asked >= self.planned or sweep.status is not SweepStatus.RUNNING):
             self._finish(sweep)
@@ -248,7 +263,6 @@ class Driver:
     def _submit(self, number: int, params: dict[str, Any]) -> bool:
         from ..tracking.probe import Unreachable
 
-        assert self.parent is not None
         request = trials.request(self.sweep, number, params, self.parent, self.payload)
         gpus = self.sweeps.trial_attrs(self.sweep.id, number).get(store.GPUS)
         try:
@@ -267,6 +281,23 @@ class Driver:
         log.info("trial %d: job %s", number, started.job.id)
         self._attrs(number, {store.JOB_ID: started.job.id})
         return True
+
+    def _nest(self, job_id: str) -> None:
+        """The runs of a trial submitted before the sweep's run existed, nested under it:
+        every attempt's (a retry makes another run)."""
+        own = self.own_parent.get(job_id)
+        if own is None:
+            try:
+                tags = self.jobs.get(job_id).spec.tracking.tags
+            except UnknownJob:  # its record was removed: the trial fails (``_follow``)
+                return
+            own = self.own_parent[job_id] = trials.PARENT_TAG in tags
+        if own:
+            return
+        for attempt in self.jobs.attempts(job_id):
+            if attempt.run_id and attempt.run_id not in self.nested:
+                self._client().set_tag(attempt.run_id, trials.PARENT_TAG, self.parent)
+                self.nested.add(attempt.run_id)
 
     def _run_found(self, number: int, job_id: str, params: dict[str, Any]) -> None:
         """The trial's run, once its job's supervisor made it: the trial's params on it,
@@ -287,6 +318,7 @@ class Driver:
                 self._submit(number, dict(frozen.params))
                 return
             self._attrs(number, {store.JOB_ID: job_id})
+        self._nest(job_id)
         if store.TRIAL_RUN_ID not in frozen.user_attrs:
             self._run_found(number, job_id, dict(frozen.params))
         reader = self.readers.get(number)
@@ -336,7 +368,7 @@ class Driver:
         self._cancel(job_id)
         self._attrs(number, {store.PRUNED_STEP: step})
         self.study.tell(number, state=TrialState.PRUNED)
-        self._tag_run(number, {"air.sweep.state": "PRUNED", "air.sweep.pruned_step": step})
+        self.due_tags.append((number, {"air.sweep.state": "PRUNED", "air.sweep.pruned_step": step}))
 
     def _cancel(self, job_id: str) -> None:
         """Cancel the job once (a second SIGTERM is not a second request)."""
@@ -359,7 +391,7 @@ class Driver:
         tags: dict[str, Any] = {"air.sweep.state": state.name}
         if value is not None:
             tags["air.sweep.objective"] = value
-        self._tag_run(number, tags)
+        self.due_tags.append((number, tags))
 
     def _attrs(self, number: int, attrs: dict[str, Any]) -> None:
         self.sweeps.set_trial_attrs(self.sweep.id, number, attrs)
@@ -367,9 +399,17 @@ class Driver:
     # -- MLflow ------------------------------------------------------------------------
 
     def _client(self) -> Any:
-        from mlflow import MlflowClient
+        """The sweep's tracking client, made once: under the store's lock, since it
+        migrates a new sqlite store at once and the first trials' supervisors may be
+        making their runs there meanwhile."""
+        if self.client is None:
+            from mlflow import MlflowClient
 
-        return MlflowClient(self.sweep.tracking_uri)
+            from ..tracking.runs import quiet_store_setup
+
+            with quiet_store_setup(self.sweep.tracking_uri):
+                self.client = MlflowClient(self.sweep.tracking_uri)
+        return self.client
 
     def _sweep_run(self) -> str:
         """The sweep's own run, made once: the trials' runs nest under it."""
@@ -410,8 +450,8 @@ class Driver:
         found = client.search_runs(
             [experiment_id], f"tags.`{trials.SWEEP_TAG}` = '{self.sweep.id}'", max_results=50
         )
-        for run in found:
-            if trials.PARENT_TAG not in run.data.tags:
+        for run in found:  # a trial's run has its number, if not yet its parent
+            if not {trials.PARENT_TAG, trials.TRIAL_TAG} & set(run.data.tags):
                 return str(run.info.run_id)
         return None
 
@@ -422,8 +462,8 @@ class Driver:
         self._client().log_batch(run_id, params=items)
 
     def _tag_run(self, number: int, tags: dict[str, Any]) -> None:
-        """Tags on the trial's run; a tracking store that does not answer loses only
-        these (the trial's state is in the study)."""
+        """Tags on the trial's run; a tracking store that does not answer, or a driver
+        stopped before it set them, loses only these (the trial's state is in the study)."""
         from mlflow.exceptions import MlflowException
 
         run_id = self.sweeps.trial_attrs(self.sweep.id, number).get(store.TRIAL_RUN_ID)

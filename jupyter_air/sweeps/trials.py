@@ -34,14 +34,15 @@ def request(
     sweep: Sweep,
     number: int,
     params: dict[str, Any],
-    parent_run_id: str,
+    parent_run_id: str | None,
     payload: bytes | None = None,
 ) -> JobRequest:
     """Trial ``number``'s job: the sweep's workload with ``params``, its runs children of
-    the sweep's run, telling nobody of its end unless the workload says whom (the sweep
-    is what its owner follows). Its runs are made as any ``air run`` job's are, off the
-    driver's path: the next trial starts as soon as one ends. A notebook's sweep runs
-    its cell's or function's ``payload`` there, as that cell's own job would."""
+    the sweep's run (``None`` before that exists: the driver nests them then), telling
+    nobody of its end unless the workload says whom (the sweep is what its owner
+    follows). Its runs are made as any ``air run`` job's are, off the driver's path: the
+    next trial starts as soon as one ends. A notebook's sweep runs its cell's or
+    function's ``payload`` there, as that cell's own job would."""
     spec = sweep.spec
     submission = spec.model_copy(
         update={
@@ -68,7 +69,7 @@ def request(
             SWEEP_TAG: sweep.id,
             TRIAL_TAG: str(number),
             "air.command": redact(spec.command),
-            PARENT_TAG: parent_run_id,
+            **({PARENT_TAG: parent_run_id} if parent_run_id else {}),
         },
     )
 

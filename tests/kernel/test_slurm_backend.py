@@ -285,12 +285,14 @@ def test_air_run_places_a_workload_with_slurm_settings_on_two_nodes(
 
 
 def test_a_sweep_runs_its_2_node_trials_as_concurrent_slurm_jobs(
-    cluster: SlurmCluster, tmp_path: Path, mlflow_template: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 40: two trials at once, each a Slurm job on both nodes."""
+    """Issue 40: two trials at once, each a Slurm job on both nodes. The tracking store is
+    new: the sweep's driver makes the sweep's run while the first trials' supervisors
+    make theirs, each migrating the store in turn."""
     home = tmp_path / "home"
     monkeypatch.setenv("AIR_HOME", str(home))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", fresh_store(mlflow_template, tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     monkeypatch.chdir(tmp_path)
     backend = {"backend": "slurm", "compute": {"nnodes": 2, "nproc_per_node": 1}}
     jobs = a_sweep_side_by_side(tmp_path, home, backend)
