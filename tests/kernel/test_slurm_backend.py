@@ -163,9 +163,9 @@ def test_ddp_across_two_slurm_nodes_agrees_and_looks_like_torchrun(
     (run,) = runs_of_job(air_home, job_id)
     assert run.info.status == "FINISHED"
     metrics = set(mlflow_client(air_home).get_run(run.info.run_id).data.metrics)
-    for node in ("node_0", "node_1"):
-        assert f"system/{node}/cpu_utilization_percentage" in metrics
-        assert f"system/{node}/gpu_0_utilization_percentage" in metrics
+    for name in ("node_0", "node_1"):
+        assert f"system/{name}/cpu_utilization_percentage" in metrics
+        assert f"system/{name}/gpu_0_utilization_percentage" in metrics
     assert job_processes(job_id) == []
 
 
