@@ -38,6 +38,8 @@ from .sweep_view import SweepView, value_text
 REFRESH = 1.0
 #: Seconds between two checks that its driver lives (one that died is started again).
 DRIVER_EVERY = 5.0
+#: Drivers started again for one follow before the cell gives up on them.
+DRIVER_RESTARTS = 3
 #: Seconds a stopped sweep is followed while its trials are cancelled.
 STOP_WAIT = 30.0
 
@@ -181,7 +183,7 @@ def follow(service: SweepService, sweep_id: str) -> dict[str, Any]:
     """The sweep's table in the cell until it ends; its best trial's parameters. The
     kernel's interrupt (Stop) stops the sweep, as ``air sweep stop`` does."""
     view = SweepView()
-    checked = time.monotonic()
+    checked, restarts = time.monotonic(), 0
     try:
         while True:
             sweep = _show(service, sweep_id, view)
@@ -190,8 +192,7 @@ def follow(service: SweepService, sweep_id: str) -> dict[str, Any]:
             if time.monotonic() - checked > DRIVER_EVERY:
                 checked = time.monotonic()
                 if driver.running(service.jobs.home, sweep_id) is None:
-                    with contextlib.suppress(Conflict):  # it ended as its driver exited
-                        service.resume(sweep_id)
+                    restarts = _restart(service, sweep_id, restarts)
             time.sleep(REFRESH)
     except KeyboardInterrupt:
         with contextlib.suppress(Conflict):  # it ended meanwhile
@@ -207,6 +208,24 @@ def follow(service: SweepService, sweep_id: str) -> dict[str, Any]:
             f"(air sweep get {sweep_id})"
         ) from None
     return _result(service, sweep)
+
+
+def _restart(service: SweepService, sweep_id: str, restarts: int) -> int:
+    """A driver that exited while its sweep runs, started again and said so; one that
+    keeps exiting (``DRIVER_RESTARTS``) fails the cell with its last words, the sweep
+    left as it is for ``air sweep resume``."""
+    words = driver.last_words(service.jobs.home, sweep_id)
+    if restarts >= DRIVER_RESTARTS:
+        raise SweepFailed(
+            f"sweep {sweep_id}'s driver exited {restarts + 1} times: {words}; "
+            f"air sweep resume {sweep_id} once that is mended"
+        )
+    try:
+        service.resume(sweep_id)
+    except Conflict:  # it ended as its driver exited
+        return restarts
+    print(f"Sweep {sweep_id}'s driver exited, started again: {words}")
+    return restarts + 1
 
 
 def _show(service: SweepService, sweep_id: str, view: SweepView) -> Sweep:

@@ -98,6 +98,18 @@ def running(home: Path, sweep_id: str) -> DriverInfo | None:
     return DriverInfo(pid, started, log_file)
 
 
+def last_words(home: Path, sweep_id: str) -> str:
+    """The last line its drivers logged (why the last one exited), and where the log is."""
+    _, _, log_file = _files(home, sweep_id)
+    try:
+        with open(log_file, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
+            lines = log.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        lines = []
+    return f"{lines[-1].strip() if lines else 'it logged nothing'} (log: {log_file})"
+
+
 def ensure_driver(home: Path, sweep_id: str, wait: float = 30.0) -> DriverInfo:
     """Start the sweep's driver unless one runs (then wake it: it looks now)."""
     info = running(home, sweep_id)
