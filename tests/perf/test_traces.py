@@ -36,7 +36,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.01)
 answer = os.path.join(os.environ["AIR_PERF_DIR"], "profiles", sys.argv[2], f"rank-{rank}.done.json")
 for step in range(2000):
     if rank == 1:
-        time.sleep(0.03)  # outside any operator: idle
+        time.sleep(0.1)  # outside any operator: idle (long beside a loaded machine's noise)
     model(torch.randn(64, 256)).sum().backward()
     opt.step()
     opt.zero_grad()
@@ -164,9 +164,9 @@ def test_the_split_says_who_idles_and_who_waits_in_the_all_reduce(
         assert r["step_s"] >= 0.03
         assert r["on_gpu"] is False
     sleeper, waiter = doc["ranks"][1], doc["ranks"][0]
-    # 30 ms of sleep in each of its 3 steps, whatever the machine's load makes of the rest
-    assert sleeper["idle_s"] > 0.06
-    assert sleeper["idle_s"] > waiter["idle_s"] + 0.05
+    # 100 ms of sleep in each of its 3 steps, whatever the machine's load makes of the rest
+    assert sleeper["idle_s"] > 0.2
+    assert sleeper["idle_s"] > waiter["idle_s"] + 0.15
     assert waiter["comm"] > sleeper["comm"]  # rank 0 waits for rank 1 in the all-reduce
     text = summary.text()
     assert "compute / communication / idle" in text

@@ -15,6 +15,7 @@ import pytest
 
 from tests.fake_nvml import FakeGpu, Scenario, h100_mig_slices
 from tests.ui.conftest import Lab
+from tests.waits import until
 
 GIB = 1024**3
 PANEL_TAB = '.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="jupyter-air-gpu"]'
@@ -241,11 +242,16 @@ def test_one_update_of_eight_gpus_with_two_hours_of_points_is_measured(
     lab = start_lab(
         Scenario(gpus=[FakeGpu(util=[i % 100 for i in range(0, 700, 7)]) for _ in range(8)]),
         settings={"jupyter-air:gpu": {"defaultRange": "2h", "pollInterval": 1}},
-        # 720 samples in 7.2 s: the same number of points as 2 h at 10 s.
-        server_args=["--GpuSampler.interval=0.01", "--GpuSampler.history=7.2"],
+        # Up to 900 samples in 9 s: at least 600 even from a loaded machine's sampler,
+        # about as many points as 2 h at 10 s (720).
+        server_args=["--GpuSampler.interval=0.01", "--GpuSampler.history=9"],
     )
-    time.sleep(8)
-    points = len(lab.api("jupyter-air/gpu")["samples"]["t"])
+    points = until(
+        lambda: (n := len(lab.api("jupyter-air/gpu")["samples"]["t"])) >= 600 and n,
+        "600 samples of each GPU in the server's history",
+        timeout=120,
+        step=1,
+    )
     page = open_lab(browser, lab)
     page.click(PANEL_TAB)
     page.wait_for_selector(card(7))
