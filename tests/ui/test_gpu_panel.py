@@ -242,9 +242,9 @@ def test_one_update_of_eight_gpus_with_two_hours_of_points_is_measured(
     lab = start_lab(
         Scenario(gpus=[FakeGpu(util=[i % 100 for i in range(0, 700, 7)]) for _ in range(8)]),
         settings={"jupyter-air:gpu": {"defaultRange": "2h", "pollInterval": 1}},
-        # Up to 900 samples in 9 s: at least 600 even from a loaded machine's sampler,
-        # about as many points as 2 h at 10 s (720).
-        server_args=["--GpuSampler.interval=0.01", "--GpuSampler.history=9"],
+        # 2 h at 10 s is 720 points: a sampler asked for 100 samples/s keeps 60-70 here
+        # (600-850 in 12 s), fewer under load; at least 600 are waited for.
+        server_args=["--GpuSampler.interval=0.01", "--GpuSampler.history=12"],
     )
     points = until(
         lambda: (n := len(lab.api("jupyter-air/gpu")["samples"]["t"])) >= 600 and n,
