@@ -42,6 +42,15 @@ def add_commands(sub: Any) -> None:
         action="store_true",
         help="follow its trials until it ends; exit 1 unless it completed",
     )
+    sweep.add_argument(
+        "--notify",
+        dest="told",
+        action="append",
+        default=[],
+        metavar="TARGET",
+        help="tell of the sweep's end, with its best trial (repeatable): jupyterlab, "
+        "email:ADDRESS or webhook:URL (the file's notify: is each trial's job's)",
+    )
     _output(sweep)
     sweep.set_defaults(func=_start, sweep_command=None)
     cmds = sweep.add_subparsers(dest="sweep_command")
@@ -85,12 +94,19 @@ def _start(args: argparse.Namespace) -> int:
     from ..identity import mlflow_user
     from ..jobs.service import Refused
     from ..jobs.workload_file import WorkloadError
+    from ..notify.targets import BadTarget, parse
     from ..sweeps import storage, sweep_file
     from ..tracking.probe import Unreachable
     from ..tracking.targets import current_tracking_uri
 
     if args.file is None:
         raise CliError("give -f sweep.yaml to start a sweep, or a command: list, get, stop, resume")
+    told = []
+    for given in args.told:
+        try:
+            told.append(parse(given))
+        except BadTarget as err:
+            raise CliError(f"--notify {given}: {err}") from None
     try:
         spec = sweep_file.load(args.file)
     except WorkloadError as err:
@@ -100,8 +116,12 @@ def _start(args: argparse.Namespace) -> int:
         raise CliError(f"working_dir {working_dir} is not a directory")
     service = _sweeps()
     try:
-        sweep, driver = service.create(spec, working_dir, current_tracking_uri(), mlflow_user())
+        sweep, driver = service.create(
+            spec, working_dir, current_tracking_uri(), mlflow_user(), notify=tuple(told)
+        )
     except Refused as err:
+        if err.field == "notify" and told:
+            raise CliError(f"--notify: {err}") from None
         raise CliError(f"{args.file}: {err.field}: {err}" if err.field else str(err)) from None
     except Unreachable as err:
         raise CliError(err.refusal()) from None

@@ -14,8 +14,10 @@ import pytest
 from jupyter_air import params
 from jupyter_air.jobs.workload_file import WorkloadError
 from jupyter_air.sweeps import space
+from jupyter_air.sweeps.store import SweepStore
 from jupyter_air.sweeps.sweep_file import Direction, PrunerName, SamplerName, SweepFile, load
 from tests.air_cli import air
+from tests.sweeps.test_sweep_jobs import ended
 
 GOOD = """\
 experiment_name: toy
@@ -183,3 +185,37 @@ def test_air_sweep_refuses_a_bad_file_in_one_line_and_starts_nothing(
         f"air: {path}: trials (line 9): Input should be greater than or equal to 1"
     ]
     assert not (tmp_path / "air" / "sweeps").exists()
+
+
+def test_air_sweep_refuses_a_bad_notify_target_in_one_line_and_starts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--notify`` tells of the sweep's end (the file's ``notify:`` is each trial's)."""
+    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
+    path = write(tmp_path, GOOD)
+    done = air("sweep", "-f", str(path), "--notify", "pager:ops")
+    assert done.returncode == 1
+    (said,) = done.stderr.strip().splitlines()
+    assert said.startswith("air: --notify pager:ops: say one of jupyterlab")
+    assert not (tmp_path / "air" / "sweeps").exists()
+
+
+@pytest.mark.heavy
+def test_air_sweep_notify_targets_are_the_sweeps_end_not_its_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "air"
+    monkeypatch.setenv("AIR_HOME", str(home))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    one = GOOD.replace("nproc_per_node: 2", "nproc_per_node: 1").replace("parallel: 2", "")
+    path = write(tmp_path, one.replace("trials: 12", "trials: 1"))
+    told = ["jupyterlab", "webhook:http://127.0.0.1:9/end"]
+    started = air("sweep", "-f", str(path), *(f"--notify={t}" for t in told), "--output", "json")
+    assert started.returncode == 0, started.stderr
+    sweep_id = json.loads(started.stdout)["id"]
+    assert air("sweep", "stop", sweep_id).returncode == 0
+    sweep = ended(home, sweep_id, timeout=120)
+    kept = SweepStore(home).get(sweep_id)
+    assert [t.channel.value for t in kept.notify] == ["jupyterlab", "webhook"]
+    assert kept.spec.notify is None, "the trials' jobs keep the user's defaults"
+    assert sweep["status"] == "STOPPED"
