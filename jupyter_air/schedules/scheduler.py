@@ -19,7 +19,6 @@ import fcntl
 import json
 import logging
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from ..jobs.env import job_free_env
 from ..jobs.store import JobStore
 from ..paths import private_opener, write_private
 from ..procs import alive
+from ..wakeup import Wakeup
 from .store import ScheduleStore
 
 log = logging.getLogger("jupyter_air.scheduler")
@@ -121,33 +121,6 @@ def stop(home: Path, wait: float = 10.0) -> SchedulerInfo | None:
     while alive(info.pid, started_by=info.started) and time.monotonic() < deadline:
         time.sleep(0.05)
     return info
-
-
-class Wakeup:
-    """A sleep that any caught signal ends, through ``signal.set_wakeup_fd``: the signal's
-    number is written to a pipe, so one that arrives before the sleep begins still ends
-    it, and the Python handler takes no lock. (A ``threading.Event`` set from a handler
-    deadlocks when the signal lands while the loop holds the Event's own lock, in
-    ``clear`` or ``wait``.) Main thread only, as signal handlers are."""
-
-    def __init__(self) -> None:
-        self.read, self.write = os.pipe()  # not inherited by the jobs' supervisors (PEP 446)
-        for fd in (self.read, self.write):
-            os.set_blocking(fd, False)
-        self.previous = signal.set_wakeup_fd(self.write, warn_on_full_buffer=False)
-
-    def sleep(self, seconds: float) -> None:
-        """Until ``seconds`` have passed or a signal was caught since the last sleep."""
-        ready, _, _ = select.select([self.read], [], [], max(0.0, seconds))
-        if ready:
-            with contextlib.suppress(BlockingIOError):
-                while os.read(self.read, 512):
-                    pass
-
-    def close(self) -> None:
-        signal.set_wakeup_fd(self.previous)
-        os.close(self.read)
-        os.close(self.write)
 
 
 class Scheduler:

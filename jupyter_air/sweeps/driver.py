@@ -43,8 +43,8 @@ from ..jobs.service import Conflict, JobService, Refused
 from ..jobs.store import JobStore, UnknownJob
 from ..paths import private_opener, write_private
 from ..procs import alive
-from ..schedules.scheduler import Wakeup
 from ..status import JobStatus
+from ..wakeup import Wakeup
 from . import notices, space, store, trials
 from .store import Sweep, SweepStatus, SweepStore
 from .sweep_file import PrunerName

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from jupyter_air.schedules.scheduler import Wakeup
+from jupyter_air.wakeup import Wakeup
 
 
 @pytest.fixture
