@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.ui.conftest import Lab
+
+T = TypeVar("T")
 
 #: Where each frontend shows a notebook.
 NOTEBOOK_URL = {"jupyterlab": "lab/tree/{name}", "notebook": "notebooks/{name}"}
@@ -249,3 +253,16 @@ def _close_menus(page: Any) -> None:
         if page.locator(".lm-Menu").count() == 0:
             return
         page.keyboard.press("Escape")
+
+
+def on_a_redrawn(action: Callable[[], T], timeout: float = 60) -> T:
+    """Do ``action`` (a screenshot, a scroll) on an element that a live display or a
+    polling panel redraws: a new output replaces the node while Playwright waits for it
+    to be still, and the locator, found again, finds its successor, as a user's eye does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return action()
+        except PlaywrightError as error:
+            if "not attached to the DOM" not in str(error) or time.monotonic() > deadline:
+                raise

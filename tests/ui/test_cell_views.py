@@ -22,7 +22,7 @@ import pytest
 
 from tests.fake_nvml import FakeGpu, Scenario
 from tests.ui.conftest import Lab
-from tests.ui.notebook_pages import open_notebook, put_notebook, run_calls, run_cell
+from tests.ui.notebook_pages import on_a_redrawn, open_notebook, put_notebook, run_calls, run_cell
 
 #: Rank 0 waits until the run holds a few host-CPU samples (the supervisor loads MLflow
 #: first: seconds on a loaded machine), so that the chart has a line to end.
@@ -105,8 +105,10 @@ def ran(page: Any, index: int, timeout: float = 240_000) -> None:
 
 def shot(page: Any, artifacts: Path, index: int, name: str) -> None:
     prefix = "" if page.app == "jupyterlab" else "notebook7-"
-    cell(page, index).scroll_into_view_if_needed()
-    cell(page, index).screenshot(path=str(artifacts / f"{prefix}cell-views-{name}.png"))
+    on_a_redrawn(cell(page, index).scroll_into_view_if_needed)
+    on_a_redrawn(
+        lambda: cell(page, index).screenshot(path=str(artifacts / f"{prefix}cell-views-{name}.png"))
+    )
 
 
 def layout(page: Any, index: int) -> list[str]:

@@ -28,7 +28,7 @@ import pytest
 
 from tests.fake_nvml import FakeGpu, Scenario
 from tests.ui.conftest import Lab
-from tests.ui.notebook_pages import open_notebook, run_cell, run_cells_in_one_kernel
+from tests.ui.notebook_pages import on_a_redrawn, open_notebook, run_cell, run_cells_in_one_kernel
 from tests.waits import until
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
@@ -136,7 +136,9 @@ def test_the_chart_grows_while_the_job_runs_a_panel_per_metric_with_a_legend(
     second = points(page)
     screenshot(page, artifacts, app, "live-view-2.png")
     if app == "jupyterlab":
-        output_of(page, TRAIN).screenshot(path=str(artifacts / "live-view-cell.png"))
+        on_a_redrawn(
+            lambda: output_of(page, TRAIN).screenshot(path=str(artifacts / "live-view-cell.png"))
+        )
     assert second["train_loss"] > first["train_loss"]
     assert METRICS | {"GPU 0 util %", "GPU 1 util %", "GPU 0 memory %", "CPU %"} <= set(second)
     legend = page.eval_on_selector_all(

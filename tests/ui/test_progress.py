@@ -16,7 +16,12 @@ import pytest
 
 from tests.fake_nvml import Scenario
 from tests.ui.conftest import Lab
-from tests.ui.notebook_pages import open_notebook, put_notebook, run_cells_in_one_kernel
+from tests.ui.notebook_pages import (
+    on_a_redrawn,
+    open_notebook,
+    put_notebook,
+    run_cells_in_one_kernel,
+)
 
 STATUS = ".jp-air-JobStatus"
 PANEL = ".jp-air-RunsPanel"
@@ -86,7 +91,7 @@ def test_the_cell_the_runs_panel_and_the_logs_view_show_the_progress_and_eta(
         timeout=180_000,
     )
     assert RUNNING_LINE.search(status_text(page)), status_text(page)
-    page.locator(STATUS).first.scroll_into_view_if_needed()
+    on_a_redrawn(page.locator(STATUS).first.scroll_into_view_if_needed)
     page.screenshot(path=str(artifacts / "progress-cell.png"))
 
     page.click(TAB)

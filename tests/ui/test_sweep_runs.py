@@ -20,7 +20,12 @@ import pytest
 from tests.fake_nvml import Scenario
 from tests.mlflow_store import fresh_store, migrated_template  # noqa: F401
 from tests.ui.conftest import Lab
-from tests.ui.notebook_pages import open_notebook, put_notebook, run_cells_in_one_kernel
+from tests.ui.notebook_pages import (
+    on_a_redrawn,
+    open_notebook,
+    put_notebook,
+    run_cells_in_one_kernel,
+)
 
 pytestmark = [pytest.mark.heavy, pytest.mark.slow]
 
@@ -108,7 +113,9 @@ def test_a_sweeps_trials_live_in_its_cell_and_under_its_run_in_the_runs_panel(
     )
     running = trial_rows(page, f"{TABLE} .jp-air-SweepTrials tbody tr")
     assert any(row[1] == "RUNNING" and row[2] in "012" for row in running), running
-    page.locator(TABLE).screenshot(path=str(artifacts / "sweep-cell-running.png"))
+    on_a_redrawn(
+        lambda: page.locator(TABLE).screenshot(path=str(artifacts / "sweep-cell-running.png"))
+    )
 
     page.wait_for_function(SWEEP_SAYS, arg="COMPLETED: 3 of 3 trials ended", timeout=300_000)
     line = page.locator(f"{TABLE} > div").first.text_content() or ""
@@ -121,7 +128,9 @@ def test_a_sweeps_trials_live_in_its_cell_and_under_its_run_in_the_runs_panel(
     }, done
     assert done["2"][3] == "0.3333 ★", done
     assert done["0"][3] == "4.333", done
-    page.locator(TABLE).screenshot(path=str(artifacts / "sweep-cell-done.png"))
+    on_a_redrawn(
+        lambda: page.locator(TABLE).screenshot(path=str(artifacts / "sweep-cell-done.png"))
+    )
 
     # The runs panel: the sweep is one row, its trials under it once opened.
     page.click(TAB)
@@ -142,7 +151,9 @@ def test_a_sweeps_trials_live_in_its_cell_and_under_its_run_in_the_runs_panel(
     assert page.locator(TRIAL_ROWS).count() == 0, "its trials wait under it"
     runs_outside = page.locator(f"{PANEL} tr.jp-air-RunsPanel-run:not(.jp-air-RunsPanel-sweep)")
     assert runs_outside.count() == 0, "no trial's run is listed beside the sweep"
-    page.locator(PANEL).screenshot(path=str(artifacts / "sweep-runs-panel.png"))
+    on_a_redrawn(
+        lambda: page.locator(PANEL).screenshot(path=str(artifacts / "sweep-runs-panel.png"))
+    )
 
     sweep.locator(".jp-air-RunsPanel-expand").click()
     page.wait_for_function(
@@ -163,7 +174,9 @@ def test_a_sweeps_trials_live_in_its_cell_and_under_its_run_in_the_runs_panel(
     # At the sidebar's default width the sweep's and its trials' lines wrap beside
     # their durations, which stay in view, as the other runs' do.
     assert page.eval_on_selector(PANEL, CUT) == [], "cut by the sidebar's edge"
-    page.locator(PANEL).screenshot(path=str(artifacts / "sweep-runs-panel-trials.png"))
+    on_a_redrawn(
+        lambda: page.locator(PANEL).screenshot(path=str(artifacts / "sweep-runs-panel-trials.png"))
+    )
 
     # Its compare button overlays the trials' loss curves, the best first.
     sweep.locator(".jp-air-RunsPanel-compareTrials").click()
