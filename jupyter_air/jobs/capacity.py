@@ -10,13 +10,19 @@ lifted on purpose (``--oversubscribe``).
 
 On a GPU in MIG mode the ranks are placed on its free slices instead, one each
 (``gpu.placement``); the job's spec keeps each rank's slice (``DEVICES``), which makes
-it busy for the next job until this one ends.
+it busy for the next job until this one ends. Between reading what live jobs hold and
+recording a job, a submission holds ``placing``: two at once would both see a slice
+free and both take it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,8 +39,42 @@ CPU_RANKS_PER_CORE = 4
 DEVICES = "devices"
 
 
+#: Seconds a submission waits for another one of the same store to be recorded (which
+#: may ask a tracking server first: its probe's seconds) before it is refused.
+PLACING_WAIT = 60.0
+
+
 class TooManyRanks(ValueError):
     """More ranks than this machine holds; the message says how to run them anyway."""
+
+
+class PlacingBusy(TimeoutError):
+    """Another submission kept the store's placing lock longer than ``PLACING_WAIT``."""
+
+
+@contextmanager
+def placing(home: Path, wait: float = PLACING_WAIT) -> Iterator[Callable[[], None]]:
+    """Hold the store's placing lock (``home/placing.lock``, flock): one submission at a
+    time from ``held_by`` to its job's record. Yields ``release``, for a submission that
+    took no slice: the rest of its start need not keep others waiting. Waits at most
+    ``wait`` seconds (a process of the store's owner could hold it on purpose), then
+    raises ``PlacingBusy``."""
+    fd = os.open(home / "placing.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    deadline = time.monotonic() + wait
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise PlacingBusy(
+                        f"another submission has been placing its job for over {wait:g} s"
+                    ) from None
+                time.sleep(0.05)
+        yield lambda: fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)  # closing lets the lock go, if release did not
 
 
 def check(nproc_per_node: int, gpus: int, cores: int, override: str) -> None:

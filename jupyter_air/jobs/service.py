@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,9 +22,9 @@ from ..notify.targets import BadTarget, Target
 from ..perf import profiles
 from ..perf.profiles import Profile
 from ..tracking.targets import ExperimentRef, RunTarget
-from . import backends, cancel, checkpoints, running
+from . import backends, cancel, capacity, checkpoints, running
 from .backends.base import Backend, BackendRefused, Placement
-from .capacity import held_by
+from .capacity import DEVICES, held_by
 from .checkpoint_settings import checkpoint_root
 from .documents import RunLink, job_document, job_documents
 from .env import submitting_job
@@ -245,6 +245,17 @@ class JobService:
         job it resumes), ``probe.Unreachable`` (its tracking server does not answer and
         it does not defer). The experiment is resolved last, so that a refusal makes none.
         """
+        if not backends.get(request.submission.backend).places_here:
+            return self._start(request, release=lambda: None)
+        try:
+            with capacity.placing(self.store.home) as release:
+                return self._start(request, release)
+        except capacity.PlacingBusy as err:
+            raise Refused("compute", f"{err}: try again") from None
+
+    def _start(self, request: JobRequest, release: Callable[[], None]) -> Started:
+        """``start``, holding the placing lock (of a backend that places here) until the
+        job is recorded when it was given MIG slices (``DEVICES``); else only to place it."""
         submission, program, defaults = request.submission, request.program, request.defaults
         placed = self.place(
             submission,
@@ -253,6 +264,8 @@ class JobService:
             override=defaults.override,
             settings=defaults.settings,
         )
+        if DEVICES not in placed.settings:
+            release()
         spec = self._resuming(placed.spec(program))
         kernel_host = placed.kernel_host if program.kind is JobKind.SESSION else None
         destination = request.destination

@@ -7,6 +7,7 @@ The rules themselves: tests/gpu/test_placement.py."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +18,28 @@ from tests.air_cli import air
 from tests.fake_nvml import FakeGpu, Scenario, build_library, env_for, h100_mig_slices
 from tests.mlflow_store import fresh_store, migrated_template  # noqa: F401  (a fixture)
 from tests.waits import until, wait_settled
+
+#: ``air run -f FILE``, its start slowed where it has placed its job and not yet recorded
+#: it (its tracking check): there it waits up to ``MEET`` s for the other submission to
+#: arrive too, which it can only if the two are not kept apart.
+MEETING = """\
+import pathlib, sys, time
+from jupyter_air.jobs import service
+from jupyter_air.cli import main
+
+checked = service.tracking_down
+
+def meet(*args, **kwargs):
+    pathlib.Path("arrived-" + sys.argv[1]).touch()
+    deadline = time.monotonic() + {meet}
+    while len(list(pathlib.Path().glob("arrived-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return checked(*args, **kwargs)
+
+service.tracking_down = meet
+sys.exit(main(["run", "-f", sys.argv[1]]))
+"""
+MEET = 5
 
 #: Each rank says which device it was given, then waits for the word.
 HOLDS = """\
@@ -33,10 +56,9 @@ def mig_uuid(slot: int) -> str:
     return f"MIG-fa4e0000-0000-4000-8000-{slot:012x}"
 
 
-@pytest.mark.heavy
-def test_a_two_rank_job_gets_a_slice_each_and_holds_them_from_the_next(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_template: Path
-) -> None:
+@pytest.fixture
+def mig_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_template: Path) -> str:
+    """This folder, where ``air`` runs on the fake H100 in MIG mode; its tracking URI."""
     uri = fresh_store(mlflow_template, tmp_path)
     path = Scenario(gpus=[FakeGpu(mig=True, mig_devices=h100_mig_slices(4242))]).write(
         tmp_path / "nvml.txt"
@@ -49,14 +71,23 @@ def test_a_two_rank_job_gets_a_slice_each_and_holds_them_from_the_next(
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "holds.py").write_text(HOLDS)
+    return uri
 
-    def workload(name: str, **compute: object) -> str:
-        command = f"{sys.executable} holds.py"
-        (tmp_path / name).write_text(
-            json.dumps({"experiment_name": "mig", "command": command, "compute": compute})
-        )
-        return name
 
+def workload(name: str, **compute: object) -> str:
+    """A workload file here whose ranks hold their devices until the word."""
+    command = f"{sys.executable} holds.py"
+    Path(name).write_text(
+        json.dumps({"experiment_name": "mig", "command": command, "compute": compute})
+    )
+    return name
+
+
+@pytest.mark.heavy
+def test_a_two_rank_job_gets_a_slice_each_and_holds_them_from_the_next(
+    tmp_path: Path, mig_machine: str
+) -> None:
+    uri = mig_machine
     submitted = air("run", "-f", workload("two.yaml", nproc_per_node=2, mig="any"))
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.split()[1]
@@ -83,3 +114,30 @@ def test_a_two_rank_job_gets_a_slice_each_and_holds_them_from_the_next(
     tags = MlflowClient(uri).get_run(str(attempt.run_id)).data.tags
     assert tags["air.cuda_visible_devices"] == f"{mig_uuid(1)},{mig_uuid(2)}"
     assert tags["air.mig_slices"] == "GPU 0 slice 1 (2g.20gb), GPU 0 slice 2 (1g.10gb)"
+
+
+@pytest.mark.heavy
+def test_two_submissions_at_once_never_take_the_same_slice(
+    tmp_path: Path, mig_machine: str
+) -> None:
+    """Each reads which slices live jobs hold, then records its job: read both before
+    either record, they would both take slice 1."""
+    (tmp_path / "meeting.py").write_text(MEETING.format(meet=MEET))
+    files = [workload(name, nproc_per_node=1, mig="any") for name in ("a.yaml", "b.yaml")]
+    submitting = [
+        subprocess.Popen(
+            [sys.executable, "meeting.py", name], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        for name in files
+    ]
+    said = [process.communicate(timeout=120) for process in submitting]
+    assert [p.returncode for p in submitting] == [0, 0], said
+    store = JobStore(tmp_path / "air")
+    job_ids = [out.decode().split()[1] for out, _ in said]
+    devices = {job_id: store.get(job_id).spec.backend.settings["devices"] for job_id in job_ids}
+    assert sorted(devices.values()) == [[mig_uuid(1)], [mig_uuid(2)]], devices
+
+    (tmp_path / "go").touch()
+    for job_id in job_ids:
+        job = wait_settled(tmp_path / "air", job_id)
+        assert job.status == "SUCCEEDED", job.message

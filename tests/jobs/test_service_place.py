@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from jupyter_air.jobs.capacity import CPU_RANKS_PER_CORE, usable_cores
+from jupyter_air.jobs.capacity import CPU_RANKS_PER_CORE, PlacingBusy, placing, usable_cores
 from jupyter_air.jobs.request import Program
 from jupyter_air.jobs.service import Refused, place
 from jupyter_air.jobs.spec import JobKind, JobSpec
@@ -119,3 +120,46 @@ def test_a_command_runs_with_this_interpreter_first_on_its_path_unless_it_sets_p
     assert (
         "PATH" not in placed.spec(Program(JobKind.PYTHON)).program.env
     )  # a cell's ranks: the kernel's
+
+
+#: Holds a lock file (flock) until killed, as a stalled or hostile process would.
+HOLDER = """import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_placing_lock_kept_by_another_process_refuses_after_the_wait_never_hangs(
+    tmp_path: Path,
+) -> None:
+    lock = tmp_path / "placing.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(lock)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"
+        with (
+            pytest.raises(PlacingBusy, match=r"placing its job for over 0\.3 s"),
+            placing(tmp_path, wait=0.3),
+        ):
+            raise AssertionError("placed while another held the lock")
+    finally:
+        holder.kill()
+        holder.wait()
+    with placing(tmp_path, wait=30) as release:
+        release()  # what a job given no slice does once placed
+
+
+def test_the_placing_lock_is_private_and_never_followed_through_a_link(tmp_path: Path) -> None:
+    with placing(tmp_path):
+        pass
+    assert oct((tmp_path / "placing.lock").stat().st_mode & 0o777) == "0o600"
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "placing.lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError, match="Too many levels of symbolic links"), placing(linked):
+        pass
+    assert not (tmp_path / "elsewhere").exists()

@@ -129,6 +129,9 @@ class Backend(abc.ABC):
     #: Whether its nodes report their last system sample themselves as they close; a
     #: local attempt's last sample is left to its run's tail when none was taken.
     samples_at_close: ClassVar[bool] = False
+    #: Whether ``prepare`` places ranks on this machine's devices, given what live jobs
+    #: hold (``Placement.held``): its submissions take turns from that read to the record.
+    places_here: ClassVar[bool] = False
 
     def default_nproc(self, mig: str | None = None, held: Mapping[str, str] | None = None) -> int:
         """Ranks per node when the submitter says nothing: one per GPU (or free MIG slice,

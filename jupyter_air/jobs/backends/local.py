@@ -86,6 +86,7 @@ class LocalBackend(Backend):
     name = "local"
     summary = "ranks on this machine"
     multi_node = False
+    places_here = True
 
     def default_nproc(self, mig: str | None = None, held: Mapping[str, str] | None = None) -> int:
         """One rank per visible GPU (per free MIG slice on a GPU in MIG mode), or 1
