@@ -53,6 +53,7 @@ class AirSessionMagics(Magics):
         "experiment",
         "run_name",
         "oversubscribe",
+        "mig",
         "share",
         "tracking",
     )

@@ -117,6 +117,7 @@ def test_session_start_takes_the_whole_job_options_of_a_cell_by_one_definition()
         "backend_opt",
         "env",
         "experiment",
+        "mig",
         "nnodes",
         "nproc_per_node",
         "oversubscribe",

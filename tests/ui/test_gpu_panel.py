@@ -15,6 +15,7 @@ import pytest
 
 from tests.fake_nvml import FakeGpu, Scenario, h100_mig_slices
 from tests.ui.conftest import Lab
+from tests.ui.notebook_pages import on_a_redrawn
 from tests.waits import until
 
 GIB = 1024**3
@@ -170,7 +171,9 @@ def test_a_mig_gpu_shows_its_slices_with_profile_memory_and_process(
         ["1g.10gb (GI 13)", "0.0 / 10.0 GiB", "free"],
     ]
     assert page.text_content(value(2, "util")) == "n/a"  # NVML has none for a MIG GPU
-    page.locator(card(2)).screenshot(path=str(artifacts / "gpu-panel-mig.png"))
+    on_a_redrawn(
+        lambda: page.locator(card(2)).screenshot(path=str(artifacts / "gpu-panel-mig.png"))
+    )
     assert page.query_selector(f"{card(0)} .jp-air-GpuCard-migSlice") is None
     gpu_lab.write(two_gpus(util=64))
     page.click(".jp-air-GpuPanel-refresh")

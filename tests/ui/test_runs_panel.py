@@ -20,7 +20,7 @@ import pytest
 
 from tests.fake_nvml import Scenario
 from tests.ui.conftest import Lab
-from tests.ui.notebook_pages import open_notebook, put_notebook, run_calls
+from tests.ui.notebook_pages import on_a_redrawn, open_notebook, put_notebook, run_calls
 
 PANEL = ".jp-air-RunsPanel"
 ROWS = f"{PANEL} .jp-air-RunsPanel-run"
@@ -244,7 +244,9 @@ def test_the_three_calls_appear_with_their_statuses_jobs_and_cells(
     assert search["right"] <= layout["edge"], layout
     assert not any(overlap(search, other) for other in layout["others"]), layout
     page.screenshot(path=str(artifacts / "runs-panel.png"))
-    page.locator(PANEL).screenshot(path=str(artifacts / "runs-panel-sidebar.png"))
+    on_a_redrawn(
+        lambda: page.locator(PANEL).screenshot(path=str(artifacts / "runs-panel-sidebar.png"))
+    )
     # Scrolled to its last column, the table keeps the runs' names in view.
     wrap = f"{PANEL} .jp-air-RunsPanel-tableWrap"
     page.eval_on_selector(wrap, "w => { w.scrollLeft = w.scrollWidth; }")
