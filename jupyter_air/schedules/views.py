@@ -106,7 +106,11 @@ def run_document(
                 "sweep_id": t.sweep_id,
                 "previous_sweep_ids": list(t.previous_sweep_ids),
                 "message": _shown(t.message),
-                **_mlflow(jobs, t.job_id, run_link),
+                **(
+                    _sweep_run(jobs, t.sweep_id, run_link)
+                    if t.sweep_id
+                    else _mlflow(jobs, t.job_id, run_link)
+                ),
                 "executed_notebook": _executed(jobs, t.job_id),
                 "children": [
                     _child(jobs, child, run_link) for child in children.get(t.job_id or "", [])
@@ -128,10 +132,14 @@ def _child(jobs: JobStore, job_id: str, run_link: RunLink | None) -> dict[str, A
     }
 
 
+#: What a task with no run yet (or whose records expired) shows of one.
+NO_RUN: dict[str, Any] = {"run_id": None, "experiment_id": None, "run_url": None}
+
+
 def _mlflow(jobs: JobStore, job_id: str | None, run_link: RunLink | None) -> dict[str, Any]:
     """The MLflow run of the job's latest attempt that has one: its id, its experiment
     and its page (``run_url``, with ``run_link``)."""
-    found: dict[str, Any] = {"run_id": None, "experiment_id": None, "run_url": None}
+    found = dict(NO_RUN)
     if job_id is None:
         return found
     try:
@@ -142,12 +150,31 @@ def _mlflow(jobs: JobStore, job_id: str | None, run_link: RunLink | None) -> dic
     uri, experiment_id = job.spec.tracking.tracking_uri, job.experiment_id
     if not attempts or not uri or not experiment_id:
         return found
-    run_id = attempts[-1].run_id or ""
+    return _run(uri, experiment_id, attempts[-1].run_id or "", run_link)
+
+
+def _sweep_run(jobs: JobStore, sweep_id: str, run_link: RunLink | None) -> dict[str, Any]:
+    """A sweep task's MLflow run: its sweep's, which holds the best trial's parameters
+    and has each trial's run under it."""
+    from ..sweeps.store import SweepStore, UnknownSweep
+
+    try:
+        sweep = SweepStore(jobs.home).get(sweep_id)
+    except UnknownSweep:
+        sweep = None  # its records expired
+    if sweep is None or not sweep.run_id or not sweep.experiment_id:
+        return dict(NO_RUN)
+    return _run(sweep.tracking_uri, sweep.experiment_id, sweep.run_id, run_link)
+
+
+def _run(uri: str, experiment_id: str, run_id: str, run_link: RunLink | None) -> dict[str, Any]:
+    """A run's id, its experiment and its page (``run_link``'s, no credentials in it)."""
     url = run_link(uri, experiment_id, run_id) if run_link else None
-    found.update(
-        run_id=run_id, experiment_id=experiment_id, run_url=without_userinfo(url) if url else None
-    )
-    return found
+    return {
+        "run_id": run_id,
+        "experiment_id": experiment_id,
+        "run_url": without_userinfo(url) if url else None,
+    }
 
 
 def _executed(jobs: JobStore, job_id: str | None) -> str | None:

@@ -124,6 +124,9 @@ def test_each_firing_of_a_sweep_task_starts_a_sweep_whose_study_lives_at_its_url
     assert sweep["counts"]["COMPLETE"] == 2
     assert sweep["best"]["params"] == {"x": 2}
     assert sweep["best"]["value"] == 0.0
+    # The task's MLflow run is its sweep's: the best trial's parameters, the trials under it.
+    assert re.fullmatch(r"[0-9a-f]{32}", sweep["run_id"] or ""), sweep
+    assert (done["run_id"], done["experiment_id"]) == (sweep["run_id"], sweep["experiment_id"])
     text = air("sweep", "get", sweep_id).stdout
     assert f"  study:     {sweep_id} at {url}\n" in text
     assert (

@@ -2,7 +2,7 @@
  * Words and orders of the Schedules view that need no DOM.
  */
 
-import type { ITask } from './types';
+import type { ISweepTask, ITask } from './types';
 
 /**
  * A fire time as the schedule's clock reads it, with its offset:
@@ -76,4 +76,15 @@ export function taskStages(tasks: readonly ITask[]): ITask[][] {
     (stages[index] ??= []).push(task);
   }
   return stages.filter(s => s !== undefined);
+}
+
+/**
+ * What a sweep task searches, in a few words:
+ * `minimize loss, 20 trials, 4 at once`.
+ */
+export function sweepLine(sweep: ISweepTask): string {
+  const { minimize, maximize } = sweep.objective;
+  const goal = minimize ? `minimize ${minimize}` : `maximize ${maximize}`;
+  const trials = `${sweep.trials} trial${sweep.trials === 1 ? '' : 's'}`;
+  return `${goal}, ${trials}, ${sweep.parallel} at once`;
 }

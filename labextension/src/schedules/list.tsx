@@ -8,7 +8,7 @@
 import { Button, ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
-import { formatFireTime, relativeTime, taskStages } from './format';
+import { formatFireTime, relativeTime, sweepLine, taskStages } from './format';
 import { allows, ScheduleAction, SchedulesModel } from './model';
 import type { IChildJob, ISchedule, IScheduleRun, ITaskRun } from './types';
 
@@ -45,6 +45,7 @@ function TaskGraph(props: { schedule: ISchedule }): JSX.Element {
               data-task-key={task.task_key}
               title={
                 (task.notebook ?? task.command ?? '') +
+                (task.sweep ? ` (sweep: ${sweepLine(task.sweep)})` : '') +
                 (task.depends_on.length
                   ? ` after ${task.depends_on.join(', ')} (${task.run_if})`
                   : '')
@@ -54,6 +55,7 @@ function TaskGraph(props: { schedule: ISchedule }): JSX.Element {
               {task.kind === 'notebook' && task.notebook
                 ? ` (${task.notebook.split('/').pop()})`
                 : ''}
+              {task.sweep ? ' (sweep)' : ''}
             </span>
           ))}
         </li>
@@ -92,6 +94,15 @@ function TaskRun(props: {
           logs
         </button>
       )}
+      {task.sweep_id && (
+        <span
+          className="jp-air-Schedules-sweep"
+          data-sweep-id={task.sweep_id}
+          title={`Its trials: air sweep get ${task.sweep_id}, or the runs panel`}
+        >
+          sweep {task.sweep_id}
+        </span>
+      )}
       {task.job_id && task.executed_notebook && (
         <button
           type="button"
@@ -110,7 +121,11 @@ function TaskRun(props: {
           href={task.run_url}
           target="_blank"
           rel="noopener"
-          title="Open the task's run in MLflow"
+          title={
+            task.sweep_id
+              ? "Open the sweep's run in MLflow: its best trial, each trial's run under it"
+              : "Open the task's run in MLflow"
+          }
         >
           MLflow
         </a>

@@ -25,13 +25,24 @@ export type RunIf = 'ALL_SUCCESS' | 'ALL_DONE' | 'NONE_FAILED';
 /** One task of a schedule's graph. */
 export interface ITask {
   task_key: string;
-  kind: 'workload' | 'notebook';
+  kind: 'workload' | 'notebook' | 'sweep';
   depends_on: string[];
   run_if: RunIf;
   experiment_name: string | null;
   notebook: string | null;
   /** A workload task's command line (secrets redacted). */
   command: string | null;
+  /** What a sweep task searches; null for any other task. */
+  sweep: ISweepTask | null;
+}
+
+/** A sweep task's search: `minimize` or `maximize` names the metric. */
+export interface ISweepTask {
+  objective: { minimize?: string; maximize?: string };
+  trials: number;
+  parallel: number;
+  /** Where its study lives (a password masked); null: the owner's AIR_HOME. */
+  storage: string | null;
 }
 
 /** One task of one schedule run: its job, once submitted. */
@@ -47,6 +58,10 @@ export interface ITaskRun {
   run_url: string | null;
   /** The jobs of earlier tries of this task in this run (before a repair). */
   previous_job_ids: string[];
+  /** A sweep task's sweep, once started (its run is the task's MLflow run). */
+  sweep_id: string | null;
+  /** The sweeps of earlier tries of a sweep task in this run (before a repair). */
+  previous_sweep_ids: string[];
   /** The jobs the task's job started (a notebook task's cells), oldest first. */
   children: IChildJob[];
   /**

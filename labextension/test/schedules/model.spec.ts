@@ -4,6 +4,7 @@ import { ScheduleForm, defaultName } from '../../src/schedules/form';
 import {
   formatFireTime,
   relativeTime,
+  sweepLine,
   taskStages
 } from '../../src/schedules/format';
 import { allows, SchedulesModel } from '../../src/schedules/model';
@@ -23,7 +24,8 @@ function task(key: string, depends_on: string[] = []): ITask {
     run_if: 'ALL_SUCCESS',
     experiment_name: null,
     notebook: null,
-    command: 'python prep.py'
+    command: 'python prep.py',
+    sweep: null
   };
 }
 
@@ -472,6 +474,16 @@ describe('schedules formatting', () => {
     expect(relativeTime('2026-12-01T10:30:00Z', now)).toBe('in 30 min');
     expect(relativeTime('2026-12-01T07:00:00Z', now)).toBe('3 h ago');
     expect(relativeTime('2026-12-05T10:00:00Z', now)).toBe('in 4 d');
+  });
+
+  it('says what a sweep task searches', () => {
+    const search = { trials: 20, parallel: 4, storage: null };
+    expect(sweepLine({ ...search, objective: { minimize: 'loss' } })).toBe(
+      'minimize loss, 20 trials, 4 at once'
+    );
+    expect(
+      sweepLine({ ...search, trials: 1, objective: { maximize: 'acc' } })
+    ).toBe('maximize acc, 1 trial, 4 at once');
   });
 
   it('puts each task one stage after the last task it depends on', () => {
