@@ -57,7 +57,7 @@ class Launcher:
         if task.sweep is not None:
             from .sweep_task import start
 
-            return start(self.jobs, schedule, task, tracking_uri)
+            return start(self.jobs, schedule, task, tracking_uri, tags)
         if task.notebook is not None:
             request = notebook_request(schedule, task, experiment, tracking_uri)
         else:

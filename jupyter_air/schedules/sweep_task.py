@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,15 +65,24 @@ def check(jobs: JobStore, who: Identity, spec: ScheduleSpec) -> None:
             raise ScheduleFileError(f"tasks.{i} ({task.task_key}): sweep: {field}{err}") from None
 
 
-def start(jobs: JobStore, schedule: Schedule, task: TaskSpec, tracking_uri: str) -> str:
-    """A new sweep of the task, started: its id. What refuses it raises, in one line."""
+def start(
+    jobs: JobStore,
+    schedule: Schedule,
+    task: TaskSpec,
+    tracking_uri: str,
+    tags: Mapping[str, str],
+) -> str:
+    """A new sweep of the task, started: its id; ``tags`` (the firing's) go on its run
+    and on each trial's, as on a workload task's. What refuses it raises, in one line."""
     from ..jobs.service import Refused
     from ..sweeps.service import SweepService
 
     sweep = sweep_of(schedule.spec, schedule.owner, task)
     service = SweepService(jobs, Identity(schedule.owner))
     try:
-        started, _ = service.create(sweep, Path(sweep.working_dir), tracking_uri, schedule.owner)
+        started, _ = service.create(
+            sweep, Path(sweep.working_dir), tracking_uri, schedule.owner, tags=tags
+        )
     except Refused as err:
         field = f"{err.field}: " if err.field else ""
         raise ValueError(f"sweep: {field}{err}") from None

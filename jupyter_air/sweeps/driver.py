@@ -438,6 +438,7 @@ class Driver:
                 experiment_id,
                 run_name=f"{spec.run_name}-sweep",
                 tags={
+                    **self.sweep.tags,
                     trials.SWEEP_TAG: self.sweep.id,
                     "mlflow.user": self.sweep.user,
                     "air.sweep.objective": f"{spec.direction.value} {spec.objective.metric}",

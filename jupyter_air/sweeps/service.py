@@ -10,6 +10,7 @@ that cannot hold the study (its URL shown masked, ``storage.shown``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +60,13 @@ class SweepService:
         code: Code | None = None,
         key: str | None = None,
         notify: tuple[Target, ...] = (),
+        tags: Mapping[str, str] | None = None,
     ) -> tuple[Sweep, DriverInfo]:
         """Record the sweep and start its driver, or refuse it with nothing made:
         ``Refused`` (a field at fault), ``probe.Unreachable`` (the tracking store). A
         notebook's sweep gives the ``payload`` its trials run, its ``code`` and the
         ``key`` its cell finds it again by (``latest``); ``notify``: whom its end is told
-        (``notices``), each checked as a job's."""
+        (``notices``), each checked as a job's; ``tags``: on its run and each trial's."""
         self.check(spec, notify)
         tracking_down(tracking_uri, spec, deferrable=False)
         if spec.storage is not None:
@@ -80,6 +82,7 @@ class SweepService:
                 code=code,
                 key=key,
                 notify=notify,
+                tags=tags,
             )
         except storage_url.BadStorage as err:
             raise Refused("storage", str(err)) from None

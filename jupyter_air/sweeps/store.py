@@ -23,7 +23,8 @@ import enum
 import re
 import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,8 @@ class Sweep:
     key: str | None = None
     #: Whom its end is told (``notices``).
     notify: tuple[Target, ...] = ()
+    #: Tags of its run and of every trial's (a schedule's firing: ``air.schedule``...).
+    tags: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def access(self) -> JobAccess:
@@ -166,6 +169,7 @@ class SweepStore:
         code: Code | None = None,
         key: str | None = None,
         notify: tuple[Target, ...] = (),
+        tags: Mapping[str, str] | None = None,
     ) -> Sweep:
         """A new sweep; with ``payload`` and ``code``, a notebook's, whose every trial runs
         that payload (written before the study exists: a driver never finds one missing).
@@ -193,6 +197,7 @@ class SweepStore:
             "created": time.time(),
             "code": None if code is None else {"source": code.source},
             "notify": [t.to_json() for t in notify],
+            "tags": dict(tags or {}),
         }
         study_id = self.storage.get_study_id_from_name(sweep_id)
         # The record that lists it last: a caller killed meanwhile leaves none, or one
@@ -313,6 +318,7 @@ def _sweep(sweep_id: str, attrs: dict[str, Any]) -> Sweep:
         code=Code(**code) if (code := doc.get("code")) else None,
         key=attrs.get(KEY),
         notify=parse_all(doc.get("notify") or []),
+        tags=doc.get("tags") or {},
     )
 
 

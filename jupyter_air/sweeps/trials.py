@@ -66,6 +66,7 @@ def request(
         defaults=Defaults(nproc_per_node=spec.compute.nproc_per_node),
         grants=sweep.grants,
         tags={
+            **sweep.tags,
             SWEEP_TAG: sweep.id,
             TRIAL_TAG: str(number),
             "air.command": redact(spec.command),

@@ -16,6 +16,7 @@ from typing import Any
 
 import optuna
 import pytest
+from mlflow import MlflowClient
 
 from jupyter_air.jobs import cancel
 from jupyter_air.jobs.store import JobStore
@@ -150,6 +151,17 @@ def test_each_firing_of_a_sweep_task_starts_a_sweep_whose_study_lives_at_its_url
     assert len(trials) == 2
     assert {j.status for j in trials} == {"SUCCEEDED"}
     assert {j.owner for j in trials} == {sweep["owner"]}
+
+    # The firing's tags, as a workload task's job has them: on each trial's and the sweep's run.
+    firing = {
+        "air.schedule": "nightly-search",
+        "air.schedule_run": str(fired["id"]),
+        "air.task_key": "search",
+    }
+    for job in trials:
+        assert firing.items() <= job.spec.tracking.tags.items(), job.spec.tracking.tags
+    sweep_tags = MlflowClient().get_run(sweep["run_id"]).data.tags
+    assert firing.items() <= sweep_tags.items(), sweep_tags
 
 
 def _logs(home: Path) -> str:
