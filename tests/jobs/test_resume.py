@@ -42,6 +42,7 @@ for step in range(done, 10):
     dist.barrier()
     if attempt == "1" and step + 1 == 6 and rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
+dist.barrier()  # no rank leaves while another still connects (a resumed run may have no step left)
 print(f"ends with w={w.item():g}")
 dist.destroy_process_group()  # else gloo may abort the rank as it exits
 """

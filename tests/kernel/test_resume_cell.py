@@ -35,6 +35,7 @@ for step in range(done, 8):
     dist.barrier()
     if os.environ["AIR_ATTEMPT"] == "1" and step + 1 == 5 and dist.get_rank() == 1:
         os.kill(os.getpid(), signal.SIGKILL)
+dist.barrier()  # no rank leaves while another still connects (a resumed run may have no step left)
 w
 """
 
