@@ -18,8 +18,8 @@ from traitlets.config.loader import PyFileConfigLoader
 
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.status import JobStatus
-from jupyter_air.tracking.runs import default_experiment_name
 from jupyter_air.tracking.stores import lookup_store, store_key
+from jupyter_air.tracking.targets import default_experiment_name
 from jupyter_air.tracking.ui_links import logs_url
 from scripts import demo
 from tests.factories import job_spec

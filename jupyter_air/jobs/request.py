@@ -69,8 +69,10 @@ class Destination(Protocol):
     def tracking_uri(self) -> str:
         """The tracking store the runs go to."""
 
-    def resolve(self) -> RunTarget:
-        """The experiment and first run, asked of a server that answers."""
+    def resolve(self) -> RunTarget | ExperimentRef:
+        """The experiment and first run, asked of a server that answers; or the
+        experiment by name, where nothing in the kernel can have chosen another (its
+        notebook never loaded MLflow), made with the first run by the tail process."""
 
     def unanswered(self) -> ExperimentRef:
         """The experiment by name, when the server does not answer and the submission

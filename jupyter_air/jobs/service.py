@@ -208,8 +208,8 @@ class Started:
     """A job ``start`` started, and where its runs go."""
 
     job: Job
-    #: The first attempt's run when the kernel made it (a ``RunTarget``); None when the
-    #: supervisor or the tail process makes it.
+    #: The first attempt's run when it was made at submission (a kernel's call: by the
+    #: kernel, or by the tail process for it); None when the supervisor makes it.
     run_id: str | None
     run_name: str | None
     target: RunTarget | ExperimentRef
@@ -277,19 +277,27 @@ class JobService:
             target = destination
         else:
             target = destination.resolve() if down is None else destination.unanswered()
+        # A kernel's call shows its run's links at once: its first run is made now.
+        run_now = not isinstance(destination, ExperimentRef) and down is None
         submitted = self.submit(
             spec,
             target,
             grants=submission.grants if request.grants is None else request.grants,
             payload=program.payload,
-            source=program.source if isinstance(target, RunTarget) else None,
+            source=program.source if run_now else None,
             notebook=request.notebook,
             user=request.user,
             extra_tags=request.tags,
             watch_pid=request.watch_pid,
+            run_now=run_now,
         )
         return Started(
-            submitted.job, submitted.run_id, submitted.run_name, target, down, kernel_host
+            submitted.job,
+            submitted.run_id,
+            submitted.run_name,
+            submitted.target,
+            down,
+            kernel_host,
         )
 
     def place(self, submission: Submission, **options: Any) -> Placed:
@@ -310,6 +318,7 @@ class JobService:
         user: str,
         extra_tags: Mapping[str, str] | None = None,
         watch_pid: int | None = None,
+        run_now: bool = False,
     ) -> Submitted:
         """Record the job, owned by the caller, and start it (see ``submit.submit``)."""
         spec = self._resuming(spec)
@@ -326,6 +335,7 @@ class JobService:
             extra_tags=extra_tags,
             watch_pid=watch_pid,
             parent_id=submitting_job(),
+            run_now=run_now,
         )
 
     def _resuming(self, spec: JobSpec) -> JobSpec:

@@ -4,9 +4,10 @@ last step of the jobs service's ``submit``.
 Each caller decides what to run (a ``JobSpec`` without its MLflow destination) and where
 its runs go: a kernel's resolved ``RunTarget``, whose first run is started (or resumed)
 here so that its links show at once; or an ``ExperimentRef``, which imports no MLflow
-in this process: the experiment and the first run are made as the supervisor starts, by
-the user's tail process (``run_tails``), woken here so that its import of MLflow
-overlaps the supervisor's start.
+in this process: the experiment and the first run are made by the user's tail process
+(``run_tails``), which keeps MLflow loaded: here, for a kernel's call whose notebook
+never loaded MLflow (``run_now``: its links show at once all the same), else as the
+supervisor starts, the process woken here so that its import overlaps that start.
 Then the job is recorded with its owner and grants and its supervisor started.
 
 A job submitted from inside another job (a rank running ``air run``, a scheduled
@@ -26,9 +27,9 @@ from dataclasses import dataclass, replace
 
 from ..job_dir import JobDir
 from ..paths import private_opener, write_private
-from ..tracking.run_tails import ensure_running
+from ..tracking.run_tails import NewRun, NoAnswer, ensure_running, make_run
 from ..tracking.stores import register_store
-from ..tracking.targets import ExperimentRef, RunTarget, job_tags
+from ..tracking.targets import CELL_SOURCE, ExperimentRef, RunTarget, job_tags
 from . import checkpoints
 from .checkpoint_settings import checkpoint_root
 from .permissions import Grant
@@ -39,9 +40,11 @@ from .store import Job, JobStore, UnknownJob, new_job_id
 @dataclass(frozen=True)
 class Submitted:
     job: Job
-    #: The first attempt's run; None with an ExperimentRef (the supervisor makes it).
+    #: The first attempt's run; None when the supervisor makes it.
     run_id: str | None
     run_name: str | None
+    #: Where the runs go: the target as given, or as resolved when its run was made here.
+    target: RunTarget | ExperimentRef
 
 
 def submit(
@@ -58,15 +61,17 @@ def submit(
     extra_tags: Mapping[str, str] | None = None,
     watch_pid: int | None = None,
     parent_id: str | None = None,
+    run_now: bool = False,
 ) -> Submitted:
     """Fill the spec's tracking from ``target``, then record and start the job.
 
-    ``source`` is the cell's code, kept with the run (a ``RunTarget`` only); ``user`` is
-    MLflow's run user; ``extra_tags`` land on every attempt's run; ``parent_id`` is the
-    job that submits this one (see ``submitting_job``).
+    ``source`` is the cell's code, kept with the run made here; ``user`` is MLflow's run
+    user; ``extra_tags`` land on every attempt's run; ``parent_id`` is the job that
+    submits this one (see ``submitting_job``); ``run_now``: an ``ExperimentRef``'s first
+    run is made here too (by the tail process), not by the supervisor.
     """
-    if source is not None and not isinstance(target, RunTarget):
-        raise ValueError("a cell's source is kept with a run the kernel started: a RunTarget")
+    if isinstance(target, ExperimentRef) and not run_now and source is not None:
+        raise ValueError("a cell's source is kept with a run made at submission")
     register_store(target.tracking_uri, store.home)
     job_id = new_job_id()
     compute = spec.compute
@@ -93,17 +98,25 @@ def submit(
             parent_id=parent.id if parent else None,
         )
 
-    if isinstance(target, ExperimentRef):
+    if isinstance(target, ExperimentRef) and not run_now:
         spec = spec.with_tracking(
             tracking_uri=target.tracking_uri,
             experiment_name=target.experiment_name,
             artifact_location=target.artifact_location,
             tags=tags,
         )
-        return Submitted(start(spec), None, None)
-    if parent is not None:
-        target = _nested(store, parent, target)
-    run_id, run_name = _first_run(target, spec, tags, source)
+        return Submitted(start(spec), None, None, target)
+    made = None
+    if isinstance(target, ExperimentRef) and parent is None:
+        made = _first_run_by_tail_process(store, target, job_id, spec, tags, source)
+    if made is not None:
+        target, run_id, run_name = made
+    else:
+        if isinstance(target, ExperimentRef):
+            target = _resolved(target)
+        if parent is not None:
+            target = _nested(store, parent, target)
+        run_id, run_name = _first_run(target, spec, tags, source)
     spec = spec.with_tracking(
         tracking_uri=target.tracking_uri,
         experiment_id=target.experiment_id,
@@ -112,7 +125,55 @@ def submit(
         first_run_id=run_id,
         tags=tags,
     )
-    return Submitted(start(spec), run_id, run_name)
+    return Submitted(start(spec), run_id, run_name, target)
+
+
+def _first_run_by_tail_process(
+    store: JobStore,
+    target: ExperimentRef,
+    job_id: str,
+    spec: JobSpec,
+    tags: dict[str, str],
+    source: str | None,
+) -> tuple[RunTarget, str, str] | None:
+    """The experiment (made if missing) and the run of attempt 1, made by the user's
+    tail process: the target resolved, the run's id and name. None when no tail process
+    answered: this process makes them (MLflow's own refusal is raised, as it would be
+    here)."""
+    request = NewRun(
+        job_id,
+        1,
+        target.tracking_uri,
+        None,
+        target.experiment_name,
+        target.artifact_location,
+        tags,
+        spec.tracking.run_name,
+        None,
+        texts={CELL_SOURCE: source} if source is not None else {},
+    )
+    try:
+        made = make_run(store.home, request)
+    except NoAnswer:
+        return None
+    resolved = RunTarget(
+        target.tracking_uri, made.experiment_id, target.experiment_name, None, None
+    )
+    return resolved, made.run_id, made.run_name
+
+
+def _resolved(target: ExperimentRef) -> RunTarget:
+    """The named experiment, made here if missing (no tail process answered)."""
+    from mlflow import MlflowClient
+
+    from ..tracking import runs
+
+    client = MlflowClient(target.tracking_uri)
+    with runs.quiet_store_setup(target.tracking_uri):
+        experiment_id = runs.ensure_experiment(
+            client, target.experiment_name, target.artifact_location
+        )
+    return RunTarget(target.tracking_uri, experiment_id, target.experiment_name, None, None)
 
 
 def _parent(store: JobStore, parent_id: str | None, owner: str) -> Job | None:
@@ -159,7 +220,7 @@ def _first_run(
             mlflow_client, target.experiment_id, tags, spec.tracking.run_name, target.parent_run_id
         )
     if source is not None:
-        mlflow_client.log_text(run_id, source, "code/cell.py")
+        mlflow_client.log_text(run_id, source, CELL_SOURCE)
     return run_id, str(mlflow_client.get_run(run_id).info.run_name)
 
 

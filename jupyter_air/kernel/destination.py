@@ -5,9 +5,15 @@ the experiment by name alone."""
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 
-from ..tracking.targets import ExperimentRef, RunTarget, current_tracking_uri
+from ..tracking.targets import (
+    ExperimentRef,
+    RunTarget,
+    current_tracking_uri,
+    default_experiment_name,
+)
 from .options import OptionError
 
 
@@ -21,11 +27,31 @@ class KernelDestination:
     notebook: str | None
     tracking_uri: str = field(default_factory=current_tracking_uri)
 
-    def resolve(self) -> RunTarget:
+    def resolve(self) -> RunTarget | ExperimentRef:
+        if named := self._named():
+            return named
         from ..tracking import runs
 
         with runs.quiet_store_setup():
             return runs.resolve_target(self.experiment, self.user, self.notebook)
+
+    def _named(self) -> ExperimentRef | None:
+        """The experiment by name, where the notebook never loaded MLflow (no active run,
+        ``set_experiment()`` nor ``set_tracking_uri()`` can have happened), so that the
+        kernel imports none (about 2 s of CPU, and the store opened again, for one run):
+        ``--experiment``, else ``MLFLOW_EXPERIMENT_NAME``, else ``/Users/<user>/<notebook>``.
+        None where MLflow must be asked: it is loaded, or a run to resume or an
+        experiment known by its id only is named in the environment."""
+        if "mlflow" in sys.modules or os.environ.get("MLFLOW_RUN_ID"):
+            return None
+        if self.experiment:
+            return ExperimentRef(self.tracking_uri, self.experiment)
+        if os.environ.get("MLFLOW_EXPERIMENT_ID"):  # it comes before a name
+            return None
+        name = os.environ.get("MLFLOW_EXPERIMENT_NAME")
+        return ExperimentRef(
+            self.tracking_uri, name or default_experiment_name(self.user, self.notebook)
+        )
 
     def unanswered(self) -> ExperimentRef:
         return deferred_target(self.experiment, self.user, self.notebook, self.tracking_uri)
@@ -39,8 +65,6 @@ def deferred_target(
     A run to resume or nest under, or an experiment known only by its id, needs the
     server: refused."""
     from mlflow.tracking import fluent
-
-    from ..tracking.runs import default_experiment_name
 
     why = "does not answer"
     if os.environ.get("MLFLOW_RUN_ID") or fluent.active_run() is not None:

@@ -33,8 +33,9 @@ from ..jobs.workload_file import Submission
 from ..logs.query import LogFilter
 from ..redact import redact
 from ..status import JobStatus, Outcome
-from ..tracking import backlog, journal
+from ..tracking import backlog, journal, run_tails
 from ..tracking.backlog import describe as describe_error
+from ..tracking.run_tails import Tail
 from ..tracking.targets import RunTarget
 from .capture import Payload
 from .debug_prompt import CellPrompt
@@ -159,13 +160,8 @@ def _run(
         started = service.start(request)  # a server that is down: said in seconds
     except Refused as err:
         raise option_error(err) from None
-    from mlflow import MlflowClient
-
-    from ..tracking import runs
-
     job, run_id, run_name, target = started.job, started.run_id, started.run_name, started.target
     store = service.store
-    mlflow_client = MlflowClient(target.tracking_uri)
 
     view = JobView(
         job.id,
@@ -190,24 +186,47 @@ def _run(
         return None
 
     def end_run(run: str, status: str) -> None:
-        """The supervisor ends the run too, once its own MLflow import is done; ending it
-        here makes the run's status right, and its points all there (shipped from the
-        journal first), the moment the cell returns: if its server takes them in time."""
+        """The supervisor's tail process ends the run too, after the job; ending it now
+        makes the run's status right, and its points all there (shipped from the journal
+        first), the moment the cell returns: if its server takes them in time. Here if
+        the notebook loaded MLflow, else by the tail process (no MLflow import for it)."""
         attempts = store.attempts(job.id)
-        files = AttemptDir(store.attempt_dir(job.id, attempts[-1].attempt if attempts else 1))
+        number = attempts[-1].attempt if attempts else 1
+        files = AttemptDir(store.attempt_dir(job.id, number))
 
         def finish() -> None:
-            journal.ship(mlflow_client, files, run)
-            runs.end_run(mlflow_client, run, status)
+            if "mlflow" not in sys.modules:
+                tail = Tail(
+                    job.id, number, run, status, target.tracking_uri, str(files.path), False
+                )
+                answer = run_tails.end_early(store.home, tail, END_WAIT)
+                if answer is None:
+                    raise backlog.NoAnswerYet(f"no answer from the tail process in {END_WAIT:g} s")
+                if error := answer.error():
+                    raise Recorded(error)
+                return
+            from mlflow import MlflowClient
+
+            from ..tracking import runs
+
+            client = MlflowClient(target.tracking_uri)
+            journal.ship(client, files, run)
+            runs.end_run(client, run, status)
 
         def unsent(err: BaseException) -> None:
             """Recorded before the cell's last status is drawn, which reads it: the
             points wait (what else waits, the tail process records as it tries)."""
-            backlog.failing(files, target.tracking_uri, err, {backlog.Part.METRICS})
+            if not isinstance(err, Recorded):
+                backlog.failing(files, target.tracking_uri, err, {backlog.Part.METRICS})
 
         end_in_time(finish, target.tracking_uri, job.id, unsent)
 
     return _follow(store, job.id, view, max_attempts, user_ns, end_run, debug)
+
+
+class Recorded(Exception):
+    """What the tail process could not deliver at a cell's end, which it recorded in the
+    attempt's backlog itself (the error as it saw it)."""
 
 
 #: Seconds a cell's end waits for its tracking server to take the run's last points and
@@ -339,8 +358,9 @@ def _follow(
         if job.done:
             raise Interrupted(f"interrupted; job {job_id} cancelled, every rank stopped") from None
         raise Interrupted(f"interrupted; job {job_id} still stopping (air get {job_id})") from None
-    _end_last_run(store, job_id, job.status, end_run)
     attempts = store.attempts(job_id)
+    view.settle(_runs(attempts), _hints(store, job_id, attempts)["gpus"])
+    _end_last_run(store, job_id, job.status, end_run)
     if len(attempts) > 1:
         view.attempt_started(len(attempts), attempts[-2].message)
     _show_new(view, follower)

@@ -706,6 +706,7 @@ class Live:
         self._box: Any = None
         self._status: Any = None
         self._chart: Any = None
+        self._settled = False
 
     def start(self, header_html: str, in_place_of: DisplayHandle | None = None) -> bool:
         """Show header, status and chart as one widget view, in place of the display
@@ -743,6 +744,14 @@ class Live:
         if self._chart is not None and self.feed.due():
             self._chart.follow(lambda: self.feed.read(attempts, gpus))
 
+    def settle(self, attempts: Sequence[tuple[int, str]], gpus: Sequence[int] | None) -> None:
+        """The chart's last points, read as the job ended, before its run's tail (a last
+        system sample of a job that took none) lands: the final chart is the job's."""
+        if not self._settled:
+            self.feed.drain(attempts, gpus)
+            self.feed.close()
+            self._settled = True
+
     def finish(
         self,
         attempts: Sequence[tuple[int, str]],
@@ -750,8 +759,7 @@ class Live:
         header_html: str,
         status: Mapping[str, str],
     ) -> None:
-        self.feed.drain(attempts, gpus)
-        self.feed.close()
+        self.settle(attempts, gpus)
         chart = self.feed.chart
         chart.ended = True
         if chart.traces:  # else nothing to show: the place kept for it stays empty

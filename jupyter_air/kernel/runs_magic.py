@@ -109,7 +109,7 @@ def _experiment(client: MlflowClient, option: str | None) -> dict[str, str]:
         chosen = fluent._active_experiment_id or os.environ["MLFLOW_EXPERIMENT_ID"]
         found = next(iter(er.experiments(client, [chosen])), None)
     else:
-        from ..tracking.runs import default_experiment_name
+        from ..tracking.targets import default_experiment_name
 
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or default_experiment_name(
             mlflow_user(), notebook_path()

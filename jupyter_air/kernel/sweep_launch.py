@@ -115,7 +115,7 @@ def experiment_name(option: str | None, user: str, tracking_uri: str) -> str:
     from mlflow import MlflowClient
     from mlflow.tracking import fluent
 
-    from ..tracking.runs import default_experiment_name
+    from ..tracking.targets import default_experiment_name
 
     if experiment_id := fluent._active_experiment_id:
         return str(MlflowClient(tracking_uri).get_experiment(experiment_id).name)

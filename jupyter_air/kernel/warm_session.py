@@ -60,7 +60,7 @@ from ..status import AttemptStatus
 from ..tracking import probe, run_tails
 from ..tracking.backlog import Part
 from ..tracking.backlog import describe as describe_error
-from ..tracking.targets import RunTarget
+from ..tracking.targets import CELL_SOURCE, RunTarget
 from ..tracking.ui_links import logs_url
 from .debug_prompt import CellPrompt
 from .destination import KernelDestination
@@ -472,7 +472,7 @@ class WarmSession:
             parts=(Part.METRICS, Part.END),
             end_tags=tags,
             cell=record.cell,
-            texts={"code/cell.py": source},
+            texts={CELL_SOURCE: source},
         )
 
         spool = self.store.home / "tails"

@@ -151,7 +151,7 @@ class NotebookRunsHandler(RunsBase):
             uri = env_store()
             assert uri is not None
             from ..identity import mlflow_user
-            from ..tracking.runs import default_experiment_name
+            from ..tracking.targets import default_experiment_name
 
             name = default_experiment_name(mlflow_user(), path)
             doc = await in_mlflow_thread(lambda: er.experiment_by_name(er.client_for(uri), name))

@@ -10,17 +10,24 @@ for the supervisors:
   side wakes the process, so that its import overlaps the supervisor's start. A
   supervisor that gets no answer (no process could start, it died, it is too slow)
   makes the run itself; an MLflow error is the answer, and fails the job with its cause.
+- **a live attempt** while its ranks run (``Live``): its metrics journal shipped to its
+  run every ``SHIP_INTERVAL`` seconds, and the run put back to running if a rank's
+  ``with mlflow.start_run(run_id=...)`` ended it, until its supervisor takes it back as
+  the ranks have all exited (before anyone is told). So no supervisor imports MLflow.
 - **a run's tail** once the ranks have exited: what is left of rank 0's metrics journal
   (``journal``), its last system-metrics sample, its end, and the ranks' logs as
-  artifacts, one at a time, in order; and a warm session's cell's end that its kernel
-  could not deliver (kept pending by the kernel).
+  artifacts, one at a time, in order; a kernel's early end of its cell's run (its
+  journal and its end, as the cell returns); and a warm session's cell's end that its
+  kernel could not deliver (kept pending by the kernel).
 
 Who can reach it: requests are files in ``AIR_HOME/tails/`` (private to the user, 0700,
 each file 0600, like every file of the store) and it listens on nothing; a request that
 is not a plain file of this user is refused unanswered. A request is claimed (renamed)
 before it is done, so a supervisor that gave up waiting withdraws only one nobody took.
 How long it lives: it holds a lock on ``tails/.lock`` while it runs and exits
-``IDLE_EXIT`` seconds after its last request, or at once when the store is gone.
+``IDLE_EXIT`` seconds after its last request and live attempt, or at once when the
+store is gone. Live attempts are files in ``tails/live/``, followed while their
+supervisor runs.
 ``python -m jupyter_air.tracking.run_tails HOME [TRACKING_URI]``.
 """
 
@@ -48,6 +55,7 @@ from typing import Any
 from ..job_dir import STACKS, STACKS_INDEX, AttemptDir
 from ..logs.capture import plain_lines
 from ..paths import private_dir, write_private
+from ..procs import alive
 from . import backlog, journal
 from .backlog import Part
 from .targets import bound_requests, quiet_retries
@@ -56,8 +64,16 @@ log = logging.getLogger("jupyter_air.run_tails")
 
 #: Seconds the process waits for another request before it exits.
 IDLE_EXIT = 20.0
-#: Seconds between two looks for a request, or for an answer.
+#: Seconds between two looks for a request, or for an answer; and between two looks
+#: for a request once none came for ``QUIET_AFTER`` seconds (a process that follows a
+#: long job's run keeps its wakeups few).
 POLL = 0.02
+POLL_QUIET = 0.1
+QUIET_AFTER = 2.0
+#: Seconds between two shipments of a live attempt's journal, and between two looks at
+#: its run's status (a rank's ``with mlflow.start_run`` ends it).
+SHIP_INTERVAL = 1.0
+REOPEN_INTERVAL = 10.0
 #: Seconds a supervisor waits for its tail's answer (a large log takes a while).
 ANSWER_TIMEOUT = 600.0
 #: Seconds a supervisor waits for its new run's request to be taken (a process starting
@@ -95,6 +111,8 @@ class NewRun:
     #: The job's grants, (grantee, level, group), to mirror on the experiment of a run
     #: made late by the tail process (a deferred attempt's: nobody else is left to).
     grants: tuple[tuple[str, str, bool], ...] = ()
+    #: Text artifacts logged on the run once made (a cell's code): path in the run -> text.
+    texts: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -105,6 +123,47 @@ class NewRun:
 class MadeRun:
     run_id: str
     experiment_id: str
+    run_name: str = ""
+
+
+@dataclass(frozen=True)
+class Live:
+    """An attempt whose ranks run, followed by the tail process (see the module)."""
+
+    job_id: str
+    attempt: int
+    #: "": not made yet (``tracking: deferred``, its server down): nothing is shipped.
+    run_id: str
+    tracking_uri: str
+    attempt_dir: str
+    #: Its supervisor, and when it followed the attempt: one that died is followed no
+    #: more (its pid reused by a later process does not count).
+    pid: int
+    since: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.job_id}-{self.attempt}"
+
+
+def live_dir(spool: Path) -> Path:
+    return spool / "live"
+
+
+def follow(home: Path, live: Live) -> None:
+    """The tail process follows ``live`` from now on (one is started if none runs); a
+    second call replaces the first (its run made meanwhile)."""
+    where = private_dir(live_dir(private_dir(home / "tails")))
+    tmp = where / f".{live.name}.tmp"
+    write_private(tmp, json.dumps(asdict(live)))
+    tmp.replace(where / f"{live.name}.json")
+    ensure_running(home)
+
+
+def unfollow(home: Path, job_id: str, attempt: int) -> None:
+    """The attempt is over: the tail process ships nothing more of it, and never puts its
+    run back to running (a shipment under way finishes first; its tail comes after)."""
+    (live_dir(home / "tails") / f"{job_id}-{attempt}.json").unlink(missing_ok=True)
 
 
 class NoAnswer(RuntimeError):
@@ -127,8 +186,8 @@ class Tail:
     status: str
     tracking_uri: str
     attempt_dir: str
-    #: Take the run's last system-metrics sample here: the supervisor never loaded MLflow
-    #: (a job shorter than the sampling interval), so no sample of it was recorded.
+    #: Take the run's last system-metrics sample here: the supervisor took none (a job
+    #: shorter than the sampling interval).
     sample: bool
     #: What is left to do: all of it, or what a try before could not (``backlog.Part``).
     parts: tuple[str, ...] = tuple(Part)
@@ -143,11 +202,15 @@ class Tail:
     cell: int | None = None
     #: Text artifacts logged on the run before its end: path in the run -> text.
     texts: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: Asked by a kernel as its cell returns, ahead of the supervisor's own tail, which
+    #: stays the one kept pending if the server does not take it (``end_early``).
+    early: bool = False
 
     @property
     def name(self) -> str:
         name = f"{Kind.TAIL}-{self.job_id}-{self.attempt}"
-        return name if self.cell is None else f"{name}-cell-{self.cell}"
+        name = name if self.cell is None else f"{name}-cell-{self.cell}"
+        return f"{name}-early" if self.early else name
 
 
 @dataclass(frozen=True)
@@ -181,7 +244,7 @@ def make_run(home: Path, request: NewRun, take_timeout: float = RUN_TAKE_TIMEOUT
         raise NoAnswer(f"the tail process refused the request: {done['refused']}")
     if done.get("error"):
         raise RunNotMade(done["error"])
-    return MadeRun(done["run_id"], done["experiment_id"])
+    return MadeRun(done["run_id"], done["experiment_id"], done.get("run_name", ""))
 
 
 def hand_over(home: Path, tail: Tail, timeout: float = ANSWER_TIMEOUT) -> Answer:
@@ -196,6 +259,19 @@ def hand_over(home: Path, tail: Tail, timeout: float = ANSWER_TIMEOUT) -> Answer
         return Answer("no answer from the tail process", "no answer from the tail process")
     if done.get("refused"):
         return Answer(done["refused"], done["refused"])
+    return Answer(done.get("end_error"), done.get("logs_error"), done.get("metrics_error"))
+
+
+def end_early(home: Path, tail: Tail, timeout: float) -> Answer | None:
+    """A run's journal shipped and its end recorded now, by the tail process, for a
+    kernel whose notebook never loaded MLflow, so that the run is whole as its cell
+    returns (what the server did not take is in the attempt's backlog). Waited for
+    ``timeout`` seconds at most: None if no answer came by then (a request not taken is
+    withdrawn; the supervisor's own tail does the same, and keeps what is not taken)."""
+    tail = dataclasses.replace(tail, early=True, sample=False, parts=(Part.METRICS, Part.END))
+    done = _ask(home, tail.name, _body(tail), timeout, timeout)
+    if done is None or done.get("refused"):
+        return None
     return Answer(done.get("end_error"), done.get("logs_error"), done.get("metrics_error"))
 
 
@@ -315,6 +391,12 @@ class TailProcess:
         self._tails = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-run-tail")
         self._tail_work: list[Future[None]] = []
         self._retrying = False  # pending tails were due at the last look
+        self._live: dict[str, Future[None]] = {}  # a live attempt's shipment queued
+        self._live_looked = -float("inf")
+        self._reopen_at: dict[str, float] = {}
+        self._live_failing: dict[str, str] = {}  # the failure said once, per attempt
+        #: One per attempt seen (a few bytes each; the process leaves once idle).
+        self._attempt_locks: dict[str, threading.Lock] = {}
 
     def serve(self, lock_fd: int) -> None:
         try:
@@ -323,7 +405,7 @@ class TailProcess:
             self._tails.shutdown(wait=True)
 
     def _serve(self, lock_fd: int) -> None:
-        idle_since = time.monotonic()
+        idle_since = asked = time.monotonic()
         retry = Backoff()
         newer: set[str] = set()  # requests of a newer version, given back
         while self.spool.is_dir():
@@ -334,8 +416,10 @@ class TailProcess:
                 except Newer as err:
                     log.warning("left to a newer jupyter_air: %s", err)
                     newer.add(pending[0].name)
-                idle_since = time.monotonic()
+                idle_since = asked = time.monotonic()
                 continue
+            if self._follow_live():
+                idle_since = time.monotonic()
             if newer and newer & {p.name for p in self._pending()} and not self._busy():
                 # Done with its own: the lock goes to a process of the newer version,
                 # which the sender of those requests starts (it looks every second).
@@ -348,7 +432,7 @@ class TailProcess:
             if retry.waiting:  # tails wait for their server: this process stays for them
                 idle_since = time.monotonic()
             if time.monotonic() - idle_since < IDLE_EXIT:
-                time.sleep(POLL)
+                time.sleep(POLL if time.monotonic() - asked < QUIET_AFTER else POLL_QUIET)
                 continue
             fcntl.flock(lock_fd, fcntl.LOCK_UN)
             if not self._pending():
@@ -358,6 +442,67 @@ class TailProcess:
             except BlockingIOError:
                 return  # another process took over
             idle_since = time.monotonic()
+
+    def _follow_live(self) -> bool:
+        """Every ``SHIP_INTERVAL`` seconds, a shipment queued for each live attempt that
+        has none queued; whether any attempt is live."""
+        if time.monotonic() - self._live_looked < SHIP_INTERVAL:
+            return bool(self._live)
+        self._live_looked = time.monotonic()
+        found: set[str] = set()
+        for path in live_dir(self.spool).glob("*.json"):
+            try:
+                live = Live(**_read_request(path))
+            except (NotYours, OSError, ValueError, TypeError) as err:
+                if path.name not in self._live_failing:
+                    log.error("live attempt %s not followed: %r", path.name, err)
+                self._live_failing[path.name] = repr(err)
+                continue
+            if not alive(live.pid, started_by=live.since):
+                path.unlink(missing_ok=True)  # its supervisor died: its reaper ends it
+                continue
+            found.add(live.name)
+            queued = self._live.get(live.name)
+            if queued is None or queued.done():
+                self._live[live.name] = self._tails.submit(self._ship_live, path, live)
+        for name in set(self._live) - found:
+            if self._live[name].done():
+                del self._live[name]
+                self._reopen_at.pop(name, None)
+                self._live_failing.pop(name, None)
+        return bool(found)
+
+    def _attempt_lock(self, attempt_dir: str) -> threading.Lock:
+        return self._attempt_locks.setdefault(attempt_dir, threading.Lock())  # atomic
+
+    def _ship_live(self, path: Path, live: Live) -> None:
+        """A live attempt's journal shipped and its run's status looked at, on the tail
+        thread, under the attempt's lock: an early end (asked once the attempt was taken
+        back) waits for a look under way, so the run it ends is never re-opened; one taken
+        back meanwhile is left to its tail."""
+        with self._attempt_lock(live.attempt_dir):
+            if live.run_id and path.exists():
+                self._ship_one(path, live)
+
+    def _ship_one(self, path: Path, live: Live) -> None:
+        files, uri = AttemptDir(Path(live.attempt_dir)), live.tracking_uri
+        try:
+            client = self._client(uri)
+            if journal.waiting(files):
+                with backlog.watched(files, uri, {Part.METRICS}):
+                    journal.ship(client, files, live.run_id)
+                backlog.landed(files, {Part.METRICS})
+            if time.monotonic() >= self._reopen_at.get(live.name, 0.0):
+                self._reopen_at[live.name] = time.monotonic() + REOPEN_INTERVAL
+                if client.get_run(live.run_id).info.status != "RUNNING" and path.exists():
+                    client.update_run(live.run_id, status="RUNNING")
+            self._live_failing.pop(live.name, None)
+        except Exception as err:  # kept in the journal, from its mark: tried again
+            if self._live_failing.get(live.name) != repr(err):
+                log.warning("attempt %s's metrics not shipped yet: %r", live.name, err)
+            self._live_failing[live.name] = repr(err)
+            with contextlib.suppress(OSError):
+                backlog.failing(files, uri, err, {Part.METRICS})
 
     def _busy(self) -> bool:
         self._tail_work = [work for work in self._tail_work if not work.done()]
@@ -382,8 +527,12 @@ class TailProcess:
             body = _read_request(taken)
             if request.name.startswith(f"{Kind.RUN}-"):
                 self._answer(taken, self.make(NewRun(**_known(NewRun, body, taken, request))))
+                return
+            tail = Tail(**_known(Tail, body, taken, request))
+            if tail.early:  # a cell waits for it: not behind the tails under way
+                with self._attempt_lock(tail.attempt_dir):
+                    self._do_tail(taken, tail)
             else:
-                tail = Tail(**_known(Tail, body, taken, request))
                 self._tail_work.append(self._tails.submit(self._do_tail, taken, tail))
         except NotYours as err:  # nobody of this user waits for it: no answer
             log.error("refused request %s: %s", request.name, err)
@@ -418,16 +567,20 @@ class TailProcess:
             run_id = runs.start_run(
                 client, experiment_id, request.tags, request.run_name, request.parent_run_id
             )
+            for path, text in request.texts.items():
+                client.log_text(run_id, text, path)
+            run_name = str(client.get_run(run_id).info.run_name)
         except Exception as err:
             return {"error": repr(err)}
-        return asdict(MadeRun(run_id, experiment_id))
+        return asdict(MadeRun(run_id, experiment_id, run_name))
 
     def finish(self, tail: Tail) -> Answer:
         """The tail's parts (see ``finish``), with this process's clients; what could not
         be done is kept in the pending spool and tried again (``retry_pending``)."""
         answer = finish(self._client, tail)
-        with contextlib.suppress(OSError):
-            keep_pending(self.spool, tail, answer)
+        if not tail.early:  # an early one's parts are the supervisor's tail's too
+            with contextlib.suppress(OSError):
+                keep_pending(self.spool, tail, answer)
         return answer
 
     def _retry(self, tail: Tail) -> None:

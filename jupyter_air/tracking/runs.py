@@ -11,7 +11,6 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import mlflow
@@ -25,6 +24,7 @@ from .targets import (
     absolute_tracking_uri,
     adopt_default_store,
     default_artifact_location,
+    default_experiment_name,
 )
 
 #: A job's outcome -> MLflow's run status (MLflow's own words).
@@ -54,12 +54,6 @@ def quiet_store_setup(tracking_uri: str | None = None) -> Iterator[None]:
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
-
-
-def default_experiment_name(user: str, notebook: str | None) -> str:
-    """``/Users/<user>/<notebook name>``, as the managed product names notebook experiments."""
-    name = Path(notebook).stem if notebook else "notebook"
-    return f"/Users/{user}/{name}"
 
 
 def resolve_target(option_experiment: str | None, user: str, notebook: str | None) -> RunTarget:

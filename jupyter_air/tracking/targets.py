@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+#: Where a cell's code is kept on its run.
+CELL_SOURCE = "code/cell.py"
 #: The user's own store and its artifacts, under AIR_HOME.
 STORE_FILE = "mlflow.db"
 ARTIFACTS_DIR = "mlartifacts"
@@ -66,6 +68,12 @@ class ExperimentRef:
     tracking_uri: str
     experiment_name: str
     artifact_location: str | None = None
+
+
+def default_experiment_name(user: str, notebook: str | None) -> str:
+    """``/Users/<user>/<notebook name>``, as the managed product names notebook experiments."""
+    name = Path(notebook).stem if notebook else "notebook"
+    return f"/Users/{user}/{name}"
 
 
 def default_tracking_uri(home: Path | None = None) -> str:

@@ -22,7 +22,6 @@ import pytest
 from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.supervision.system_feed import SystemMetricsFeed
 from jupyter_air.tracking import journal
-from jupyter_air.tracking.guard import RunGuard
 from jupyter_air.tracking.sampling import SampleLoop
 from tests.conftest import WriteScenario
 from tests.fake_nvml import OLD_DRIVER_LACKS, FakeGpu, Scenario, build_library, env_for
@@ -260,7 +259,7 @@ def test_run_system_metrics_on_mig_record_memory_and_do_not_warn_every_sample(
     run_id = client.create_run(client.create_experiment("mig")).info.run_id
     caplog.clear()
     attempt = AttemptDir(tmp_path / "attempt_1").make()
-    feed = SystemMetricsFeed(run_id, attempt, 1, RunGuard(), lambda: client)
+    feed = SystemMetricsFeed(run_id, attempt, 1)
     metrics = SampleLoop(0.05, lambda sample: feed.add(0, [sample]))
     metrics.start()
     time.sleep(0.5)  # several samples

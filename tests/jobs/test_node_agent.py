@@ -14,12 +14,11 @@ from jupyter_air.jobs.node.agent import NodeAgent
 from jupyter_air.jobs.node.hints import GpuSample, HintRecorder, read_hints
 from jupyter_air.jobs.node.launch import in_this_python
 from jupyter_air.jobs.supervision.system_feed import SystemMetricsFeed
-from jupyter_air.tracking.guard import RunGuard
 from jupyter_air.tracking.sampling import Sample, SampleLoop
 from tests.conftest import WriteScenario
 from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
-from tests.jobs.test_system_feed import Client
+from tests.jobs.test_system_feed import Journaled
 from tests.waits import until
 
 
@@ -150,8 +149,8 @@ def test_a_ray_node_s_samples_are_logged_as_the_local_node_s_are(
         report = node.poll()
     finally:
         node.finish()
-    client = Client.at(tmp_path)
-    feed = SystemMetricsFeed("run", client.attempt, 1, RunGuard(), lambda: client)
+    client = Journaled.at(tmp_path)
+    feed = SystemMetricsFeed("run", client.attempt, 1)
     watch = watching(tmp_path, [2.0], feed.add)  # the node's clock is 2 s ahead of ours
     watch._absorb(0, report)
     feed.finish()

@@ -7,6 +7,7 @@ recorded with its real cause whatever fails.
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -180,7 +181,23 @@ def test_local_ranks_time_out_with_an_interrupt_first(
 
 
 @pytest.fixture
-def tails(monkeypatch: pytest.MonkeyPatch) -> list[Tail]:
+def followed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
+    """What the supervisor asks the tail process to follow while ranks run, and takes
+    back (no tail process in these tests): ("follow", Live), ("unfollow", the job's
+    status then)."""
+    said: list[tuple[str, Any]] = []
+
+    def unfollow(home: Path, job_id: str, attempt: int) -> None:
+        said.append(("unfollow", JobStore(home).get(job_id).status))
+
+    monkeypatch.setattr(supervisor, "follow", lambda home, live: said.append(("follow", live)))
+    monkeypatch.setattr(supervisor, "unfollow", unfollow)
+    monkeypatch.setattr(supervisor, "ensure_running", lambda home: None)
+    return said
+
+
+@pytest.fixture
+def tails(monkeypatch: pytest.MonkeyPatch, followed: list[tuple[str, Any]]) -> list[Tail]:
     """The runs' tails the supervisor hands over (no MLflow in these tests)."""
     handed: list[Tail] = []
 
@@ -284,7 +301,11 @@ def named_only(store: JobStore, tmp_path: Path) -> str:
     """A job as ``air run`` submits it: an experiment named, no run made yet."""
     workload = job_spec(
         kind="command",
-        command=[sys.executable, "-c", "import os; print(os.environ['MLFLOW_RUN_ID'])"],
+        command=[
+            sys.executable,
+            "-c",
+            "import os, time; print(os.environ['MLFLOW_RUN_ID']); time.sleep(1)",
+        ],
         tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
         experiment_name="named only",
         tags={"air.command": "python -c ..."},
@@ -295,16 +316,19 @@ def named_only(store: JobStore, tmp_path: Path) -> str:
 def supervisor_of_named_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_run: Callable[[Path, NewRun], MadeRun]
 ) -> tuple[JobStore, supervisor.Supervisor]:
-    """That job's supervisor, whose tail process answers with ``make_run``; its job is
-    shorter than the first system-metrics sample, however slow this machine is."""
+    """That job's supervisor, whose tail process answers with ``make_run``; it samples
+    the system every 0.2 s, so its job outlasts several samples."""
     monkeypatch.setattr(supervisor, "make_run", make_run)
-    monkeypatch.setattr(supervisor, "METRICS_INTERVAL", 3600.0)
+    monkeypatch.setattr(supervisor, "METRICS_INTERVAL", 0.2)
     store = JobStore(tmp_path)
     return store, supervisor.Supervisor(store, named_only(store, tmp_path), None)
 
 
 def test_the_tail_process_makes_the_run_and_mlflow_is_not_loaded_here(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tails: list[Tail]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tails: list[Tail],
+    followed: list[tuple[str, Any]],
 ) -> None:
     asked: list[NewRun] = []
 
@@ -321,9 +345,10 @@ def test_the_tail_process_makes_the_run_and_mlflow_is_not_loaded_here(
     assert request.tags["air.command"] == "python -c ..."
     assert [a.run_id for a in store.attempts(job_id)] == ["run-from-tails"]
     assert store.get(job_id).experiment_id == "7", "recorded for the job's links"
-    assert isinstance(sup._tracking._ready.exception(timeout=10), supervisor.NotLoaded), (
-        "the supervisor never loaded MLflow, and will not while it waits for the tail"
-    )
+    assert sup._tracking._loaded is None, "the supervisor never loaded MLflow"
+    (_, live), taken_back = followed
+    assert (live.run_id, live.pid) == ("run-from-tails", os.getpid()), "shipped by the tails"
+    assert taken_back == ("unfollow", "RUNNING"), "taken back before the job's end is told"
     log = store.attempt_dir(job_id, 1) / "logs" / "node_0" / "rank_0.log"
     assert "run-from-tails" in log.read_text(), "the ranks were given that run"
 

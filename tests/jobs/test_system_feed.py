@@ -9,10 +9,8 @@ recorder.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
@@ -21,28 +19,19 @@ from jupyter_air.jobs.sessions.cells import LatestCell, set_latest
 from jupyter_air.jobs.supervision import system_feed
 from jupyter_air.jobs.supervision.system_feed import SystemMetricsFeed
 from jupyter_air.tracking import journal
-from jupyter_air.tracking.guard import RunGuard
 from jupyter_air.tracking.sampling import Sample
 from tests.waits import until
 
 
 @dataclass
-class Client:
-    """What the feed asks of MLflow, recorded, and the attempt whose journal takes the
-    samples."""
+class Journaled:
+    """The attempt whose journal takes the samples, and what it holds."""
 
     attempt: AttemptDir
-    status: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def at(cls, tmp_path: Path) -> Client:
+    def at(cls, tmp_path: Path) -> Journaled:
         return cls(AttemptDir(tmp_path / "attempt_1").make())
-
-    def get_run(self, run_id: str) -> Any:
-        return SimpleNamespace(info=SimpleNamespace(status=self.status.get(run_id, "RUNNING")))
-
-    def update_run(self, run_id: str, status: str) -> None:
-        self.status[run_id] = status
 
     def of(self, run_id: str) -> list[tuple[str, float, int, int]]:
         """The run's points in the journal, in order."""
@@ -59,11 +48,11 @@ def test_one_node_logs_under_mlflows_names_at_each_samples_own_step_and_time(
     tmp_path: Path,
 ) -> None:
     """Into the journal, without MLflow: a tracking server that is down loses none."""
-    client = Client.at(tmp_path)
-    feed = SystemMetricsFeed("run", client.attempt, 1, RunGuard(), lambda: client)
+    journaled = Journaled.at(tmp_path)
+    feed = SystemMetricsFeed("run", journaled.attempt, 1)
     feed.add(0, [sample(100.0, 0, 5.0), sample(110.0, 1, 7.0)])
     feed.finish()
-    assert client.of("run") == [
+    assert journaled.of("run") == [
         ("system/cpu_utilization_percentage", 5.0, 0, 100_000),
         ("system/cpu_utilization_percentage", 7.0, 1, 110_000),
     ]
@@ -71,40 +60,20 @@ def test_one_node_logs_under_mlflows_names_at_each_samples_own_step_and_time(
 
 
 def test_several_nodes_log_each_under_its_node(tmp_path: Path) -> None:
-    client = Client.at(tmp_path)
-    feed = SystemMetricsFeed("run", client.attempt, 2, RunGuard(), lambda: client)
+    journaled = Journaled.at(tmp_path)
+    feed = SystemMetricsFeed("run", journaled.attempt, 2)
     feed.add(1, [sample(100.0, 0)])
     feed.add(0, [sample(100.5, 0)])
     feed.finish()
-    assert [key for key, *_ in client.of("run")] == [
+    assert [key for key, *_ in journaled.of("run")] == [
         "system/node_1/cpu_utilization_percentage",
         "system/node_0/cpu_utilization_percentage",
     ]
 
 
-def test_a_run_a_rank_ended_is_running_again_until_the_attempt_is_over(tmp_path: Path) -> None:
-    client, guard = Client.at(tmp_path), RunGuard()
-    feed = SystemMetricsFeed("run", client.attempt, 1, guard, lambda: client)
-    client.status["run"] = "FINISHED"  # a rank's ``with mlflow.start_run(run_id=...)``
-    feed.add(0, [sample(100.0, 0)])
-    feed.finish()
-    assert client.status["run"] == "RUNNING"
-
-    feed = SystemMetricsFeed("run", client.attempt, 1, guard, lambda: client)
-    guard.end()
-    client.status["run"] = "FINISHED"  # as the kernel ends it once the job is over
-    feed.add(0, [sample(120.0, 1)])  # the node's last sample
-    feed.finish()
-    assert client.status["run"] == "FINISHED"
-    assert len(client.of("run")) == 2
-
-
-def test_without_samples_nothing_is_logged_and_mlflow_is_not_asked_for(tmp_path: Path) -> None:
-    def no_mlflow() -> Any:
-        raise AssertionError("MLflow loaded for nothing")
-
+def test_without_samples_nothing_is_logged(tmp_path: Path) -> None:
     attempt = AttemptDir(tmp_path / "attempt_1").make()
-    feed = SystemMetricsFeed("run", attempt, 1, RunGuard(), no_mlflow)
+    feed = SystemMetricsFeed("run", attempt, 1)
     feed.add(0, [])
     feed.finish()
     assert not feed.sampled
@@ -114,11 +83,11 @@ def test_without_samples_nothing_is_logged_and_mlflow_is_not_asked_for(tmp_path:
 def test_a_sample_that_comes_after_the_attempts_end_is_dropped(tmp_path: Path) -> None:
     """A local node's loop still loading MLflow's monitors is not waited for at the end;
     what it samples then is not the run's: the run's tail samples instead."""
-    client = Client.at(tmp_path)
-    feed = SystemMetricsFeed("run", client.attempt, 1, RunGuard(), lambda: client)
+    journaled = Journaled.at(tmp_path)
+    feed = SystemMetricsFeed("run", journaled.attempt, 1)
     feed.finish()
     feed.add(0, [sample(100.0, 0)])
-    assert client.of("run") == []
+    assert journaled.of("run") == []
     assert not feed.sampled
 
 
@@ -126,8 +95,8 @@ def test_a_sessions_samples_go_to_its_run_and_to_the_cell_whose_span_holds_them(
     tmp_path: Path,
 ) -> None:
     files = JobDir(tmp_path)
-    client = Client.at(tmp_path)
-    feed = SystemMetricsFeed("session", client.attempt, 2, RunGuard(), lambda: client, files)
+    journaled = Journaled.at(tmp_path)
+    feed = SystemMetricsFeed("session", journaled.attempt, 2, files)
     set_latest(files, LatestCell(1, "cell-1", started=100.0))
     feed.add(0, [sample(99.0, 0), sample(101.0, 1), sample(102.0, 2)])
     feed.add(1, [sample(101.5, 0)])
@@ -136,13 +105,13 @@ def test_a_sessions_samples_go_to_its_run_and_to_the_cell_whose_span_holds_them(
     set_latest(files, LatestCell(2, "cell-2", started=103.0))
     feed.add(0, [sample(103.5, 3)])
     feed.finish()
-    assert len(client.of("session")) == 5, "the session's run has every sample"
-    assert [(key, step, t) for key, _, step, t in client.of("cell-1")] == [
+    assert len(journaled.of("session")) == 5, "the session's run has every sample"
+    assert [(key, step, t) for key, _, step, t in journaled.of("cell-1")] == [
         ("system/node_0/cpu_utilization_percentage", 0, 101_000),
         ("system/node_0/cpu_utilization_percentage", 1, 102_000),
         ("system/node_1/cpu_utilization_percentage", 0, 101_500),
     ], "the cell's own steps, from 0 on each node, at the samples' times"
-    assert [(step, t) for _, _, step, t in client.of("cell-2")] == [(0, 103_500)]
+    assert [(step, t) for _, _, step, t in journaled.of("cell-2")] == [(0, 103_500)]
 
 
 def test_a_cell_whose_end_the_feed_never_saw_ends_when_the_kernel_says_not_at_the_next_start(
@@ -151,8 +120,8 @@ def test_a_cell_whose_end_the_feed_never_saw_ends_when_the_kernel_says_not_at_th
     """The next cell can start milliseconds after one ends, between two looks at the
     file: a sample of that gap belongs to no cell."""
     files = JobDir(tmp_path)
-    client = Client.at(tmp_path)
-    feed = SystemMetricsFeed("session", client.attempt, 1, RunGuard(), lambda: client, files)
+    journaled = Journaled.at(tmp_path)
+    feed = SystemMetricsFeed("session", journaled.attempt, 1, files)
     now = float(int(time.time()))
     set_latest(files, LatestCell(1, "cell-1", started=now - 4))
     feed.add(0, [sample(now - 3, 0)])
@@ -160,8 +129,8 @@ def test_a_cell_whose_end_the_feed_never_saw_ends_when_the_kernel_says_not_at_th
     set_latest(files, LatestCell(2, "cell-2", started=now - 1, previous_ended=now - 1.5))
     feed.add(0, [sample(now - 1.2, 1), sample(now - 0.5, 2)])
     feed.finish()
-    assert [t for *_, t in client.of("cell-1")] == [int(now - 3) * 1000]
-    assert [t for *_, t in client.of("cell-2")] == [int((now - 0.5) * 1000)]
+    assert [t for *_, t in journaled.of("cell-1")] == [int(now - 3) * 1000]
+    assert [t for *_, t in journaled.of("cell-2")] == [int((now - 0.5) * 1000)]
 
 
 def test_a_sample_taken_while_the_kernel_takes_a_cells_end_waits_for_that_end(
@@ -170,8 +139,8 @@ def test_a_sample_taken_while_the_kernel_takes_a_cells_end_waits_for_that_end(
     """The kernel marks the cell closing, then takes its end's time and writes it: a
     sample read in between may fall on either side, and goes where the end says."""
     files = JobDir(tmp_path)
-    client = Client.at(tmp_path)
-    feed = SystemMetricsFeed("session", client.attempt, 1, RunGuard(), lambda: client, files)
+    journaled = Journaled.at(tmp_path)
+    feed = SystemMetricsFeed("session", journaled.attempt, 1, files)
     now = float(int(time.time()))
     running = LatestCell(1, "cell-1", started=now - 3)
     set_latest(files, running)
@@ -180,17 +149,17 @@ def test_a_sample_taken_while_the_kernel_takes_a_cells_end_waits_for_that_end(
     set_latest(files, replace(running, closing=True))
     feed.add(0, [sample(now - 1, 1), sample(now - 0.2, 2)])
     feed.flush()
-    assert len(client.of("cell-1")) == 1, "held until the end is known"
+    assert len(journaled.of("cell-1")) == 1, "held until the end is known"
     set_latest(files, replace(running, ended=now - 0.5))
     until(  # the feed's next look at the cells file
-        lambda: len(client.of("cell-1")) >= 2, "the held samples placed", 10, step=0.05
+        lambda: len(journaled.of("cell-1")) >= 2, "the held samples placed", 10, step=0.05
     )
     feed.finish()
-    assert [(step, t) for _, _, step, t in client.of("cell-1")] == [
+    assert [(step, t) for _, _, step, t in journaled.of("cell-1")] == [
         (0, int(now - 2) * 1000),
         (1, int(now - 1) * 1000),
     ], "the one taken before the end is the cell's, the one after is not"
-    assert len(client.of("session")) == 3
+    assert len(journaled.of("session")) == 3
 
 
 def test_samples_still_held_at_the_attempts_end_get_a_last_look_at_their_cell(
@@ -198,18 +167,18 @@ def test_samples_still_held_at_the_attempts_end_get_a_last_look_at_their_cell(
 ) -> None:
     monkeypatch.setattr(system_feed, "CELL_POLL", 3600.0)  # no look but the last
     files = JobDir(tmp_path)
-    client = Client.at(tmp_path)
-    feed = SystemMetricsFeed("session", client.attempt, 2, RunGuard(), lambda: client, files)
+    journaled = Journaled.at(tmp_path)
+    feed = SystemMetricsFeed("session", journaled.attempt, 2, files)
     now = float(int(time.time()))
     closing = LatestCell(1, "cell-1", started=now - 3, closing=True)
     set_latest(files, closing)
     feed.add(0, [sample(now - 2, 0), sample(now - 1, 1)])
     feed.add(1, [sample(now - 1.5, 0)])
     feed.flush()
-    assert client.of("cell-1") == []
+    assert journaled.of("cell-1") == []
     set_latest(files, replace(closing, closing=False, ended=now - 1.2))
     feed.finish()
-    assert [(key, step, t) for key, _, step, t in client.of("cell-1")] == [
+    assert [(key, step, t) for key, _, step, t in journaled.of("cell-1")] == [
         ("system/node_0/cpu_utilization_percentage", 0, int(now - 2) * 1000),
         ("system/node_1/cpu_utilization_percentage", 0, int((now - 1.5) * 1000)),
     ]
@@ -219,9 +188,9 @@ def test_a_cell_shorter_than_the_interval_asks_for_a_sample_and_gets_the_next_on
     tmp_path: Path,
 ) -> None:
     files = JobDir(tmp_path)
-    client = Client.at(tmp_path)
+    journaled = Journaled.at(tmp_path)
     asked: list[float] = []
-    feed = SystemMetricsFeed("session", client.attempt, 1, RunGuard(), lambda: client, files)
+    feed = SystemMetricsFeed("session", journaled.attempt, 1, files)
     feed.ask_sample = lambda: asked.append(time.time())
     now = time.time()
     feed.add(0, [sample(now - 5, 0)])  # before the cell
@@ -232,5 +201,5 @@ def test_a_cell_shorter_than_the_interval_asks_for_a_sample_and_gets_the_next_on
     feed.flush()
     feed.add(0, [sample(now + 10, 2)])  # the next: not the cell's
     feed.finish()
-    assert [(step, t) for _, _, step, t in client.of("cell-1")] == [(0, int(now * 1000))]
-    assert len(client.of("session")) == 3
+    assert [(step, t) for _, _, step, t in journaled.of("cell-1")] == [(0, int(now * 1000))]
+    assert len(journaled.of("session")) == 3

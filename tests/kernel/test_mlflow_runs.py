@@ -43,6 +43,19 @@ def test_the_default_experiment_is_named_after_the_user_and_notebook(
     assert experiment_name(air_home, run) == f"/Users/{getpass.getuser()}/train"
 
 
+def test_a_notebook_that_never_loaded_mlflow_gets_a_whole_run_without_importing_it(
+    kernel: Kernel, air_home: Path
+) -> None:
+    """The user's tail process makes the run and ends it: the kernel stays light."""
+    run = call(kernel, air_home, "--run-name light")
+    assert kernel.run("import sys; 'mlflow' in sys.modules").value() == "False"
+    assert (run.info.status, run.info.run_name) == ("FINISHED", "light")  # as the cell returned
+    assert run.data.tags["mlflow.source.name"].endswith("train.ipynb")
+    code = mlflow_client(air_home).download_artifacts(run.info.run_id, "code/cell.py")
+    assert Path(code).read_text().strip() == "1 + 1"
+    assert experiment_name(air_home, run) == f"/Users/{getpass.getuser()}/train"
+
+
 def test_mlflow_experiment_name_in_the_environment_is_used(kernel: Kernel, air_home: Path) -> None:
     kernel.run("import os; os.environ['MLFLOW_EXPERIMENT_NAME'] = 'from-env'")
     assert experiment_name(air_home, call(kernel, air_home)) == "from-env"

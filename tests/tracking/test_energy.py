@@ -31,14 +31,13 @@ from jupyter_air.tracking.energy import (
     keep_grid_intensity,
     run_energy,
 )
-from jupyter_air.tracking.guard import RunGuard
 from jupyter_air.tracking.sampling import Sample, SampleLoop, prefix
 from jupyter_air.tracking.system_metrics import GpuMonitor
 from tests.air_cli import air
 from tests.conftest import WriteScenario
 from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
-from tests.jobs.test_system_feed import Client
+from tests.jobs.test_system_feed import Journaled
 from tests.waits import until
 
 
@@ -243,8 +242,8 @@ def test_a_job_of_two_nodes_has_their_gpus_energy_summed_and_its_co2(
             ]
         )
     )
-    client = Client.at(tmp_path)
-    feed = SystemMetricsFeed("run", client.attempt, 2, RunGuard(), lambda: client, None, 500.0)
+    client = Journaled.at(tmp_path)
+    feed = SystemMetricsFeed("run", client.attempt, 2, None, 500.0)
     for node in (0, 1):
 
         def to_feed(sample: Sample, node: int = node) -> None:

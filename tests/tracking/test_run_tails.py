@@ -10,8 +10,10 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -394,9 +396,9 @@ def test_grants_changed_after_the_attempt_are_the_ones_its_late_run_gets(
     kept = {t.job_id: t for t in run_tails.pending(spool)}
     assert kept["j"].new_run is not None
     assert kept["j"].new_run["grants"] == [["carol", "CAN_MANAGE", False]]
-    assert kept["k"] == dataclasses.replace(
-        other, new_run={**recipe, "grants": [["bob", "CAN_VIEW", False]]}
-    )
+    assert kept["k"].new_run is not None
+    assert kept["k"].new_run["grants"] == [["bob", "CAN_VIEW", False]], "another job's: as kept"
+    assert dataclasses.replace(kept["k"], new_run=None) == dataclasses.replace(other, new_run=None)
 
 
 def test_only_one_process_serves_a_store(tmp_path: Path) -> None:
@@ -522,3 +524,78 @@ def test_a_server_down_for_long_is_said_once_not_at_each_try(
         ),
         ("jupyter_air.run_tails", "every tail kept pending has landed"),
     ]
+
+
+def serving(home: Path) -> tuple[threading.Thread, int]:
+    """A process serving ``home``'s spool in a thread, holding its lock as ``main`` does."""
+    spool = private_dir(home / "tails")
+    fd = os.open(spool / run_tails.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    thread = threading.Thread(target=TailProcess(home).serve, args=(fd,))
+    thread.start()
+    return thread, fd
+
+
+@pytest.mark.heavy
+def test_a_live_attempt_is_shipped_and_kept_running_until_its_supervisor_takes_it_back(
+    tmp_path: Path, mlflow_run: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No supervisor imports MLflow: while an attempt's ranks run, the tail process ships
+    its journal and puts its run back to running when a rank's ``with mlflow.start_run``
+    ended it; once taken back (the ranks ended, before anyone is told), neither."""
+    from mlflow import MlflowClient
+
+    uri, run_id = mlflow_run
+    client = MlflowClient(uri)
+    for name, value in {"SHIP_INTERVAL": 0.1, "REOPEN_INTERVAL": 0.1, "IDLE_EXIT": 0.5}.items():
+        monkeypatch.setattr(run_tails, name, value)
+    monkeypatch.setattr(run_tails, "ensure_running", lambda home: None)
+    attempt = AttemptDir(tmp_path / "jobs" / "j" / "attempt_1").make()
+    journal = Writer(attempt.metrics_journal)
+    journal.append(run_id, {"loss": 1.0}, 0)
+    client.set_terminated(run_id, "FINISHED")  # a rank's ``with mlflow.start_run(...)``
+    live = run_tails.Live("j", 1, run_id, uri, str(attempt.path), os.getpid(), time.time())
+    run_tails.follow(tmp_path, live)
+    assert mode(run_tails.live_dir(tmp_path / "tails") / "j-1.json") == 0o600
+    thread, fd = serving(tmp_path)
+    try:
+        until(lambda: client.get_metric_history(run_id, "loss"), "the point shipped", 60)
+        until(lambda: client.get_run(run_id).info.status == "RUNNING", "the run re-opened", 60)
+        run_tails.unfollow(tmp_path, "j", 1)
+        client.set_terminated(run_id, "FINISHED")  # as the kernel ends it, told of the end
+        journal.append(run_id, {"loss": 0.5}, 1)
+        thread.join(30)
+        assert not thread.is_alive(), "it left once nothing was live nor asked"
+    finally:
+        journal.close()
+        os.close(fd)
+    assert client.get_run(run_id).info.status == "FINISHED", "never re-opened after its end"
+    assert [m.step for m in client.get_metric_history(run_id, "loss")] == [0], "left to its tail"
+
+
+def test_an_attempt_whose_supervisor_died_or_that_is_not_the_users_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A supervisor killed with its attempt live would keep the process forever; a file
+    someone else put there is nobody's attempt to ship (its run, its journal)."""
+    shipped: list[str] = []
+    monkeypatch.setattr(
+        TailProcess, "_ship_live", lambda self, path, live: shipped.append(live.name)
+    )
+    monkeypatch.setattr(run_tails, "ensure_running", lambda home: None)
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()
+    died = run_tails.Live("dead", 1, "r", "u", str(tmp_path), gone.pid, time.time())
+    run_tails.follow(tmp_path, died)
+    alive = run_tails.Live("alive", 1, "r", "u", str(tmp_path), os.getpid(), time.time())
+    run_tails.follow(tmp_path, alive)
+    where = run_tails.live_dir(tmp_path / "tails")
+    foreign = where / "foreign-1.json"
+    foreign.write_text(json.dumps(asdict(dataclasses.replace(alive, job_id="foreign"))))
+    foreign.chmod(0o666)
+    process = TailProcess(tmp_path)
+    assert process._follow_live(), "one attempt is live"
+    process._tails.shutdown(wait=True)
+    assert shipped == ["alive-1"]
+    assert not (where / "dead-1.json").exists(), "let go"
+    assert foreign.exists(), "left alone, unread"

@@ -93,8 +93,8 @@ def old_project_store(air_home: Path, directory: Path) -> None:
 
     from jupyter_air.identity import mlflow_user
     from jupyter_air.jobs.store import JobStore
-    from jupyter_air.tracking.runs import default_experiment_name
     from jupyter_air.tracking.stores import register_store
+    from jupyter_air.tracking.targets import default_experiment_name
     from tests.factories import job_spec
 
     uri = f"sqlite:///{directory}/mlflow.db"

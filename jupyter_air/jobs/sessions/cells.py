@@ -24,6 +24,7 @@ from ...logs.query import LogFilter
 from ...paths import private_opener
 from ...tracking.backlog import Part
 from ...tracking.run_tails import NewRun, Tail
+from ...tracking.targets import CELL_SOURCE
 from ..spec import JobKind
 from ..store import Job, JobStore
 
@@ -154,7 +155,7 @@ def late_tail(
         new_run=dataclasses.asdict(run),
         end_tags=dict(tags),
         cell=cell.cell,
-        texts={"code/cell.py": source},
+        texts={CELL_SOURCE: source},
     )
 
 

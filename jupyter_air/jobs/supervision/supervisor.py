@@ -1,25 +1,21 @@
 """The supervisor: one process per job, in its own session, owning the job's attempts.
 
 ``python -m jupyter_air.jobs.supervision.supervisor JOB_ID [--watch-pid PID]``. It
-starts the ranks of each attempt at once, while MLflow is imported on a background
-thread (about 2 s that need not delay the ranks), logs every node's system metrics into
-the attempt's run (``system_feed``; a warm session's into its running cell's run too),
-ships rank 0's metrics journal there (``tracking.journal``), stops every rank when one
-fails, retries up to ``max_retries`` times (a new MLflow run per attempt), and takes the
-job down when it is cancelled or the kernel that follows it dies. The first attempt's
-run was created by the kernel, so links show at once; a job submitted without MLflow
-(``air run``) gets its experiment and first run made by the user's tail process
-(``run_tails``), which keeps MLflow loaded, or here if it cannot. The job's end is
-recorded before anything on the MLflow side that may fail, take memory or wait for a
-server that is down, so nothing there changes or delays a job's outcome; each run's
-tail (its last metrics sample, its end, its logs) is handed to the tail process too,
-which keeps what the server does not take and tries it again.
+starts the ranks of each attempt, writes every node's system metrics into the attempt's
+metrics journal (``system_feed``; a warm session's for its running cell's run too),
+stops every rank when one fails, retries up to ``max_retries`` times (a new MLflow run
+per attempt), and takes the job down when it is cancelled or the kernel that follows it
+dies. It imports no MLflow: the user's tail process (``run_tails``), which keeps MLflow
+loaded, makes the runs the kernel did not (here only if no tail process answers), ships
+the journal to the run while the attempt runs, and does each run's tail (its last
+metrics, its end, its logs) after it, keeping what the server does not take and trying
+it again. The job's end is recorded before anything on the MLflow side, so nothing
+there changes or delays a job's outcome.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import signal
@@ -27,7 +23,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import FrameType
@@ -38,17 +33,21 @@ from ...notify.courier import ensure_courier
 from ...perf.marks import PERF_DIR_ENV
 from ...procs import alive
 from ...status import JobStatus, Outcome
-from ...tracking import backlog, journal, probe
+from ...tracking import journal, probe
 from ...tracking.energy import jobs_grid_intensity
-from ...tracking.guard import RunGuard
 from ...tracking.run_tails import (
+    SHIP_INTERVAL,
     Answer,
+    Live,
     NewRun,
     NoAnswer,
     Tail,
+    ensure_running,
+    follow,
     hand_over,
     make_run,
     resume_pending,
+    unfollow,
 )
 from ...tracking.targets import bound_requests, quiet_retries
 from .. import backends, checkpoints, debugger, guard_hook
@@ -73,10 +72,8 @@ log = logging.getLogger("jupyter_air.supervisor")
 METRICS_INTERVAL = float(os.environ.get("AIR_SYSTEM_METRICS_INTERVAL", "10"))
 #: Seconds the supervisor waits, at its end, for its reaper to sweep what the job left.
 REAPER_WAIT = 15.0
-#: Seconds between two looks at the metrics journal, and the most the attempt's end
-#: waits for a batch under way.
-SHIP_INTERVAL = 1.0
-SHIP_STOP_WAIT = 5.0
+#: Seconds the attempt's end waits for a deferred run's making under way.
+RUN_STOP_WAIT = 5.0
 #: Seconds the supervisor's end waits for its notifications' first try (the courier
 #: tries again what is left).
 NOTIFY_WAIT = 30.0
@@ -86,18 +83,13 @@ STACKS_BEFORE_CANCEL = 5.0
 DEFERRED_RETRY = float(os.environ.get("AIR_DEFERRED_RUN_RETRY", "10"))
 
 
-class NotLoaded(RuntimeError):
-    """MLflow was not loaded in this process: nothing needed it before the job ended."""
-
-
 class Tracking:
-    """The supervisor's MLflow side.
+    """The supervisor's MLflow side, which is almost never here.
 
-    ``import mlflow`` costs about 2 s of CPU, taken from the ranks while they start. So
-    it happens in the background, at the lowest priority, once the first system-metrics
-    sample is due, or at once when something needs MLflow (a hint's tag). A job shorter
-    than the metrics interval never imports it at all: its runs are made, and their
-    tails done, by the user's tail process, which keeps MLflow loaded.
+    ``import mlflow`` costs about 2 s of CPU and 200 MB, taken from the ranks. So the
+    user's tail process, which keeps MLflow loaded, makes each attempt's run, ships its
+    journal while it runs (``run_tails.Live``) and does its tail: MLflow is imported
+    here only when no tail process answers for a new run.
     """
 
     def __init__(
@@ -112,49 +104,27 @@ class Tracking:
         self.experiment_id = experiment_id
         self._home = home
         self._on_experiment = on_experiment
-        self._ready: Future[Any] = Future()
-        self._needed = threading.Event()
-        self._asked = False  # something here needs MLflow (not only the first sample's time)
-        self._over = False  # the job is over: a sample that never came needs no MLflow
-        threading.Thread(target=self._load, name="air-mlflow-import", daemon=True).start()
+        self._lock = threading.Lock()
+        self._loaded: tuple[Any, Any] | None = None  # (client, tracking.runs) once imported
 
-    def _mlflow(self) -> Any:
-        self._asked = True
-        self._needed.set()
-        return self._ready.result()
+    def _mlflow(self) -> tuple[Any, Any]:
+        with self._lock:
+            if self._loaded is None:
+                from mlflow import MlflowClient
 
-    def job_over(self) -> None:
-        """The job is over: a loader still waiting for the first sample's time leaves
-        without importing MLflow (this process may wait a while yet, for its run's tail),
-        unless something here already asked for it."""
-        self._over = True
-        self._needed.set()
+                from ...tracking import runs
 
-    def _load(self) -> None:
-        self._needed.wait(METRICS_INTERVAL)
-        if self._over and not self._asked:
-            self._ready.set_exception(NotLoaded("the job ended before MLflow was needed"))
-            return
-        with contextlib.suppress(OSError):  # this thread only
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        try:
-            from mlflow import MlflowClient
-
-            from ...tracking import runs
-
-            # MlflowClient opens (and, for a new sqlite store, migrates) the store at once:
-            # under the store's lock, or a kernel creating it too fails the migration.
-            with runs.quiet_store_setup(self._spec.tracking_uri):
-                client = MlflowClient(self._spec.tracking_uri)
-            self._ready.set_result((client, runs))
-        except BaseException as err:
-            self._ready.set_exception(err)
+                # MlflowClient opens (and, for a new sqlite store, migrates) the store at
+                # once: under the store's lock, or a kernel creating it too fails that.
+                with runs.quiet_store_setup(self._spec.tracking_uri):
+                    self._loaded = (MlflowClient(self._spec.tracking_uri), runs)
+            return self._loaded
 
     def new_run(self, job_id: str, attempt: int, tags: dict[str, str]) -> str:
         """The attempt's run: made by the tail process unless MLflow is loaded here
         already, and here when the tail process cannot answer."""
         tags = {"air.job_id": job_id, **tags, "air.attempt": str(attempt)}
-        if not self._ready.done():
+        if self._loaded is None:
             made = self._made_by_tail_process(job_id, attempt, tags)
             if made is not None:
                 return made
@@ -213,60 +183,35 @@ class Tracking:
             self._on_experiment(self.experiment_id)
         return self.experiment_id
 
-    def client(self) -> Any:
-        """The MLflow client, once MLflow is loaded (this asks for it)."""
-        client, _ = self._mlflow()
-        return client
 
-    def loaded_client(self) -> Any | None:
-        """The MLflow client if MLflow is loaded already (this does not ask for it)."""
-        if not self._ready.done() or self._ready.exception() is not None:
-            return None
-        client, _ = self._ready.result()
-        return client
+class Followed:
+    """The attempt as the user's tail process follows it while its ranks run (its
+    journal shipped, its run kept running: ``run_tails.Live``), until ``end``. A tail
+    process that died meanwhile is started again within ``SHIP_INTERVAL * 10`` s."""
 
+    def __init__(self, home: Path, live: Live) -> None:
+        self._home = home
+        self._live = live
+        self._over = threading.Event()
+        if live.tracking_uri:
+            follow(home, live)
+            threading.Thread(target=self._keep, name="air-followed", daemon=True).start()
 
-class JournalShipper:
-    """Ships the attempt's metrics journal to MLflow while the attempt runs, once MLflow
-    is loaded here (it is for the first system sample): a short job's journal is all
-    shipped by the tail process, before it ends the run. A failure is logged once,
-    recorded in the attempt's backlog (its status line) and tried again; the ranks never
-    wait for any of it."""
+    def run_made(self, run_id: str) -> None:
+        """A deferred attempt's run, made while it runs: shipped to from now on."""
+        self._live = replace(self._live, run_id=run_id)
+        if not self._over.is_set():
+            follow(self._home, self._live)
 
-    def __init__(
-        self, files: AttemptDir, tracking: Tracking, tracking_uri: str, run: RunRef
-    ) -> None:
-        self._files = files
-        self._tracking = tracking
-        self._uri = tracking_uri
-        self._attempt_run = run
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="air-journal", daemon=True)
-        self._thread.start()
+    def _keep(self) -> None:
+        while not self._over.wait(SHIP_INTERVAL * 10):
+            ensure_running(self._home)
 
-    def _run(self) -> None:
-        failing: str | None = None
-        while not self._stop.wait(SHIP_INTERVAL):
-            client = self._tracking.loaded_client()
-            if client is None or not journal.waiting(self._files):
-                continue
-            try:
-                with backlog.watched(self._files, self._uri, {backlog.Part.METRICS}):
-                    journal.ship(client, self._files, self._attempt_run.id)
-                failing = None
-                backlog.landed(self._files, {backlog.Part.METRICS})
-            except Exception as err:
-                if repr(err) != failing:
-                    log.warning("metrics not shipped yet, will try again: %r", err)
-                failing = repr(err)
-                backlog.failing(self._files, self._uri, err, {backlog.Part.METRICS})
-
-    def stop(self) -> None:
-        """Stop shipping (the tail process ships the rest). A batch under way is not
-        waited for past ``SHIP_STOP_WAIT``: a tracking server that does not answer must
-        not hold the attempt's end."""
-        self._stop.set()
-        self._thread.join(SHIP_STOP_WAIT)
+    def end(self) -> None:
+        """Called when the attempt's ranks have all exited, before anyone is told (the
+        kernel ends the run then): the run is never put back to running after this."""
+        self._over.set()
+        unfollow(self._home, self._live.job_id, self._live.attempt)
 
 
 @dataclass
@@ -300,11 +245,11 @@ class DeferredRun:
                 failing = repr(err)
 
     def stop(self) -> None:
-        """No more asks; one under way is waited for ``SHIP_STOP_WAIT`` seconds, so that
+        """No more asks; one under way is waited for ``RUN_STOP_WAIT`` seconds, so that
         the tail does not make a second run beside it (the run it makes is written
         beside the attempt, where the tail looks first)."""
         self._stop.set()
-        self._thread.join(SHIP_STOP_WAIT)
+        self._thread.join(RUN_STOP_WAIT)
 
 
 @dataclass
@@ -314,10 +259,9 @@ class Attempt:
     number: int
     run: RunRef
     files: AttemptDir
-    guard: RunGuard
+    followed: Followed
     metrics: SystemMetricsFeed
     hints: HintRecorder
-    shipper: JournalShipper
     deferred: DeferredRun | None
     #: How its run is made (by its tail, if it is not made while it runs).
     recipe: NewRun
@@ -566,7 +510,9 @@ class Supervisor:
                 journal.append_tags(files, first_run, self._resume_tags(resume))
         if spec.policy.background:
             reaper.remove(files.result)  # nobody reads a background job's value
-        guard = RunGuard()
+        uri = spec.tracking.tracking_uri or ""
+        live = Live(job.id, number, run.id or "", uri, str(files.path), os.getpid(), time.time())
+        followed = Followed(self.store.home, live)
 
         def tag(key: str, value: str) -> None:
             if key.endswith(SILENT_HINT):  # where the ranks are stuck, while they are
@@ -606,12 +552,9 @@ class Supervisor:
             run.id or journal.ATTEMPT_RUN,
             files,
             spec.compute.nnodes,
-            guard,
-            tracking.client,
             session,
             jobs_grid_intensity(self.store.home),  # for its grams of CO2
         )
-        shipper = JournalShipper(files, tracking, spec.tracking.tracking_uri or "", run)
         deferred = None
         if run.id is None:
 
@@ -621,11 +564,12 @@ class Supervisor:
                 made = tracking.new_run(job.id, number, tags)
                 self.store.set_attempt_run(job.id, number, made)
                 files.write_late_run(made, tracking.experiment_id or "")
+                followed.run_made(made)
                 return made
 
             deferred = DeferredRun(make, run)
         recipe = tracking.recipe(job.id, number, tags)
-        return Attempt(number, run, files, guard, metrics, hints, shipper, deferred, recipe, resume)
+        return Attempt(number, run, files, followed, metrics, hints, deferred, recipe, resume)
 
     @property
     def _checkpoint_place(self) -> Path:
@@ -723,7 +667,7 @@ class Supervisor:
         """Record the attempt's end (and the job's, when it is over) before anything on
         the MLflow side, which may fail or take long and changes no outcome; then hand the
         run's tail over (see ``run_tails``)."""
-        attempt.guard.end()
+        attempt.followed.end()
         self._record_attempt_end(attempt.number, end)
         self._list_checkpoints(attempt)
         # A kernel following the job learns at once (and ends the run itself too); the
@@ -777,14 +721,11 @@ class Supervisor:
         """The run's last metrics, its end and its logs, whoever follows the job; a
         failure is logged here (and the logs' in the run's tags)."""
         attempt.metrics.finish()
-        attempt.shipper.stop()
         if attempt.deferred is not None:
             attempt.deferred.stop()  # its tail makes the run if it is not made yet
         # A local job ended before its first sample: the tail process samples this
-        # machine (MLflow is not loaded here for it). A remote node samples at its end.
+        # machine. A remote node samples at its end.
         sampled = attempt.metrics.sampled or self.backend.samples_at_close
-        if over:  # what is left is the tail's: MLflow is not loaded here for it
-            self._tracking.job_over()
         tail = Tail(
             self.job.id,
             attempt.number,

@@ -32,7 +32,6 @@ from typing import Any
 
 from ...job_dir import AttemptDir, JobDir
 from ...tracking.energy import JobEnergy
-from ...tracking.guard import RunGuard
 from ...tracking.journal import append_samples
 from ...tracking.sampling import Sample, prefix
 from ..sessions import cells as session_cells
@@ -46,32 +45,27 @@ CELL_POLL = 0.25
 ASK_GAP = 1.0
 #: Seconds after its end a cell still takes the samples of its span.
 KEEP = 60.0
-#: Seconds the attempt's end waits for the feed's last MLflow call (a server that is down).
+#: Seconds the attempt's end waits for the feed's last samples to be journaled.
 FINISH_WAIT = 5.0
 
 
 class SystemMetricsFeed:
-    """One attempt's system metrics, from every node, into MLflow."""
+    """One attempt's system metrics, from every node, into its journal."""
 
     def __init__(
         self,
         run_id: str,
         files: AttemptDir,
         nnodes: int,
-        guard: RunGuard,
-        client: Callable[[], Any],
         session: JobDir | None = None,
         grams_co2_per_kwh: float | None = None,
     ) -> None:
-        """``files``: the attempt's, whose journal takes the samples; ``client`` gives
-        the MLflow client (loading MLflow on the first sample); ``session``: the
+        """``files``: the attempt's, whose journal takes the samples; ``session``: the
         directory of a session job, whose cells get their samples; ``grams_co2_per_kwh``:
         the grid's carbon intensity, if known."""
         self.run_id = run_id
         self._files = files
         self._nnodes = nnodes
-        self._guard = guard
-        self._client = client
         self._session = session
         self._energy = JobEnergy(nnodes, grams_co2_per_kwh)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="air-metrics-log")
@@ -113,13 +107,6 @@ class SystemMetricsFeed:
             append_samples(self._files, self.run_id, "system/", totals, [s.step for s in totals])
         if self._session is not None:
             self._log_cells([(node, sample) for sample in samples])
-        client = self._client()  # MLflow loaded: the journal is shipped from now on
-        if not self.run_id:
-            return  # its run is not made yet (deferred): there is nothing to re-open
-        with self._guard.lock:  # a rank's ``with mlflow.start_run`` ended it mid-job
-            reopen = not self._guard.over.is_set()
-            if reopen and client.get_run(self.run_id).info.status != "RUNNING":
-                client.update_run(self.run_id, status="RUNNING")
 
     def _log_cells(self, samples: list[tuple[int, Sample]]) -> None:
         """``samples`` (and those held before) into their cells' runs, on the log thread."""
@@ -224,8 +211,8 @@ class SystemMetricsFeed:
                 log.warning("system metrics of run %s not logged: %s", self.run_id, err)
 
     def finish(self) -> None:
-        """Every sample handed over journaled, then no more; MLflow's answer on the run
-        (a rank that ended it) waited for ``FINISH_WAIT`` seconds at most."""
+        """Every sample handed over journaled (waited for ``FINISH_WAIT`` seconds at
+        most), then no more."""
         with self._lock:
             self._over.set()
         self.flush(FINISH_WAIT)
