@@ -160,6 +160,11 @@ def follow(home: Path, live: Live) -> None:
     ensure_running(home)
 
 
+def is_followed(home: Path, live: Live) -> bool:
+    """Whether ``live`` is still followed (not taken back)."""
+    return (live_dir(home / "tails") / f"{live.name}.json").exists()
+
+
 def unfollow(home: Path, job_id: str, attempt: int) -> None:
     """The attempt is over: the tail process ships nothing more of it, and never puts its
     run back to running (a shipment under way finishes first; its tail comes after)."""

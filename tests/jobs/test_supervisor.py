@@ -12,6 +12,8 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,15 @@ from jupyter_air.jobs.node.ranks import LocalRanks
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.jobs.supervision import supervisor
 from jupyter_air.status import Outcome
-from jupyter_air.tracking.run_tails import Answer, MadeRun, NewRun, NoAnswer, RunNotMade, Tail
+from jupyter_air.tracking.run_tails import (
+    Answer,
+    Live,
+    MadeRun,
+    NewRun,
+    NoAnswer,
+    RunNotMade,
+    Tail,
+)
 from tests.factories import job_spec
 from tests.waits import until
 
@@ -408,3 +418,20 @@ def test_a_finished_supervisor_is_reaped_by_the_process_that_started_it(
     until(  # a zombie exists until its parent reaps it
         lambda: not psutil.pid_exists(pid), f"the ended supervisor {pid} reaped", 30, step=0.05
     )
+
+
+def test_an_attempt_no_longer_followed_starts_no_tail_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, followed: list[tuple[str, Any]]
+) -> None:
+    """The supervisor starts the tail process again if it died while the ranks run, and
+    only then: once the attempt is taken back, or was never written, it stops asking."""
+    started: list[Path] = []
+    monkeypatch.setattr(supervisor, "ensure_running", started.append)
+    monkeypatch.setattr(supervisor, "SHIP_INTERVAL", 0.01)
+    live = Live("j", 1, "r", "sqlite:///x.db", str(tmp_path), os.getpid(), time.time())
+    before = set(threading.enumerate())
+    supervisor.Followed(tmp_path, live)  # ``follow`` wrote nothing: not followed
+    (keeper,) = [t for t in threading.enumerate() if t not in before]
+    until(lambda: not keeper.is_alive(), "the keeper left", 30)
+    assert started == []
+    assert followed == [("follow", live)]

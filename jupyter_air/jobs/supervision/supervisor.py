@@ -45,6 +45,7 @@ from ...tracking.run_tails import (
     ensure_running,
     follow,
     hand_over,
+    is_followed,
     make_run,
     resume_pending,
     unfollow,
@@ -204,7 +205,7 @@ class Followed:
             follow(self._home, self._live)
 
     def _keep(self) -> None:
-        while not self._over.wait(SHIP_INTERVAL * 10):
+        while not self._over.wait(SHIP_INTERVAL * 10) and is_followed(self._home, self._live):
             ensure_running(self._home)
 
     def end(self) -> None:
@@ -510,9 +511,6 @@ class Supervisor:
                 journal.append_tags(files, first_run, self._resume_tags(resume))
         if spec.policy.background:
             reaper.remove(files.result)  # nobody reads a background job's value
-        uri = spec.tracking.tracking_uri or ""
-        live = Live(job.id, number, run.id or "", uri, str(files.path), os.getpid(), time.time())
-        followed = Followed(self.store.home, live)
 
         def tag(key: str, value: str) -> None:
             if key.endswith(SILENT_HINT):  # where the ranks are stuck, while they are
@@ -555,6 +553,9 @@ class Supervisor:
             session,
             jobs_grid_intensity(self.store.home),  # for its grams of CO2
         )
+        uri = spec.tracking.tracking_uri or ""
+        live = Live(job.id, number, run.id or "", uri, str(files.path), os.getpid(), time.time())
+        followed = Followed(self.store.home, live)  # last: nothing after it fails
         deferred = None
         if run.id is None:
 
