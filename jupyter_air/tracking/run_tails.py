@@ -24,6 +24,8 @@ Who can reach it: requests are files in ``AIR_HOME/tails/`` (private to the user
 each file 0600, like every file of the store) and it listens on nothing; a request that
 is not a plain file of this user is refused unanswered. A request is claimed (renamed)
 before it is done, so a supervisor that gave up waiting withdraws only one nobody took.
+The sender wakes the process through a named pipe there (``WAKE``, 0600): it sleeps
+otherwise, looking every ``TICK`` seconds at most.
 How long it lives: it holds a lock on ``tails/.lock`` while it runs and exits
 ``IDLE_EXIT`` seconds after its last request and live attempt, or at once when the
 store is gone. Live attempts are files in ``tails/live/``, followed while their
@@ -40,6 +42,7 @@ import fcntl
 import json
 import logging
 import os
+import select
 import stat
 import subprocess
 import sys
@@ -64,12 +67,14 @@ log = logging.getLogger("jupyter_air.run_tails")
 
 #: Seconds the process waits for another request before it exits.
 IDLE_EXIT = 20.0
-#: Seconds between two looks for a request, or for an answer; and between two looks
-#: for a request once none came for ``QUIET_AFTER`` seconds (a process that follows a
-#: long job's run keeps its wakeups few).
+#: Seconds between two looks for an answer.
 POLL = 0.02
-POLL_QUIET = 0.1
-QUIET_AFTER = 2.0
+#: Seconds between two looks of the process when nothing wakes it (a request wakes it at
+#: once, through the ``WAKE`` pipe): its live attempts, retries and idle exit.
+TICK = 0.25
+#: A named pipe in the spool: a byte written there as a request is put in the spool
+#: wakes the process, which otherwise sleeps (no wakeups while it follows a long job).
+WAKE = "wake"
 #: Seconds between two shipments of a live attempt's journal, and between two looks at
 #: its run's status (a rank's ``with mlflow.start_run`` ends it).
 SHIP_INTERVAL = 1.0
@@ -293,6 +298,7 @@ def _ask(
     write_private(tmp, json.dumps(body))
     tmp.replace(request)
     ensure_running(home)
+    wake(spool)
     start = checked = time.monotonic()
     while not answer.exists():
         now = time.monotonic()
@@ -314,6 +320,35 @@ def _ask(
     finally:
         answer.unlink(missing_ok=True)
     return done
+
+
+def wake(spool: Path) -> None:
+    """Wake the process serving ``spool`` at once: a request is there. None reads the
+    pipe (none serves, or one of an earlier version): it looks at its next tick."""
+    try:
+        fd = os.open(spool / WAKE, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            os.write(fd, b"\0")
+    except OSError:  # full: it wakes anyway
+        pass
+    finally:
+        os.close(fd)
+
+
+def _wake_pipe(spool: Path) -> int:
+    """The spool's wake pipe, read by this process (made private if missing), opened for
+    reading and writing: a pipe with no writer left would read as ready for ever."""
+    with contextlib.suppress(FileExistsError):
+        os.mkfifo(spool / WAKE, 0o600)
+    fd = os.open(spool / WAKE, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW)
+    st = os.fstat(fd)
+    if not stat.S_ISFIFO(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        os.close(fd)
+        raise NotYours(f"{spool / WAKE} is not a private pipe of this user")
+    return fd
 
 
 def serving(home: Path) -> bool:
@@ -400,17 +435,36 @@ class TailProcess:
         self._live_looked = -float("inf")
         self._reopen_at: dict[str, float] = {}
         self._live_failing: dict[str, str] = {}  # the failure said once, per attempt
+        self._wake = -1  # the wake pipe, once serving
         #: One per attempt seen (a few bytes each; the process leaves once idle).
         self._attempt_locks: dict[str, threading.Lock] = {}
 
     def serve(self, lock_fd: int) -> None:
         try:
+            self._wake = _wake_pipe(self.spool)
+        except (OSError, NotYours) as err:  # it looks every tick instead
+            log.error("no wake pipe: %r", err)
+            self._wake = -1
+        try:
             self._serve(lock_fd)
         finally:
             self._tails.shutdown(wait=True)
+            if self._wake >= 0:
+                os.close(self._wake)
+
+    def _sleep(self) -> None:
+        """Until a request wakes the process, or ``TICK`` seconds."""
+        if self._wake < 0:
+            time.sleep(TICK)
+            return
+        ready, _, _ = select.select([self._wake], [], [], TICK)
+        if ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._wake, 4096):
+                    pass
 
     def _serve(self, lock_fd: int) -> None:
-        idle_since = asked = time.monotonic()
+        idle_since = time.monotonic()
         retry = Backoff()
         newer: set[str] = set()  # requests of a newer version, given back
         while self.spool.is_dir():
@@ -421,7 +475,7 @@ class TailProcess:
                 except Newer as err:
                     log.warning("left to a newer jupyter_air: %s", err)
                     newer.add(pending[0].name)
-                idle_since = asked = time.monotonic()
+                idle_since = time.monotonic()
                 continue
             if self._follow_live():
                 idle_since = time.monotonic()
@@ -437,7 +491,7 @@ class TailProcess:
             if retry.waiting:  # tails wait for their server: this process stays for them
                 idle_since = time.monotonic()
             if time.monotonic() - idle_since < IDLE_EXIT:
-                time.sleep(POLL if time.monotonic() - asked < QUIET_AFTER else POLL_QUIET)
+                self._sleep()
                 continue
             fcntl.flock(lock_fd, fcntl.LOCK_UN)
             if not self._pending():

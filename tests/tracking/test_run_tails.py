@@ -338,7 +338,7 @@ def test_the_process_leaves_once_idle_and_at_once_without_its_store(
     (gone / "tails").mkdir(parents=True)
     serving = threading.Thread(target=TailProcess(gone).serve, args=(-1,))
     serving.start()
-    (gone / "tails").rmdir()  # the store was removed (a test's, a user's cleanup)
+    shutil.rmtree(gone / "tails")  # the store was removed (a test's, a user's cleanup)
     serving.join(10)
     assert not serving.is_alive()
 
@@ -366,7 +366,7 @@ def test_a_request_of_a_newer_version_is_given_back_and_the_process_leaves_for_i
     assert request.read_text() == json.dumps(body), "the request is back, untouched"
     assert json.loads((spool / "tail-k-1.done").read_text())["end_error"] is None
     assert sorted(p.name for p in spool.iterdir()) == sorted(
-        [run_tails.LOCK, request.name, "tail-k-1.done"]
+        [run_tails.LOCK, run_tails.WAKE, request.name, "tail-k-1.done"]
     )
 
 
@@ -599,3 +599,28 @@ def test_an_attempt_whose_supervisor_died_or_that_is_not_the_users_is_not_follow
     assert shipped == ["alive-1"]
     assert not (where / "dead-1.json").exists(), "let go"
     assert foreign.exists(), "left alone, unread"
+
+
+def test_a_request_wakes_the_process_at_once_which_otherwise_sleeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No wakeups while it waits (it may follow a job for hours), no wait for a request:
+    a byte in a named pipe only this user can open."""
+    monkeypatch.setattr(run_tails, "TICK", 3600.0)
+    monkeypatch.setattr(
+        TailProcess, "make", lambda self, request: {"run_id": "r", "experiment_id": "1"}
+    )
+    monkeypatch.setattr(run_tails, "ensure_running", lambda home: None)
+    pipe = tmp_path / "tails" / run_tails.WAKE
+    thread, fd = serving(tmp_path)
+    try:
+        until(pipe.exists, "the wake pipe made", 30)
+        assert stat.S_ISFIFO(pipe.stat().st_mode)
+        assert mode(pipe) == 0o600
+        assert run_tails.make_run(tmp_path, new_run("u"), take_timeout=30) == MadeRun("r", "1")
+    finally:
+        (tmp_path / "tails").rename(tmp_path / "gone")  # the store removed, then woken
+        run_tails.wake(tmp_path / "gone")
+        thread.join(30)
+        os.close(fd)
+    assert not thread.is_alive()
