@@ -69,7 +69,7 @@ class LogFollower:
         #: ``follow`` saw a later attempt: the next read that reaches this one's end
         #: moves on to it.
         self._later_seen = False
-        self._changes = _Changes(store.path)
+        self._changes = StoreChanges(store.path)
 
     def poll(self) -> list[LogLine]:
         """Every line of the current attempt complete now, in time order across ranks.
@@ -158,7 +158,7 @@ class LogFollower:
                 time.sleep(interval)
 
 
-class _Changes:
+class StoreChanges:
     """Whether the job store may hold news for a follower: something was committed to
     it since the last look, or that look is ``LOOK_EVERY`` seconds old. A connection of
     its own, opened at the first ask, held for the follower's life (SQLite's

@@ -23,7 +23,7 @@ from ..identity import Identity, mlflow_user, server_owner
 from ..job_dir import AttemptDir
 from ..jobs import cancel
 from ..jobs.debugger import Watcher
-from ..jobs.follow import LogFollower
+from ..jobs.follow import LogFollower, StoreChanges
 from ..jobs.permissions import Grant
 from ..jobs.request import JobRequest, Program
 from ..jobs.service import JobService, Refused
@@ -325,11 +325,13 @@ def _follow(
     debug: Watcher,
 ) -> Any:
     follower = LogFollower(store, job_id, LogFilter(progress=True))
+    changes = StoreChanges(store.path)  # the job's row is read again only after a commit
     prompt = CellPrompt()
     last_status = 0.0
     try:
         while True:
-            job = store.get(job_id)
+            if changes.since_last_look():
+                job = store.get(job_id)
             _show_new(view, follower)
             if job.done:
                 break

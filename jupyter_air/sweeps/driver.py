@@ -38,7 +38,7 @@ from optuna.trial import TrialState
 from ..identity import Identity
 from ..jobs import backends
 from ..jobs.env import gpu_count, job_free_env, visible_gpus
-from ..jobs.follow import LOOK_EVERY, _Changes, outcome
+from ..jobs.follow import LOOK_EVERY, StoreChanges, outcome
 from ..jobs.service import Conflict, JobService, Refused
 from ..jobs.store import JobStore, UnknownJob
 from ..paths import private_opener, write_private
@@ -169,7 +169,7 @@ class Driver:
         self.readers: dict[int, trials.MetricReader] = {}
         self.cancelled: set[str] = set()
         self.gpus = self._gpus()
-        self.changes = _Changes(jobs.path)
+        self.changes = StoreChanges(jobs.path)
         self.woken = False
         self.stopping = False
         #: The sweep's run, once made (a driver started again knows it): the trials' runs'
