@@ -219,10 +219,12 @@ class JobView:
         self._header_later = False
         self._header = self._status = self._live.handle
 
-    def settle(self, attempts: Sequence[tuple[int, str]], gpus: Sequence[int] | None) -> None:
-        """The job is over: the chart's last points read now (see ``Live.settle``)."""
+    def settle(
+        self, attempts: Sequence[tuple[int, str]], gpus: Sequence[int] | None, ended: float
+    ) -> None:
+        """The job ended at ``ended``: the chart's last points (see ``Live.settle``)."""
         if self._live is not None:
-            self._live.settle(attempts, gpus)
+            self._live.settle(attempts, gpus, ended)
 
     def finish(self, attempts: Sequence[tuple[int, str]], gpus: Sequence[int] | None) -> None:
         """The job is over: the final chart (and, with widgets, the static header and

@@ -361,7 +361,8 @@ def _follow(
             raise Interrupted(f"interrupted; job {job_id} cancelled, every rank stopped") from None
         raise Interrupted(f"interrupted; job {job_id} still stopping (air get {job_id})") from None
     attempts = store.attempts(job_id)
-    view.settle(_runs(attempts), _hints(store, job_id, attempts)["gpus"])
+    ended = job.ended or time.time()
+    view.settle(_runs(attempts), _hints(store, job_id, attempts)["gpus"], ended)
     _end_last_run(store, job_id, job.status, end_run)
     if len(attempts) > 1:
         view.attempt_started(len(attempts), attempts[-2].message)

@@ -545,8 +545,14 @@ class RunFeed:
     def due(self) -> bool:
         return time.monotonic() - self._last >= self.interval
 
-    def read(self, attempts: Sequence[tuple[int, str]], gpus: Sequence[int] | None) -> Update:
-        """New points of each attempt's run (attempt number, run id)."""
+    def read(
+        self,
+        attempts: Sequence[tuple[int, str]],
+        gpus: Sequence[int] | None,
+        until: float | None = None,
+    ) -> Update:
+        """New points of each attempt's run (attempt number, run id); with ``until``
+        (Unix time), none taken after it."""
         self._last = time.monotonic()
         update = Update()
         self.points_read = 0
@@ -562,16 +568,23 @@ class RunFeed:
                     self.chart.restarts[attempt] = resumed[1]
             points = feed.poll()
             self.points_read += len(points)
+            if until is not None:
+                points = [p for p in points if p.timestamp <= until * 1000]
             step = self.chart.add(attempt, points, gpus)
             update.added += step.added
             update.extended.update(step.extended)  # indices of the whole chart
         return update
 
-    def drain(self, attempts: Sequence[tuple[int, str]], gpus: Sequence[int] | None) -> Update:
+    def drain(
+        self,
+        attempts: Sequence[tuple[int, str]],
+        gpus: Sequence[int] | None,
+        until: float | None = None,
+    ) -> Update:
         """Every point not read yet (a poll's rows are bounded: read until none is left)."""
-        update = self.read(attempts, gpus)
+        update = self.read(attempts, gpus, until)
         while self.points_read:
-            more = self.read(attempts, gpus)
+            more = self.read(attempts, gpus, until)
             update.added += more.added
             for index, (xs, ys) in more.extended.items():
                 old = update.extended.setdefault(index, ([], []))
@@ -744,11 +757,17 @@ class Live:
         if self._chart is not None and self.feed.due():
             self._chart.follow(lambda: self.feed.read(attempts, gpus))
 
-    def settle(self, attempts: Sequence[tuple[int, str]], gpus: Sequence[int] | None) -> None:
-        """The chart's last points, read as the job ended, before its run's tail (a last
-        system sample of a job that took none) lands: the final chart is the job's."""
+    def settle(
+        self,
+        attempts: Sequence[tuple[int, str]],
+        gpus: Sequence[int] | None,
+        ended: float | None = None,
+    ) -> None:
+        """The chart's last points, those taken by the job's end (``ended``, Unix time):
+        not its run's tail's (a last system sample of a job that took none), which may
+        land before the cell reads; the final chart is the job's."""
         if not self._settled:
-            self.feed.drain(attempts, gpus)
+            self.feed.drain(attempts, gpus, ended)
             self.feed.close()
             self._settled = True
 

@@ -4,17 +4,21 @@ below, a legend, sensible axes for a single point, and thinning that keeps spike
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
+from jupyter_air.job_dir import JobDir
 from jupyter_air.kernel.live_view import (
     FEW_SAMPLES_HEIGHT,
     MIN_SPAN_MS,
     SYSTEM_HEIGHT,
     RunChart,
+    RunFeed,
     local_ms,
     min_max_buckets,
 )
+from jupyter_air.tracking.journal import Writer
 from jupyter_air.tracking.metric_feed import Point
 
 NOW = int(time.time() * 1000)
@@ -155,3 +159,19 @@ def test_a_resumed_retry_marks_its_restart_step_on_the_metric_panels_only() -> N
     ((line,),) = [layout["shapes"]]
     assert (line["xref"], line["x0"], line["x1"]) == ("x4", 5, 5)
     assert "attempt 2 resumed at step 5" in [a["text"] for a in layout["annotations"]]
+
+
+def test_the_final_chart_is_the_jobs_not_a_sample_its_runs_tail_took_after_it(
+    tmp_path: Path,
+) -> None:
+    """The run's tail samples the machine once more after a job too short to be sampled
+    (the tail process is quick): that point may be there before the cell's last read,
+    and is not the job's."""
+    job = JobDir(tmp_path / "job")
+    journal = Writer(job.attempt(1).make().metrics_journal)
+    journal.append("run", {"loss": 0.5}, 0, timestamp=100.0)
+    journal.append("run", {"system/cpu_utilization_percentage": 9.0}, 0, timestamp=101.0)
+    journal.close()
+    feed = RunFeed(f"sqlite:///{tmp_path}/none.db", 2.0, job)  # no store: the journal only
+    feed.drain([(1, "run")], None, until=100.5)
+    assert [trace.key for trace in feed.chart.traces] == ["loss"]

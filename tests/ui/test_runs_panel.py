@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.fake_nvml import Scenario
 from tests.ui.conftest import Lab
 from tests.ui.notebook_pages import on_a_redrawn, open_notebook, put_notebook, run_calls
+from tests.waits import until
 
 PANEL = ".jp-air-RunsPanel"
 ROWS = f"{PANEL} .jp-air-RunsPanel-run"
@@ -259,12 +261,22 @@ def test_the_three_calls_appear_with_their_statuses_jobs_and_cells(
     page.eval_on_selector(wrap, "w => { w.scrollLeft = 0; }")
     assert names, "the runs' names scroll out of view"
     # the failed run's cell: the notebook's last cell becomes the active one
-    page.click(f"{ROWS} >> nth=0 >> .jp-air-RunsPanel-cell")
-    page.wait_for_function(
-        "() => document.querySelectorAll('.jp-Notebook .jp-Cell')[3]"
-        ".classList.contains('jp-mod-active')",
-        timeout=10_000,
-    )
+    link = page.locator(ROWS).filter(has_text="lr-bad").locator(".jp-air-RunsPanel-cell")
+
+    def opened() -> bool:
+        """Clicked again if the panel's poll redrew the row under the click."""
+        link.click()
+        try:
+            page.wait_for_function(
+                "() => document.querySelectorAll('.jp-Notebook .jp-Cell')[3]"
+                ".classList.contains('jp-mod-active')",
+                timeout=3_000,
+            )
+        except PlaywrightTimeoutError:
+            return False
+        return True
+
+    until(opened, "the failed run's cell made the active one", timeout=60)
 
 
 def test_comparing_two_runs_overlays_both_curves_and_shows_the_param_that_differs(
