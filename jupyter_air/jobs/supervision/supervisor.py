@@ -85,7 +85,7 @@ DEFERRED_RETRY = float(os.environ.get("AIR_DEFERRED_RUN_RETRY", "10"))
 
 
 class Tracking:
-    """The supervisor's MLflow side, which is almost never here.
+    """The supervisor's MLflow side: a run to make when no tail process answers.
 
     ``import mlflow`` costs about 2 s of CPU and 200 MB, taken from the ranks. So the
     user's tail process, which keeps MLflow loaded, makes each attempt's run, ships its
