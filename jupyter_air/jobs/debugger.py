@@ -178,6 +178,9 @@ class Watcher:
         """Stop serving: a rank still stopped reads end-of-file and goes on; the folder
         goes (a breakpoint after it is skipped, said in its line)."""
         atexit.unregister(self.close)
+        # The ticket goes first: a rank let go below that reaches its next breakpoint
+        # finds no ticket, rather than a socket about to close mid-handshake.
+        self.ticket.unlink(missing_ok=True)
         for peer in list(self._peers.values()):
             with contextlib.suppress(KeyError, OSError):
                 self._selector.unregister(peer.channel)
