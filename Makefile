@@ -18,7 +18,7 @@ endif
 LAB_URL := http://$(HOST):$(PORT)/lab?token=$(TOKEN)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help setup system demo lab test check lint typecheck jstest pytest pytest-fast hub-day bench clean
+.PHONY: help setup system bytecode demo lab test check lint typecheck jstest pytest pytest-fast hub-day bench clean
 
 help:
 	@echo "make demo   set everything up and start JupyterLab with jupyter_air"
@@ -59,7 +59,14 @@ $(VENV)/.installed: $(VENV)/.build-tools pyproject.toml jupyter_air/labextension
 	$(PY) -m pip install -q --no-build-isolation -e ".[test,dev]" 2>&1 | $(QUIET_PIP)
 	touch $@
 
-setup: system $(VENV)/.installed
+# The package's bytecode, as a user's install has it: this machine's environment may say
+# PYTHONDONTWRITEBYTECODE, and then every process of ours (the kernel's %load_ext, each
+# supervisor, rank, tail process and `air` command) compiled the editable package's
+# sources anew, 0.1-0.2 CPU s each (tests: their helpers). compileall redoes only what changed.
+bytecode: $(VENV)/.installed
+	$(PY) -m compileall -q jupyter_air tests
+
+setup: system $(VENV)/.installed bytecode
 
 ## --- the README's commands ----------------------------------------------------------
 
