@@ -72,8 +72,10 @@ while time.monotonic() < end:
 print("rank", os.environ["RANK"], "done")
 """
 ACCELERATE = "accelerate.test_utils.scripts.test_script"
-#: The same script as a cell's body.
-RUN_ACCELERATE = f"import runpy\nrunpy.run_module({ACCELERATE!r}, run_name='__main__')\n"
+#: The same script as a cell's body. Its result is assigned, not the cell's value: as a
+#: last expression, ``run_module``'s return (the script's globals: torch, accelerate, its
+#: functions) came back to the kernel, whose unpickling imported torch there (1.2 s).
+RUN_ACCELERATE = f"import runpy\nran = runpy.run_module({ACCELERATE!r}, run_name='__main__')\n"
 #: The environment Accelerate's test script needs to run on CPU ranks.
 ACCELERATE_ENV = {"ACCELERATE_USE_CPU": "1", "CUDA_VISIBLE_DEVICES": ""}
 #: A process's role, from a fragment of its command line.
