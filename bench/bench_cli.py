@@ -49,6 +49,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -213,7 +215,12 @@ class Bench:
         return seconds
 
     def trivial_watch_cold(self) -> float:
-        """The trivial job once the user's tail process has gone (idle)."""
+        """The trivial job once the user's tail process has gone (ended here: idle, it
+        would stay ``run_tails.IDLE_EXIT`` seconds)."""
+        for proc in psutil.process_iter(["cmdline"]):
+            cmdline = proc.info["cmdline"] or []
+            if "jupyter_air.tracking.run_tails" in cmdline and str(self.store.home) in cmdline:
+                proc.terminate()
         while serving(self.store.home):
             time.sleep(0.5)
         return self.trivial_watch()

@@ -65,13 +65,19 @@ from .targets import bound_requests, quiet_retries
 
 log = logging.getLogger("jupyter_air.run_tails")
 
-#: Seconds the process waits for another request before it exits.
-IDLE_EXIT = 20.0
+#: Seconds the process waits for another request before it exits: a job submitted
+#: within five minutes of the last finds MLflow loaded, and its run is made at once (a
+#: process started for it costs the job 2.6 s, MLflow's import and store, before its
+#: ranks can start). It holds about 230 MB meanwhile, and looks every ``IDLE_TICK``.
+IDLE_EXIT = 300.0
 #: Seconds between two looks for an answer.
 POLL = 0.02
 #: Seconds between two looks of the process when nothing wakes it (a request wakes it at
 #: once, through the ``WAKE`` pipe): its live attempts, retries and idle exit.
 TICK = 0.25
+#: Seconds between two looks while nothing is live, taken or waiting for its server (a
+#: request or a live attempt wakes the process at once).
+IDLE_TICK = 5.0
 #: A named pipe in the spool: a byte written there as a request is put in the spool
 #: wakes the process, which otherwise sleeps (no wakeups while it follows a long job).
 WAKE = "wake"
@@ -158,11 +164,13 @@ def live_dir(spool: Path) -> Path:
 def follow(home: Path, live: Live) -> None:
     """The tail process follows ``live`` from now on (one is started if none runs); a
     second call replaces the first (its run made meanwhile)."""
-    where = private_dir(live_dir(private_dir(home / "tails")))
+    spool = private_dir(home / "tails")
+    where = private_dir(live_dir(spool))
     tmp = where / f".{live.name}.tmp"
     write_private(tmp, json.dumps(asdict(live)))
     tmp.replace(where / f"{live.name}.json")
     ensure_running(home)
+    wake(spool)  # an idle process ships it now, not at its next look
 
 
 def is_followed(home: Path, live: Live) -> bool:
@@ -452,16 +460,17 @@ class TailProcess:
             if self._wake >= 0:
                 os.close(self._wake)
 
-    def _sleep(self) -> None:
-        """Until a request wakes the process, or ``TICK`` seconds."""
+    def _sleep(self, seconds: float) -> None:
+        """Until a request wakes the process, or ``seconds``."""
         if self._wake < 0:
-            time.sleep(TICK)
+            time.sleep(min(seconds, TICK))
             return
-        ready, _, _ = select.select([self._wake], [], [], TICK)
+        ready, _, _ = select.select([self._wake], [], [], seconds)
         if ready:
             with contextlib.suppress(BlockingIOError):
                 while os.read(self._wake, 4096):
                     pass
+            self._live_looked = -float("inf")  # woken for a request or a new live attempt: look now
 
     def _serve(self, lock_fd: int) -> None:
         idle_since = time.monotonic()
@@ -490,8 +499,9 @@ class TailProcess:
                 retry.next(landed=not self.retry_pending())
             if retry.waiting:  # tails wait for their server: this process stays for them
                 idle_since = time.monotonic()
-            if time.monotonic() - idle_since < IDLE_EXIT:
-                self._sleep()
+            idle = time.monotonic() - idle_since  # since the last thing live, taken or waiting
+            if idle < IDLE_EXIT:
+                self._sleep(min(IDLE_TICK, IDLE_EXIT - idle) if idle > TICK else TICK)
                 continue
             fcntl.flock(lock_fd, fcntl.LOCK_UN)
             if not self._pending():

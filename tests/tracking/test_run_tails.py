@@ -573,6 +573,38 @@ def test_a_live_attempt_is_shipped_and_kept_running_until_its_supervisor_takes_i
     assert [m.step for m in client.get_metric_history(run_id, "loss")] == [0], "left to its tail"
 
 
+def test_an_idle_process_sleeps_until_a_live_attempt_wakes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It stays minutes after a job (the next finds MLflow loaded) without looking four
+    times a second; the next job's attempt is followed at once all the same."""
+    for name, value in {"TICK": 0.05, "IDLE_TICK": 3600.0, "IDLE_EXIT": 7200.0}.items():
+        monkeypatch.setattr(run_tails, name, value)
+    monkeypatch.setattr(run_tails, "ensure_running", lambda home: None)
+    shipped: list[str] = []
+    monkeypatch.setattr(
+        TailProcess, "_ship_live", lambda self, path, live: shipped.append(live.name)
+    )
+    naps: list[float] = []
+    sleep = TailProcess._sleep
+    monkeypatch.setattr(
+        TailProcess, "_sleep", lambda self, seconds: (naps.append(seconds), sleep(self, seconds))
+    )
+    thread, fd = serving(tmp_path)
+    try:
+        until(lambda: 3600.0 in naps, "a long sleep once idle", 30)
+        live = run_tails.Live("j", 1, "r", "u", str(tmp_path), os.getpid(), time.time())
+        run_tails.follow(tmp_path, live)
+        until(lambda: shipped, "the live attempt shipped", 30)
+    finally:
+        (tmp_path / "tails").rename(tmp_path / "gone")
+        run_tails.wake(tmp_path / "gone")
+        thread.join(30)
+        os.close(fd)
+    assert not thread.is_alive()
+    assert shipped[0] == "j-1"
+
+
 def test_an_attempt_whose_supervisor_died_or_that_is_not_the_users_is_not_followed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
