@@ -63,19 +63,30 @@ def load_ipython_extension(ipython: Any) -> None:
     ``%air_runs``, ``%air_schedule`` and ``%%air_sweep`` (MLflow, NVML, ipywidgets and
     plotly are imported at their first use). The kernel's runs go to the user's one
     default store unless it names another (see ``tracking.targets``)."""
+    import contextlib
+    import os
+
+    from .paths import UnsafeHome, air_home
+    from .tracking.run_tails import ensure_running
+    from .tracking.targets import adopt_default_store, bound_requests, default_tracking_uri
+
+    adopt_default_store()
+    home = air_home()
+    default = default_tracking_uri(home)
+    # The user's tail process makes a cell's run and ships its points: started now (if
+    # none runs), it has MLflow loaded, and the default store open, by the first cell,
+    # which a process started then held 2.6 s. It delivers what a server that was down
+    # still owes, too.
+    with contextlib.suppress(OSError, UnsafeHome):  # the first cell says why, or starts one
+        ensure_running(home, default if os.environ["MLFLOW_TRACKING_URI"] == default else None)
+    bound_requests()  # MLflow calls of this kernel (and of the user's code) end in time
+
     from .kernel.gpu_magic import AirGpuMagics
     from .kernel.magics import AirMagics
     from .kernel.runs_magic import AirRunsMagics
     from .kernel.schedule_magic import AirScheduleMagics
     from .kernel.session_magic import AirSessionMagics
     from .kernel.sweep_magic import AirSweepMagics
-    from .paths import air_home
-    from .tracking.run_tails import resume_pending
-    from .tracking.targets import adopt_default_store, bound_requests
-
-    adopt_default_store()
-    bound_requests()  # MLflow calls of this kernel (and of the user's code) end in time
-    resume_pending(air_home())  # what a server that was down still owes lands
 
     ipython.register_magics(AirMagics)
     ipython.register_magics(AirGpuMagics)

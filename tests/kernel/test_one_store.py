@@ -17,6 +17,7 @@ from mlflow import MlflowClient
 from jupyter_air.jobs import cancel
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.schedules.scheduler import stop
+from jupyter_air.tracking.run_tails import serving
 from tests.kernel.conftest import Kernel
 from tests.waits import until
 
@@ -135,3 +136,18 @@ def test_an_explicit_tracking_uri_still_wins(
     job = JobStore(home).get(submitted["id"])
     assert job.spec.tracking.tracking_uri == f"sqlite:///{tmp_path}/team.db"
     assert not os.path.exists(home / "mlflow.db")
+
+
+def test_loading_the_extension_starts_the_users_tail_process_with_the_store_open(
+    tmp_path: Path, home: Path, kernel_env: dict[str, str]
+) -> None:
+    """The first cell's run is made by a process that has MLflow loaded and the store
+    open already (one started by that cell held it 2.6 s); the kernel imports no MLflow."""
+    kernel = Kernel(user_env(home, kernel_env), cwd=tmp_path)
+    try:
+        assert kernel.run("%load_ext jupyter_air").error is None
+        until(lambda: serving(home), "the user's tail process serving", 120)
+        until((home / "mlflow.db").exists, "the default store opened (made) by it", 120)
+        assert kernel.run("import sys; 'mlflow' in sys.modules").value() == "False"
+    finally:
+        kernel.shutdown()
