@@ -25,9 +25,9 @@ each file 0600, like every file of the store) and it listens on nothing; a reque
 is not a plain file of this user is refused unanswered. A request is claimed (renamed)
 before it is done, so a supervisor that gave up waiting withdraws only one nobody took.
 The sender wakes the process through a named pipe there (``WAKE``, 0600): it sleeps
-otherwise, looking every ``TICK`` seconds at most.
+otherwise, looking every ``TICK`` seconds while it follows or delivers, ``IDLE_TICK`` idle.
 How long it lives: it holds a lock on ``tails/.lock`` while it runs and exits
-``IDLE_EXIT`` seconds after its last request and live attempt, or at once when the
+``IDLE_EXIT`` seconds after its last request and live attempt, or at its next look once the
 store is gone. Live attempts are files in ``tails/live/``, followed while their
 supervisor runs.
 ``python -m jupyter_air.tracking.run_tails HOME [TRACKING_URI]``.
