@@ -3,14 +3,19 @@ each profiled by the rank side (``perf.profiler``) through its step marks
 (``Source.STEP``, as ``jupyter_air.step`` marks them), one of them
 sleeping between its steps. The merged trace has a process per rank on one clock (a
 host whose clock is off is put back by its collectives); the summary's split says the
-sleeper idles and the other waits in the all-reduce; operators rank by self time."""
+sleeper idles and the other waits in the all-reduce; operators rank by self time.
+
+These ranks share two cores with the rest of the suite: a rank's thread may wait
+hundreds of milliseconds for a core anywhere in a step (seen: a collective's ends 177 ms
+apart, idle 0.55 s in 3 steps of the rank that does not sleep). So what is asserted on
+them holds whatever the load makes of their timing, and the clock estimate's accuracy is
+specified on made-up traces whose noise is known."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +42,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.01)
 answer = os.path.join(os.environ["AIR_PERF_DIR"], "profiles", sys.argv[2], f"rank-{rank}.done.json")
 for step in range(2000):
     if rank == 1:
-        time.sleep(0.1)  # outside any operator: idle (long beside a loaded machine's noise)
+        time.sleep(0.3)  # outside any operator: idle (long beside a loaded machine's noise)
     model(torch.randn(64, 256)).sum().backward()
     opt.step()
     opt.zero_grad()
@@ -130,11 +135,14 @@ def test_the_merged_trace_has_a_process_per_rank_on_one_clock(
     assert {e["pid"] for e in spans} == {0, 1}
     assert min(e["ts"] for e in spans) == pytest.approx(0, abs=0.01)
     assert "one host" in merged["otherData"]["clocks"]
-    # the ranks' all-reduces end together on the merged clock
-    ends = {r: _collective_ends(merged, r) for r in (0, 1)}
-    assert ends[0]
-    assert len(ends[0]) == len(ends[1])
-    assert _typical_gap(ends[0], ends[1]) < 20_000
+    # on one clock every all-reduce of one rank overlaps the same all-reduce of the other:
+    # neither leaves it before the other has come
+    talks = {r: _collective_spans(merged, r) for r in (0, 1)}
+    assert talks[0]
+    assert len(talks[0]) == len(talks[1])
+    for (start0, end0), (start1, end1) in zip(talks[0], talks[1], strict=True):
+        assert start0 <= end1
+        assert start1 <= end0
     path = tmp_path / "merged.json.gz"
     traces.write_merged(merged, path)
     assert json.loads(gzip.decompress(path.read_bytes())) == merged
@@ -143,15 +151,49 @@ def test_the_merged_trace_has_a_process_per_rank_on_one_clock(
 def test_a_host_whose_clock_is_off_is_put_back_by_its_collectives(
     ranks: list[RankTrace],
 ) -> None:
+    """All of the skew comes off: what is left is the ranks' own disagreement, the same
+    as when their host's clock is right (the accuracy: see the made-up traces below)."""
     skew_us = 250_000.0  # a quarter of a second off
+    unskewed = [ranks[0], RankTrace(1, "other-host", ranks[1].doc)]
+    right = traces.align(unskewed)
     doc = {**ranks[1].doc, "baseTimeNanoseconds": ranks[1].doc["baseTimeNanoseconds"] + 250e6}
     skewed = [ranks[0], RankTrace(1, "other-host", doc)]
     clocks = traces.align(skewed)
-    assert abs(clocks.shift_us[1] + skew_us) < 10_000
+    assert clocks.shift_us[1] == pytest.approx(right.shift_us[1] - skew_us, abs=1)
     assert "other-host" in clocks.how
-    merged = traces.merge(skewed, clocks)
-    a, b = _collective_ends(merged, 0), _collective_ends(merged, 1)
-    assert _typical_gap(a, b) < 20_000, "a quarter of a second put back"
+    put_back, as_if_right = traces.merge(skewed, clocks), traces.merge(unskewed, right)
+    for rank in (0, 1):
+        moved = [t for span in _collective_spans(put_back, rank) for t in span]
+        assert moved == pytest.approx(
+            [t for span in _collective_spans(as_if_right, rank) for t in span]
+        )
+
+
+def test_the_clock_estimate_is_the_typical_collective_and_not_a_late_one() -> None:
+    """Made-up traces: another host 250 ms ahead; its collectives end within 0.4 ms of
+    rank 0's, except two of seven where its thread waited 40 and 180 ms for a core."""
+    late_us = {2: 40_000.0, 5: 180_000.0}
+    ends0 = [100_000.0 * k + 5_000 for k in range(7)]
+    ends1 = [
+        end + (-1) ** k * 400 * (k % 3) / 2 + late_us.get(k, 0.0) for k, end in enumerate(ends0)
+    ]
+    host0 = _trace(0, "host-a", base_ns=1_000_000_000, ends=ends0)
+    host1 = _trace(1, "host-b", base_ns=1_250_000_000, ends=ends1)
+    clocks = traces.align([host0, host1])
+    assert clocks.shift_us[1] == pytest.approx(-250_000, abs=400)
+    assert "host-b -250." in clocks.how
+    assert "(7 collectives)" in clocks.how
+
+
+def test_collectives_pair_in_order_until_their_names_differ() -> None:
+    host0 = _trace(0, "host-a", base_ns=0, ends=[1_000.0, 2_000.0, 3_000.0])
+    odd = _trace(1, "host-b", base_ns=0, ends=[1_500.0, 2_500.0, 9_000.0])
+    odd.doc["traceEvents"][2]["name"] = "gloo:broadcast"
+    clocks = traces.align([host0, odd])
+    assert clocks.shift_us[1] == pytest.approx(-500)
+    assert "(2 collectives)" in clocks.how
+    alone = RankTrace(1, "host-c", {"traceEvents": []})
+    assert "host-c not shifted" in traces.align([host0, alone]).how
 
 
 def test_the_split_says_who_idles_and_who_waits_in_the_all_reduce(
@@ -165,8 +207,8 @@ def test_the_split_says_who_idles_and_who_waits_in_the_all_reduce(
         assert r["step_s"] >= 0.03
         assert r["on_gpu"] is False
     sleeper, waiter = doc["ranks"][1], doc["ranks"][0]
-    # 100 ms of sleep in each of its 3 steps, whatever the machine's load makes of the rest
-    assert sleeper["idle_s"] > 0.2
+    # 300 ms of sleep in each of its 3 steps, whatever the machine's load makes of the rest
+    assert sleeper["idle_s"] > 0.6
     assert sleeper["idle_s"] > waiter["idle_s"] + 0.15
     assert waiter["comm"] > sleeper["comm"]  # rank 0 waits for rank 1 in the all-reduce
     text = summary.text()
@@ -227,16 +269,18 @@ def _span(name: str, ts: float, dur: float) -> dict[str, Any]:
     return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
 
 
-def _typical_gap(a: list[float], b: list[float]) -> float:
-    """The median gap between two ranks' ends of the same collectives (µs): both leave a
-    collective together, but on a loaded machine a rank may wait for a core right after
-    one (28 ms seen with three test files at once on 2 cores), so not every pair agrees."""
-    return statistics.median(abs(x - y) for x, y in zip(a, b, strict=True))
+def _trace(rank: int, host: str, base_ns: int, ends: list[float]) -> RankTrace:
+    """A rank whose only events are 2 ms all-reduces ending at ``ends`` (µs of its clock)."""
+    events = [
+        {**_span("gloo:all_reduce", end - 2_000, 2_000), "pid": rank, "cat": "user_annotation"}
+        for end in ends
+    ]
+    return RankTrace(rank, host, {"baseTimeNanoseconds": base_ns, "traceEvents": events})
 
 
-def _collective_ends(merged: dict[str, Any], rank: int) -> list[float]:
+def _collective_spans(merged: dict[str, Any], rank: int) -> list[tuple[float, float]]:
     return sorted(
-        e["ts"] + e["dur"]
+        (e["ts"], e["ts"] + e["dur"])
         for e in merged["traceEvents"]
         if e.get("ph") == "X" and e["pid"] == rank and traces.ALIGNING.search(e["name"])
     )
