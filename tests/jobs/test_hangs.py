@@ -213,7 +213,9 @@ def test_a_real_rank_answers_from_its_thread_privately_and_not_when_off(tmp_path
             assert p.stdout is not None
             assert p.stdout.readline() == "ready\n"
         until(lambda: (folder / "rank_1.ready").exists(), "rank 1 answers")
-        found = flight_recorder.gather({r: p.pid for r, p in ranks.items()})
+        # Its thread dumps the recorder: on a loaded machine that may take longer than
+        # ``ANSWER_WAIT``, which is what a user asking about a hang on a busy node waits.
+        found = flight_recorder.gather({r: p.pid for r, p in ranks.items()}, wait=120)
         trace = found[0].trace
         assert trace is not None, found[0].error
         (call,) = trace["entries"]

@@ -23,6 +23,7 @@ import pytest
 from tests.fake_nvml import FakeGpu, Scenario
 from tests.ui.conftest import Lab
 from tests.ui.notebook_pages import on_a_redrawn, open_notebook, put_notebook, run_calls, run_cell
+from tests.waits import until
 
 #: Rank 0 waits until the run holds a few host-CPU samples (the supervisor loads MLflow
 #: first: seconds on a loaded machine), so that the chart has a line to end.
@@ -55,6 +56,8 @@ OUTPUTS = """cell => [...cell.querySelectorAll('.jp-OutputArea-child')].map(c =>
     height: c.getBoundingClientRect().height,
     text: c.innerText.trim(),
 }))"""
+#: The height of the live chart in a cell; null while the cell has none.
+CHART_HEIGHT = "c => c.querySelector('.jp-air-LiveChart')?.getBoundingClientRect().height ?? null"
 
 
 @pytest.fixture(scope="module", params=["jupyterlab", "notebook"])
@@ -175,7 +178,12 @@ def test_a_running_session_cell_keeps_its_live_view_above_its_output(
     )
     shot(page, artifacts, SLOW, "session-running")
     # Nothing sampled yet (hourly samples): the live chart takes no room until it has a line.
-    assert page.eval_on_selector(view, "v => v.getBoundingClientRect().height") < 1
+    # Looked up afresh in the cell: the view is drawn again as the cell's outputs come.
+    (height,) = until(
+        lambda: [h for h in [cell(page, SLOW).evaluate(CHART_HEIGHT)] if h is not None],
+        "the live chart in the cell",
+    )
+    assert height < 1
     running = layout(page, SLOW)
     assert running[-1] == "output", running
     assert running.index("chart") < running.index("output"), running
