@@ -145,7 +145,8 @@ def start_lab(
         lab = Lab(f"http://127.0.0.1:{port}/", token, process, scenario_path, call_log, log_path)
         labs.append(lab)
         ready = answers(lambda: lab.api("api/status"), process, log_path)
-        until(ready, "jupyter lab answering", 60, seen=lambda: log_tail(log_path))
+        # About 5 s on a quiet machine; over a minute beside two busy loops (seen twice).
+        until(ready, "jupyter lab answering", 180, seen=lambda: log_tail(log_path))
         return lab
 
     yield start
