@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 from jupyter_client.manager import KernelManager
+from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
 from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import FakeGpu, Scenario, env_for
@@ -124,6 +126,16 @@ class Kernel:
     def shutdown(self) -> None:
         self.client.stop_channels()
         self.manager.shutdown_kernel(now=True)
+
+    def kill(self) -> None:
+        """SIGKILL to the kernel's process, as the OOM killer sends: nothing in it runs,
+        where ``shutdown`` interrupts it first (a cell's ``KeyboardInterrupt``)."""
+        provisioner = self.manager.provisioner
+        assert isinstance(provisioner, LocalProvisioner), provisioner
+        assert provisioner.pid is not None, "no kernel process"
+        os.kill(provisioner.pid, signal.SIGKILL)
+        until(lambda: not self.manager.is_alive(), "the killed kernel gone")
+        self.shutdown()
 
 
 @pytest.fixture(scope="module")

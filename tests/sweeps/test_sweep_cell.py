@@ -71,7 +71,7 @@ def test_a_cell_sweep_follows_its_table_survives_a_kernel_restart_and_returns_th
         running = first.start(CELL)
         first.wait_shown(running, "COMPLETE", timeout=180)  # the table, redrawn live
     finally:
-        first.shutdown()  # the kernel dies mid-sweep; the sweep's driver goes on
+        first.kill()  # the kernel dies mid-sweep; the sweep's driver goes on
     (sweep,) = SweepStore(air_home).sweeps()
     assert sweep.status is SweepStatus.RUNNING, "killed mid-sweep"
 
