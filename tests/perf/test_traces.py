@@ -172,11 +172,9 @@ def test_a_host_whose_clock_is_off_is_put_back_by_its_collectives(
 def test_the_clock_estimate_is_the_typical_collective_and_not_a_late_one() -> None:
     """Made-up traces: another host 250 ms ahead; its collectives end within 0.4 ms of
     rank 0's, except two of seven where its thread waited 40 and 180 ms for a core."""
-    late_us = {2: 40_000.0, 5: 180_000.0}
+    jitter_us = [0.0, -200.0, 400.0 + 40_000, 0.0, 200.0, -400.0 + 180_000, 0.0]
     ends0 = [100_000.0 * k + 5_000 for k in range(7)]
-    ends1 = [
-        end + (-1) ** k * 400 * (k % 3) / 2 + late_us.get(k, 0.0) for k, end in enumerate(ends0)
-    ]
+    ends1 = [end + jitter for end, jitter in zip(ends0, jitter_us, strict=True)]
     host0 = _trace(0, "host-a", base_ns=1_000_000_000, ends=ends0)
     host1 = _trace(1, "host-b", base_ns=1_250_000_000, ends=ends1)
     clocks = traces.align([host0, host1])
