@@ -63,7 +63,11 @@ from tests.waits import (
     wait_settled,
 )
 
-pytestmark = pytest.mark.ray
+# The first test of a module that uses ``cluster`` pays for its start: up to three tries
+# (``start_with_retries``) of up to about two minutes each on a loaded machine (110 s
+# beside two busy loops), so the suite's 300 s per test is not enough for it.
+RAY_MODULE_TIMEOUT = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.ray, RAY_MODULE_TIMEOUT]
 ROOT = Path(__file__).resolve().parents[2]
 
 RAY_DDP_CELL = """%%air_distributed --backend ray --nnodes 2 -n 1 --run-name ray-ddp

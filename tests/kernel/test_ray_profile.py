@@ -13,11 +13,14 @@ import pytest
 
 from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.store import JobStore
-from tests.kernel.test_ray_backend import cluster  # noqa: F401 (the module's two Ray nodes)
+from tests.kernel.test_ray_backend import (  # the module's two Ray nodes
+    RAY_MODULE_TIMEOUT,
+    cluster,  # noqa: F401
+)
 from tests.perf.profile_job import TRAIN, profiled, workload
 from tests.waits import job_processes, until, wait_settled
 
-pytestmark = [pytest.mark.ray, pytest.mark.heavy, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.heavy, pytest.mark.slow, RAY_MODULE_TIMEOUT]
 
 
 def test_both_ray_nodes_ranks_are_profiled_on_request(

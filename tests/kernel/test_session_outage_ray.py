@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from tests.kernel.conftest import Kernel
-from tests.kernel.test_ray_backend import cluster  # noqa: F401
+from tests.kernel.test_ray_backend import RAY_MODULE_TIMEOUT, cluster  # noqa: F401
 from tests.kernel.test_session_outage import (
     TeamServer,
     deferred_session_through_an_outage,
     team,  # noqa: F401
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray]
+pytestmark = [pytest.mark.slow, pytest.mark.ray, RAY_MODULE_TIMEOUT]
 
 
 @pytest.fixture(scope="module")
