@@ -189,7 +189,7 @@ LIGHTNING = "Lightning"
 def _patch_hf(module: ModuleType) -> None:
     from transformers.trainer_callback import TrainerCallback
 
-    class AirGuards(TrainerCallback):
+    class AirGuards(TrainerCallback):  # type: ignore[misc]  # transformers is not followed (pyproject)
         """The guarded metrics the Trainer logs; a save, then a stop, when asked."""
 
         saving = False

@@ -156,7 +156,7 @@ def _wrapped(cls: Any, method: str, before: Callable[[Any], None]) -> None:
 def _patch_hf(module: ModuleType) -> None:
     from transformers.trainer_callback import TrainerCallback
 
-    class AirSteps(TrainerCallback):
+    class AirSteps(TrainerCallback):  # type: ignore[misc]  # transformers is not followed (pyproject)
         """Marks each optimizer step of this rank."""
 
         def __init__(self) -> None:
