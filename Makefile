@@ -117,9 +117,10 @@ jstest: node_modules/.package-lock.json
 # fixtures, a lab or a Ray cluster, stay together): most tests wait on processes they
 # started, so with two workers on two cores 16-18 % of the CPU stayed idle; three use
 # it (6-7 % idle) and took 1,356 s against 1,516 s (docs/benchmarks.md). The suite is
-# written to pass on a loaded machine. PYTEST_WORKERS=0: one by one.
+# written to pass on a loaded machine. PYTEST_WORKERS=0: one by one. The files go out
+# costliest first (tests/ordering.py), not in xdist's order (most tests first).
 PYTEST_WORKERS ?= 3
-PYTEST := $(PY) -m pytest -ra -n $(PYTEST_WORKERS) --dist loadfile
+PYTEST := $(PY) -m pytest -ra -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 pytest:
 	mkdir -p test-artifacts

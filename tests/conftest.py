@@ -15,6 +15,7 @@ pytest_plugins = [
     "pytest_jupyter.jupyter_server",
     "tests.server_fixtures",
     "tests.leftovers",  # nothing a test starts outlives the suite
+    "tests.ordering",  # the costliest test files reach the workers first
 ]
 
 WriteScenario = Callable[[Scenario], Path]
