@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -285,13 +286,17 @@ def test_waiting_for_xids_never_stalls_a_sample(
     scenario: WriteScenario, watch: Callable[..., XidWatch], sampler: GpuSampler
 ) -> None:
     scenario(Scenario(gpus=[FakeGpu(util=55)]))
-    slow = XidWatch(Nvml(retry_interval=0), wait_ms=5000).start()
+    # A wait that only an XID ends (or 10 minutes): a sample held up by it never comes.
+    slow = XidWatch(Nvml(retry_interval=0), wait_ms=600_000).start()
     try:
         until(lambda: slow.watching, "the watch waits for events", 30)
-        started = time.monotonic()
-        sampler.sample_now()
-        assert time.monotonic() - started < 2.0
+        sampling = ThreadPoolExecutor(1).submit(sampler.sample_now)
+        until(sampling.done, "a sample taken while the watch waits", 120)
+        sampling.result()
+        assert not slow.events(), "the watch's wait ended before the sample did"
         assert sampler.snapshot()["samples"]["gpu"][0]["util"] == [55]
+        scenario(Scenario(gpus=[FakeGpu(util=55, xids=[(79, time.time())])]))
+        until(slow.events, "the XID that ends the watch's wait", 60)
     finally:
         slow.stop(timeout=0)
 
