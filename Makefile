@@ -97,7 +97,7 @@ test: setup static pytest
 check: setup static pytest-fast
 
 # Lint, types and jest side by side, each one's output in one piece: mypy alone keeps one
-# core busy for about 90 s on a fresh clone (no cache), lint and jest take about 30 s.
+# core busy for about 40 s on a fresh clone (no cache), lint and jest about 30 s together.
 static: setup
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck jstest
 
