@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 
+from jupyter_air.jobs.backends.slurm.agent import MAIN
 from jupyter_air.jobs.env import free_port
 from tests.waits import log_tail, until
 
@@ -240,3 +241,19 @@ def _states(cluster: SlurmCluster) -> dict[str, str]:
 def _idle(cluster: SlurmCluster) -> bool:
     states = _states(cluster)
     return all(states.get(n) == "idle" for n in NODES)
+
+
+def agents_of(job_id: str) -> list[psutil.Process]:
+    """The node agents (the ``srun`` tasks) of job ``job_id``'s first attempt still running
+    on this machine, on either node: not those of another test's cluster."""
+    name = f"air-{job_id}-1"
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if MAIN in " ".join(proc.info["cmdline"] or []) and (
+                proc.environ().get("SLURM_JOB_NAME") == name and proc.status() != "zombie"
+            ):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found

@@ -22,13 +22,12 @@ import psutil
 import pytest
 
 from jupyter_air.job_dir import AttemptDir
-from jupyter_air.jobs.backends.slurm.agent import MAIN
 from jupyter_air.jobs.service import JobService
 from jupyter_air.jobs.store import Job
 from jupyter_air.status import JobStatus
 from tests.air_cli import air
 from tests.backend_contract import Engine, ended, rank_lines, submit
-from tests.slurm_cluster import NODES, SlurmCluster, available, slurm_cluster
+from tests.slurm_cluster import NODES, SlurmCluster, agents_of, available, slurm_cluster
 from tests.waits import job_processes, until
 
 pytestmark = [
@@ -136,21 +135,6 @@ def training(service: JobService, job: Job) -> list[dict[str, object]]:
     return AttemptDir(service.store.attempt_dir(job.id, 1)).read_nodes()
 
 
-def agents_of(job: Job) -> list[psutil.Process]:
-    """The job's Slurm node agents still running on this machine (either node)."""
-    name = f"air-{job.id}-1"
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if MAIN in " ".join(proc.info["cmdline"] or []) and (
-                proc.environ().get("SLURM_JOB_NAME") == name and proc.status() != "zombie"
-            ):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
 #: Jobs each case takes a node from, at once (the nodes hold 4 one-CPU tasks each).
 JOBS = 3
 
@@ -188,7 +172,7 @@ def test_the_node_slurm_took_away_is_named_with_slurm_s_reason_not_its_peer(
         assert took < limit, f"the outcome came {took:.1f} s after the node was taken"
 
     def left() -> list[psutil.Process]:
-        return [p for _, job in jobs for p in job_processes(job.id) + agents_of(job)]
+        return [p for _, job in jobs for p in job_processes(job.id) + agents_of(job.id)]
 
     until(lambda: left() == [], "the jobs' agents and ranks gone from both nodes", 60)
 
@@ -214,4 +198,8 @@ def test_a_job_slurm_cancels_says_so_naming_no_node(cluster: SlurmCluster, tmp_p
     (attempt,) = service.store.attempts(job.id)
     assert attempt.exit_codes is not None
     assert None not in attempt.exit_codes, "each rank's end is known: Slurm's SIGTERM, relayed"
-    until(lambda: job_processes(job.id) + agents_of(job) == [], "the job gone from both nodes", 60)
+
+    def gone() -> bool:
+        return job_processes(job.id) + agents_of(job.id) == []
+
+    until(gone, "the job gone from both nodes", 60)

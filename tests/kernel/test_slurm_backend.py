@@ -23,7 +23,6 @@ import psutil
 import pytest
 
 from jupyter_air.job_dir import AttemptDir
-from jupyter_air.jobs.backends.slurm.agent import MAIN
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.status import JobStatus
 from tests.air_cli import air
@@ -49,7 +48,7 @@ from tests.kernel.test_distributed_magic import TRAINING, job_id_of, mlflow_clie
 from tests.kernel.test_ray_backend import RAY_DDP_CELL
 from tests.kernel.test_session import SESSION_JOB, two_node_session_keeps_its_group
 from tests.mlflow_store import fresh_store
-from tests.slurm_cluster import SlurmCluster, available, slurm_cluster
+from tests.slurm_cluster import SlurmCluster, agents_of, available, slurm_cluster
 from tests.sweeps.test_sweep_jobs import a_sweep_side_by_side
 from tests.waits import job_processes, supervised_until_its_end, until, wait_done
 
@@ -226,7 +225,7 @@ def test_a_killed_node_agent_fails_the_attempt_naming_its_node(
     service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), home,
                           "import time; time.sleep(600)")  # fmt: skip
     until(lambda: len(job_processes(job.id)) >= 2, "both ranks", 120)
-    (agent,) = [p for p in agents() if p.environ().get("SLURM_NODEID") == "1"]
+    (agent,) = [p for p in agents_of(job.id) if p.environ().get("SLURM_NODEID") == "1"]
     agent.kill()
     job = ended(service, job)
     assert job.status is JobStatus.FAILED
@@ -302,15 +301,6 @@ def test_a_sweep_runs_its_2_node_trials_as_concurrent_slurm_jobs(
         nodes = AttemptDir(store.attempt_dir(job.id, 1)).read_nodes()
         assert [n["node_id"] for n in nodes] == ["air-n1", "air-n2"]
     until(lambda: not any(job_processes(j.id) for j in jobs), "the trials' ranks gone", 30)
-
-
-def agents() -> list[psutil.Process]:
-    """The Slurm node agents running on this machine."""
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        if MAIN in " ".join(proc.info["cmdline"] or []):
-            found.append(proc)
-    return found
 
 
 def test_a_session_on_two_slurm_nodes_keeps_its_ranks_in_one_allocation(
