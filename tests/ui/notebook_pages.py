@@ -222,6 +222,17 @@ def choose_from_menu(page: Any, *path: str, timeout: float = 120_000) -> None:
             _close_menus(page)
 
 
+def run_from_palette(page: Any, query: str, command: str) -> None:
+    """Run ``command`` (its id) from the command palette as a user does: open it, type
+    ``query``, and press Enter once the palette has chosen that command. Not a click on
+    its item: the palette draws its items anew as the query changes, and on a loaded
+    machine a click took an item a later draw had replaced ("detached from the DOM")."""
+    page.keyboard.press("Control+Shift+C")
+    page.fill(".jp-mod-commandPalette input, #command-palette input", query)
+    page.wait_for_selector(f'.lm-CommandPalette-item.lm-mod-active[data-command="{command}"]')
+    page.keyboard.press("Enter")
+
+
 #: Milliseconds an open menu keeps the same items before it is taken as still.
 MENU_QUIET = 500
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.fake_nvml import FakeGpu, Scenario, h100_mig_slices
 from tests.ui.conftest import Lab
-from tests.ui.notebook_pages import on_a_redrawn
+from tests.ui.notebook_pages import on_a_redrawn, run_from_palette
 from tests.waits import until
 
 GIB = 1024**3
@@ -214,9 +214,7 @@ def test_the_resume_button_resumes_with_an_immediate_fetch(page: Any) -> None:
 def test_the_command_palette_opens_the_panel(page: Any) -> None:
     page.click(PANEL_TAB)  # close it first
     page.wait_for_selector(PANEL, state="hidden")
-    page.keyboard.press("Control+Shift+C")
-    page.fill(".jp-mod-commandPalette input, #command-palette input", "Open GPU resources")
-    page.click('.lm-CommandPalette-item:has-text("Open GPU resources")')
+    run_from_palette(page, "Open GPU resources", "jupyter-air:open-gpu-resources")
     page.wait_for_selector(PANEL, state="visible")
 
 

@@ -30,6 +30,7 @@ from jupyter_air.tracking.backlog import Part
 from tests.factories import job_spec
 from tests.fake_nvml import Scenario
 from tests.ui.conftest import Lab
+from tests.ui.notebook_pages import run_from_palette
 from tests.waits import until
 
 VIEW = ".jp-air-JobLogs"
@@ -538,9 +539,7 @@ def test_the_palette_lists_recent_jobs_and_opens_one(
     browser: Any, logs_lab: Lab, job: str, artifacts: Path
 ) -> None:
     page = open_fresh_page(browser, logs_lab)
-    page.keyboard.press("Control+Shift+C")
-    page.fill(".jp-mod-commandPalette input, #command-palette input", "Open job logs")
-    page.click('.lm-CommandPalette-item:has-text("Open job logs")')
+    run_from_palette(page, "Open job logs", "jupyter-air:open-job-logs")
     page.wait_for_selector(".jp-air-JobPicker-list")
     labels = page.eval_on_selector_all(
         ".jp-air-JobPicker-item", "items => items.map(i => i.textContent)"

@@ -22,6 +22,7 @@ from jupyter_air.jobs.store import JobStore
 from jupyter_air.logs.capture import RankLog
 from tests.factories import job_spec
 from tests.ui.conftest import Lab
+from tests.ui.notebook_pages import run_from_palette
 from tests.ui.test_job_logs import (  # that file's lab, on an AIR_HOME of this module
     ROWS,
     air_home,  # noqa: F401
@@ -177,9 +178,7 @@ def test_the_toolbar_stays_one_line_with_the_cell_picker(page: Any, artifacts: P
 
 
 def test_the_jobs_picker_names_a_session_as_such(page: Any, session: str) -> None:
-    page.keyboard.press("Control+Shift+C")
-    page.fill(".jp-mod-commandPalette input, #command-palette input", "Open job logs")
-    page.click('.lm-CommandPalette-item:has-text("Open job logs")')
+    run_from_palette(page, "Open job logs", "jupyter-air:open-job-logs")
     page.wait_for_selector(f'.jp-air-JobPicker-item[data-job-id="{session}"]')
     label = page.text_content(f'.jp-air-JobPicker-item[data-job-id="{session}"]')
     assert label == f"{session} · SUCCEEDED · session"
