@@ -295,10 +295,10 @@ def test_waiting_for_xids_never_stalls_a_sample(
         sampling.result()
         assert not slow.events(), "the watch's wait ended before the sample did"
         assert sampler.snapshot()["samples"]["gpu"][0]["util"] == [55]
-        scenario(Scenario(gpus=[FakeGpu(util=55, xids=[(79, time.time())])]))
-        until(slow.events, "the XID that ends the watch's wait", 60)
-    finally:
+    finally:  # told to stop, then an XID ends its wait: it shuts its NVML down as it ends
         slow.stop(timeout=0)
+        scenario(Scenario(gpus=[FakeGpu(util=55, xids=[(79, time.time())])]))
+        until(lambda: not slow.watching, "the watch ended, NVML shut down", 60)
 
 
 # --- in the job's hints and a rank's death ----------------------------------------------
