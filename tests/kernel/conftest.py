@@ -20,7 +20,7 @@ from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import FakeGpu, Scenario, env_for
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
 from tests.leftovers import end_processes_in
-from tests.mlflow_store import migrated_template  # noqa: F401  (the backend contract's)
+from tests.mlflow_store import fresh_store, migrated_template  # noqa: F401  (a fixture)
 from tests.waits import job_processes, until
 
 
@@ -146,15 +146,16 @@ def air_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def kernel_env(air_home: Path, fake_nvml_dir: Path) -> dict[str, str]:
-    """One fake GPU; system metrics every second so short jobs record some."""
+def kernel_env(air_home: Path, fake_nvml_dir: Path, mlflow_template: Path) -> dict[str, str]:
+    """One fake GPU; system metrics every second so short jobs record some. The store is
+    a migrated copy: a test's own client never migrates it while the kernel does."""
     scenario = Scenario(gpus=[FakeGpu(util=[20, 40, 60], temp=[45, 47, 49])])
     scenario_path = scenario.write(air_home / "nvml-scenario.txt")
     env = {
         **os.environ,
         **env_for(fake_nvml_dir, scenario_path),
         "AIR_HOME": str(air_home),
-        "MLFLOW_TRACKING_URI": f"sqlite:///{air_home}/mlflow.db",
+        "MLFLOW_TRACKING_URI": fresh_store(mlflow_template, air_home),
         "AIR_SYSTEM_METRICS_INTERVAL": "1",
         "JPY_SESSION_NAME": str(air_home / "notebooks" / "train.ipynb"),
         "CUDA_VISIBLE_DEVICES": "",  # the CPU build of torch: ranks use gloo

@@ -99,6 +99,11 @@ export class LogList {
     const canvas = this._canvas;
     const height = buffer.size * ROW_HEIGHT;
     if (this._height !== height) {
+      if (height > this._height && this._grownFrom < 0) {
+        // A scroll to the end, not yet dispatched, meant this frame's old end.
+        this._grownFrom = this.node.scrollHeight;
+        this._atNextFrame();
+      }
       this._height = height;
       canvas.style.height = `${height}px`;
     }
@@ -114,13 +119,11 @@ export class LogList {
     if (dropped > 0) {
       const top = Math.max(0, this.node.scrollTop - dropped * ROW_HEIGHT);
       if (top !== this.node.scrollTop) {
-        // Scroll events of this frame come before its animation frame
-        // callbacks: ignore the one this adjustment causes, if any.
-        this._ignoreScroll = true;
+        // Ignore the scroll event this adjustment causes, if any: one that
+        // ends elsewhere was the user's too, in the same frame.
         this.node.scrollTop = top;
-        requestAnimationFrame(() => {
-          this._ignoreScroll = false;
-        });
+        this._adjustedTop = this.node.scrollTop;
+        this._atNextFrame();
       }
     }
     this.render();
@@ -185,6 +188,9 @@ export class LogList {
     if (this._frame) {
       cancelAnimationFrame(this._frame);
     }
+    if (this._frameEnd) {
+      cancelAnimationFrame(this._frameEnd);
+    }
     this.node.removeEventListener('scroll', this._onScroll);
     Signal.clearData(this);
   }
@@ -227,7 +233,8 @@ export class LogList {
   }
 
   private _onScroll = (): void => {
-    const top = this.node.scrollTop;
+    const node = this.node;
+    const top = node.scrollTop;
     const up = top < this._lastTop;
     this._lastTop = top;
     if (!this._frame) {
@@ -236,13 +243,33 @@ export class LogList {
         this.render();
       });
     }
-    if (this._ignoreScroll) {
+    if (top === this._adjustedTop) {
       // Our own adjustment after dropping old lines.
-      this._ignoreScroll = false;
+      this._adjustedTop = null;
       return;
     }
-    this._scrolled.emit({ atBottom: this.atBottom, up });
+    // Scroll events are dispatched once a frame, after its tasks: lines that
+    // arrived between the user's scroll to the end and this event moved the
+    // end, and the user still meant it.
+    const atOldEnd =
+      !up &&
+      this._grownFrom >= 0 &&
+      top + node.clientHeight >= this._grownFrom - ROW_HEIGHT / 2;
+    this._scrolled.emit({ atBottom: this.atBottom || atOldEnd, up });
   };
+
+  /** Forget, at the next animation frame (after this frame's scroll events),
+   * the adjustment and the old end this frame's scroll event is judged by. */
+  private _atNextFrame(): void {
+    if (this._frameEnd) {
+      return;
+    }
+    this._frameEnd = requestAnimationFrame(() => {
+      this._frameEnd = 0;
+      this._adjustedTop = null;
+      this._grownFrom = -1;
+    });
+  }
 
   private _buffer: LineBuffer;
   private _canvas: HTMLDivElement;
@@ -252,7 +279,9 @@ export class LogList {
   private _columns = -1;
   private _lastTop = 0;
   private _frame = 0;
-  private _ignoreScroll = false;
+  private _frameEnd = 0;
+  private _adjustedTop: number | null = null;
+  private _grownFrom = -1;
   private _scrolled = new Signal<this, { atBottom: boolean; up: boolean }>(
     this
   );
