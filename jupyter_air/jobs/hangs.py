@@ -426,28 +426,45 @@ def _seconds(seconds: float) -> str:
 # -- where a rank is, from its stacks ---------------------------------------------------
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_THREAD = re.compile(r'^Thread \S+ \([^)]*\): "(?P<name>[^"]*)"')
+_PROCESS = re.compile(r"^Process (?P<pid>\d+): ")
+_THREAD = re.compile(r'^Thread (?P<id>\S+) \((?P<state>[^)]*)\)(?:: "(?P<name>[^"]*)")?')
 _FRAME = re.compile(r"^\s+(?P<name>\S.*?) \((?P<file>[^()]+):(?P<line>\d+)\)\s*$")
+
+
+def _main_thread(dump: str | None) -> tuple[str, list[str]] | None:
+    """The state (``idle``, ``active``) and frame lines of the rank's main thread in a
+    py-spy dump: its thread named ``MainThread``, or, where py-spy names no thread (a
+    process that never imported ``threading``), the one whose id is the process's. Only
+    the rank's own process, the dump's first (``--subprocesses`` lists its children
+    after it, and the command line in a process's header is not a frame)."""
+    pid: str | None = None
+    threads: list[tuple[str, str, str | None, list[str]]] = []
+    for raw in _ANSI.sub("", dump or "").splitlines():
+        if process := _PROCESS.match(raw):
+            if pid is not None:
+                break
+            pid = process["pid"]
+        elif thread := _THREAD.match(raw):
+            threads.append((thread["id"], thread["state"], thread["name"], []))
+        elif threads and raw[:1].isspace():
+            threads[-1][3].append(raw)
+    named = any(name is not None for _, _, name, _ in threads)
+    for ident, state, name, lines in threads:
+        if name == "MainThread" or (not named and ident == pid):
+            return state, lines
+    return None
 
 
 def where_in(dump: str | None) -> str | None:
     """The main thread's innermost frame of the user's code in a py-spy dump
     (``load_batch (train.py:57)``), after the library frame it waits in if any
     (``get (queue.py:180), from load_batch (train.py:57)``)."""
-    if not dump:
-        return None
-    frames: list[tuple[str, str, str]] = []
-    main = False
-    for raw in _ANSI.sub("", dump).splitlines():
-        thread = _THREAD.match(raw)
-        if thread:
-            if main:
-                break  # the main thread's frames are over
-            main = thread["name"] == "MainThread"
-            continue
-        frame = _FRAME.match(raw) if main else None
-        if frame:
-            frames.append((frame["name"], frame["file"], frame["line"]))
+    main = _main_thread(dump)
+    frames = [
+        (found["name"], found["file"], found["line"])
+        for raw in (main[1] if main else [])
+        if (found := _FRAME.match(raw))
+    ]
     if not frames:
         return None
     shown = [f"{name} ({file}:{line})" for name, file, line in frames]
@@ -457,16 +474,11 @@ def where_in(dump: str | None) -> str | None:
     return f"{shown[0]}, from {shown[user]}"
 
 
-_MAIN_STATE = re.compile(r'^Thread \S+ \((?P<state>[^)]*)\): "MainThread"')
-
-
 def busy_in(dump: str | None) -> bool:
     """Whether the rank's main thread was running when py-spy looked (``active``), not
     waiting in a system call (``idle``: asleep, blocked on a lock, a socket, a file)."""
-    for raw in _ANSI.sub("", dump or "").splitlines():
-        if found := _MAIN_STATE.match(raw):
-            return found["state"].startswith("active")
-    return False
+    main = _main_thread(dump)
+    return main is not None and main[0].startswith("active")
 
 
 #: Frames of a rank stopped at a ``breakpoint()``, its user at the prompt.

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_air.jobs.hangs import HangKind, HangReport, analyse, stuck, where_in
+from jupyter_air.jobs.hangs import HangKind, HangReport, analyse, busy_in, stuck, where_in
 from jupyter_air.jobs.node import flight_recorder, stacks
 from jupyter_air.jobs.node.flight_recorder import OFF
 from tests.waits import until
@@ -150,6 +150,40 @@ def test_where_a_rank_is_is_its_main_thread_s_innermost_frame_of_the_user_s_code
     assert where_in(cell) == "<module> (<air_distributed cell>:5)"
     assert where_in(None) is None
     assert where_in('Thread 8 (idle): "other"\n    run (x.py:1)\n') is None
+
+
+def test_where_a_rank_is_is_read_from_its_own_process_s_frames_only() -> None:
+    """py-spy's header repeats a ``python -c`` rank's code, names no thread in a process
+    that never imported ``threading``, and lists the rank's subprocesses after it."""
+    dump = textwrap.dedent(
+        """\
+        Process 41: python -c
+        import time
+        def waiting(): time.sleep(600)
+            wrapped (<string>:9)
+        waiting()
+        Python v3.11.7 (/usr/bin/python3.11)
+
+        Thread 43 (idle)
+            helper (tool.py:3)
+        Thread 41 (idle)
+            clock_nanosleep (libc.so.6)
+            waiting (<string>:3)
+            <module> (<string>:4)
+
+        Process 57: python -c worker
+        Python v3.11.7 (/usr/bin/python3.11)
+
+        Thread 57 (active)
+            work (<string>:1)
+        """
+    )
+    assert where_in(dump) == "waiting (<string>:3)"
+    assert not busy_in(dump), "the rank's main thread sleeps, its child works"
+    named = dump.replace("Thread 41 (idle)", 'Thread 41 (idle): "MainThread"')
+    assert where_in(named.replace("Thread 43 (idle)", 'Thread 43 (idle): "pool"')) == (
+        "waiting (<string>:3)"
+    )
 
 
 def test_a_set_of_stacks_keeps_the_recorders_and_says_the_hang(tmp_path: Path) -> None:
