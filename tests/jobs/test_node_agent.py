@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -81,6 +84,55 @@ def test_finishing_removes_the_node_s_work_dir(tmp_path: Path) -> None:
     assert work_dir.is_dir()
     node.finish()
     assert not work_dir.exists(), "the payload (the notebook's data) must not stay on the node"
+
+
+def dead_pid() -> int:
+    """A pid no process runs as now."""
+    ended = subprocess.Popen([sys.executable, "-c", ""])
+    ended.wait()
+    return ended.pid
+
+
+def test_a_new_agent_removes_the_folders_of_this_user_s_dead_agents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A killed agent (a Ray actor, a SIGKILLed Slurm task) never finishes: the next agent
+    on the node removes its folder, and nothing of a running agent, nor what a link
+    points to."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pid = dead_pid()
+    dead = tmp_path / f"air-node-{pid}-abc"
+    (dead / "attempt_1").mkdir(parents=True)
+    (dead / "payload.pkl").write_bytes(b"the notebook's state")
+    running = tmp_path / f"air-node-{os.getpid()}-def"
+    running.mkdir()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    link = tmp_path / f"air-node-{pid}-link"
+    link.symlink_to(kept, target_is_directory=True)
+
+    node = NodeAgent(metrics_interval=3600)
+    try:
+        assert not dead.exists(), "the dead agent's folder, with its payload, is gone"
+        assert node._dir.parent == tmp_path
+        assert node._dir.name.startswith(f"air-node-{os.getpid()}-")
+        assert running.is_dir()
+        assert link.is_symlink()
+        assert kept.is_dir()
+    finally:
+        node.finish()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory away needs root")
+def test_a_new_agent_leaves_another_user_s_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    others = tmp_path / f"air-node-{dead_pid()}-others"
+    others.mkdir()
+    os.chown(others, 12345, 12345)
+    NodeAgent(metrics_interval=3600).finish()
+    assert others.is_dir()
 
 
 def test_a_ray_node_feeds_the_attempt_s_hints_as_the_local_backend_does(

@@ -15,12 +15,15 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import threading
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import psutil
 
 from ... import __version__
 from ...gpu.owners import job_of
@@ -36,6 +39,9 @@ from .outcome import AttemptEnd
 from .ranks import LocalRanks
 from .stacks import dump_ranks
 
+#: A node agent's folder in its node's temporary folder: ``air-node-<its pid>-<random>``.
+DIR_PREFIX = "air-node-"
+
 #: Bytes of one rank's log sent in one poll at most.
 MAX_POLL_BYTES = 8 << 20
 
@@ -47,7 +53,9 @@ class NodeAgent:
     """Runs one node's ranks; every method returns at once (its caller has one thread)."""
 
     def __init__(self, metrics_interval: float, gpu_interval: float = 10.0) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix="air-node-"))
+        root = Path(tempfile.gettempdir())
+        remove_dead_agents_dirs(root)
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-", dir=root))
         self._ranks: LocalRanks | None = None
         self._attempt: AttemptDir | None = None
         self._outcome: AttemptEnd | None = None
@@ -176,6 +184,21 @@ class NodeAgent:
         self._gpu.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
         return self._metrics.finish()
+
+
+def remove_dead_agents_dirs(root: Path) -> None:
+    """Remove the folders this user's node agents left in ``root`` when they died without
+    finishing (a Ray actor killed, an agent SIGKILLed): each may hold a notebook's state.
+    Only this user's own folders (never a link: ``lstat``), of agents no longer running."""
+    for path in root.glob(f"{DIR_PREFIX}*-*"):
+        pid = path.name.removeprefix(DIR_PREFIX).split("-", 1)[0]
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        mine = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+        if mine and pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _with_job_owners(snapshot: dict[str, Any]) -> dict[str, Any]:
