@@ -14,8 +14,10 @@ from tests.gpu.driver import no_real_driver
 pytest_plugins = [
     "pytest_jupyter.jupyter_server",
     "tests.server_fixtures",
+    "tests.mlflow_store",  # mlflow_template: a migrated MLflow store to copy
     "tests.leftovers",  # nothing a test starts outlives the suite
     "tests.ordering",  # the costliest test files reach the workers first
+    "tests.nvml_guard",  # no test module leaves NVML initialized in its worker
 ]
 
 WriteScenario = Callable[[Scenario], Path]

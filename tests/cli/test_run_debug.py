@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
-from tests.mlflow_store import fresh_store, migrated_template  # noqa: F401  (a fixture)
+from tests.mlflow_store import fresh_store
 
 pytestmark = pytest.mark.heavy
 

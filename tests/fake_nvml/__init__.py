@@ -583,6 +583,12 @@ def call_count(name: str | None = None) -> int:
     return int(_library().fake_nvml_call_count(None if name is None else name.encode()))
 
 
+def init_count() -> int | None:
+    """``nvmlInit`` calls of this process not yet balanced by ``nvmlShutdown``; None where
+    the fake is not loaded in this process."""
+    return int(_library().fake_nvml_init_count()) if _loaded else None
+
+
 def reset_call_counts() -> None:
     """Set this process's call counts back to zero."""
     _library().fake_nvml_reset_call_counts()

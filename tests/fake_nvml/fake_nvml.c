@@ -139,6 +139,7 @@
  * Extra (non-NVML) exports for tests loading the library in-process:
  *   unsigned long long fake_nvml_call_count(const char *name);  NULL: all calls
  *   void fake_nvml_reset_call_counts(void);
+ *   int fake_nvml_init_count(void);  nvmlInit calls not yet balanced by nvmlShutdown
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -1052,6 +1053,14 @@ EXPORT unsigned long long fake_nvml_call_count(const char *name)
             total += g_calls[i];
     pthread_mutex_unlock(&g_lock);
     return total;
+}
+
+EXPORT int fake_nvml_init_count(void)
+{
+    pthread_mutex_lock(&g_lock);
+    int count = g_init_count;
+    pthread_mutex_unlock(&g_lock);
+    return count;
 }
 
 EXPORT void fake_nvml_reset_call_counts(void)

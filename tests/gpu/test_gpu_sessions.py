@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from jupyter_air.gpu.sampler import GpuSampler
 from jupyter_air.job_dir import AttemptDir, JobDir
 from jupyter_air.jobs.sessions import cells as session_cells
 from jupyter_air.jobs.sessions.activity import (
@@ -31,6 +30,7 @@ from jupyter_air.jobs.store import Job, JobStore
 from tests.conftest import WriteScenario
 from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
+from tests.gpu.snapshots import sampler_snapshot
 
 
 def running_session(store: JobStore, tags: dict[str, str] | None = None) -> Job:
@@ -143,7 +143,7 @@ async def test_a_node_of_a_multi_node_session_shows_it_idle_too(
     route adds what the session does, as the route of this server's GPUs does."""
     job = running_session(store, {IDLE_TIMEOUT_TAG: "600"})
     scenario(Scenario(gpus=[FakeGpu(processes=[(4242, 2 * 1024**3)])]))
-    snapshot = GpuSampler(interval=3600.0).snapshot()
+    snapshot = sampler_snapshot()
     snapshot["state"][0]["processes"][0]["owner"] = {"kind": "job", "id": job.id, "name": None}
     AttemptDir(store.attempt_dir(job.id, 1)).write_gpu(1, snapshot)
 

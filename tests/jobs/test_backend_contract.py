@@ -24,7 +24,6 @@ from tests.backend_contract import (  # noqa: F401  (the contract's tests, run h
     test_the_stacks_of_a_running_job_s_ranks_are_taken_on_their_nodes,
     test_the_timeout_stops_every_rank_and_fails_the_job,
 )
-from tests.mlflow_store import migrated_template  # noqa: F401  (the contract's fixture's)
 
 #: Every contract test runs jobs with their supervisor and ranks.
 pytestmark = pytest.mark.heavy

@@ -17,7 +17,6 @@ from jupyter_air.jobs.store import JobStore
 from jupyter_air.tracking.journal import read
 from tests.air_cli import air
 from tests.jobs import test_resume
-from tests.mlflow_store import migrated_template  # noqa: F401  (a fixture)
 from tests.notify_servers import WebhookReceiver
 from tests.waits import until, wait_settled
 

@@ -16,7 +16,7 @@ import pytest
 from jupyter_air.jobs.store import JobStore
 from tests.air_cli import air
 from tests.fake_nvml import FakeGpu, Scenario, build_library, env_for, h100_mig_slices
-from tests.mlflow_store import fresh_store, migrated_template  # noqa: F401  (a fixture)
+from tests.mlflow_store import fresh_store
 from tests.waits import until, wait_settled
 
 #: ``air run -f FILE``, its start slowed where it has placed its job and not yet recorded

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from jupyter_air.jobs.store import JobStore
 from tests.air_cli import air
-from tests.mlflow_store import fresh_store, migrated_template  # noqa: F401  (a fixture)
+from tests.mlflow_store import fresh_store
 from tests.waits import wait_settled
 
 #: Every test runs jobs (a supervisor and ranks each): left to make test.

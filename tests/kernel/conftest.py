@@ -20,7 +20,7 @@ from jupyter_air.jobs.store import JobStore
 from tests.fake_nvml import FakeGpu, Scenario, env_for
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
 from tests.leftovers import end_processes_in
-from tests.mlflow_store import fresh_store, migrated_template  # noqa: F401  (a fixture)
+from tests.mlflow_store import fresh_store
 from tests.waits import job_processes, until
 
 

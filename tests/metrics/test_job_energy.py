@@ -16,7 +16,7 @@ from jupyter_air.jobs.store import JobStore
 from jupyter_air.tracking.energy import keep_grid_intensity, run_energy
 from tests.air_cli import air
 from tests.fake_nvml import FakeGpu, Scenario, build_library, env_for
-from tests.mlflow_store import fresh_store, migrated_template  # noqa: F401  (a fixture)
+from tests.mlflow_store import fresh_store
 from tests.waits import until, wait_settled
 
 #: 0.001 kWh more at each reading of the counter.

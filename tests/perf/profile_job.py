@@ -36,8 +36,14 @@ for step in range(int(os.environ.get("MAX_STEPS", "100000"))):
     opt.zero_grad()
     time.sleep(float(os.environ.get("PAUSE", "0.02")))
     jupyter_air.step(samples=64)
-    if step % 10 == 0 and os.path.exists("stop"):
-        break
+    # The ranks stop together: a file seen by one rank only would leave the other in a
+    # backward whose peer is gone.
+    if step % 10 == 0:
+        stop = torch.tensor([float(os.path.exists("stop"))])
+        dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+        if stop.item():
+            break
+del model, opt  # the group goes now, not in the interpreter's teardown
 dist.destroy_process_group()
 """
 

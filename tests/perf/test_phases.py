@@ -215,6 +215,9 @@ for step, x in enumerate(torch.utils.data.DataLoader(Slow(), batch_size=8)):
     marks.current().step(marks.Source.STEP)
     if step == 59:  # 6 notes of the split: the median of 5 outlives a stall on a loaded core
         break
+# DDP holds the process group: destroyed with it now, not by the interpreter's teardown,
+# where gloo's threads can abort the rank ("terminate called without an active exception").
+del ddp, optimizer
 dist.destroy_process_group()
 """
 

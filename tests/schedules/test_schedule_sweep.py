@@ -25,7 +25,7 @@ from jupyter_air.sweeps import driver
 from jupyter_air.sweeps.store import DATABASE, SweepStore
 from jupyter_air.sweeps.trials import SWEEP_TAG
 from tests.air_cli import air
-from tests.mlflow_store import fresh_store, migrated_template  # noqa: F401  (a fixture)
+from tests.mlflow_store import fresh_store
 from tests.waits import until
 
 pytestmark = [pytest.mark.heavy, pytest.mark.slow]

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from jupyter_air.gpu.sampler import GpuSampler
 from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.store import JobStore
 from tests.conftest import WriteScenario
 from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
+from tests.gpu.snapshots import sampler_snapshot
 
 NODES = [
     {"node": 0, "node_id": "a0" * 28, "ip": "10.0.0.5", "hostname": "gpu-a"},
@@ -34,10 +34,7 @@ SAMPLES_PER_NODE = 3
 def node_snapshot(scenario: WriteScenario, gpus: list[FakeGpu]) -> dict[str, Any]:
     """What a node agent's sampler hands the supervisor: the whole document, full history."""
     scenario(Scenario(gpus=gpus))
-    sampler = GpuSampler(interval=3600.0)
-    for _ in range(SAMPLES_PER_NODE):
-        sampler.sample_now()
-    return sampler.snapshot()
+    return sampler_snapshot(SAMPLES_PER_NODE)
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ from jupyter_server.auth.authorizer import Authorizer
 from jupyter_server.auth.identity import IdentityProvider, User
 from tornado.httpclient import HTTPClientError
 
-from jupyter_air.gpu.sampler import GpuSampler
 from jupyter_air.identity import Identity, os_identity
 from jupyter_air.job_dir import AttemptDir
 from jupyter_air.jobs.node.hints import Hint, write_hints
@@ -30,6 +29,7 @@ from jupyter_air.jobs.store import JobStore
 from tests.conftest import WriteScenario
 from tests.factories import job_spec
 from tests.fake_nvml import FakeGpu, Scenario
+from tests.gpu.snapshots import sampler_snapshot
 
 
 @dataclass
@@ -102,7 +102,7 @@ def job(store: JobStore, scenario: WriteScenario) -> str:
     job = store.create(job_spec("command", command=["true"]), owner="alice", grants=grants)
     store.start_attempt(job.id, 1, None)
     scenario(Scenario(gpus=[FakeGpu()]))
-    AttemptDir(store.attempt_dir(job.id, 1)).write_gpu(0, GpuSampler(interval=3600.0).snapshot())
+    AttemptDir(store.attempt_dir(job.id, 1)).write_gpu(0, sampler_snapshot())
     store.end_attempt(job.id, 1, "SUCCEEDED", [0])
     store.update(job.id, status="SUCCEEDED", ended=1.0)
     return job.id
@@ -330,7 +330,7 @@ async def test_a_nodes_gpu_process_of_another_users_job_is_hidden_from_a_viewer(
 ) -> None:
     private = store.create(job_spec("command"), owner="alice")
     snapshot_path = store.attempt_dir(job, 1)
-    stored = GpuSampler(interval=3600.0).snapshot()
+    stored = sampler_snapshot()
     stored["state"][0]["processes"] = [
         {"pid": 77, "name": "python", "mem_mib": 2048, "owner": {"kind": "job", "id": private.id}},
         {"pid": 78, "name": "python", "mem_mib": 1, "owner": {"kind": "job", "id": job}},

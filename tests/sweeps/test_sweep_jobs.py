@@ -30,7 +30,7 @@ from jupyter_air.sweeps.sweep_file import SweepFile
 from jupyter_air.sweeps.trials import SWEEP_TAG, MetricReader
 from tests.air_cli import air
 from tests.fake_nvml import FakeGpu, Scenario, build_library, env_for
-from tests.mlflow_store import fresh_store, migrated_template  # noqa: F401  (a fixture)
+from tests.mlflow_store import fresh_store
 from tests.waits import supervised_until_its_end, until
 
 pytestmark = [pytest.mark.heavy, pytest.mark.slow]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.fake_nvml import Scenario
-from tests.mlflow_store import fresh_store, migrated_template  # noqa: F401
+from tests.mlflow_store import fresh_store
 from tests.ui.conftest import Lab
 from tests.ui.notebook_pages import (
     on_a_redrawn,
