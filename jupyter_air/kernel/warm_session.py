@@ -342,6 +342,9 @@ class WarmSession:
             finished = self._last_ended = time.time()
             session_cells.set_latest(files, dataclasses.replace(running, ended=finished))
             hints = read_hints(hints_of)
+            # The points taken by its end, as a fresh job's chart: the sample the
+            # supervisor takes for a cell that ended with none is its run's, not its view's.
+            view.settle(chart, hints["gpus"], finished)
             view.status(status, 1, 1, view.elided_note() or "", hints["hints"])
             view.finish(chart, hints["gpus"])
             record = CellRecord(number, run_id, notebook_cell, started, finished, status)
