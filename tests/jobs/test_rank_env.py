@@ -14,6 +14,7 @@ import pytest
 
 from jupyter_air.jobs import env as job_env
 from jupyter_air.jobs.env import RankPlace, rank_env, visible_gpus
+from jupyter_air.jobs.node import stacks
 
 TORCHRUN_VARIABLES = {
     "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "WORLD_SIZE",
@@ -78,20 +79,25 @@ def run_rank(tmp_path: Path, source: str, env: dict[str, str]) -> Any:
     """Run ``source`` as a cell on rank 0 through the real entry point; its value."""
     payload = tmp_path / "payload.pkl"
     payload.write_bytes(cloudpickle.dumps({"kind": "cell", "source": source}))
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jupyter_air.jobs.node.rank_main",
-            str(payload),
-            str(tmp_path),
-        ],
+    rank = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_air.jobs.node.rank_main", str(payload), str(tmp_path)],
         env={**os.environ, "RANK": "0", **env},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=120,  # a clear() that never empties the mapping loops forever
     )
-    assert done.returncode == 0, done.stderr
+    try:
+        _, stderr = rank.communicate(timeout=120)  # a clear() that never empties loops
+    except subprocess.TimeoutExpired:
+        try:
+            where = stacks.dump(rank.pid)  # where it is stuck, before it goes
+        except stacks.StacksError as err:
+            where = f"not taken: {err}"
+        finally:
+            rank.kill()
+            rank.communicate()
+        raise AssertionError(f"the rank did not end in 120 s; its stacks:\n{where}") from None
+    assert rank.returncode == 0, stderr
     return cloudpickle.loads((tmp_path / "result.pkl").read_bytes())["value"]
 
 
