@@ -34,8 +34,6 @@ from jupyter_air.jobs.workload_file import Submission
 from jupyter_air.logs.query import LogFilter, read_tail
 from jupyter_air.status import AttemptStatus, JobStatus
 from jupyter_air.tracking.targets import ExperimentRef
-from tests.leftovers import end_processes_in
-from tests.mlflow_store import fresh_store
 from tests.waits import (
     assert_gone_within,
     job_processes,
@@ -99,17 +97,10 @@ def sandbox_installed() -> Iterator[None]:
 
 
 @pytest.fixture(name="home", scope="module")
-def contract_home(
-    tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path
-) -> Iterator[Path]:
-    """The contract's folder in a module: its job store, its jobs' working directory, and
-    its own MLflow store, a copy of a migrated one (MLflow's migrations cost seconds a
-    store). One for the module's tests, which each look at their own job only: one user
-    tail process (MLflow imported, the store opened: about 3 CPU s) instead of one a test."""
-    home = tmp_path_factory.mktemp("contract")
-    fresh_store(mlflow_template, home)
-    yield home
-    end_processes_in(home)  # its tail process; a supervisor no test waited for
+def contract_home(module_home: Path) -> Path:
+    """The contract's folder: its job store, its jobs' working directory and its MLflow
+    store. The module's shared home (tests/homes.py): each test looks at its own job only."""
+    return module_home
 
 
 def submit(engine: Engine, home: Path, code: str, **options: Any) -> tuple[JobService, Job]:

@@ -16,6 +16,7 @@ pytest_plugins = [
     "tests.server_fixtures",
     "tests.mlflow_store",  # mlflow_template: a migrated MLflow store to copy
     "tests.leftovers",  # nothing a test starts outlives the suite
+    "tests.homes",  # module_home: an AIR_HOME the module's tests share
     "tests.ordering",  # the costliest test files reach the workers first
     "tests.nvml_guard",  # no test module leaves NVML initialized in its worker
 ]

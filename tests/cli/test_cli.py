@@ -17,6 +17,7 @@ from jupyter_air.status import AttemptStatus
 from tests.factories import job_spec
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
 from tests.marks import write_marks
+from tests.mlflow_store import fresh_store
 from tests.waits import job_processes, until, wait_settled
 
 TRAIN = """
@@ -44,11 +45,11 @@ env:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def workdir(tmp_path: Path, mlflow_template: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "train.py").write_text(TRAIN)
     (tmp_path / "w.yaml").write_text(WORKLOAD.format(python=sys.executable))
     monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", fresh_store(mlflow_template, tmp_path))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))  # no server: no links
     monkeypatch.chdir(tmp_path)
     return tmp_path

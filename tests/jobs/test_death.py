@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_air.jobs.node.death import CGROUP_ROOT, MemoryWatch, crash_frame, explain
+from jupyter_air.paths import air_home
 from tests.fake_nvml import FakeGpu, Scenario, build_library, env_for
 from tests.waits import until, wait_settled
 
@@ -57,12 +58,12 @@ while True:  # 16 MiB more every 50 ms: past the limit in about a second
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def workdir(tmp_path: Path, module_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "segfault.py").write_text(SEGFAULT)
     (tmp_path / "greedy.py").write_text(GREEDY)
     (tmp_path / "aborts.py").write_text(ABORTS)
-    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("AIR_HOME", str(module_home))  # tests/homes.py
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the home's store
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.chdir(tmp_path)
@@ -93,7 +94,7 @@ def run(workdir: Path, command: str, ranks: int = 1) -> str:
 
 def outcome(workdir: Path, job_id: str) -> str:
     """The end message of a job that failed, once it ended; ``air get`` says it too."""
-    job = wait_settled(workdir / "air", job_id)
+    job = wait_settled(air_home(), job_id)
     assert job.status == "FAILED"
     assert job.message is not None
     shown = subprocess.run(

@@ -17,8 +17,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.paths import air_home
+from jupyter_air.tracking.targets import default_tracking_uri
 from tests.air_cli import air
-from tests.mlflow_store import fresh_store
 from tests.waits import wait_settled
 
 #: Every test runs jobs (a supervisor and ranks each): left to make test.
@@ -154,9 +155,11 @@ print(f"ends at step {trainer.global_step}")
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, mlflow_template: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", fresh_store(mlflow_template, tmp_path))
+def workdir(tmp_path: Path, module_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The test's own working directory; the module's home and store (each test looks at
+    its own jobs only)."""
+    monkeypatch.setenv("AIR_HOME", str(module_home))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -180,7 +183,7 @@ def run(workdir: Path, script: str, ranks: int, *flags: str, **fields: Any) -> s
     submitted = air("run", "-f", "w.yaml", *flags)
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.split()[1]
-    wait_settled(workdir / "air", job_id, timeout=300)
+    wait_settled(air_home(), job_id, timeout=300)
     return job_id
 
 
@@ -192,15 +195,15 @@ def log(workdir: Path, job_id: str, attempt: int) -> str:
 
 def run_tags(workdir: Path, job_id: str) -> list[dict[str, str]]:
     """Each attempt's run's tags, in order."""
-    client = MlflowClient(f"sqlite:///{workdir}/mlflow.db")
-    attempts = JobStore(workdir / "air").attempts(job_id)
+    client = MlflowClient(default_tracking_uri())
+    attempts = JobStore(air_home()).attempts(job_id)
     return [client.get_run(a.run_id).data.tags for a in attempts if a.run_id]
 
 
 def run_artifact(workdir: Path, job_id: str, name: str) -> list[str]:
     """Each attempt's run's artifact ``name``, as text."""
-    client = MlflowClient(f"sqlite:///{workdir}/mlflow.db")
-    attempts = JobStore(workdir / "air").attempts(job_id)
+    client = MlflowClient(default_tracking_uri())
+    attempts = JobStore(air_home()).attempts(job_id)
     return [
         Path(
             client.download_artifacts(a.run_id, name, str(workdir / f"got-{a.attempt}"))
@@ -215,7 +218,7 @@ def test_a_retry_resumes_from_the_helpers_last_checkpoint_and_its_run_says_so(
 ) -> None:
     job_id = run(workdir, PLAIN, 2)
 
-    store = JobStore(workdir / "air")
+    store = JobStore(air_home())
     assert [a.status for a in store.attempts(job_id)] == ["FAILED", "SUCCEEDED"], air(
         "get", job_id
     ).stdout + log(workdir, job_id, 2)
@@ -257,7 +260,7 @@ def test_a_retry_resumes_from_the_helpers_last_checkpoint_and_its_run_says_so(
 
 def test_air_run_resume_starts_a_new_job_from_another_jobs_checkpoint(workdir: Path) -> None:
     earlier = run(workdir, PLAIN, 2)
-    place = JobStore(workdir / "air").job_dir(earlier) / "checkpoints"
+    place = JobStore(air_home()).job_dir(earlier) / "checkpoints"
 
     again = run(workdir, PLAIN, 2, "--resume", earlier, max_retries=0)
 
@@ -276,16 +279,16 @@ def test_resume_from_a_job_without_a_checkpoint_is_refused_before_anything_start
     done = air("run", "-f", "w.yaml", "--watch")
     assert done.returncode == 0, done.stderr
     earlier = done.stdout.split()[1]
-    before = JobStore(workdir / "air").count()
+    before = JobStore(air_home()).count()
 
     refused = air("run", "-f", "w.yaml", "--resume", earlier)
 
     assert refused.returncode != 0
     assert refused.stderr.strip().endswith(
         f"resume: job {earlier} has no complete checkpoint in "
-        f"{JobStore(workdir / 'air').job_dir(earlier) / 'checkpoints'} to resume from"
+        f"{JobStore(air_home()).job_dir(earlier) / 'checkpoints'} to resume from"
     ), refused.stderr
-    assert JobStore(workdir / "air").count() == before, "no job was made"
+    assert JobStore(air_home()).count() == before, "no job was made"
     bad = air("run", "-f", "w.yaml", "--resume", "last-week")
     assert "--resume: 'last-week' is not a job id" in bad.stderr
 
@@ -333,7 +336,7 @@ def test_a_place_others_can_write_is_refused_and_never_resumed_from(workdir: Pat
     assert f"checkpoint_dir: {shared} is writable by others (mode drwxrwxrwx)" in refused.stderr
 
     earlier = run(workdir, PLAIN, 2)
-    place = JobStore(workdir / "air").job_dir(earlier) / "checkpoints"
+    place = JobStore(air_home()).job_dir(earlier) / "checkpoints"
     place.chmod(0o777)  # as if someone could have put a checkpoint of theirs there
     again = air("run", "-f", "w.yaml", "--resume", earlier)
     assert again.returncode != 0
@@ -360,7 +363,7 @@ GUARD_CHECKPOINT = "loss: nan -> checkpoint"
 
 def guard_saved(workdir: Path, job_id: str) -> tuple[str, Path]:
     """Why the first attempt ended, and the checkpoint the guard had saved."""
-    first = JobStore(workdir / "air").attempts(job_id)[0]
+    first = JobStore(air_home()).attempts(job_id)[0]
     assert first.status == "FAILED"
     assert first.message is not None
     why, _, saved = first.message.partition("; checkpoint saved: ")
@@ -380,7 +383,7 @@ def test_a_checkpoint_guard_has_the_hf_trainer_save_and_its_retry_resumes_from_i
     (workdir / "out").mkdir()
     job_id = run(workdir, HF, 2, guard=[GUARD_CHECKPOINT])
 
-    assert JobStore(workdir / "air").get(job_id).status == "SUCCEEDED", log(workdir, job_id, 1)
+    assert JobStore(air_home()).get(job_id).status == "SUCCEEDED", log(workdir, job_id, 1)
     why, saved = guard_saved(workdir, job_id)
     assert why == "guard 'loss: nan' at step 5 (loss = nan)"
     assert saved.parent == workdir / "out"
@@ -402,7 +405,7 @@ def test_a_checkpoint_guard_has_lightning_save_and_its_retry_resumes_from_it(
     pytest.importorskip("lightning")
     job_id = run(workdir, LIGHTNING, 1, guard=[GUARD_CHECKPOINT], env={"NAN_AT": "5"})
 
-    assert JobStore(workdir / "air").get(job_id).status == "SUCCEEDED", log(workdir, job_id, 1)
+    assert JobStore(air_home()).get(job_id).status == "SUCCEEDED", log(workdir, job_id, 1)
     why, saved = guard_saved(workdir, job_id)
     assert why == "guard 'loss: nan' at step 5 (loss = nan)"
     assert saved.parent == workdir / "ckpts"

@@ -143,11 +143,11 @@ JOBS = 3
     ("case", "taken"), [("set down", "air-n2"), ("drained", "air-n1"), ("slurmd killed", "air-n2")]
 )
 def test_the_node_slurm_took_away_is_named_with_slurm_s_reason_not_its_peer(
-    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, taken: str
+    cluster: SlurmCluster, module_home: Path, monkeypatch: pytest.MonkeyPatch, case: str, taken: str
 ) -> None:
-    monkeypatch.setenv("AIR_HOME", str(tmp_path))
+    monkeypatch.setenv("AIR_HOME", str(module_home))
     engine = Engine("slurm", nnodes=2, nproc_per_node=1)
-    jobs = [submit(engine, tmp_path, TRAINING) for _ in range(JOBS)]
+    jobs = [submit(engine, module_home, TRAINING) for _ in range(JOBS)]
     nodes = [training(service, job) for service, job in jobs]
     taken_at = time.monotonic()
     state = CASES[case](cluster, taken)
@@ -184,10 +184,12 @@ def test_the_node_slurm_took_away_is_named_with_slurm_s_reason_not_its_peer(
     assert re.search(r"exit codes \[(SIGTERM|1), (SIGTERM|1)\]", shown), shown
 
 
-def test_a_job_slurm_cancels_says_so_naming_no_node(cluster: SlurmCluster, tmp_path: Path) -> None:
+def test_a_job_slurm_cancels_says_so_naming_no_node(
+    cluster: SlurmCluster, module_home: Path
+) -> None:
     """``scancel`` of the Slurm job (its owner's, an administrator's): no node was taken,
     and Slurm said why it ended the step."""
-    service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), tmp_path, TRAINING)
+    service, job = submit(Engine("slurm", nnodes=2, nproc_per_node=1), module_home, TRAINING)
     training(service, job)
     (slurm_job,) = [q.split("|")[0] for q in cluster.queue() if f"|air-{job.id}-1|" in q]
     cluster.run("scancel", slurm_job)

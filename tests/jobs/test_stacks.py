@@ -17,6 +17,7 @@ import pytest
 from jupyter_air.jobs.node import stacks
 from jupyter_air.jobs.node.hints import read_hints
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.paths import air_home
 from tests.air_cli import air
 from tests.fake_nvml import FakeGpu, Scenario, env_for
 from tests.waits import until, wait_settled
@@ -62,15 +63,17 @@ else:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_nvml_dir: Path) -> Path:
+def workdir(
+    tmp_path: Path, module_home: Path, monkeypatch: pytest.MonkeyPatch, fake_nvml_dir: Path
+) -> Path:
     (tmp_path / "train.py").write_text(HUNG)
     scenario = Scenario(gpus=[FakeGpu(util=0), FakeGpu(util=0)])  # idle: a hang looks so
     scenario.write(tmp_path / "nvml.txt")
     for key, value in env_for(fake_nvml_dir, tmp_path / "nvml.txt").items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
+    monkeypatch.setenv("AIR_HOME", str(module_home))  # tests/homes.py
     monkeypatch.setenv("AIR_HINT_STALLED_AFTER", "3600")  # only the sets a test asks for
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the home's store
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.chdir(tmp_path)
@@ -91,14 +94,12 @@ def start(workdir: Path, **fields: Any) -> str:
     submitted = air("run", "-f", "w.yaml")
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.split()[1]
-    logs = workdir / "air"
 
     def both_ready() -> bool:
         shown = air("logs", job_id).stdout
         return "rank 0 ready" in shown and "rank 1 ready" in shown
 
     until(both_ready, "both ranks in the process group")
-    assert logs.exists()
     return job_id
 
 
@@ -130,7 +131,7 @@ def test_air_stacks_shows_rank_0_in_the_collective_and_rank_1_where_it_is_stuck(
         assert f"    hang:     {NAMED}\n" in air("get", job_id).stdout
     finally:
         air("cancel", job_id)
-    job = wait_settled(workdir / "air", job_id)
+    job = wait_settled(air_home(), job_id)
     assert job.status == "CANCELLED"
     ended = air("stacks", job_id)
     assert ended.returncode != 0
@@ -148,7 +149,7 @@ def test_a_likely_hang_takes_the_stacks_and_so_does_its_cancel(
     busy.write(workdir / "nvml.txt")  # no hint while the ranks start (importing torch is silent)
     job_id = start(workdir, notify=["jupyterlab on:hint"])
     Scenario(gpus=[FakeGpu(util=0), FakeGpu(util=0)]).write(workdir / "nvml.txt")
-    store = JobStore(workdir / "air")
+    store = JobStore(air_home())
     attempt_dir = store.attempt_dir(job_id, 1)
     try:
         until(lambda: stacks.sets(attempt_dir), "the stacks of the likely hang", timeout=120)
@@ -166,7 +167,7 @@ def test_a_likely_hang_takes_the_stacks_and_so_does_its_cancel(
         assert told.message.lines[2].startswith("rank 0: waits in all_reduce #1 ")
     finally:
         assert air("cancel", job_id).returncode == 0
-    wait_settled(workdir / "air", job_id)
+    wait_settled(air_home(), job_id)
     taken = [stacks.read(attempt_dir, name) for name in stacks.sets(attempt_dir)]
     reasons = [t.reason for t in taken if t is not None]
     assert any("a likely hang" in r and not r.startswith("cancelled") for r in reasons), reasons
@@ -190,7 +191,7 @@ def test_ranks_that_call_different_collectives_are_named_as_a_mismatch(
         "ranks disagree at collective #1: rank 0 in all_reduce "
         "(float32[2, 5], gloo); rank 1 in broadcast (int64[3], gloo)"
     )
-    attempt_dir = JobStore(workdir / "air").attempt_dir(job_id, 1)
+    attempt_dir = JobStore(air_home()).attempt_dir(job_id, 1)
     try:
 
         def hang_hint() -> list[str]:
@@ -205,4 +206,4 @@ def test_ranks_that_call_different_collectives_are_named_as_a_mismatch(
         assert f"Collectives: {mismatch}\n" in shown.stdout, shown.stdout
     finally:
         air("cancel", job_id)
-    wait_settled(workdir / "air", job_id)
+    wait_settled(air_home(), job_id)

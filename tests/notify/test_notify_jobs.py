@@ -20,6 +20,7 @@ from jupyter_air.schedules.scheduler import stop
 from jupyter_air.schedules.store import ScheduleStore
 from jupyter_air.status import Outcome
 from tests.air_cli import air
+from tests.mlflow_store import fresh_store
 from tests.notify_servers import SmtpServer, WebhookReceiver, self_signed
 from tests.waits import until, wait_settled
 
@@ -40,10 +41,10 @@ if rank == "1" and int(attempt) <= int(os.environ.get("FAILING_ATTEMPTS", "0")):
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def workdir(tmp_path: Path, mlflow_template: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "train.py").write_text(TRAIN)
     monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", fresh_store(mlflow_template, tmp_path))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))  # no server here
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("AIR_LAB_URL", "https://hub.example.com/user/ada/")

@@ -17,8 +17,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.paths import air_home
 from jupyter_air.perf import hooks, marks, progress
 from jupyter_air.perf.marks import Source
+from jupyter_air.tracking.targets import default_tracking_uri
 from tests.air_cli import air
 from tests.waits import wait_settled
 
@@ -76,9 +78,9 @@ dist.destroy_process_group()
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+def workdir(tmp_path: Path, module_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("AIR_HOME", str(module_home))  # tests/homes.py
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the home's store
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -99,14 +101,14 @@ def job(workdir: Path, script: str) -> tuple[Path, dict[str, list[float]]]:
     submitted = air("run", "-f", "w.yaml")
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.split()[1]
-    store = JobStore(workdir / "air")
+    store = JobStore(air_home())
     settled = wait_settled(store, job_id, timeout=300)
     logs = air("logs", job_id).stdout
     assert settled.status == "SUCCEEDED", logs
     assert "[air]" not in logs, "no hook of ours failed"
     (attempt,) = store.attempts(job_id)
     assert attempt.run_id is not None
-    client = MlflowClient(f"sqlite:///{workdir}/mlflow.db")
+    client = MlflowClient(default_tracking_uri())
     metrics = client.get_run(attempt.run_id).data.metrics
     history = {
         key: [p.value for p in client.get_metric_history(attempt.run_id, key)] for key in metrics

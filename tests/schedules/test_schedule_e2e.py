@@ -21,6 +21,7 @@ from jupyter_air.jobs import cancel
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.schedules.model import MISSED
 from jupyter_air.schedules.scheduler import running, stop
+from tests.mlflow_store import fresh_store
 from tests.waits import until
 
 #: A scheduler's chains and notebook tasks, fired for real: half a minute and more each.
@@ -90,9 +91,11 @@ tasks:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def workdir(
+    tmp_path: Path, mlflow_template: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
     monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", fresh_store(mlflow_template, tmp_path))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))  # no server: no links
     monkeypatch.chdir(tmp_path)
     yield tmp_path
