@@ -14,7 +14,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from jupyter_air.jobs.store import JobStore
+from jupyter_air.paths import air_home
 from jupyter_air.tracking.journal import read
+from jupyter_air.tracking.targets import default_tracking_uri
 from tests.air_cli import air
 from tests.jobs import test_resume
 from tests.notify_servers import WebhookReceiver
@@ -23,7 +25,7 @@ from tests.waits import until, wait_settled
 #: A job with a supervisor and its rank.
 pytestmark = pytest.mark.heavy
 
-#: The resume tests' folder: its own AIR_HOME and a copy of the migrated MLflow store.
+#: The resume tests' working directory per test, in the module's home (tests/homes.py).
 workdir = test_resume.workdir
 
 #: Steps 1 to 4,209 log a falling loss, 4,210 a NaN; the training goes on until stopped.
@@ -56,13 +58,13 @@ def test_a_nan_loss_stops_the_job_says_why_and_notifies_its_targets(workdir: Pat
         submitted = air("run", "-f", "w.yaml")
         assert submitted.returncode == 0, submitted.stderr
         job_id = submitted.stdout.split()[1]
-        job = wait_settled(workdir / "air", job_id, timeout=180)
+        job = wait_settled(air_home(), job_id, timeout=180)
         until(lambda: len(hook.posts) >= 2, "the guard's and the failure's posts", 60)
     finally:
         hook.stop()
 
     why = "guard 'loss: nan' at step 4,210 (loss = nan)"
-    store = JobStore(workdir / "air")
+    store = JobStore(air_home())
     assert (job.status, job.message) == ("FAILED", why), air("logs", job_id).stdout
     (attempt,) = store.attempts(job_id)  # a stop is not retried
     assert attempt.message == why
@@ -75,7 +77,7 @@ def test_a_nan_loss_stops_the_job_says_why_and_notifies_its_targets(workdir: Pat
     assert titles[0].endswith(f"(python train.py): {why}"), "the guard's own notification"
     assert titles[1].endswith(f"(python train.py): failed: {why}"), "then the job's end"
 
-    tags = MlflowClient().get_run(str(attempt.run_id)).data.tags
+    tags = MlflowClient(default_tracking_uri()).get_run(str(attempt.run_id)).data.tags
     assert tags["air.failure"] == why
     journal = store.attempt_dir(job_id, 1) / "metrics.jsonl"
     (nan_at,) = [

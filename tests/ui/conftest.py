@@ -159,50 +159,16 @@ def start_lab(
     end_processes_in(*folders)
 
 
-class _Chromium:
-    """The worker's one Chromium, launched again if it went away (a crash in a module
-    before). Playwright's driver and a browser's start cost about 2 CPU s: paid once a
-    worker, not once a module."""
-
-    def __init__(self, playwright: Any) -> None:
-        self._playwright = playwright
-        self._browser: Any = None
-
-    def browser(self) -> Any:
-        if self._browser is None or not self._browser.is_connected():
-            self._browser = self._playwright.chromium.launch(
-                executable_path=str(CHROMIUM), args=CHROMIUM_ARGS
-            )
-        return self._browser
-
-    def close(self) -> None:
-        if self._browser is not None and self._browser.is_connected():
-            self._browser.close()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def chromium() -> Iterator[_Chromium]:
-    """Started before any other fixture of the worker's first browser test, so that
-    neither Playwright's driver nor Chromium inherits an environment that a test's
-    fixture pointed into its temporary folder."""
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        shared = _Chromium(playwright)
-        yield shared
-        shared.close()
-
-
-@pytest.fixture(scope="module")
-def browser(chromium: _Chromium) -> Iterator[Any]:
-    """The worker's Chromium for one module. What the module opened in it is closed at
-    its end: a page left open would go on polling a lab that is gone."""
-    browser = chromium.browser()
-    yield browser
-    for context in browser.contexts if browser.is_connected() else ():
-        context.close()
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
 
 
 @pytest.hookimpl(wrapper=True)
