@@ -222,14 +222,27 @@ def choose_from_menu(page: Any, *path: str, timeout: float = 120_000) -> None:
             _close_menus(page)
 
 
-def run_from_palette(page: Any, query: str, command: str) -> None:
+def run_from_palette(page: Any, query: str, command: str, timeout: float = 90_000) -> None:
     """Run ``command`` (its id) from the command palette as a user does: open it, type
     ``query``, and press Enter once the palette has chosen that command. Not a click on
     its item: the palette draws its items anew as the query changes, and on a loaded
-    machine a click took an item a later draw had replaced ("detached from the DOM")."""
-    page.keyboard.press("Control+Shift+C")
-    page.fill(".jp-mod-commandPalette input, #command-palette input", query)
-    page.wait_for_selector(f'.lm-CommandPalette-item.lm-mod-active[data-command="{command}"]')
+    machine a click took an item a later draw had replaced ("detached from the DOM").
+    Where the palette has not chosen it within 15 s (a run under load: the query typed
+    as the palette opened), the user types the query again."""
+    field = ".jp-mod-commandPalette input, #command-palette input"
+    chosen = f'.lm-CommandPalette-item.lm-mod-active[data-command="{command}"]'
+    deadline = time.monotonic() + timeout / 1000
+    while True:
+        try:
+            if not page.is_visible(field):
+                page.keyboard.press("Control+Shift+C")
+            page.fill(field, "", timeout=15_000)
+            page.fill(field, query, timeout=15_000)
+            page.wait_for_selector(chosen, timeout=15_000)
+            break
+        except PlaywrightTimeoutError:
+            if time.monotonic() > deadline:
+                raise
     page.keyboard.press("Enter")
 
 
