@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -95,9 +96,7 @@ class Database:
         network = on_network_filesystem(self.path.parent)
         mode = str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower()
         if network is None:
-            if new:
-                mode = str(db.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
-            return mode
+            return self._switch_to_wal(db) if new else mode
         if mode != "wal":
             return mode
         try:
@@ -113,6 +112,21 @@ class Database:
             )
         log.warning("%s is on %s: switched from WAL to a rollback journal", self.path, network)
         return mode
+
+    def _switch_to_wal(self, db: sqlite3.Connection) -> str:
+        """``PRAGMA journal_mode=WAL``, asked again until the busy timeout. Processes that
+        open a new database at once (two kernels' first cells and ``air run``) all
+        switch it, and SQLite answers a switch that meets another "database is locked"
+        at once, without waiting: the loser waits here instead."""
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                return str(db.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
+            except sqlite3.OperationalError as err:
+                busy = err.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY  # or an extended code
+                if not busy or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.01)
 
 
 @contextmanager

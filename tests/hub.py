@@ -183,6 +183,11 @@ def hub_config(
         **env_for(fake_nvml_dir, scenario),
         "JUPYTERLAB_SETTINGS_DIR": str(_settings(work)),
         "PYTHONUNBUFFERED": "1",
+        # The Hub passes its servers no PYTEST_CURRENT_TEST, by which MLflow would know a
+        # test and send no telemetry. On this offline machine its telemetry thread fails
+        # and removes a variable from os.environ while a request's proxy lookup iterates
+        # it: a KeyError in a cell (stop 51's CI). Users may opt out the same way.
+        "MLFLOW_DISABLE_TELEMETRY": "true",
         **team.env,
     }
     per_user = {  # {username} filled in per server

@@ -57,20 +57,22 @@ LOCKER = (
 )
 
 
+def hold_lock(path: Path, seconds: float) -> subprocess.Popen[str]:
+    """Another process holding the write lock of ``path`` for ``seconds``, from now."""
+    locker = subprocess.Popen(
+        [sys.executable, "-c", LOCKER, str(path), str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert locker.stdout is not None
+    assert locker.stdout.readline() == "locked\n"  # or "" had it failed
+    return locker
+
+
 def test_a_write_waits_for_another_process_s_lock_up_to_the_busy_timeout(
     database: Database,
 ) -> None:
-    def hold_lock(seconds: float) -> subprocess.Popen[str]:
-        locker = subprocess.Popen(
-            [sys.executable, "-c", LOCKER, str(database.path), str(seconds)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert locker.stdout is not None
-        assert locker.stdout.readline() == "locked\n"  # or "" had it failed
-        return locker
-
-    locker = hold_lock(30)
+    locker = hold_lock(database.path, 30)
     try:
         started = time.monotonic()
         with database.connect() as db, pytest.raises(sqlite3.OperationalError, match="locked"):
@@ -82,8 +84,23 @@ def test_a_write_waits_for_another_process_s_lock_up_to_the_busy_timeout(
     assert numbers(database) == []
 
     database.busy_timeout = 60
-    locker = hold_lock(0.5)
+    locker = hold_lock(database.path, 0.5)
     with database.connect() as db:
         insert(db, 1)
     assert locker.wait(timeout=60) == 0
     assert numbers(database) == [1]
+
+
+def test_a_new_database_another_process_is_writing_to_opens_once_that_write_ends(
+    tmp_path: Path,
+) -> None:
+    """Two kernels' first cells and ``air run`` open a new home's store at once. SQLite
+    refuses a switch to WAL that meets another's lock at once, without its busy
+    timeout: the opener waits for the lock like any write."""
+    path = tmp_path / "new.db"
+    locker = hold_lock(path, 0.5)  # the file exists, empty, another process writing
+    database = Database(path, busy_timeout=60)
+    assert locker.wait(timeout=60) == 0
+    assert database.wal
+    with database.connect() as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

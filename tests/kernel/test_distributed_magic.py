@@ -67,7 +67,7 @@ def status_of(execution: Execution) -> str:
 
 def job_id_of(execution: Execution) -> str:
     match = JOB_ID.search(execution.text)
-    assert match, f"no job id in the cell output:\n{execution.text}"
+    assert match, f"no job id in the cell output:\n{execution.text}{execution.traceback}"
     return match.group(1)
 
 
