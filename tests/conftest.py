@@ -19,6 +19,7 @@ pytest_plugins = [
     "tests.homes",  # module_home: an AIR_HOME the module's tests share
     "tests.ordering",  # the costliest test files reach the workers first
     "tests.nvml_guard",  # no test module leaves NVML initialized in its worker
+    "tests.priority_guard",  # no test leaves its worker's thread at a lower priority
 ]
 
 WriteScenario = Callable[[Scenario], Path]

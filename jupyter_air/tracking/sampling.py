@@ -3,9 +3,11 @@
 The one node of a local job (in the supervisor) and each node agent of a Ray job run
 the same loop: every ``interval`` seconds it takes one sample with
 ``system_metrics.SystemSampler`` and hands it on. The sampler (psutil's monitors, NVML's
-library) is loaded on this thread at the lowest priority once the first sample is due
-(or when asked to ``prepare``). This module imports no MLflow, and neither does the
-sampler, so a sample travels (a Ray poll's answer) without it.
+library) is loaded once the first sample is due, or when asked to ``prepare``. The loop
+and that load run on threads of their own at the lowest priority; a caller's thread is
+never lowered (a sample taken on it is taken at its priority). This module imports no
+MLflow, and neither does the sampler, so a sample travels (a Ray poll's answer) without
+it.
 """
 
 from __future__ import annotations
@@ -51,6 +53,14 @@ class Sample:
         return Sample(self.t - offset, self.step, self.metrics)
 
 
+def lowest_priority() -> None:
+    """Nice 19 for the calling thread alone (a Linux thread has a nice value of its own),
+    which must be one of ours: the threads and processes a thread starts inherit it, so
+    a caller's thread lowered here would start its ranks, or its next attempt's, at it."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+
+
 class SampleLoop:
     """One node's samples every ``interval`` seconds, each given to ``on_sample`` on this
     loop's thread; ``sample_now`` wakes it for one at once."""
@@ -83,6 +93,7 @@ class SampleLoop:
         self._thread.start()
 
     def _loop(self) -> None:
+        lowest_priority()
         # psutil measures the CPU % of each thread's call since that thread's last one:
         # without this, the first sample's is 0.0, with nothing to compare to. With it,
         # it is the host's CPU since the loop (the job) started.
@@ -122,13 +133,15 @@ class SampleLoop:
 
     def prepare(self) -> None:
         """Load the sampler in the background, at the lowest priority."""
-        threading.Thread(target=self._load, name="air-system-metrics-load", daemon=True).start()
+        threading.Thread(target=self._load_low, name="air-system-metrics-load", daemon=True).start()
+
+    def _load_low(self) -> None:
+        lowest_priority()
+        self._load()
 
     def _load(self) -> Any:
         with self._loading:  # one load, whichever thread comes first
             if self._sampler is None:
-                with contextlib.suppress(OSError):  # this thread only
-                    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
                 from ..gpu.nvml import Nvml
                 from .system_metrics import SystemSampler
 

@@ -3,6 +3,7 @@ for a short job) as the charts read them."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -48,6 +49,32 @@ def test_a_short_jobs_sample_taken_after_it_has_no_cpu_figure(
     keys = {point.key for point in points}
     assert "system/cpu_utilization_percentage" not in keys
     assert {"system/system_memory_usage_percentage", "system/gpu_0_utilization_percentage"} <= keys
+
+
+def nice() -> int:
+    """The calling thread's nice value (a Linux thread has its own)."""
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+def test_the_loop_samples_at_the_lowest_priority_and_never_lowers_a_caller_s_thread(
+    scenario: WriteScenario,
+) -> None:
+    """The supervisor's thread that takes a sample itself (a job that ended before the
+    loop's first) starts the next attempt's ranks: they would inherit a lowered nice."""
+    scenario(Scenario(gpus=[FakeGpu(util=40)]))
+    mine = nice()
+    taken_at: list[int] = []
+    loop = SampleLoop(3600, lambda sample: taken_at.append(nice()))
+    loop.take()  # on this thread: it loads the sampler here
+    assert (taken_at, nice()) == ([mine], mine)
+    loop.start()
+    try:
+        loop.sample_now()
+        until(lambda: len(taken_at) == 2, "a sample on the loop's thread")
+    finally:
+        loop.finish(last=False)
+    assert taken_at[1] == 19
+    assert nice() == mine
 
 
 def burn_cpu(seconds: float) -> None:
