@@ -5,7 +5,7 @@ On Linux a thread has a nice value of its own, and every thread and process it s
 inherits it. A test that lowers the thread it runs on (product code that lowers "its"
 thread, called from a test's) leaves the whole rest of its worker's run at that priority:
 every lab, kernel, job and rank it starts then waits behind any other work on the machine
-(in stop 51's rehearsal beside two busy loops, a 2-rank job's first step took 567 s). So
+(in a rehearsal beside two busy loops, a 2-rank job's first step took 567 s). So
 each test's teardown checks the thread's nice value against the session's start, puts it
 back (where the user may) and fails that test, naming what happened.
 """
