@@ -45,17 +45,27 @@ $(VENV)/.build-tools: $(VENV)/bin/python
 # Node >= 22.12 and works on Node 20 (the Hub tests run it here). The two install scripts
 # npm skips are recorded as denied in package.json's allowScripts (not needed: npm
 # skips them by default; jest's @parcel/watcher uses its prebuilt binary).
-node_modules/.package-lock.json: package-lock.json
+node_modules/.package-lock.json: package-lock.json | system
 	npm ci --no-audit --no-fund --loglevel=error
 
 # The prebuilt labextension, rebuilt when a front-end source changes.
 jupyter_air/labextension/package.json: $(VENV)/.build-tools node_modules/.package-lock.json package.json tsconfig.json $(shell find labextension -type f)
 	npm run build:prod
 
+# What the package, its test and its dev extras require, without the package: pip's
+# longest step (70 s on a fresh clone: torch, Ray, MLflow) then runs beside the system
+# packages, npm's install and the front-end build, which the package's own install waits for.
+$(VENV)/.deps: $(VENV)/.build-tools pyproject.toml
+	$(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+		print(*p["dependencies"], *p["optional-dependencies"]["test"], *p["optional-dependencies"]["dev"], sep="\n")' \
+		> $(VENV)/requirements.txt
+	$(PY) -m pip install -q -r $(VENV)/requirements.txt 2>&1 | $(QUIET_PIP)
+	touch $@
+
 # The package in editable mode with its test and dev extras. The install copies the
 # prebuilt labextension and the server-extension switch into the venv, so it is
 # redone when either changes.
-$(VENV)/.installed: $(VENV)/.build-tools pyproject.toml jupyter_air/labextension/package.json jupyter-config/jupyter_server_config.d/jupyter_air.json
+$(VENV)/.installed: $(VENV)/.deps pyproject.toml jupyter_air/labextension/package.json jupyter-config/jupyter_server_config.d/jupyter_air.json
 	$(PY) -m pip install -q --no-build-isolation -e ".[test,dev]" 2>&1 | $(QUIET_PIP)
 	touch $@
 
@@ -66,7 +76,11 @@ $(VENV)/.installed: $(VENV)/.build-tools pyproject.toml jupyter_air/labextension
 bytecode: $(VENV)/.installed
 	$(PY) -m compileall -q jupyter_air tests
 
-setup: system $(VENV)/.installed bytecode
+# The steps above as one parallel make, each step's output printed whole once it is done.
+PARALLEL := $(MAKE) --no-print-directory -j3 --output-sync=target
+
+setup:
+	$(PARALLEL) system bytecode
 
 ## --- the README's commands ----------------------------------------------------------
 
@@ -90,23 +104,29 @@ demo: setup
 
 lab: demo
 
-test: setup static pytest
+# Setup and the static checks in one parallel make, then the tests: jest and the JS lint
+# run once npm has installed, ruff and mypy once pip has, beside the rest of the setup
+# (mypy alone keeps one core busy for about 40 s on a fresh clone, with no cache).
+test:
+	$(PARALLEL) system bytecode lint typecheck jstest
+	$(MAKE) --no-print-directory pytest
 
 # The fast loop while developing: what `make test` runs, less the browser, Ray, Slurm,
 # slow and heavy tests (those that start kernels, servers or jobs).
-check: setup static pytest-fast
+check:
+	$(PARALLEL) system bytecode lint typecheck jstest
+	$(MAKE) --no-print-directory pytest-fast
 
-# Lint, types and jest side by side, each one's output in one piece: mypy alone keeps one
-# core busy for about 40 s on a fresh clone (no cache), lint and jest about 30 s together.
-static: setup
-	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck jstest
+# Lint, types and jest side by side, each one's output in one piece.
+static:
+	$(PARALLEL) lint typecheck jstest
 
-lint:
+lint: $(VENV)/.deps node_modules/.package-lock.json
 	$(BIN)/ruff check jupyter_air tests bench scripts
 	$(BIN)/ruff format --check jupyter_air tests bench scripts
 	npm run lint:check
 
-typecheck:
+typecheck: $(VENV)/.deps
 	$(BIN)/mypy
 
 # Unit tests of the labextension's models, formatting and buffers (jest, labextension/test).
