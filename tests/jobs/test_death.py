@@ -58,14 +58,10 @@ while True:  # 16 MiB more every 50 ms: past the limit in about a second
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, module_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def workdir(tmp_path: Path, in_module_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "segfault.py").write_text(SEGFAULT)
     (tmp_path / "greedy.py").write_text(GREEDY)
     (tmp_path / "aborts.py").write_text(ABORTS)
-    monkeypatch.setenv("AIR_HOME", str(module_home))  # tests/homes.py
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the home's store
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
-    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

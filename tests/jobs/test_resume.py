@@ -155,15 +155,10 @@ print(f"ends at step {trainer.global_step}")
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, module_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def workdir(tmp_path: Path, in_module_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The test's own working directory; the module's home and store (each test looks at
     its own jobs only)."""
-    monkeypatch.setenv("AIR_HOME", str(module_home))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
-    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.delenv("AIR_CHECKPOINT_ROOT", raising=False)
     monkeypatch.chdir(tmp_path)
     return tmp_path

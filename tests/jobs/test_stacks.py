@@ -63,19 +63,19 @@ else:
 
 
 @pytest.fixture
-def workdir(
-    tmp_path: Path, module_home: Path, monkeypatch: pytest.MonkeyPatch, fake_nvml_dir: Path
-) -> Path:
-    (tmp_path / "train.py").write_text(HUNG)
-    scenario = Scenario(gpus=[FakeGpu(util=0), FakeGpu(util=0)])  # idle: a hang looks so
-    scenario.write(tmp_path / "nvml.txt")
-    for key, value in env_for(fake_nvml_dir, tmp_path / "nvml.txt").items():
+def gpus(in_module_home: Path, monkeypatch: pytest.MonkeyPatch, fake_nvml_dir: Path) -> Path:
+    """The fake driver's scenario file, two idle GPUs at first (a hang looks so). In the
+    module's folder: the tail process inherits its path (see ``in_module_home``)."""
+    path = Scenario(gpus=[FakeGpu(util=0), FakeGpu(util=0)]).write(in_module_home / "nvml.txt")
+    for key, value in env_for(fake_nvml_dir, path).items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setenv("AIR_HOME", str(module_home))  # tests/homes.py
+    return path
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, gpus: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "train.py").write_text(HUNG)
     monkeypatch.setenv("AIR_HINT_STALLED_AFTER", "3600")  # only the sets a test asks for
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the home's store
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
-    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -139,16 +139,16 @@ def test_air_stacks_shows_rank_0_in_the_collective_and_rank_1_where_it_is_stuck(
 
 
 def test_a_likely_hang_takes_the_stacks_and_so_does_its_cancel(
-    workdir: Path, monkeypatch: pytest.MonkeyPatch
+    workdir: Path, gpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The supervisor's hints: a rank silent 2 s on an idle GPU, sampled every second.
     monkeypatch.setenv("AIR_HINT_SILENT_AFTER", "2")
     monkeypatch.setenv("AIR_HINT_IDLE_UTILIZATION", "50")
     monkeypatch.setenv("AIR_SYSTEM_METRICS_INTERVAL", "1")
     busy = Scenario(gpus=[FakeGpu(util=100), FakeGpu(util=100)])
-    busy.write(workdir / "nvml.txt")  # no hint while the ranks start (importing torch is silent)
+    busy.write(gpus)  # no hint while the ranks start (importing torch is silent)
     job_id = start(workdir, notify=["jupyterlab on:hint"])
-    Scenario(gpus=[FakeGpu(util=0), FakeGpu(util=0)]).write(workdir / "nvml.txt")
+    Scenario(gpus=[FakeGpu(util=0), FakeGpu(util=0)]).write(gpus)
     store = JobStore(air_home())
     attempt_dir = store.attempt_dir(job_id, 1)
     try:
@@ -179,12 +179,12 @@ def test_a_likely_hang_takes_the_stacks_and_so_does_its_cancel(
 
 
 def test_ranks_that_call_different_collectives_are_named_as_a_mismatch(
-    workdir: Path, monkeypatch: pytest.MonkeyPatch
+    workdir: Path, gpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Named by the supervisor itself once every rank has been silent a while (on busy
     GPUs, or none: their recorders, not the GPUs' idleness, say they are stuck)."""
     monkeypatch.setenv("AIR_HINT_STALLED_AFTER", "3")
-    Scenario(gpus=[FakeGpu(util=100), FakeGpu(util=100)]).write(workdir / "nvml.txt")
+    Scenario(gpus=[FakeGpu(util=100), FakeGpu(util=100)]).write(gpus)
     (workdir / "train.py").write_text(MISMATCHED)
     job_id = start(workdir)
     mismatch = (

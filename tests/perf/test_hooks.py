@@ -78,13 +78,8 @@ dist.destroy_process_group()
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, module_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("AIR_HOME", str(module_home))  # tests/homes.py
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the home's store
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
-    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
+def workdir(tmp_path: Path, in_module_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
