@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.paths import air_home
@@ -76,6 +75,8 @@ def test_a_nan_loss_stops_the_job_says_why_and_notifies_its_targets(workdir: Pat
     assert len(titles) == 2, titles
     assert titles[0].endswith(f"(python train.py): {why}"), "the guard's own notification"
     assert titles[1].endswith(f"(python train.py): failed: {why}"), "then the job's end"
+
+    from mlflow.tracking import MlflowClient
 
     tags = MlflowClient(default_tracking_uri()).get_run(str(attempt.run_id)).data.tags
     assert tags["air.failure"] == why

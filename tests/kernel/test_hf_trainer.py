@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 
 from jupyter_air.jobs.store import JobStore
+from tests.installed import needs
 from tests.kernel.conftest import Kernel
 from tests.kernel.test_distributed_magic import job_id_of, mlflow_client, runs_of_job
 
-pytest.importorskip("transformers")
-
 #: A real library's training: half a minute and more each.
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, needs("transformers")]
 
 TRAINER_CELL = """%%air_distributed -n 2 --timeout 240
 import os, torch

@@ -12,15 +12,14 @@ from typing import Any
 import pytest
 
 from jupyter_air.jobs.store import JobStore
+from tests.installed import needs
 from tests.kernel.conftest import Kernel
 from tests.kernel.test_distributed_magic import job_id_of, mlflow_client, runs_of_job
 from tests.kernel.test_session import start
 from tests.waits import until
 
-pytest.importorskip("lightning")
-
 #: A real library's training: half a minute and more each.
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, needs("lightning")]
 
 #: A linear regression and its data: 32 rows in batches of 4, so 4 steps an epoch a rank.
 MODEL = """
