@@ -67,6 +67,26 @@ def start_server(
     return Server(f"http://127.0.0.1:{port}", process, log)
 
 
+def auth_app(root: Path, admin_password: str, default_permission: str) -> dict[str, str]:
+    """The environment of a server that runs MLflow's auth app, its users' store in
+    ``root``. Credentials checked are cached for a minute, as docs/api.md advises a team
+    (each check is a scrypt hash: about 90 ms of the server's CPU a request)."""
+    config = root / "basic_auth.ini"
+    config.write_text(
+        "[mlflow]\n"
+        f"default_permission = {default_permission}\n"
+        f"database_uri = sqlite:///{root}/auth.db\n"
+        "admin_username = admin\n"
+        f"admin_password = {admin_password}\n"
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+        "auth_cache_ttl_seconds = 60\n"
+    )
+    return {
+        "MLFLOW_AUTH_CONFIG_PATH": str(config),
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+    }
+
+
 def wait_ready(server: Server) -> None:
     def health() -> None:
         with urllib.request.urlopen(f"{server.uri}/health", timeout=2):
@@ -120,23 +140,11 @@ class Servers:
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     """Both servers, started side by side; alice and bob are MLflow users of the auth one."""
     auth_root = tmp_path_factory.mktemp("mlflow-auth")
-    config = auth_root / "basic_auth.ini"
-    config.write_text(
-        "[mlflow]\n"
-        "default_permission = NO_PERMISSIONS\n"
-        f"database_uri = sqlite:///{auth_root}/auth.db\n"
-        "admin_username = admin\n"
-        f"admin_password = {PASSWORDS['admin']}\n"
-        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
-    )
     auth = start_server(
         auth_root,
         "--app-name",
         "basic-auth",
-        env={
-            "MLFLOW_AUTH_CONFIG_PATH": str(config),
-            "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
-        },
+        env=auth_app(auth_root, PASSWORDS["admin"], "NO_PERMISSIONS"),
     )
     plain = start_server(tmp_path_factory.mktemp("mlflow-plain"))
     with ExitStack() as stop:

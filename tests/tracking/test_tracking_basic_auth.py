@@ -21,7 +21,13 @@ from mlflow import MlflowClient
 from jupyter_air.jobs.store import JobStore
 from jupyter_air.tracking import run_tails
 from tests.leftovers import end_processes_in
-from tests.tracking.test_mlflow_permissions import Server, start_server, stop_server, wait_ready
+from tests.tracking.test_mlflow_permissions import (
+    Server,
+    auth_app,
+    start_server,
+    stop_server,
+    wait_ready,
+)
 from tests.tracking.test_tracking_outage import TRAIN, Team, landed
 from tests.tracking_proxy import TrackingProxy
 from tests.waits import until
@@ -57,20 +63,8 @@ def start_auth_server(root: Path, env: dict[str, str], port: int | None = None) 
 @pytest.fixture(scope="module")
 def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthTeam]:
     root = tmp_path_factory.mktemp("auth-server")
-    config = root / "basic_auth.ini"
     admin = secrets.token_urlsafe(16)
-    config.write_text(
-        "[mlflow]\n"
-        "default_permission = READ\n"
-        f"database_uri = sqlite:///{root}/auth.db\n"
-        "admin_username = admin\n"
-        f"admin_password = {admin}\n"
-        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
-    )
-    auth_env = {
-        "MLFLOW_AUTH_CONFIG_PATH": str(config),
-        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
-    }
+    auth_env = auth_app(root, admin, "READ")
     server = start_auth_server(root, auth_env)
     wait_ready(server)
     from mlflow.server.auth.client import AuthServiceClient
