@@ -18,12 +18,20 @@ from tests.leftovers import end_processes_in
 from tests.mlflow_store import fresh_store
 
 
-@pytest.fixture(scope="module")
-def module_home(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path) -> Iterator[Path]:
-    """An ``AIR_HOME`` for the module's tests, with its user's one MLflow store
-    (``AIR_HOME/mlflow.db``) migrated; what its jobs left running ends with the module."""
+def new_home(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path) -> Path:
+    """A new ``AIR_HOME`` with its user's one MLflow store (``AIR_HOME/mlflow.db``)
+    migrated: left new, whichever process opened it first (the tail process, the lab's
+    runs panel) would migrate it, at about 1 CPU s more."""
     home = tmp_path_factory.mktemp("air")
     fresh_store(mlflow_template, home)
+    return home
+
+
+@pytest.fixture(scope="module")
+def module_home(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path) -> Iterator[Path]:
+    """An ``AIR_HOME`` for the module's tests (``new_home``); what its jobs left running
+    ends with the module."""
+    home = new_home(tmp_path_factory, mlflow_template)
     yield home
     end_processes_in(home)  # its tail process; a supervisor no test waited for
 

@@ -23,13 +23,16 @@ from jupyter_air.tracking.targets import default_experiment_name
 from jupyter_air.tracking.ui_links import logs_url
 from scripts import demo
 from tests.factories import job_spec
+from tests.mlflow_store import fresh_store
 
 LAB_URL = "http://127.0.0.1:8888/lab?token=x"
 
 
 @pytest.fixture
-def air_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def air_home(tmp_path: Path, mlflow_template: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "air"
+    home.mkdir(mode=0o700)
+    fresh_store(mlflow_template, home)  # migrated: no test here is about a new store
     monkeypatch.setenv("AIR_HOME", str(home))
     return home
 

@@ -97,6 +97,12 @@ def _write_settings(settings_dir: Path, settings: dict[str, dict[str, Any]]) -> 
 
 
 @pytest.fixture(scope="module")
+def air_home(module_home: Path) -> Path:
+    """The ``AIR_HOME`` of the module's lab and jobs, its store migrated (tests/homes.py)."""
+    return module_home
+
+
+@pytest.fixture(scope="module")
 def start_lab(
     fake_nvml_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., Lab]]:

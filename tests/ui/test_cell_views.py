@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.fake_nvml import FakeGpu, Scenario
+from tests.homes import new_home
 from tests.ui.conftest import Lab
 from tests.ui.notebook_pages import on_a_redrawn, open_notebook, put_notebook, run_calls, run_cell
 from tests.waits import until
@@ -67,9 +68,12 @@ def app(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="module")
 def server(
-    start_lab: Callable[..., Lab], app: str, tmp_path_factory: pytest.TempPathFactory
+    start_lab: Callable[..., Lab],
+    app: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    mlflow_template: Path,
 ) -> Lab:
-    air_home = tmp_path_factory.mktemp("air")
+    air_home = new_home(tmp_path_factory, mlflow_template)
     lab = start_lab(
         Scenario(gpus=[FakeGpu(util=[30, 50])]),
         app=app,

@@ -39,8 +39,7 @@ def cell(index: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(start_lab: Callable[..., Lab], tmp_path_factory: pytest.TempPathFactory) -> Lab:
-    air_home = tmp_path_factory.mktemp("air")
+def server(start_lab: Callable[..., Lab], air_home: Path) -> Lab:
     lab = start_lab(
         Scenario(gpus=[FakeGpu(util=[30]), FakeGpu(util=[40])]),
         env={

@@ -35,11 +35,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.heavy, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def air_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("air")
-
-
-@pytest.fixture(scope="module")
 def lab(start_lab: Callable[..., Lab], air_home: Path) -> Lab:
     return start_lab(Scenario(gpus=[]), env={"AIR_HOME": str(air_home)})
 

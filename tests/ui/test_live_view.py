@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from tests.fake_nvml import FakeGpu, Scenario
+from tests.homes import new_home
 from tests.ui.conftest import Lab
 from tests.ui.notebook_pages import on_a_redrawn, open_notebook, run_cell, run_cells_in_one_kernel
 from tests.waits import until
@@ -64,9 +65,12 @@ def put_file(lab: Lab, name: str, path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def server(
-    start_lab: Callable[..., Lab], app: str, tmp_path_factory: pytest.TempPathFactory
+    start_lab: Callable[..., Lab],
+    app: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    mlflow_template: Path,
 ) -> Lab:
-    air_home = tmp_path_factory.mktemp("air")
+    air_home = new_home(tmp_path_factory, mlflow_template)
     idle = Scenario(gpus=[FakeGpu(util=[5, 10, 5]), FakeGpu(util=[8, 4, 6])])
     lab = start_lab(
         idle,

@@ -33,11 +33,6 @@ MLFLOW_LOADED = "text=Model registry"
 
 
 @pytest.fixture(scope="module")
-def air_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("air")
-
-
-@pytest.fixture(scope="module")
 def server(start_lab: Callable[..., Lab], air_home: Path) -> Lab:
     lab = start_lab(
         Scenario(gpus=[FakeGpu(util=[30, 40])]),

@@ -26,11 +26,6 @@ ROWS = f"{LOGS} .jp-air-JobLogs-line .jp-air-JobLogs-text"
 
 
 @pytest.fixture(scope="module")
-def air_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("air")
-
-
-@pytest.fixture(scope="module")
 def notebook7(start_lab: Callable[..., Lab], air_home: Path) -> Lab:
     """Notebook 7 (not JupyterLab) on two fake GPUs, with a notebook to open."""
     nb = start_lab(two_gpus(), env={"AIR_HOME": str(air_home)}, app="notebook")

@@ -31,11 +31,6 @@ sys.exit(1)
 
 
 @pytest.fixture(scope="module")
-def air_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("air")
-
-
-@pytest.fixture(scope="module")
 def lab(start_lab: Callable[..., Lab], air_home: Path) -> Lab:
     return start_lab(Scenario(gpus=[]), env={"AIR_HOME": str(air_home)})
 

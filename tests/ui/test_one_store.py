@@ -41,11 +41,10 @@ tasks:
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    home = tmp_path_factory.mktemp("air")
-    yield home
-    stop(home)
-    jobs = JobStore(home)
+def home(air_home: Path) -> Iterator[Path]:
+    yield air_home
+    stop(air_home)
+    jobs = JobStore(air_home)
     for job in jobs.jobs(active_only=True):
         cancel.cancel(jobs, job.id)
         cancel.wait(jobs, job.id, 60)

@@ -50,11 +50,6 @@ RUNNING_LINE = re.compile(r"step [\d,]+ / 6,000 \(\d+ %\), ETA \d\d:\d\d \(\d+ (
 
 
 @pytest.fixture(scope="module")
-def air_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("air")
-
-
-@pytest.fixture(scope="module")
 def server(start_lab: Callable[..., Lab], air_home: Path) -> Lab:
     lab = start_lab(
         Scenario(gpus=[]),

@@ -56,11 +56,10 @@ MARKED = f"""() => {{
 
 
 @pytest.fixture(scope="module")
-def lab(start_lab: Callable[..., Lab], tmp_path_factory: pytest.TempPathFactory) -> Lab:
-    air_home = tmp_path_factory.mktemp("air")
+def lab(start_lab: Callable[..., Lab], air_home: Path) -> Lab:
     return start_lab(
         Scenario(gpus=[]),
-        env={"AIR_HOME": str(air_home), "MLFLOW_TRACKING_URI": f"sqlite:///{air_home}/m.db"},
+        env={"AIR_HOME": str(air_home), "MLFLOW_TRACKING_URI": f"sqlite:///{air_home}/mlflow.db"},
     )
 
 

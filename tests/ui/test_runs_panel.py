@@ -20,6 +20,7 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.fake_nvml import Scenario
+from tests.mlflow_store import fresh_store
 from tests.ui.conftest import Lab
 from tests.ui.notebook_pages import on_a_redrawn, open_notebook, put_notebook, run_calls
 from tests.waits import until
@@ -60,8 +61,12 @@ EXPECTED = {"lr-small": "finished", "lr-bad": "failed", "lr-big": "finished"}
 
 
 @pytest.fixture(scope="module")
-def server(start_lab: Callable[..., Lab], tmp_path_factory: pytest.TempPathFactory) -> Lab:
-    air_home = tmp_path_factory.mktemp("air")
+def server(
+    start_lab: Callable[..., Lab],
+    air_home: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    mlflow_template: Path,
+) -> Lab:
     lab = start_lab(
         Scenario(gpus=[]),
         env={
@@ -84,13 +89,15 @@ def server(start_lab: Callable[..., Lab], tmp_path_factory: pytest.TempPathFacto
     put_notebook(
         lab, "sweep.ipynb", ["%load_ext jupyter_air", sweep_call("0.1"), sweep_call("0.3")]
     )
-    old_project_store(air_home, tmp_path_factory.mktemp("old-project"))
+    old_project = tmp_path_factory.mktemp("old-project")
+    fresh_store(mlflow_template, old_project)
+    old_project_store(air_home, old_project)
     return lab
 
 
 def old_project_store(air_home: Path, directory: Path) -> None:
-    """A store a job of this user used before (a project's own ``mlflow.db``), with a run
-    in its experiment for train.ipynb."""
+    """A store a job of this user used before (a project's own ``mlflow.db`` in
+    ``directory``, migrated), with a run in its experiment for train.ipynb."""
     from mlflow import MlflowClient
 
     from jupyter_air.identity import mlflow_user

@@ -29,10 +29,9 @@ EVERY_4S = "0/4 * * * * ?"
 
 
 @pytest.fixture(scope="module")
-def air_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    home = tmp_path_factory.mktemp("air")
-    yield home
-    scheduler.stop(home)  # the scheduler outlives the servers: that is its point
+def air_home(module_home: Path) -> Iterator[Path]:
+    yield module_home
+    scheduler.stop(module_home)  # the scheduler outlives the servers: that is its point
 
 
 def start(start_lab: Callable[..., Lab], air_home: Path, app: str) -> Lab:

@@ -25,7 +25,6 @@ from tests.ui.conftest import Lab
 from tests.ui.notebook_pages import run_from_palette
 from tests.ui.test_job_logs import (  # that file's lab, on an AIR_HOME of this module
     ROWS,
-    air_home,  # noqa: F401
     click_link,
     logs_lab,  # noqa: F401
     open_page,
@@ -46,7 +45,7 @@ CELLS = [(1, "cell-a", 0.5, 2.0), (2, "cell-b", 4.5, 6.0)]
 
 
 @pytest.fixture(scope="module")
-def session(air_home: Path) -> str:  # noqa: F811 (the fixture, imported)
+def session(air_home: Path) -> str:
     """An ended two-rank session with two cells."""
     store = JobStore(air_home)
     job = store.create(job_spec("session", nproc_per_node=2, command=["python"]))

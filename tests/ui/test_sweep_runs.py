@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from tests.fake_nvml import Scenario
-from tests.mlflow_store import fresh_store
 from tests.ui.conftest import Lab
 from tests.ui.notebook_pages import (
     on_a_redrawn,
@@ -75,17 +74,14 @@ def trial_rows(page: Any, selector: str) -> list[list[str]]:
 
 
 @pytest.fixture
-def lab(
-    start_lab: Callable[..., Lab], tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path
-) -> Lab:
-    """A lab whose user has an MLflow store already (the sweep's driver and its first
-    trial's supervisor would both migrate a new one at once)."""
-    air_home = tmp_path_factory.mktemp("air")
+def lab(start_lab: Callable[..., Lab], air_home: Path) -> Lab:
+    """A lab whose user has an MLflow store already (``air_home``: the sweep's driver and
+    its first trial's supervisor would both migrate a new one at once)."""
     lab = start_lab(
         Scenario(gpus=[]),
         env={
             "AIR_HOME": str(air_home),
-            "MLFLOW_TRACKING_URI": fresh_store(mlflow_template, air_home),
+            "MLFLOW_TRACKING_URI": f"sqlite:///{air_home}/mlflow.db",
             "CUDA_VISIBLE_DEVICES": "",
         },
     )
