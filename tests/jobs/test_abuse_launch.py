@@ -22,6 +22,7 @@ from tests.cli.test_cli import air, submitted_id
 from tests.conftest import WriteScenario
 from tests.fake_nvml import Scenario
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
+from tests.mlflow_store import fresh_store
 from tests.waits import assert_gone_within, job_processes, until
 
 OVERRIDE = "--oversubscribe"
@@ -50,9 +51,9 @@ def test_one_rank_per_gpu_or_a_few_per_core(
 
 
 @pytest.fixture
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobStore:
+def isolated(tmp_path: Path, mlflow_template: Path, monkeypatch: pytest.MonkeyPatch) -> JobStore:
     monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", fresh_store(mlflow_template, tmp_path))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     return JobStore(tmp_path / "air")
 
@@ -86,9 +87,9 @@ WORKLOAD = "experiment_name: big\ncommand: sleep 600\ncompute:\n  nproc_per_node
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def workdir(tmp_path: Path, mlflow_template: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", fresh_store(mlflow_template, tmp_path))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     monkeypatch.chdir(tmp_path)

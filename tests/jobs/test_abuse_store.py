@@ -27,6 +27,7 @@ from jupyter_air.redact import redact, redact_argv
 from tests.factories import job_spec
 from tests.isolation import jp_asyncio_loop, jp_server_cleanup  # noqa: F401
 from tests.jobs.test_job_store import orphan, recorded_status
+from tests.mlflow_store import fresh_store
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory away needs root")
 
@@ -341,7 +342,7 @@ with open("seen.json", "w") as out:
 
 @pytest.mark.heavy
 def test_air_run_tags_its_run_without_secrets_and_the_ranks_get_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, mlflow_template: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import subprocess
 
@@ -350,7 +351,7 @@ def test_air_run_tags_its_run_without_secrets_and_the_ranks_get_them(
         f"experiment_name: secrets\ncommand: {sys.executable} check.py --token s3cret\n"
         "env:\n  HF_TOKEN: envs3cret\n"
     )
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = fresh_store(mlflow_template, tmp_path)
     env = {
         **os.environ,
         "AIR_HOME": str(tmp_path / "air"),

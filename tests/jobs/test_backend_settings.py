@@ -22,6 +22,7 @@ from jupyter_air.kernel.magics import AirMagics
 from jupyter_air.kernel.options import OptionError, Options
 from tests.air_cli import air
 from tests.backend_contract import sandbox_installed
+from tests.mlflow_store import fresh_store
 from tests.waits import job_processes, until, wait_settled
 
 PACKAGE = Path(__file__).parents[2] / "jupyter_air"
@@ -174,13 +175,13 @@ def test_the_docs_show_each_backend_s_settings_as_its_model_declares_them() -> N
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def workdir(tmp_path: Path, mlflow_template: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "label.py").write_text(
         "import os, pathlib\n"
         "pathlib.Path(f\"rank{os.environ['RANK']}\").write_text(os.environ['AIR_SANDBOX_LABEL'])\n"
     )
     monkeypatch.setenv("AIR_HOME", str(tmp_path / "air"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", fresh_store(mlflow_template, tmp_path))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.chdir(tmp_path)
     return tmp_path
