@@ -535,7 +535,9 @@ def test_the_palette_lists_recent_jobs_and_opens_one(
 ) -> None:
     page = open_fresh_page(browser, logs_lab)
     run_from_palette(page, "Open job logs", "jupyter-air:open-job-logs")
-    page.wait_for_selector(".jp-air-JobPicker-list")
+    # The dialog opens once the lab has answered for the recent jobs: over 30 s once,
+    # on a loaded machine (run35), where the other tests' processes had the cores.
+    page.wait_for_selector(".jp-air-JobPicker-list", timeout=120_000)
     labels = page.eval_on_selector_all(
         ".jp-air-JobPicker-item", "items => items.map(i => i.textContent)"
     )
